@@ -1,0 +1,34 @@
+/* error.c — sl_strerror: one text for each sluice code, strerror otherwise. */
+#include <string.h>
+
+#include "internal.h"
+
+SL_EXPORT const char *sl_strerror(int status) {
+  switch (status) {
+  case SL_SUCCESS:
+    return "success";
+  case SL_EGRAPH:
+    return "SL_EGRAPH: the job graph is invalid";
+  case SL_ESTARTED:
+    return "SL_ESTARTED: the job has already been started";
+  case SL_EFAILED:
+    return "SL_EFAILED: the job has failed";
+  case SL_ECALLBACK:
+    return "SL_ECALLBACK: an operator callback failed";
+  case SL_ESTOPPED:
+    return "SL_ESTOPPED: the job was stopped";
+  case SL_ETOOBIG:
+    return "SL_ETOOBIG: record larger than max_record_bytes";
+  case SL_EUSAGE:
+    return "SL_EUSAGE: call not allowed here";
+  case SL_ENOTSTARTED:
+    return "SL_ENOTSTARTED: the job has not been started";
+  default:
+    break;
+  }
+  if (status > 0)
+    return strerror(status); /* glibc's strerror is thread-safe for known codes */
+  if (status < 0 && status > -4096)
+    return strerror(-status); /* a callback returning -errno */
+  return "unknown error";
+}

@@ -1,0 +1,757 @@
+/* graph.c — building, validating and compiling a job graph.
+ *
+ * The user builds a graph of operators; key_by and union are virtual (no
+ * thread).  sl_job_compile() resolves the virtual operators into edges
+ * between physical operators, then creates one ring per (producer instance,
+ * consumer instance) pair of each edge (DESIGN.md invariant 1), the
+ * instances, their input channels and their outputs.
+ *
+ * Every builder checks its arguments before it changes anything, so a
+ * refused change leaves the graph as it was (Redis's adlist contract).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SL_DEFAULT_RING_BYTES (256u << 10)
+#define SL_DEFAULT_MAX_RECORD_BYTES (64u << 10)
+#define SL_DEFAULT_OUTPUT_BATCH 128u
+#define SL_DEFAULT_SPIN 200u
+#define SL_DEFAULT_MAX_PARALLELISM 128u
+#define SL_MAX_MAX_PARALLELISM 32768u
+
+void sl_job_set_error(sl_job *job, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(job->error, sizeof job->error, fmt, ap);
+  va_end(ap);
+}
+
+static uint64_t round_up_pow2(uint64_t n) {
+  uint64_t p = 1;
+  while (p < n)
+    p <<= 1;
+  return p;
+}
+
+/* Fill in defaults and check ranges.  Returns 0 or EINVAL. */
+static int config_resolve(sl_job_config *c) {
+  if (c->ring_bytes == 0)
+    c->ring_bytes = SL_DEFAULT_RING_BYTES;
+  if (c->ring_bytes < SL_RING_MIN_BYTES || c->ring_bytes > SL_RING_MAX_BYTES)
+    return EINVAL;
+  c->ring_bytes = round_up_pow2(c->ring_bytes);
+  if (c->max_record_bytes == 0)
+    c->max_record_bytes = SL_DEFAULT_MAX_RECORD_BYTES;
+  /* One entry (header, timestamp, payload) must fit in the largest entry a
+   * ring takes (ring.h note 8). */
+  if (c->max_record_bytes + 16ull > sl_ring_max_entry(c->ring_bytes)) {
+    if (c->max_record_bytes != SL_DEFAULT_MAX_RECORD_BYTES)
+      return EINVAL;
+    c->max_record_bytes = (uint32_t)(sl_ring_max_entry(c->ring_bytes) - 16);
+  }
+  if (c->output_batch_records == 0)
+    c->output_batch_records = SL_DEFAULT_OUTPUT_BATCH;
+  if (c->output_batch_records > SL_ENTRY_MAX_COUNT)
+    return EINVAL;
+  if (c->spin_iterations == 0)
+    c->spin_iterations = SL_DEFAULT_SPIN;
+  if (c->max_parallelism == 0)
+    c->max_parallelism = SL_DEFAULT_MAX_PARALLELISM;
+  if (c->max_parallelism > SL_MAX_MAX_PARALLELISM)
+    return EINVAL;
+  if (c->cpu_count < 0 || (c->cpu_count > 0 && !c->cpus))
+    return EINVAL;
+  for (int i = 0; i < c->cpu_count; i++)
+    if (c->cpus[i] < 0 || c->cpus[i] >= CPU_SETSIZE)
+      return EINVAL;
+  return 0;
+}
+
+SL_EXPORT int sl_job_create(const sl_job_config *config, sl_job **out) {
+  *out = 0;
+  sl_job *job = calloc(1, sizeof *job);
+  if (!job)
+    return ENOMEM;
+  if (config)
+    job->config = *config;
+  int rc = config_resolve(&job->config);
+  if (rc) {
+    free(job);
+    return rc;
+  }
+  if (job->config.cpu_count > 0) {
+    job->cpus = malloc(sizeof(int) * (size_t)job->config.cpu_count);
+    if (!job->cpus) {
+      free(job);
+      return ENOMEM;
+    }
+    memcpy(job->cpus, job->config.cpus,
+           sizeof(int) * (size_t)job->config.cpu_count);
+    job->config.cpus = job->cpus;
+  }
+  job->ops = calloc(SL_MAX_OPERATORS, sizeof *job->ops);
+  if (!job->ops) {
+    free(job->cpus);
+    free(job);
+    return ENOMEM;
+  }
+  job->state = SL_JOB_BUILDING;
+  *out = job;
+  return 0;
+}
+
+/* ------------------------------------------------------------ builders */
+
+static const char *kind_name(enum sl_op_kind k) {
+  static const char *names[] = {"source", "map",     "filter", "flat_map",
+                                "process", "sink",   "key_by", "union"};
+  return names[k];
+}
+
+static sl_op *find_op(const sl_job *job, const char *name) {
+  for (int i = 0; i < job->op_count; i++)
+    if (strcmp(job->ops[i]->name, name) == 0)
+      return job->ops[i];
+  return 0;
+}
+
+/* Check that input may feed an operator named name of job. */
+static int check_input(sl_job *job, const char *name, const sl_op *input) {
+  if (!input) {
+    sl_job_set_error(job, "operator '%s': input is NULL (dangling input)",
+                     name);
+    return SL_EGRAPH;
+  }
+  if (input->job != job) {
+    sl_job_set_error(job,
+                     "operator '%s': input '%s' belongs to another job",
+                     name, input->name);
+    return SL_EGRAPH;
+  }
+  if (input->kind == SL_OP_SINK) {
+    sl_job_set_error(job,
+                     "operator '%s': input '%s' is a sink, which has no "
+                     "output",
+                     name, input->name);
+    return SL_EGRAPH;
+  }
+  return 0;
+}
+
+/* Create an operator after checking everything about it; on error nothing
+ * is changed.  parallelism is 0 for virtual operators. */
+static int op_new(sl_job *job, enum sl_op_kind kind, const char *name,
+                  int parallelism, sl_op *const *inputs, int input_count,
+                  sl_op **out) {
+  if (out)
+    *out = 0;
+  if (!job)
+    return EINVAL;
+  if (job->state != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  if (!out) {
+    sl_job_set_error(job, "%s: the output pointer is NULL", kind_name(kind));
+    return SL_EGRAPH;
+  }
+  if (!name || name[0] == 0 || strlen(name) >= SL_MAX_NAME) {
+    sl_job_set_error(job,
+                     "%s: operator name must have 1 to %d bytes, got %s",
+                     kind_name(kind), SL_MAX_NAME - 1,
+                     name ? "a longer one" : "NULL");
+    return SL_EGRAPH;
+  }
+  if (find_op(job, name)) {
+    sl_job_set_error(job, "%s '%s': an operator of that name exists",
+                     kind_name(kind), name);
+    return SL_EGRAPH;
+  }
+  if (!sl_op_kind_is_virtual(kind) &&
+      (parallelism < 1 || parallelism > SL_MAX_PARALLELISM)) {
+    sl_job_set_error(job, "%s '%s': parallelism %d is outside 1..%d",
+                     kind_name(kind), name, parallelism, SL_MAX_PARALLELISM);
+    return SL_EGRAPH;
+  }
+  if (input_count < 0 || input_count > SL_MAX_INPUTS ||
+      (input_count > 0 && !inputs)) {
+    sl_job_set_error(job, "%s '%s': %d inputs, allowed 0..%d",
+                     kind_name(kind), name, input_count, SL_MAX_INPUTS);
+    return SL_EGRAPH;
+  }
+  for (int i = 0; i < input_count; i++) {
+    int rc = check_input(job, name, inputs[i]);
+    if (rc)
+      return rc;
+  }
+  if (job->op_count >= SL_MAX_OPERATORS) {
+    sl_job_set_error(job, "%s '%s': the job already has %d operators",
+                     kind_name(kind), name, SL_MAX_OPERATORS);
+    return SL_EGRAPH;
+  }
+  sl_op *op = calloc(1, sizeof *op);
+  if (!op)
+    return ENOMEM;
+  op->job = job;
+  op->kind = kind;
+  op->id = job->op_count;
+  op->physical_index = -1;
+  memcpy(op->name, name, strlen(name) + 1);
+  op->parallelism = parallelism;
+  for (int i = 0; i < input_count; i++) {
+    op->inputs[i] = inputs[i];
+    inputs[i]->consumer_count++;
+  }
+  op->input_count = input_count;
+  job->ops[job->op_count++] = op;
+  *out = op;
+  return 0;
+}
+
+static int refuse(sl_job *job, const char *what, const char *name) {
+  if (job && job->state == SL_JOB_BUILDING)
+    sl_job_set_error(job, "operator '%s': %s", name ? name : "(null)", what);
+  return job && job->state != SL_JOB_BUILDING ? SL_ESTARTED : SL_EGRAPH;
+}
+
+SL_EXPORT int sl_op_source(sl_job *job, const char *name, int parallelism,
+                           const sl_source_ops *ops, void *user, sl_op **op) {
+  if (!ops || !ops->next)
+    return refuse(job, "source without a next callback", name);
+  int rc = op_new(job, SL_OP_SOURCE, name, parallelism, 0, 0, op);
+  if (rc)
+    return rc;
+  (*op)->fn.source = *ops;
+  (*op)->user = user;
+  return 0;
+}
+
+SL_EXPORT int sl_op_map(sl_job *job, const char *name, sl_op *input,
+                        int parallelism, uint32_t out_max_bytes, sl_map_fn fn,
+                        void *user, sl_op **op) {
+  if (!fn)
+    return refuse(job, "map without a map function", name);
+  if (job && (out_max_bytes == 0 || out_max_bytes > job->config.max_record_bytes))
+    return refuse(job, "map out_max_bytes must be 1..max_record_bytes", name);
+  int rc = op_new(job, SL_OP_MAP, name, parallelism, &input, 1, op);
+  if (rc)
+    return rc;
+  (*op)->fn.map = fn;
+  (*op)->user = user;
+  (*op)->out_max_bytes = out_max_bytes;
+  return 0;
+}
+
+SL_EXPORT int sl_op_filter(sl_job *job, const char *name, sl_op *input,
+                           int parallelism, sl_filter_fn fn, void *user,
+                           sl_op **op) {
+  if (!fn)
+    return refuse(job, "filter without a filter function", name);
+  int rc = op_new(job, SL_OP_FILTER, name, parallelism, &input, 1, op);
+  if (rc)
+    return rc;
+  (*op)->fn.filter = fn;
+  (*op)->user = user;
+  return 0;
+}
+
+SL_EXPORT int sl_op_flat_map(sl_job *job, const char *name, sl_op *input,
+                             int parallelism, sl_flat_map_fn fn, void *user,
+                             sl_op **op) {
+  if (!fn)
+    return refuse(job, "flat_map without a function", name);
+  int rc = op_new(job, SL_OP_FLAT_MAP, name, parallelism, &input, 1, op);
+  if (rc)
+    return rc;
+  (*op)->fn.flat_map = fn;
+  (*op)->user = user;
+  return 0;
+}
+
+SL_EXPORT int sl_op_key_by(sl_job *job, const char *name, sl_op *input,
+                           sl_key_fn fn, void *user, sl_op **op) {
+  if (!fn)
+    return refuse(job, "key_by without a key function", name);
+  int rc = op_new(job, SL_OP_KEY_BY, name, 0, &input, 1, op);
+  if (rc)
+    return rc;
+  (*op)->fn.key = fn;
+  (*op)->user = user;
+  return 0;
+}
+
+SL_EXPORT int sl_op_union(sl_job *job, const char *name, sl_op *const *inputs,
+                          int n_inputs, sl_op **op) {
+  if (n_inputs < 1)
+    return refuse(job, "union needs at least one input", name);
+  return op_new(job, SL_OP_UNION, name, 0, inputs, n_inputs, op);
+}
+
+static int process_new(sl_job *job, enum sl_op_kind kind, const char *name,
+                       sl_op *const *inputs, int n_inputs, int parallelism,
+                       const sl_process_ops *ops, void *user, sl_op **op) {
+  if (!ops || !ops->process)
+    return refuse(job, "process operator without a process callback", name);
+  int rc = op_new(job, kind, name, parallelism, inputs, n_inputs, op);
+  if (rc)
+    return rc;
+  (*op)->fn.process = *ops;
+  (*op)->user = user;
+  return 0;
+}
+
+SL_EXPORT int sl_op_process(sl_job *job, const char *name,
+                            sl_op *const *inputs, int n_inputs,
+                            int parallelism, const sl_process_ops *ops,
+                            void *user, sl_op **op) {
+  return process_new(job, SL_OP_PROCESS, name, inputs, n_inputs, parallelism,
+                     ops, user, op);
+}
+
+SL_EXPORT int sl_op_sink(sl_job *job, const char *name, sl_op *input,
+                         int parallelism, const sl_process_ops *ops,
+                         void *user, sl_op **op) {
+  return process_new(job, SL_OP_SINK, name, &input, 1, parallelism, ops, user,
+                     op);
+}
+
+SL_EXPORT int sl_op_add_input(sl_job *job, sl_op *consumer, sl_op *input) {
+  if (!job)
+    return EINVAL;
+  if (job->state != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  if (!consumer || consumer->job != job) {
+    sl_job_set_error(job, "add_input: consumer is NULL or of another job");
+    return SL_EGRAPH;
+  }
+  if (consumer->kind != SL_OP_PROCESS && consumer->kind != SL_OP_SINK &&
+      consumer->kind != SL_OP_UNION) {
+    sl_job_set_error(job,
+                     "operator '%s': a %s takes no further inputs (only "
+                     "process, sink and union do)",
+                     consumer->name, kind_name(consumer->kind));
+    return SL_EGRAPH;
+  }
+  if (consumer->kind == SL_OP_SINK && consumer->input_count >= 1) {
+    sl_job_set_error(job,
+                     "operator '%s': a sink has one input; union the streams "
+                     "first",
+                     consumer->name);
+    return SL_EGRAPH;
+  }
+  int rc = check_input(job, consumer->name, input);
+  if (rc)
+    return rc;
+  if (consumer->input_count >= SL_MAX_INPUTS) {
+    sl_job_set_error(job, "operator '%s': already has %d inputs",
+                     consumer->name, SL_MAX_INPUTS);
+    return SL_EGRAPH;
+  }
+  consumer->inputs[consumer->input_count++] = input;
+  input->consumer_count++;
+  return 0;
+}
+
+/* ---------------------------------------------------------- validation */
+
+enum { WHITE, GREY, BLACK };
+
+/* Depth-first search over inputs; bounded by the operator count, since
+ * every operator turns BLACK once.  Returns the operator that closes a
+ * cycle, or NULL. */
+static const sl_op *find_cycle(const sl_op *op, unsigned char *color) {
+  color[op->id] = GREY;
+  for (int i = 0; i < op->input_count; i++) {
+    const sl_op *in = op->inputs[i];
+    if (color[in->id] == GREY)
+      return in;
+    if (color[in->id] == WHITE) {
+      const sl_op *c = find_cycle(in, color);
+      if (c)
+        return c;
+    }
+  }
+  color[op->id] = BLACK;
+  return 0;
+}
+
+/* Is some physical operator reached through key_by/union from op with a
+ * hash partition?  Used to check keyed parallelism. */
+static bool reaches_through_key_by(const sl_op *op) {
+  for (int depth = 0; op && depth < SL_MAX_OPERATORS; depth++) {
+    if (op->kind == SL_OP_KEY_BY)
+      return true;
+    if (op->kind != SL_OP_UNION)
+      return false;
+    for (int i = 0; i < op->input_count; i++)
+      if (reaches_through_key_by(op->inputs[i]))
+        return true;
+    return false;
+  }
+  return false;
+}
+
+SL_EXPORT int sl_job_validate(sl_job *job) {
+  if (!job)
+    return EINVAL;
+  int sources = 0;
+  for (int i = 0; i < job->op_count; i++)
+    sources += job->ops[i]->kind == SL_OP_SOURCE;
+  if (sources == 0) {
+    sl_job_set_error(job, "the job has no source");
+    return SL_EGRAPH;
+  }
+  unsigned char *color = calloc((size_t)job->op_count, 1);
+  if (!color)
+    return ENOMEM;
+  const sl_op *cycle = 0;
+  for (int i = 0; i < job->op_count && !cycle; i++)
+    if (color[i] == WHITE)
+      cycle = find_cycle(job->ops[i], color);
+  free(color);
+  if (cycle) {
+    sl_job_set_error(job, "the graph has a cycle through operator '%s'",
+                     cycle->name);
+    return SL_EGRAPH;
+  }
+  for (int i = 0; i < job->op_count; i++) {
+    const sl_op *op = job->ops[i];
+    if (op->kind != SL_OP_SINK && op->consumer_count == 0) {
+      sl_job_set_error(job,
+                       "operator '%s' (%s): its output is not consumed by any "
+                       "operator (dangling stream; end it with a sink)",
+                       op->name, kind_name(op->kind));
+      return SL_EGRAPH;
+    }
+    if (op->kind == SL_OP_PROCESS && op->input_count == 0) {
+      sl_job_set_error(job, "operator '%s' (process): it has no input",
+                       op->name);
+      return SL_EGRAPH;
+    }
+    if (sl_op_kind_is_virtual(op->kind))
+      continue;
+    for (int k = 0; k < op->input_count; k++)
+      if (reaches_through_key_by(op->inputs[k]) &&
+          (uint32_t)op->parallelism > job->config.max_parallelism) {
+        sl_job_set_error(job,
+                         "operator '%s': keyed parallelism %d exceeds "
+                         "max_parallelism %u",
+                         op->name, op->parallelism,
+                         job->config.max_parallelism);
+        return SL_EGRAPH;
+      }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ compiling */
+
+typedef struct sl_edge {
+  sl_op *producer;
+  sl_op *consumer;
+  int input;
+  enum sl_partition partition;
+  sl_key_fn key;
+  void *key_user;
+  int first_ring;
+} sl_edge;
+
+typedef struct edge_list {
+  sl_edge *edges;
+  int count;
+  int capacity;
+} edge_list;
+
+/* Follow from (logical input `input` of consumer) back through virtual
+ * operators to physical producers, adding one edge per producer. */
+static int resolve_edges(edge_list *list, sl_op *consumer, int input,
+                         sl_op *from, sl_key_fn key, void *key_user) {
+  if (from->kind == SL_OP_KEY_BY)
+    return resolve_edges(list, consumer, input, from->inputs[0], from->fn.key,
+                         from->user);
+  if (from->kind == SL_OP_UNION) {
+    for (int i = 0; i < from->input_count; i++) {
+      int rc =
+          resolve_edges(list, consumer, input, from->inputs[i], key, key_user);
+      if (rc)
+        return rc;
+    }
+    return 0;
+  }
+  if (list->count == list->capacity) {
+    int capacity = list->capacity ? list->capacity * 2 : 16;
+    sl_edge *grown = realloc(list->edges, sizeof *grown * (size_t)capacity);
+    if (!grown)
+      return ENOMEM;
+    list->edges = grown;
+    list->capacity = capacity;
+  }
+  sl_edge *e = &list->edges[list->count++];
+  e->producer = from;
+  e->consumer = consumer;
+  e->input = input;
+  e->key = key;
+  e->key_user = key_user;
+  if (key)
+    e->partition = SL_PARTITION_HASH;
+  else if (from->parallelism == consumer->parallelism)
+    e->partition = SL_PARTITION_FORWARD;
+  else
+    e->partition = SL_PARTITION_REBALANCE;
+  return 0;
+}
+
+static int edge_ring_count(const sl_edge *e) {
+  return e->partition == SL_PARTITION_FORWARD
+             ? e->producer->parallelism
+             : e->producer->parallelism * e->consumer->parallelism;
+}
+
+/* Ring of edge e from producer instance p to consumer instance c. */
+static sl_ring *edge_ring(sl_job *job, const sl_edge *e, int p, int c) {
+  if (e->partition == SL_PARTITION_FORWARD) {
+    assert(p == c);
+    return &job->rings[e->first_ring + p];
+  }
+  return &job->rings[e->first_ring + p * e->consumer->parallelism + c];
+}
+
+static int cpu_list_default(int **cpus_out, int *count_out) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return errno;
+  int count = CPU_COUNT(&set);
+  int *cpus = malloc(sizeof(int) * (size_t)(count > 0 ? count : 1));
+  if (!cpus)
+    return ENOMEM;
+  int n = 0;
+  for (int c = 0; c < CPU_SETSIZE && n < count; c++)
+    if (CPU_ISSET(c, &set))
+      cpus[n++] = c;
+  *cpus_out = cpus;
+  *count_out = n;
+  return 0;
+}
+
+static int instances_create(sl_job *job) {
+  int total = 0;
+  for (int i = 0; i < job->physical_count; i++)
+    total += job->physical[i]->parallelism;
+  job->instances = calloc((size_t)total, sizeof *job->instances);
+  if (!job->instances)
+    return ENOMEM;
+  for (int i = 0; i < job->physical_count; i++) {
+    sl_op *op = job->physical[i];
+    /* Cache-line aligned so no two instances' hot fields share a line. */
+    size_t bytes = sizeof(sl_instance) * (size_t)op->parallelism;
+    bytes = (bytes + SL_CACHE_LINE - 1) / SL_CACHE_LINE * SL_CACHE_LINE;
+    op->instances = aligned_alloc(SL_CACHE_LINE, bytes);
+    if (!op->instances)
+      return ENOMEM;
+    memset(op->instances, 0, bytes);
+    for (int k = 0; k < op->parallelism; k++) {
+      sl_instance *inst = &op->instances[k];
+      inst->job = job;
+      inst->op = op;
+      inst->index = k;
+      inst->cpu = -1;
+      inst->in_sink = op->kind == SL_OP_SINK;
+      sl_parker_init(&inst->parker);
+      if (op->kind == SL_OP_MAP) {
+        inst->scratch = aligned_alloc(8, sl_round8(op->out_max_bytes));
+        if (!inst->scratch)
+          return ENOMEM;
+      }
+      job->instances[job->instance_count++] = inst;
+    }
+  }
+  return 0;
+}
+
+static int assign_cpus(sl_job *job) {
+  if (job->config.no_pinning)
+    return 0;
+  int *cpus = job->cpus;
+  int count = job->config.cpu_count;
+  int *owned = 0;
+  if (count == 0) {
+    int rc = cpu_list_default(&owned, &count);
+    if (rc)
+      return rc;
+    cpus = owned;
+  }
+  for (int i = 0; i < job->instance_count && count > 0; i++)
+    job->instances[i]->cpu = cpus[i % count];
+  free(owned);
+  return 0;
+}
+
+/* Allocate channel and output arrays, then wire every ring of every edge. */
+static int wire_edges(sl_job *job, const edge_list *list) {
+  for (int i = 0; i < list->count; i++) {
+    const sl_edge *e = &list->edges[i];
+    for (int c = 0; c < e->consumer->parallelism; c++)
+      e->consumer->instances[c].channel_count +=
+          e->partition == SL_PARTITION_FORWARD ? 1 : e->producer->parallelism;
+    for (int p = 0; p < e->producer->parallelism; p++)
+      e->producer->instances[p].output_count++;
+  }
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    if (inst->channel_count) {
+      inst->channels = calloc((size_t)inst->channel_count, sizeof(sl_channel));
+      if (!inst->channels)
+        return ENOMEM;
+    }
+    if (inst->output_count) {
+      inst->outputs = calloc((size_t)inst->output_count, sizeof(sl_output));
+      if (!inst->outputs)
+        return ENOMEM;
+    }
+    inst->channel_count = 0; /* refilled below */
+    inst->output_count = 0;
+  }
+  for (int i = 0; i < list->count; i++) {
+    const sl_edge *e = &list->edges[i];
+    sl_op *P = e->producer, *C = e->consumer;
+    for (int p = 0; p < P->parallelism; p++) {
+      sl_instance *producer = &P->instances[p];
+      sl_output *out = &producer->outputs[producer->output_count++];
+      out->partition = e->partition;
+      out->key = e->key;
+      out->key_user = e->key_user;
+      out->next = (uint32_t)p; /* spread rebalance starts */
+      out->ring_count =
+          e->partition == SL_PARTITION_FORWARD ? 1 : C->parallelism;
+      out->rings = calloc((size_t)out->ring_count, sizeof(sl_ring *));
+      if (!out->rings)
+        return ENOMEM;
+      for (int c = 0; c < C->parallelism; c++) {
+        if (e->partition == SL_PARTITION_FORWARD && c != p)
+          continue;
+        sl_instance *consumer = &C->instances[c];
+        sl_ring *ring = edge_ring(job, e, p, c);
+        int rc = sl_ring_init(ring, job->config.ring_bytes, &consumer->parker,
+                              &producer->parker,
+                              job->config.output_batch_records);
+        if (rc)
+          return rc;
+        out->rings[e->partition == SL_PARTITION_FORWARD ? 0 : c] = ring;
+        sl_channel *ch = &consumer->channels[consumer->channel_count++];
+        ch->ring = ring;
+        ch->input = e->input;
+      }
+    }
+  }
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    if (inst->output_count == 1 && inst->outputs[0].ring_count == 1)
+      inst->forward_ring = inst->outputs[0].rings[0];
+  }
+  return 0;
+}
+
+int sl_job_compile(sl_job *job) {
+  job->physical = calloc((size_t)job->op_count, sizeof *job->physical);
+  if (!job->physical)
+    return ENOMEM;
+  for (int i = 0; i < job->op_count; i++) {
+    sl_op *op = job->ops[i];
+    if (sl_op_kind_is_virtual(op->kind))
+      continue;
+    op->physical_index = job->physical_count;
+    job->physical[job->physical_count++] = op;
+  }
+  edge_list list = {0};
+  int rc = 0;
+  for (int i = 0; i < job->physical_count && rc == 0; i++) {
+    sl_op *op = job->physical[i];
+    for (int k = 0; k < op->input_count && rc == 0; k++)
+      rc = resolve_edges(&list, op, k, op->inputs[k], 0, 0);
+  }
+  if (rc == 0) {
+    for (int i = 0; i < list.count; i++) {
+      list.edges[i].first_ring = job->ring_count;
+      job->ring_count += edge_ring_count(&list.edges[i]);
+    }
+    size_t bytes = sizeof(sl_ring) * (size_t)(job->ring_count ? job->ring_count : 1);
+    job->rings = aligned_alloc(SL_CACHE_LINE, bytes);
+    rc = job->rings ? 0 : ENOMEM;
+    if (rc == 0)
+      memset(job->rings, 0, bytes);
+  }
+  if (rc == 0)
+    rc = instances_create(job);
+  if (rc == 0)
+    rc = wire_edges(job, &list);
+  if (rc == 0)
+    rc = assign_cpus(job);
+  free(list.edges);
+  if (rc)
+    sl_job_free_compiled(job);
+  return rc;
+}
+
+void sl_job_free_compiled(sl_job *job) {
+  for (int i = 0; i < job->ring_count; i++)
+    sl_ring_destroy(&job->rings[i]); /* safe on never-initialised rings */
+  free(job->rings);
+  job->rings = 0;
+  job->ring_count = 0;
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    for (int k = 0; k < inst->output_count; k++)
+      free(inst->outputs[k].rings);
+    free(inst->outputs);
+    free(inst->channels);
+    free(inst->scratch);
+  }
+  for (int i = 0; i < job->physical_count; i++) {
+    free(job->physical[i]->instances);
+    job->physical[i]->instances = 0;
+  }
+  free(job->instances);
+  job->instances = 0;
+  job->instance_count = 0;
+  free(job->physical);
+  job->physical = 0;
+  job->physical_count = 0;
+}
+
+SL_EXPORT void sl_job_destroy(sl_job *job) {
+  if (!job)
+    return;
+  if (job->state == SL_JOB_RUNNING && !job->waited) {
+    sl_job_stop(job);
+    sl_job_wait(job);
+  }
+  sl_job_free_compiled(job);
+  for (int i = 0; i < job->op_count; i++) {
+    if (job->ops[i]->user_free)
+      job->ops[i]->user_free(job->ops[i]->user);
+    free(job->ops[i]);
+  }
+  free(job->ops);
+  free(job->cpus);
+  free(job);
+}
+
+SL_EXPORT int sl_job_operator_count(const sl_job *job) {
+  if (!job)
+    return 0;
+  if (job->physical)
+    return job->physical_count;
+  int n = 0;
+  for (int i = 0; i < job->op_count; i++)
+    n += !sl_op_kind_is_virtual(job->ops[i]->kind);
+  return n;
+}
+
+SL_EXPORT const char *sl_job_error(const sl_job *job) {
+  return job ? job->error : "";
+}

@@ -1,0 +1,149 @@
+/* internal.h — the job, operator and instance structures shared by
+ * graph.c (building, validating, compiling) and runtime.c (threads). */
+#ifndef SL_INTERNAL_H
+#define SL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "ring.h"
+#include "sluice.h"
+#include "wait.h"
+
+#define SL_EXPORT __attribute__((visibility("default")))
+#define SL_ERROR_BYTES 512
+
+enum sl_op_kind {
+  SL_OP_SOURCE,
+  SL_OP_MAP,
+  SL_OP_FILTER,
+  SL_OP_FLAT_MAP,
+  SL_OP_PROCESS,
+  SL_OP_SINK,
+  SL_OP_KEY_BY, /* virtual: partitions the stream, no thread */
+  SL_OP_UNION,  /* virtual: merges streams, no thread */
+};
+
+static inline bool sl_op_kind_is_virtual(enum sl_op_kind k) {
+  return k == SL_OP_KEY_BY || k == SL_OP_UNION;
+}
+
+/* How records are routed along one edge. */
+enum sl_partition {
+  SL_PARTITION_FORWARD,   /* instance i -> instance i */
+  SL_PARTITION_REBALANCE, /* round-robin over consumer instances */
+  SL_PARTITION_HASH,      /* key -> key group -> instance */
+};
+
+struct sl_op {
+  sl_job *job;
+  enum sl_op_kind kind;
+  int id;             /* creation order among all operators */
+  int physical_index; /* among physical operators, -1 for virtual */
+  char name[SL_MAX_NAME];
+  int parallelism; /* 0 for virtual operators */
+  sl_op *inputs[SL_MAX_INPUTS];
+  int input_count;
+  int consumer_count; /* operators that read this one's output */
+  union {
+    sl_source_ops source;
+    sl_process_ops process; /* process and sink */
+    sl_map_fn map;
+    sl_filter_fn filter;
+    sl_flat_map_fn flat_map;
+    sl_key_fn key;
+  } fn;
+  void *user;
+  void (*user_free)(void *); /* built-ins that own their user data */
+  uint32_t out_max_bytes; /* map only */
+  struct sl_ctx *instances;
+};
+
+/* One input ring of an instance. */
+typedef struct sl_channel {
+  sl_ring *ring;
+  int input; /* logical input index of the operator */
+  bool ended;
+} sl_channel;
+
+/* One outgoing edge of an instance: rings to every consumer instance it
+ * feeds (for FORWARD only one). */
+typedef struct sl_output {
+  enum sl_partition partition;
+  sl_key_fn key;
+  void *key_user;
+  int ring_count;
+  sl_ring **rings; /* ring_count entries, consumer instance order */
+  uint32_t next;   /* rebalance cursor */
+} sl_output;
+
+/* One running instance; also the sl_ctx handed to callbacks. */
+struct sl_ctx {
+  sl_job *job;
+  sl_op *op;
+  int index;
+  int cpu; /* -1: not pinned */
+  pthread_t thread;
+  bool thread_started;
+  sl_parker parker;
+
+  sl_channel *channels;
+  int channel_count;
+  int channels_ended;
+  sl_output *outputs;
+  int output_count;
+  sl_ring *forward_ring; /* the only output ring, when there is one */
+
+  void *state;           /* from the open callback */
+  const sl_record *current; /* record being processed, for sl_emit's ts */
+  void *scratch;         /* map output buffer */
+  bool in_sink;
+  bool stopped_early; /* left its loop because of a stop or failure */
+  int status;         /* the instance's own failure, 0 if none */
+  char cause[256];    /* sl_ctx_fail text */
+
+  uint64_t records_in;  /* owner-only counters */
+  uint64_t records_out;
+  _Atomic uint64_t records_in_shared; /* relaxed copies for readers */
+  _Atomic uint64_t records_out_shared;
+};
+typedef struct sl_ctx sl_instance;
+
+enum sl_job_state {
+  SL_JOB_BUILDING,
+  SL_JOB_RUNNING,
+  SL_JOB_FINISHED,
+};
+
+struct sl_job {
+  sl_job_config config; /* defaults filled in */
+  int *cpus;            /* owned copy */
+  enum sl_job_state state;
+  sl_op **ops;
+  int op_count;
+  int physical_count;
+  sl_op **physical; /* physical operators in creation order */
+
+  sl_instance **instances; /* all instances, start order */
+  int instance_count;
+  sl_ring *rings;
+  int ring_count;
+
+  _Atomic int stopping;   /* set by sl_job_stop or a failure */
+  _Atomic int failed;     /* the first failure claims this */
+  int result;             /* what sl_job_wait returns */
+  bool waited;
+  char error[SL_ERROR_BYTES];
+};
+
+/* graph.c */
+void sl_job_set_error(sl_job *job, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int sl_job_compile(sl_job *job);
+void sl_job_free_compiled(sl_job *job);
+
+/* runtime.c */
+void sl_instance_fail(sl_instance *inst, int status);
+
+#endif /* SL_INTERNAL_H */

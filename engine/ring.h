@@ -1,0 +1,357 @@
+/* ring.h — the bounded lock-free single-producer/single-consumer byte ring
+ * that connects two operator instances (DESIGN.md invariants 1, 2 and 7).
+ *
+ * NOTES ON THE DESIGN
+ *
+ * 1. One producer thread and one consumer thread for the ring's whole life.
+ *    Every function name says which side may call it (_producer/_consumer).
+ * 2. head and tail are free-running 64-bit byte counters; the slot of a
+ *    counter is counter & mask (capacity is a power of two).  They never
+ *    wrap in practice (2^64 bytes).  0 <= tail - head <= capacity.
+ * 3. The shared counters sit on cache lines of their own, and each side keeps
+ *    its private position and a cached copy of the other side's counter on a
+ *    third and fourth line, so the lines only travel when a side publishes or
+ *    refreshes its cache.
+ * 4. The buffer holds entries, each 8-byte aligned and contiguous (never
+ *    split across the end).  A PAD entry fills the space before the end when
+ *    the next entry does not fit; the consumer skips to the start.
+ * 5. A RECORDS entry carries `count` records of the same payload size, each
+ *    `stride` bytes (an optional 8-byte timestamp, then the payload rounded up
+ *    to 8).  While the producer keeps writing records of one size it extends
+ *    the open entry, so small fixed-size records cost their payload plus 8/n
+ *    bytes of header: the fast path.  Records of other sizes start new
+ *    entries; nothing is allocated per record.  An entry holds at most
+ *    batch_records records; the append that finds it full publishes it
+ *    without a forced wake (the output batch).
+ * 6. Control entries (END, BARRIER, WATERMARK) carry one 64-bit value and
+ *    are ordered with the records around them (invariant 2).
+ * 7. The producer writes entries privately and makes a whole batch visible
+ *    with one store-release of tail (sl_ring_publish_producer).  An entry is
+ *    never changed once published: publishing closes the open entry.  The
+ *    consumer likewise reads a burst and returns its space with one
+ *    store-release of head (sl_ring_release_consumer).
+ * 8. Waking (wait.h): the producer, after publishing, checks whether the
+ *    consumer is parked when it was asked to (force: the producer is about
+ *    to wait, is flushing dry input, or ends) or when the ring holds at
+ *    least a quarter of its capacity.  The consumer, after releasing, checks
+ *    the producer when forced or when at least a quarter is free.  A parked
+ *    consumer waits for any data; a parked producer waits for room for one
+ *    entry, and an entry is at most a quarter of the ring
+ *    (SL_RING_MAX_ENTRY), so the quarter thresholds never leave a waiter
+ *    asleep while its condition holds: whoever could satisfy it next either
+ *    crosses the threshold or forces the check before it waits itself.
+ *
+ * Which calls may run concurrently (like liburcu's wfcqueue.h table):
+ *
+ *                       | producer calls | consumer calls | init/destroy
+ *   producer calls      | no (1 thread)  | yes            | no
+ *   consumer calls      | yes            | no (1 thread)  | no
+ */
+#ifndef SL_RING_H
+#define SL_RING_H
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "wait.h"
+
+#define SL_CACHE_LINE 64
+
+enum sl_entry_kind {
+  SL_ENTRY_RECORDS = 1,   /* count records of record_bytes each */
+  SL_ENTRY_PAD = 2,       /* skip to the start of the buffer */
+  SL_ENTRY_END = 3,       /* end of stream from this producer */
+  SL_ENTRY_BARRIER = 4,   /* checkpoint barrier, value = checkpoint id */
+  SL_ENTRY_WATERMARK = 5, /* watermark, value = event time */
+};
+
+#define SL_ENTRY_HAS_TS 0x01u /* each record starts with an int64 timestamp */
+
+typedef struct sl_entry {
+  uint8_t kind;          /* enum sl_entry_kind */
+  uint8_t flags;         /* SL_ENTRY_HAS_TS */
+  uint16_t count;        /* RECORDS: records in this entry (>= 1) */
+  uint32_t record_bytes; /* RECORDS: payload bytes of each record */
+} sl_entry;
+_Static_assert(sizeof(sl_entry) == 8, "entry header is one 8-byte word");
+
+#define SL_ENTRY_MAX_COUNT UINT16_MAX
+#define SL_RING_NO_ENTRY UINT64_MAX
+#define SL_RING_MIN_BYTES (4u << 10)
+#define SL_RING_MAX_BYTES (1ull << 30)
+
+static inline uint32_t sl_round8(uint32_t n) { return (n + 7u) & ~7u; }
+
+/* Bytes one record occupies inside a RECORDS entry. */
+static inline uint32_t sl_record_stride(uint32_t record_bytes, unsigned flags) {
+  return sl_round8(record_bytes) + ((flags & SL_ENTRY_HAS_TS) ? 8u : 0u);
+}
+
+/* Largest entry a ring of capacity_bytes accepts: a quarter (note 8). */
+static inline uint64_t sl_ring_max_entry(uint64_t capacity_bytes) {
+  return capacity_bytes / 4;
+}
+
+typedef struct sl_ring {
+  /* Written by the consumer only: bytes consumed and returned. */
+  alignas(SL_CACHE_LINE) _Atomic uint64_t head;
+  /* Written by the producer only: bytes published. */
+  alignas(SL_CACHE_LINE) _Atomic uint64_t tail;
+
+  /* Consumer-private. */
+  alignas(SL_CACHE_LINE) uint64_t consumer_position; /* >= head */
+  uint64_t consumer_tail_cache;                      /* <= tail */
+
+  /* Producer-private.  The open RECORDS entry is described here, not read
+   * back from its header, so extending it touches no shared memory; its
+   * count is written into the header when it closes (note 7). */
+  alignas(SL_CACHE_LINE) uint64_t producer_position; /* >= tail */
+  uint64_t producer_head_cache;                      /* <= head */
+  uint64_t open_key;   /* flags << 32 | record_bytes; SL_RING_NO_ENTRY */
+  uint64_t open_limit; /* the open entry may grow up to this position */
+  uint64_t open_static_limit; /* the same, ignoring free space */
+  sl_entry *open_entry;
+  uint32_t open_stride;
+  uint32_t open_count;
+  uint32_t batch_records; /* records per entry; a full entry is published */
+
+  /* Constant after init. */
+  alignas(SL_CACHE_LINE) uint8_t *buffer;
+  uint64_t capacity_bytes;
+  uint64_t mask;
+  uint64_t wake_threshold_bytes;
+  sl_parker *consumer_parker; /* may be NULL: no one to wake */
+  sl_parker *producer_parker;
+} sl_ring;
+
+/* Initialise r with capacity_bytes rounded up to a power of two within
+ * [SL_RING_MIN_BYTES, SL_RING_MAX_BYTES].  The parkers (either may be NULL)
+ * belong to the consumer and producer threads.  batch_records (1 ..
+ * SL_ENTRY_MAX_COUNT, 0 for the maximum) bounds the records of one entry;
+ * when an entry is full the next append publishes it (the output batch).
+ * Returns 0, EINVAL or ENOMEM; on error r holds no memory. */
+int sl_ring_init(sl_ring *r, uint64_t capacity_bytes, sl_parker *consumer,
+                 sl_parker *producer, uint32_t batch_records);
+void sl_ring_destroy(sl_ring *r);
+
+/* Whole-ring checker for asserts: counters ordered, entries well formed
+ * from head to tail.  Call only when neither side runs concurrently (or
+ * from the consumer, which walks only published bytes). */
+bool sl_ring_check(const sl_ring *r);
+
+/* Drop everything published and unpublished (both sides quiescent). */
+void sl_ring_reset(sl_ring *r);
+
+/* ---------------------------------------------------------------- producer */
+
+/* Bytes the producer can still write, refreshing its cache of head only when
+ * the cached value shows less than `needed`. */
+static inline uint64_t sl_ring_free_producer(sl_ring *r, uint64_t needed) {
+  uint64_t free_bytes =
+      r->capacity_bytes - (r->producer_position - r->producer_head_cache);
+  if (free_bytes < needed) {
+    /* Acquire: the consumer's reads of the slots it returned happen before
+     * we overwrite them. */
+    r->producer_head_cache =
+        atomic_load_explicit(&r->head, memory_order_acquire);
+    free_bytes =
+        r->capacity_bytes - (r->producer_position - r->producer_head_cache);
+  }
+  return free_bytes;
+}
+
+/* Reserve `bytes` (a multiple of 8, <= the max entry) contiguous bytes at the
+ * write position, padding to the start of the buffer if needed.  Returns the
+ * slot, or NULL if the ring is too full (nothing changed then).  Closes the
+ * open RECORDS entry when it pads. */
+static inline uint8_t *sl_ring_reserve_producer(sl_ring *r, uint32_t bytes) {
+  assert(bytes % 8 == 0 && bytes >= 8);
+  assert(bytes <= sl_ring_max_entry(r->capacity_bytes));
+  uint64_t slot = r->producer_position & r->mask;
+  uint64_t to_end = r->capacity_bytes - slot;
+  uint64_t needed = to_end >= bytes ? bytes : to_end + bytes;
+  if (sl_ring_free_producer(r, needed) < needed)
+    return 0;
+  if (to_end < bytes) {
+    sl_entry *pad = (sl_entry *)(r->buffer + slot);
+    pad->kind = SL_ENTRY_PAD;
+    pad->flags = 0;
+    pad->count = 0;
+    pad->record_bytes = (uint32_t)to_end;
+    r->producer_position += to_end;
+    slot = 0;
+  }
+  return r->buffer + slot;
+}
+
+/* Write the open entry's count into its header and forget it. */
+static inline void sl_ring_close_entry_producer(sl_ring *r) {
+  if (r->open_entry) {
+    assert(r->open_count >= 1 && r->open_count <= SL_ENTRY_MAX_COUNT);
+    r->open_entry->count = (uint16_t)r->open_count;
+    r->open_entry = 0;
+  }
+  r->open_key = SL_RING_NO_ENTRY;
+  r->open_limit = 0;
+}
+
+/* Out of line: start a new entry, publish a full one, or refresh the cached
+ * head.  Same contract as sl_ring_append_record_producer. */
+uint8_t *sl_ring_append_record_slow(sl_ring *r, uint32_t record_bytes,
+                                    unsigned flags);
+
+/* Append one record slot of record_bytes payload (plus a timestamp word if
+ * flags has SL_ENTRY_HAS_TS).  Returns a pointer to the record's stride
+ * (timestamp first if any) for the caller to fill, or NULL if the ring is
+ * full (nothing changed then except that the open entry may be closed).
+ * The fast path, a record like the previous one with room left in the open
+ * entry, is two compares and two adds (note 5). */
+static inline uint8_t *sl_ring_append_record_producer(sl_ring *r,
+                                                      uint32_t record_bytes,
+                                                      unsigned flags) {
+  uint64_t key = (uint64_t)flags << 32 | record_bytes;
+  uint64_t next = r->producer_position + r->open_stride;
+  if (__builtin_expect(key == r->open_key && next <= r->open_limit, 1)) {
+    uint8_t *slot = r->buffer + (r->producer_position & r->mask);
+    r->producer_position = next;
+    r->open_count++;
+    return slot;
+  }
+  return sl_ring_append_record_slow(r, record_bytes, flags);
+}
+
+/* Write a control entry (END, BARRIER, WATERMARK).  Returns false if full. */
+static inline bool sl_ring_write_control_producer(sl_ring *r, unsigned kind,
+                                                  uint64_t value) {
+  assert(kind == SL_ENTRY_END || kind == SL_ENTRY_BARRIER ||
+         kind == SL_ENTRY_WATERMARK);
+  sl_ring_close_entry_producer(r); /* records after it start a new entry */
+  uint8_t *p = sl_ring_reserve_producer(r, 16);
+  if (!p)
+    return false;
+  sl_entry *e = (sl_entry *)p;
+  e->kind = (uint8_t)kind;
+  e->flags = 0;
+  e->count = 0;
+  e->record_bytes = 8;
+  memcpy(p + 8, &value, 8);
+  r->producer_position += 16;
+  return true;
+}
+
+/* Make everything written so far visible to the consumer, and wake it if it
+ * is parked and either force is set or the ring is at least a quarter full
+ * (note 8).  Returns true if anything was published. */
+static inline bool sl_ring_publish_producer(sl_ring *r, bool force) {
+  uint64_t published = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  if (published == r->producer_position) {
+    if (force && r->consumer_parker)
+      sl_parker_wake(r->consumer_parker);
+    return false;
+  }
+  sl_ring_close_entry_producer(r); /* published entries never grow (7) */
+  /* Release: the entries' bytes, and the count just written into the open
+   * entry's header, are written before the consumer can see the tail that
+   * covers them. */
+  atomic_store_explicit(&r->tail, r->producer_position, memory_order_release);
+  if (!r->consumer_parker)
+    return true;
+  if (!force &&
+      r->producer_position - r->producer_head_cache >= r->wake_threshold_bytes)
+    /* The cached head may be old; look at the real fill level before we
+     * decide, so a parked consumer is woken for a quarter ring, not for
+     * every batch. */
+    r->producer_head_cache =
+        atomic_load_explicit(&r->head, memory_order_acquire);
+  if (force ||
+      r->producer_position - r->producer_head_cache >= r->wake_threshold_bytes)
+    sl_parker_wake(r->consumer_parker);
+  return true;
+}
+
+/* ---------------------------------------------------------------- consumer */
+
+/* Published bytes not yet read, refreshing the cache of tail only when the
+ * cached value shows none. */
+static inline uint64_t sl_ring_readable_consumer(sl_ring *r) {
+  if (r->consumer_position == r->consumer_tail_cache) {
+    /* Acquire: pairs with the producer's release of tail, so the entries
+     * below the tail we read are fully written. */
+    r->consumer_tail_cache =
+        atomic_load_explicit(&r->tail, memory_order_acquire);
+  }
+  return r->consumer_tail_cache - r->consumer_position;
+}
+
+/* The entry at the read position, skipping PAD.  Only valid when
+ * sl_ring_readable_consumer() returned nonzero. */
+static inline const sl_entry *sl_ring_peek_consumer(sl_ring *r) {
+  assert(r->consumer_position < r->consumer_tail_cache);
+  const sl_entry *e =
+      (const sl_entry *)(r->buffer + (r->consumer_position & r->mask));
+  if (e->kind == SL_ENTRY_PAD) {
+    assert(e->record_bytes ==
+           r->capacity_bytes - (r->consumer_position & r->mask));
+    r->consumer_position += e->record_bytes;
+    /* A PAD is only written right before an entry that follows it, and both
+     * are published together, so an entry is always there. */
+    assert(r->consumer_position < r->consumer_tail_cache);
+    e = (const sl_entry *)r->buffer;
+  }
+  assert(e->kind >= SL_ENTRY_RECORDS && e->kind <= SL_ENTRY_WATERMARK);
+  return e;
+}
+
+/* Total bytes of entry e. */
+static inline uint64_t sl_entry_bytes(const sl_entry *e) {
+  if (e->kind == SL_ENTRY_RECORDS)
+    return 8 + (uint64_t)e->count * sl_record_stride(e->record_bytes, e->flags);
+  return 16;
+}
+
+static inline uint64_t sl_entry_value(const sl_entry *e) {
+  uint64_t v;
+  memcpy(&v, (const uint8_t *)e + 8, 8);
+  return v;
+}
+
+/* Step past the entry just peeked (or part of it: bytes). */
+static inline void sl_ring_advance_consumer(sl_ring *r, uint64_t bytes) {
+  r->consumer_position += bytes;
+  assert(r->consumer_position <= r->consumer_tail_cache);
+}
+
+/* Return the space read so far to the producer, and wake it if it is parked
+ * and either force is set or at least a quarter of the ring is free. */
+static inline void sl_ring_release_consumer(sl_ring *r, bool force) {
+  uint64_t released = atomic_load_explicit(&r->head, memory_order_relaxed);
+  if (released != r->consumer_position) {
+    /* Release: our reads of the slots complete before the producer may
+     * overwrite them. */
+    atomic_store_explicit(&r->head, r->consumer_position,
+                          memory_order_release);
+  }
+  if (!r->producer_parker)
+    return;
+  if (!force) {
+    if (released == r->consumer_position)
+      return;
+    /* Our cached tail may be old (estimating too much free space): read the
+     * real one before deciding, as the producer does for head. */
+    if (r->capacity_bytes - (r->consumer_tail_cache - r->consumer_position) <
+        r->wake_threshold_bytes)
+      return;
+    r->consumer_tail_cache =
+        atomic_load_explicit(&r->tail, memory_order_acquire);
+    if (r->capacity_bytes - (r->consumer_tail_cache - r->consumer_position) <
+        r->wake_threshold_bytes)
+      return;
+  }
+  sl_parker_wake(r->producer_parker);
+}
+
+#endif /* SL_RING_H */

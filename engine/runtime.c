@@ -1,0 +1,706 @@
+/* runtime.c — instance threads: reading channels, calling operators,
+ * emitting into rings, waiting, stopping and failing.
+ *
+ * NOTES ON THE DESIGN OF AN INSTANCE THREAD
+ *
+ * 1. An instance owns its input channels' consumer sides and its outputs'
+ *    producer sides; no other thread touches them (ring.h note 1).
+ * 2. Output batching: records are appended privately and published when an
+ *    output ring holds output_batch_records unpublished records, when a pass
+ *    over the inputs finds nothing new (input dry), after buffer_timeout_us,
+ *    after each call of a source's next(), and before the thread waits for
+ *    anything.  So latency stays low at low load and batches are large at
+ *    high load.
+ * 3. Before an instance waits (input empty or output full) it publishes all
+ *    outputs and returns all consumed input space with forced wake checks;
+ *    the rings' quarter-capacity wake thresholds rely on this (ring.h 8).
+ * 4. Waiting spins spin_iterations times, then parks (wait.h).  Stopping
+ *    and failing set job->stopping and wake every parker; every wait loop
+ *    re-checks job->stopping after preparing to park, so nothing sleeps
+ *    through a stop.
+ * 5. End of stream: when every input channel delivered END (a source: when
+ *    next() returned SL_SOURCE_END) the instance calls finish, writes END
+ *    on every output ring, publishes, closes and exits.
+ *
+ * Thread states (function making the transition in brackets):
+ *
+ *   created --[instance_main: open]--> running --[inputs ended]--> finishing
+ *      |                                  |                            |
+ *      | open failed                      | stop / failure             | END sent
+ *      v                                  v                            v
+ *   failed <----------------------- stopping -----------------> closed, joined
+ *                                     [sl_instance_fail / sl_job_stop]
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "internal.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+static inline bool job_stopping(const sl_job *job) {
+  return atomic_load_explicit(&job->stopping, memory_order_relaxed) != 0;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ----------------------------------------------------------- keys */
+
+/* A 64-bit finaliser (murmur3's fmix64): spreads consecutive keys. */
+static inline uint64_t mix64(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+/* Key group of key among max_parallelism groups: a multiply-shift range
+ * reduction of the mixed key (no division on the hot path). */
+static inline uint32_t key_group(uint64_t key, uint32_t max_parallelism) {
+  return (uint32_t)(((mix64(key) >> 32) * max_parallelism) >> 32);
+}
+
+SL_EXPORT int sl_key_instance(uint64_t key, uint32_t max_parallelism,
+                              int parallelism) {
+  assert(max_parallelism > 0 && parallelism > 0);
+  assert((uint32_t)parallelism <= max_parallelism);
+  uint32_t group = key_group(key, max_parallelism);
+  return (int)((uint64_t)group * (uint32_t)parallelism / max_parallelism);
+}
+
+SL_EXPORT uint64_t sl_hash_bytes(const void *data, size_t size_bytes) {
+  return XXH3_64bits(data, size_bytes);
+}
+
+/* ----------------------------------------------------------- flushing */
+
+static void flush_outputs(sl_instance *inst, bool force) {
+  for (int o = 0; o < inst->output_count; o++) {
+    sl_output *out = &inst->outputs[o];
+    for (int k = 0; k < out->ring_count; k++)
+      sl_ring_publish_producer(out->rings[k], force);
+  }
+}
+
+static void release_inputs(sl_instance *inst, bool force) {
+  for (int c = 0; c < inst->channel_count; c++)
+    sl_ring_release_consumer(inst->channels[c].ring, force);
+}
+
+static void publish_counters(sl_instance *inst) {
+  /* Plain stores by the only writer; readers accept a slightly old value.
+   * No read-modify-write on the hot path. */
+  atomic_store_explicit(&inst->records_in_shared, inst->records_in,
+                        memory_order_relaxed);
+  atomic_store_explicit(&inst->records_out_shared, inst->records_out,
+                        memory_order_relaxed);
+}
+
+/* ----------------------------------------------------------- waiting */
+
+/* Wait until ready(inst, arg) is true (returns true) or the job is stopping
+ * (returns false).  Spins spin_iterations times, then parks.  Everything
+ * pending is published first (note 3). */
+static bool wait_until(sl_instance *inst, bool (*ready)(sl_instance *, void *),
+                       void *arg) {
+  flush_outputs(inst, true);
+  release_inputs(inst, true);
+  sl_job *job = inst->job;
+  uint32_t spin_limit = job->config.spin_iterations;
+  for (uint32_t spins = 0;; spins++) {
+    if (ready(inst, arg))
+      return true;
+    if (job_stopping(job))
+      return false;
+    if (spins < spin_limit) {
+      sl_cpu_relax();
+      continue;
+    }
+    sl_parker_prepare(&inst->parker);
+    if (ready(inst, arg)) {
+      sl_parker_cancel(&inst->parker);
+      return true;
+    }
+    if (job_stopping(job)) {
+      sl_parker_cancel(&inst->parker);
+      return false;
+    }
+    sl_parker_sleep(&inst->parker);
+  }
+}
+
+static bool any_input_readable(sl_instance *inst, void *arg) {
+  (void)arg;
+  for (int c = 0; c < inst->channel_count; c++) {
+    sl_channel *ch = &inst->channels[c];
+    if (!ch->ended && sl_ring_readable_consumer(ch->ring) > 0)
+      return true;
+  }
+  return false;
+}
+
+typedef struct append_wait {
+  sl_ring *ring;
+  uint32_t record_bytes;
+  unsigned flags;
+  uint8_t *slot;
+  unsigned control_kind;
+  uint64_t control_value;
+} append_wait;
+
+static bool try_append(sl_instance *inst, void *arg) {
+  (void)inst;
+  append_wait *w = arg;
+  w->slot = sl_ring_append_record_producer(w->ring, w->record_bytes, w->flags);
+  return w->slot != 0;
+}
+
+static bool try_control(sl_instance *inst, void *arg) {
+  (void)inst;
+  append_wait *w = arg;
+  return sl_ring_write_control_producer(w->ring, w->control_kind,
+                                        w->control_value);
+}
+
+/* ----------------------------------------------------------- emitting */
+
+static inline void copy_payload(uint8_t *slot, const void *data,
+                                uint32_t size) {
+  /* Constant sizes let the compiler inline the common small copies. */
+  switch (size) {
+  case 8:
+    memcpy(slot, data, 8);
+    break;
+  case 16:
+    memcpy(slot, data, 16);
+    break;
+  case 24:
+    memcpy(slot, data, 24);
+    break;
+  case 32:
+    memcpy(slot, data, 32);
+    break;
+  default:
+    memcpy(slot, data, size);
+    break;
+  }
+}
+
+static inline int write_record(sl_instance *inst, sl_ring *ring,
+                               const void *data, uint32_t size, int64_t ts) {
+  unsigned flags = ts != SL_NO_TIMESTAMP ? SL_ENTRY_HAS_TS : 0;
+  uint8_t *slot = sl_ring_append_record_producer(ring, size, flags);
+  if (unlikely(!slot)) {
+    append_wait w = {.ring = ring, .record_bytes = size, .flags = flags};
+    if (!wait_until(inst, try_append, &w))
+      return SL_ESTOPPED;
+    slot = w.slot;
+  }
+  if (flags) {
+    memcpy(slot, &ts, 8);
+    slot += 8;
+  }
+  copy_payload(slot, data, size);
+  return 0;
+}
+
+static int emit_general(sl_instance *inst, const void *data, uint32_t size,
+                        int64_t ts) {
+  for (int o = 0; o < inst->output_count; o++) {
+    sl_output *out = &inst->outputs[o];
+    sl_ring *ring;
+    if (out->partition == SL_PARTITION_FORWARD) {
+      ring = out->rings[0];
+    } else if (out->partition == SL_PARTITION_HASH) {
+      sl_record rec = {.data = data, .size_bytes = size, .timestamp = ts};
+      uint64_t key = out->key(out->key_user, &rec);
+      int target = sl_key_instance(key, inst->job->config.max_parallelism,
+                                   out->ring_count);
+      ring = out->rings[target];
+    } else {
+      ring = out->rings[out->next];
+      if (++out->next == (uint32_t)out->ring_count)
+        out->next = 0;
+    }
+    int rc = write_record(inst, ring, data, size, ts);
+    if (unlikely(rc))
+      return rc;
+  }
+  inst->records_out++;
+  return 0;
+}
+
+/* The common case, one forward output ring, stays inline. */
+static inline int emit(sl_instance *inst, const void *data, uint32_t size,
+                       int64_t ts) {
+  sl_ring *ring = inst->forward_ring;
+  if (likely(ring)) {
+    int rc = write_record(inst, ring, data, size, ts);
+    inst->records_out += rc == 0;
+    return rc;
+  }
+  return emit_general(inst, data, size, ts);
+}
+
+SL_EXPORT int sl_emit_ts(sl_ctx *ctx, const void *data, uint32_t size_bytes,
+                         int64_t timestamp) {
+  if (unlikely(ctx->in_sink))
+    return SL_EUSAGE;
+  if (unlikely(size_bytes > ctx->job->config.max_record_bytes))
+    return SL_ETOOBIG;
+  return emit(ctx, data, size_bytes, timestamp);
+}
+
+SL_EXPORT int sl_emit(sl_ctx *ctx, const void *data, uint32_t size_bytes) {
+  int64_t ts = ctx->current ? ctx->current->timestamp : SL_NO_TIMESTAMP;
+  return sl_emit_ts(ctx, data, size_bytes, ts);
+}
+
+/* ----------------------------------------------------------- processing */
+
+/* One record of a RECORDS entry through the operator.  Inlined into a loop
+ * per operator kind, so the kind is decided once per entry. */
+static inline __attribute__((always_inline)) int
+process_one(sl_instance *inst, enum sl_op_kind kind, int input,
+            const sl_record *rec) {
+  sl_op *op = inst->op;
+  switch (kind) {
+  case SL_OP_MAP: {
+    uint32_t out_size = 0;
+    int rc = op->fn.map(op->user, rec, inst->scratch, &out_size);
+    if (unlikely(rc < 0))
+      return rc;
+    if (unlikely(out_size > op->out_max_bytes)) {
+      sl_ctx_fail(inst, "map wrote %" PRIu32 " bytes, declared at most %" PRIu32,
+                  out_size, op->out_max_bytes);
+      return SL_ETOOBIG;
+    }
+    return emit(inst, inst->scratch, out_size, rec->timestamp);
+  }
+  case SL_OP_FILTER: {
+    int rc = op->fn.filter(op->user, rec);
+    if (rc > 0)
+      rc = emit(inst, rec->data, rec->size_bytes, rec->timestamp);
+    return rc;
+  }
+  case SL_OP_FLAT_MAP:
+    return op->fn.flat_map(op->user, rec, inst);
+  default:
+    return op->fn.process.process(inst, inst->state, input, rec);
+  }
+}
+
+static inline __attribute__((always_inline)) int
+records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
+             const sl_entry *e) {
+  uint32_t stride = sl_record_stride(e->record_bytes, e->flags);
+  const uint8_t *at = (const uint8_t *)e + 8;
+  const uint8_t *end = at + (size_t)e->count * stride;
+  sl_record rec = {.size_bytes = e->record_bytes,
+                   .timestamp = SL_NO_TIMESTAMP};
+  inst->current = &rec;
+  int rc = 0;
+  if (e->flags & SL_ENTRY_HAS_TS) {
+    for (; at < end && rc >= 0; at += stride) {
+      memcpy(&rec.timestamp, at, 8);
+      rec.data = at + 8;
+      rc = process_one(inst, kind, input, &rec);
+    }
+  } else {
+    for (; at < end && rc >= 0; at += stride) {
+      rec.data = at;
+      rc = process_one(inst, kind, input, &rec);
+    }
+  }
+  inst->current = 0;
+  return rc < 0 ? rc : 0;
+}
+
+/* Run the operator on every record of one RECORDS entry. */
+static int process_records(sl_instance *inst, int input, const sl_entry *e) {
+  inst->records_in += e->count;
+  switch (inst->op->kind) {
+  case SL_OP_MAP:
+    return records_loop(inst, SL_OP_MAP, input, e);
+  case SL_OP_FILTER:
+    return records_loop(inst, SL_OP_FILTER, input, e);
+  case SL_OP_FLAT_MAP:
+    return records_loop(inst, SL_OP_FLAT_MAP, input, e);
+  case SL_OP_PROCESS:
+  case SL_OP_SINK:
+    return records_loop(inst, SL_OP_PROCESS, input, e);
+  default:
+    assert(!"not a record-processing operator");
+    return EINVAL;
+  }
+}
+
+/* Handle the `available` published bytes of one channel. */
+static int drain_channel(sl_instance *inst, sl_channel *ch,
+                         uint64_t available) {
+  sl_ring *r = ch->ring;
+  uint64_t end = r->consumer_position + available;
+  while (r->consumer_position < end) {
+    const sl_entry *e = sl_ring_peek_consumer(r);
+    if (likely(e->kind == SL_ENTRY_RECORDS)) {
+      int rc = process_records(inst, ch->input, e);
+      if (unlikely(rc))
+        return rc;
+    } else if (e->kind == SL_ENTRY_END) {
+      assert(!ch->ended);
+      ch->ended = true;
+      inst->channels_ended++;
+      sl_ring_advance_consumer(r, sl_entry_bytes(e));
+      /* END is the producer's last entry on this ring. */
+      assert(sl_ring_readable_consumer(r) == 0);
+      return 0;
+    }
+    /* BARRIER and WATERMARK are not produced yet: skipped. */
+    sl_ring_advance_consumer(r, sl_entry_bytes(e));
+  }
+  return 0;
+}
+
+/* The loop of an instance with inputs.  Returns 0 when every input ended,
+ * SL_ESTOPPED on stop, or the failing callback's status. */
+static int run_inputs(sl_instance *inst) {
+  sl_job *job = inst->job;
+  uint64_t timeout_ns = (uint64_t)job->config.buffer_timeout_us * 1000u;
+  uint64_t last_flush_ns = timeout_ns ? now_ns() : 0;
+  while (inst->channels_ended < inst->channel_count) {
+    bool progressed = false;
+    for (int c = 0; c < inst->channel_count; c++) {
+      sl_channel *ch = &inst->channels[c];
+      if (ch->ended)
+        continue;
+      uint64_t available = sl_ring_readable_consumer(ch->ring);
+      if (!available)
+        continue;
+      int rc = drain_channel(inst, ch, available);
+      sl_ring_release_consumer(ch->ring, false);
+      if (unlikely(rc))
+        return rc;
+      progressed = true;
+    }
+    publish_counters(inst);
+    if (unlikely(job_stopping(job)))
+      return SL_ESTOPPED;
+    if (!progressed) {
+      if (inst->channels_ended == inst->channel_count)
+        break;
+      if (!wait_until(inst, any_input_readable, 0))
+        return SL_ESTOPPED;
+      if (timeout_ns)
+        last_flush_ns = now_ns();
+    } else if (timeout_ns) {
+      uint64_t t = now_ns();
+      if (t - last_flush_ns >= timeout_ns) {
+        flush_outputs(inst, true);
+        last_flush_ns = t;
+      }
+    }
+  }
+  return 0;
+}
+
+static int run_source(sl_instance *inst) {
+  sl_job *job = inst->job;
+  for (;;) {
+    if (unlikely(job_stopping(job)))
+      return SL_ESTOPPED;
+    int rc = inst->op->fn.source.next(inst, inst->state);
+    /* Each call ends a batch (note 2): a source that blocks inside next()
+     * must not hold back what it emitted before. */
+    flush_outputs(inst, true);
+    publish_counters(inst);
+    if (rc < 0)
+      return rc;
+    if (rc == SL_SOURCE_END)
+      return 0;
+  }
+}
+
+/* Write END on every output ring, waiting for room if needed. */
+static int send_end(sl_instance *inst) {
+  for (int o = 0; o < inst->output_count; o++) {
+    sl_output *out = &inst->outputs[o];
+    for (int k = 0; k < out->ring_count; k++) {
+      sl_ring *ring = out->rings[k];
+      if (sl_ring_write_control_producer(ring, SL_ENTRY_END, 0))
+        continue;
+      append_wait w = {.ring = ring, .control_kind = SL_ENTRY_END};
+      if (!wait_until(inst, try_control, &w))
+        return SL_ESTOPPED;
+    }
+  }
+  flush_outputs(inst, true);
+  return 0;
+}
+
+/* ----------------------------------------------------------- failing */
+
+void sl_instance_fail(sl_instance *inst, int status) {
+  sl_job *job = inst->job;
+  inst->status = status;
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&job->failed, &expected, 1)) {
+    /* Only the first failure writes the message: later ones are usually
+     * consequences of it. */
+    char code[64];
+    if (status < 0 && status > -4096)
+      snprintf(code, sizeof code, "error %d", status);
+    else
+      snprintf(code, sizeof code, "status %d", status);
+    sl_job_set_error(job, "operator '%s' instance %d/%d failed: %s%s%s (%s)",
+                     inst->op->name, inst->index, inst->op->parallelism,
+                     inst->cause, inst->cause[0] ? ": " : "",
+                     sl_strerror(status), code);
+  }
+  sl_job_stop(job);
+}
+
+SL_EXPORT void sl_ctx_fail(sl_ctx *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->cause, sizeof ctx->cause, fmt, ap);
+  va_end(ap);
+}
+
+SL_EXPORT int sl_ctx_instance(const sl_ctx *ctx) { return ctx->index; }
+SL_EXPORT int sl_ctx_parallelism(const sl_ctx *ctx) {
+  return ctx->op->parallelism;
+}
+SL_EXPORT const char *sl_ctx_name(const sl_ctx *ctx) { return ctx->op->name; }
+SL_EXPORT int sl_ctx_stopping(const sl_ctx *ctx) {
+  return job_stopping(ctx->job);
+}
+
+/* ----------------------------------------------------------- threads */
+
+static void set_thread_name(sl_instance *inst) {
+  /* "sl:NAME[i]" within the kernel's 16 bytes: the operator name is cut
+   * so that the instance number always shows. */
+  char index[16];
+  int index_len = snprintf(index, sizeof index, "[%d]", inst->index);
+  int name_room = 15 - 3 - index_len;
+  char name[16] = "sl:";
+  size_t used = 3;
+  size_t op_len = strnlen(inst->op->name, (size_t)(name_room > 0 ? name_room : 0));
+  memcpy(name + used, inst->op->name, op_len);
+  used += op_len;
+  memcpy(name + used, index, (size_t)index_len + 1);
+  pthread_setname_np(pthread_self(), name);
+}
+
+static int instance_open(sl_instance *inst) {
+  sl_op *op = inst->op;
+  if (op->kind == SL_OP_SOURCE && op->fn.source.open)
+    return op->fn.source.open(inst, op->user, &inst->state);
+  if ((op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
+      op->fn.process.open)
+    return op->fn.process.open(inst, op->user, &inst->state);
+  if (op->kind == SL_OP_SOURCE || op->kind == SL_OP_PROCESS ||
+      op->kind == SL_OP_SINK)
+    inst->state = op->user; /* no open: callbacks get the user pointer */
+  return 0;
+}
+
+static void instance_close(sl_instance *inst) {
+  sl_op *op = inst->op;
+  if (op->kind == SL_OP_SOURCE && op->fn.source.close)
+    op->fn.source.close(inst, inst->state);
+  else if ((op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
+           op->fn.process.close)
+    op->fn.process.close(inst, inst->state);
+}
+
+static void *instance_main(void *arg) {
+  sl_instance *inst = arg;
+  sl_op *op = inst->op;
+  set_thread_name(inst);
+  int rc = instance_open(inst);
+  if (rc) {
+    if (!inst->cause[0])
+      sl_ctx_fail(inst, "open callback returned %d", rc);
+    sl_instance_fail(inst, rc);
+    return 0;
+  }
+  rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
+  if (rc == 0 && (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
+      op->fn.process.finish) {
+    inst->current = 0;
+    rc = op->fn.process.finish(inst, inst->state);
+    if (rc > 0)
+      rc = -rc;
+  }
+  if (rc == 0)
+    rc = send_end(inst);
+  instance_close(inst);
+  publish_counters(inst);
+  if (rc == SL_ESTOPPED && job_stopping(inst->job))
+    inst->stopped_early = true;
+  else if (rc != 0)
+    sl_instance_fail(inst, rc);
+  return 0;
+}
+
+/* ----------------------------------------------------------- job control */
+
+static void join_started(sl_job *job) {
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    if (inst->thread_started) {
+      pthread_join(inst->thread, 0);
+      inst->thread_started = false;
+    }
+  }
+}
+
+static int start_thread(sl_instance *inst) {
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc)
+    return rc;
+  if (inst->cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(inst->cpu, &set);
+    rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+  }
+  if (rc == 0)
+    rc = pthread_create(&inst->thread, &attr, instance_main, inst);
+  pthread_attr_destroy(&attr);
+  inst->thread_started = rc == 0;
+  return rc;
+}
+
+SL_EXPORT int sl_job_start(sl_job *job) {
+  if (!job)
+    return EINVAL;
+  if (job->state != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  int rc = sl_job_validate(job);
+  if (rc)
+    return rc;
+  rc = sl_job_compile(job);
+  if (rc) {
+    sl_job_set_error(job, "cannot set up the job: %s", sl_strerror(rc));
+    return rc;
+  }
+  job->state = SL_JOB_RUNNING;
+  for (int i = 0; i < job->instance_count; i++) {
+    rc = start_thread(job->instances[i]);
+    if (rc) {
+      sl_instance *inst = job->instances[i];
+      sl_job_set_error(job,
+                       "cannot start the thread of operator '%s' instance %d "
+                       "(cpu %d): %s",
+                       inst->op->name, inst->index, inst->cpu,
+                       sl_strerror(rc));
+      atomic_store(&job->failed, 1);
+      sl_job_stop(job);
+      join_started(job);
+      job->state = SL_JOB_FINISHED;
+      job->waited = true;
+      job->result = rc;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+SL_EXPORT int sl_job_wait(sl_job *job) {
+  if (!job)
+    return EINVAL;
+  if (job->state == SL_JOB_BUILDING)
+    return SL_ENOTSTARTED;
+  if (job->waited)
+    return job->result;
+  join_started(job);
+  job->state = SL_JOB_FINISHED;
+  job->waited = true;
+  if (atomic_load(&job->failed)) {
+    job->result = SL_ECALLBACK;
+    for (int i = 0; i < job->instance_count; i++) {
+      int status = job->instances[i]->status;
+      /* An engine error (not a callback's) keeps its own code. */
+      if (status == SL_ETOOBIG || status == ENOMEM)
+        job->result = status;
+    }
+  } else {
+    job->result = 0;
+    for (int i = 0; i < job->instance_count; i++)
+      if (job->instances[i]->stopped_early)
+        job->result = SL_ESTOPPED;
+  }
+  return job->result;
+}
+
+SL_EXPORT int sl_job_run(sl_job *job) {
+  int rc = sl_job_start(job);
+  return rc ? rc : sl_job_wait(job);
+}
+
+SL_EXPORT void sl_job_stop(sl_job *job) {
+  if (!job)
+    return;
+  /* Sequentially consistent: pairs with the fence in sl_parker_prepare, so
+   * an instance about to park either sees stopping or is woken below. */
+  atomic_store(&job->stopping, 1);
+  if (job->state != SL_JOB_RUNNING)
+    return;
+  for (int i = 0; i < job->instance_count; i++)
+    sl_parker_wake(&job->instances[i]->parker);
+}
+
+SL_EXPORT uint64_t sl_job_progress(const sl_job *job) {
+  if (!job || job->state == SL_JOB_BUILDING)
+    return 0;
+  uint64_t total = 0;
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    if (inst->op->kind == SL_OP_SOURCE)
+      total += atomic_load_explicit(&inst->records_out_shared,
+                                    memory_order_relaxed);
+  }
+  return total;
+}
+
+SL_EXPORT int sl_job_stats(const sl_job *job, int i, sl_op_stats *stats) {
+  if (!job || !stats || i < 0 || i >= sl_job_operator_count(job))
+    return EINVAL;
+  memset(stats, 0, sizeof *stats);
+  const sl_op *op = 0;
+  if (job->physical) {
+    op = job->physical[i];
+  } else {
+    for (int k = 0, n = 0; k < job->op_count; k++)
+      if (!sl_op_kind_is_virtual(job->ops[k]->kind) && n++ == i)
+        op = job->ops[k];
+  }
+  assert(op);
+  stats->name = op->name;
+  stats->parallelism = op->parallelism;
+  if (!op->instances)
+    return 0;
+  for (int k = 0; k < op->parallelism; k++) {
+    stats->records_in += atomic_load_explicit(
+        &op->instances[k].records_in_shared, memory_order_relaxed);
+    stats->records_out += atomic_load_explicit(
+        &op->instances[k].records_out_shared, memory_order_relaxed);
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+/* wait.c — futex sleep and wake for sl_parker (see wait.h). */
+#include "wait.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t value) {
+  return syscall(SYS_futex, (uint32_t *)word, op, value, NULL, NULL, 0);
+}
+
+void sl_parker_sleep(sl_parker *p) {
+  p->sleeps++;
+  /* FUTEX_WAIT returns at once (EAGAIN) if a waker already reset the state
+   * between our prepare and this call, which is what makes the protocol
+   * free of lost wake-ups.  EINTR and spurious returns are fine: the caller
+   * loops and re-checks. */
+  long rc = futex(&p->state, FUTEX_WAIT_PRIVATE, SL_PARKER_PARKED);
+  assert(rc == 0 || errno == EAGAIN || errno == EINTR);
+  (void)rc;
+  atomic_store_explicit(&p->state, SL_PARKER_RUNNING, memory_order_relaxed);
+}
+
+void sl_parker_wake_slow(sl_parker *p) {
+  /* Only the waker that flips PARKED -> RUNNING issues the system call;
+   * concurrent wakers of the same parker skip it. */
+  uint32_t expected = SL_PARKER_PARKED;
+  if (atomic_compare_exchange_strong_explicit(
+          &p->state, &expected, SL_PARKER_RUNNING, memory_order_seq_cst,
+          memory_order_relaxed))
+    futex(&p->state, FUTEX_WAKE_PRIVATE, 1);
+}

@@ -1,0 +1,396 @@
+/* sluice.h — public interface of the sluice stream engine.
+ *
+ * OVERVIEW
+ *
+ * sluice runs a dataflow job on one multi-core machine.  A job is a directed
+ * acyclic graph of operators; each operator has a parallelism P and runs as P
+ * instances, one thread each, optionally pinned to a CPU.  Instances are
+ * connected by bounded lock-free single-producer/single-consumer rings, one
+ * ring per (producer instance, consumer instance) pair.  Records and control
+ * events (end of stream today; checkpoint barriers and watermarks later) travel
+ * in order through the same rings.
+ *
+ * A job is built with the sl_op_* calls, then run with sl_job_run() (or
+ * sl_job_start() + sl_job_wait()).  Records are opaque byte strings with an
+ * optional 64-bit timestamp; the engine copies them into the rings, so a
+ * callback may emit from a stack buffer.
+ *
+ *     sl_job *job;
+ *     sl_op *src, *m, *snk;
+ *     sl_job_create(NULL, &job);
+ *     sl_op_source(job, "numbers", 1, &my_source, &state, &src);
+ *     sl_op_map(job, "triple", src, 1, 16, triple_fn, NULL, &m);
+ *     sl_op_sink(job, "out", m, 1, &my_sink, NULL, &snk);
+ *     int rc = sl_job_run(job);
+ *     if (rc != 0) fprintf(stderr, "%s\n", sl_job_error(job));
+ *     sl_job_destroy(job);
+ *
+ * Every call returns an int status: 0 on success, a negative SL_E* code or a
+ * positive errno value on failure.  sl_strerror() turns either into text;
+ * sl_job_error() returns the full message of the last failure of a job
+ * (which operator, which instance, what went wrong).
+ *
+ * CAVEATS
+ *
+ * - A job runs once.  After sl_job_run() returns, only sl_job_error(),
+ *   sl_job_stats() and sl_job_destroy() may be called on it.
+ * - A job that failed stays failed: building calls after a refused graph
+ *   change still work (the refused change left the graph unaltered), but a
+ *   job whose run failed returns the same error from every later call.
+ * - Callbacks run on the engine's threads.  map, filter, flat_map and key
+ *   functions receive one user pointer shared by all instances of the
+ *   operator: they must be safe to call concurrently (pure functions are).
+ *   Process operators get per-instance state through their open callback.
+ * - A record pointer passed to a callback is valid only during that call.
+ * - The engine allows more threads than CPUs: waiting threads spin briefly and
+ *   then sleep on a futex, so oversubscription costs context switches, not
+ *   burned cores.
+ *
+ * CONCURRENCY
+ *
+ *   call                       may be called from
+ *   -------------------------  ----------------------------------------------
+ *   sl_job_create, sl_op_*     the building thread, before the job starts
+ *   sl_job_start, sl_job_run   the building thread, once
+ *   sl_job_stop                any thread, any number of times, also a
+ *                              signal handler (it only stores and wakes)
+ *   sl_job_wait                one thread, after sl_job_start
+ *   sl_job_progress            any thread while the job runs
+ *   sl_emit*, sl_ctx_*         only inside a callback, with its own ctx
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SL_VERSION_MAJOR 0
+#define SL_VERSION_MINOR 1
+#define SL_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Status codes.  sluice's own codes sit in a reserved negative range, like
+ * LMDB's; positive values are errno values (ENOMEM, EINVAL, ...). */
+
+#define SL_SUCCESS 0
+#define SL_ERRCODE_FIRST (-30900)
+/** The job graph is invalid (cycle, dangling input, bad parallelism, ...). */
+#define SL_EGRAPH (-30900)
+/** The job has already been started (or run) once. */
+#define SL_ESTARTED (-30899)
+/** The job is in a failed state; sl_job_error() says why. */
+#define SL_EFAILED (-30898)
+/** An operator callback reported an error; sl_job_error() names it. */
+#define SL_ECALLBACK (-30897)
+/** The job was stopped by sl_job_stop() before its sources ended. */
+#define SL_ESTOPPED (-30896)
+/** A record is larger than the job's max_record_bytes. */
+#define SL_ETOOBIG (-30895)
+/** A call was made in a context where it is not allowed. */
+#define SL_EUSAGE (-30894)
+/** The job has not been started. */
+#define SL_ENOTSTARTED (-30893)
+#define SL_ERRCODE_LAST (-30893)
+
+/** Return a static description of a status code (ours or an errno). */
+const char *sl_strerror(int status);
+
+/* Limits, documented so a caller can check before building. */
+#define SL_MAX_PARALLELISM 256     /* instances of one operator */
+#define SL_MAX_OPERATORS 1024      /* operators in one job */
+#define SL_MAX_INPUTS 16           /* input streams of one operator */
+#define SL_MAX_NAME 48             /* bytes of an operator name, with NUL */
+#define SL_NO_TIMESTAMP INT64_MIN  /* a record without a timestamp */
+
+/* ------------------------------------------------------------------------ */
+/* Opaque handles. */
+
+typedef struct sl_job sl_job; /* a dataflow job */
+typedef struct sl_op sl_op;   /* one operator of a job (build time) */
+typedef struct sl_ctx sl_ctx; /* one running instance, given to callbacks */
+
+/** A record as a callback sees it.  data is 8-byte aligned. */
+typedef struct sl_record {
+  const void *data;
+  uint32_t size_bytes;
+  int64_t timestamp; /* SL_NO_TIMESTAMP when the record has none */
+} sl_record;
+
+/* ------------------------------------------------------------------------ */
+/* Job configuration.  Zero-initialise, set what you need; zero means the
+ * documented default.  sl_job_create(NULL, ...) takes all defaults. */
+
+typedef struct sl_job_config {
+  /** Bytes of each ring; rounded up to a power of two.  Default 256 KiB,
+   * range 4 KiB .. 1 GiB. */
+  uint64_t ring_bytes;
+  /** Largest record payload accepted by sl_emit().  Default 64 KiB; at most
+   * ring_bytes / 4. */
+  uint32_t max_record_bytes;
+  /** Records an instance may write to one output ring before it publishes
+   * them (the output batch).  A batch also leaves when the instance's input
+   * runs dry, before it waits, and after buffer_timeout_us.  Default 128,
+   * range 1 .. 65535. */
+  uint32_t output_batch_records;
+  /** If nonzero, pending output is published at the latest this many
+   * microseconds after its first record was written, even while input keeps
+   * arriving.  Default 0 (off: flush on full batch or dry input only). */
+  uint32_t buffer_timeout_us;
+  /** Spin iterations (each a CPU pause) a waiting thread makes before it
+   * parks on a futex.  Default 200.  0 parks at once. */
+  uint32_t spin_iterations;
+  /** 1: do not pin instance threads to CPUs. */
+  int no_pinning;
+  /** CPUs to pin to, round-robin over instances in creation order.  NULL or
+   * zero count: the CPUs that sched_getaffinity() allows. */
+  const int *cpus;
+  int cpu_count;
+  /** Maximum parallelism of keyed operators: keys hash into this many key
+   * groups, and each instance owns a contiguous range.  Default 128, range
+   * 1 .. 32768; at least the parallelism of every keyed operator. */
+  uint32_t max_parallelism;
+} sl_job_config;
+
+/** Create an empty job.  config may be NULL for defaults; it is copied (the
+ * cpus array too).  Errors: EINVAL (a setting out of range; *job is NULL),
+ * ENOMEM. */
+int sl_job_create(const sl_job_config *config, sl_job **job);
+
+/** Free a job and everything it owns.  A running job is stopped and waited
+ * for first.  NULL is accepted. */
+void sl_job_destroy(sl_job *job);
+
+/* ------------------------------------------------------------------------ */
+/* Callbacks. */
+
+/** Source: emits the next records with sl_emit().  Called repeatedly until
+ * it returns SL_SOURCE_END.  Emit a batch per call (a few hundred records)
+ * for throughput; the engine checks for stop between calls.
+ * Return 0 to be called again, SL_SOURCE_END when exhausted, or a negative
+ * value (an error) to fail the job. */
+#define SL_SOURCE_END 1
+typedef struct sl_source_ops {
+  /** Optional.  Called once on the instance's thread before the first
+   * next(); may set *instance_state.  Nonzero return fails the job. */
+  int (*open)(sl_ctx *ctx, void *user, void **instance_state);
+  int (*next)(sl_ctx *ctx, void *instance_state);
+  /** Optional.  Called once after the last next(), also on stop or failure,
+   * if open succeeded (or was absent). */
+  void (*close)(sl_ctx *ctx, void *instance_state);
+} sl_source_ops;
+
+/** Map: write at most out_max_bytes bytes to out (8-byte aligned) and set
+ * *out_size_bytes.  Return 0, or a negative value to fail the job.  The
+ * output keeps the input's timestamp. */
+typedef int (*sl_map_fn)(void *user, const sl_record *in, void *out,
+                         uint32_t *out_size_bytes);
+
+/** Filter: return 1 to keep the record, 0 to drop it, negative to fail. */
+typedef int (*sl_filter_fn)(void *user, const sl_record *in);
+
+/** Flat map: emit zero or more records with sl_emit(); return 0 or a
+ * negative value to fail the job. */
+typedef int (*sl_flat_map_fn)(void *user, const sl_record *in, sl_ctx *ctx);
+
+/** Key function for sl_op_key_by: the record's key.  Records with equal keys
+ * reach the same instance.  Hash byte-string keys with sl_hash_bytes(). */
+typedef uint64_t (*sl_key_fn)(void *user, const sl_record *in);
+
+/** General process operator, also used for sinks and multi-input operators.
+ * process() is called for each record with the index of the input it came
+ * from (0 .. n_inputs-1) and may emit any number of records.  Return 0, or
+ * negative to fail the job. */
+typedef struct sl_process_ops {
+  int (*open)(sl_ctx *ctx, void *user, void **instance_state); /* optional */
+  int (*process)(sl_ctx *ctx, void *instance_state, int input,
+                 const sl_record *in);
+  /** Optional.  Called when every input has ended, before the end of stream
+   * is forwarded; may emit final records.  Not called on stop/failure. */
+  int (*finish)(sl_ctx *ctx, void *instance_state);
+  /** Optional.  Always called last if open succeeded (or was absent). */
+  void (*close)(sl_ctx *ctx, void *instance_state);
+} sl_process_ops;
+
+/* ------------------------------------------------------------------------ */
+/* Building a job.  Each call adds one operator and returns it in *op.
+ * name: 1..SL_MAX_NAME-1 bytes, unique in the job.  parallelism:
+ * 1..SL_MAX_PARALLELISM.  An input must be an operator of the same job.
+ *
+ * Edges: between operators of equal parallelism, instance i feeds instance i
+ * (forward); otherwise records are spread round-robin (rebalance); after
+ * sl_op_key_by they are partitioned by key hash.
+ *
+ * Errors of every builder: SL_EGRAPH (the change is refused and the graph is
+ * unaltered; sl_job_error() says what is wrong), SL_ESTARTED, ENOMEM. */
+
+int sl_op_source(sl_job *job, const char *name, int parallelism,
+                 const sl_source_ops *ops, void *user, sl_op **op);
+
+/** out_max_bytes: the largest output the map writes (<= max_record_bytes). */
+int sl_op_map(sl_job *job, const char *name, sl_op *input, int parallelism,
+              uint32_t out_max_bytes, sl_map_fn fn, void *user, sl_op **op);
+
+int sl_op_filter(sl_job *job, const char *name, sl_op *input, int parallelism,
+                 sl_filter_fn fn, void *user, sl_op **op);
+
+int sl_op_flat_map(sl_job *job, const char *name, sl_op *input,
+                   int parallelism, sl_flat_map_fn fn, void *user, sl_op **op);
+
+/** Partition input's records by key: the operator that consumes the returned
+ * stream gets each key at exactly one instance (key -> key group ->
+ * instance, stable for a given parallelism and max_parallelism).  A key_by is
+ * not a thread of its own; it has no parallelism. */
+int sl_op_key_by(sl_job *job, const char *name, sl_op *input, sl_key_fn fn,
+                 void *user, sl_op **op);
+
+/** Merge n_inputs streams into one.  Like key_by, not a thread of its own. */
+int sl_op_union(sl_job *job, const char *name, sl_op *const *inputs,
+                int n_inputs, sl_op **op);
+
+/** A process operator with n_inputs inputs (0 .. SL_MAX_INPUTS); with 2 it
+ * is a two-input ("co") operator.  More inputs can be added later with
+ * sl_op_add_input(). */
+int sl_op_process(sl_job *job, const char *name, sl_op *const *inputs,
+                  int n_inputs, int parallelism, const sl_process_ops *ops,
+                  void *user, sl_op **op);
+
+/** A sink: a process operator whose emits are refused (SL_EUSAGE). */
+int sl_op_sink(sl_job *job, const char *name, sl_op *input, int parallelism,
+               const sl_process_ops *ops, void *user, sl_op **op);
+
+/** Add input as the next input of process or sink operator consumer (or of a
+ * union).  This is the one call that can close a cycle; cycles are refused
+ * by sl_job_validate() and sl_job_start().  Errors: SL_EGRAPH. */
+int sl_op_add_input(sl_job *job, sl_op *consumer, sl_op *input);
+
+/** Check the whole graph: at least one source, no cycle, every operator's
+ * output consumed (a dangling stream is almost always a mistake), keyed
+ * parallelism within max_parallelism.  Returns 0 or SL_EGRAPH with the
+ * reason in sl_job_error(). */
+int sl_job_validate(sl_job *job);
+
+/* ------------------------------------------------------------------------ */
+/* Running. */
+
+/** Validate, create rings and threads, and start.  Errors: SL_EGRAPH,
+ * SL_ESTARTED, ENOMEM, EAGAIN (thread creation), EINVAL (a configured CPU
+ * is not usable).  On error nothing is left running. */
+int sl_job_start(sl_job *job);
+
+/** Wait until every instance has finished.  Returns 0 if every source ended
+ * and every record was processed; SL_ESTOPPED if sl_job_stop() ended it;
+ * SL_ECALLBACK (or the callback's negative code's class) if an operator
+ * failed, with the message in sl_job_error().  Errors: SL_ENOTSTARTED. */
+int sl_job_wait(sl_job *job);
+
+/** sl_job_start() then sl_job_wait(). */
+int sl_job_run(sl_job *job);
+
+/** Ask a running job to stop.  Returns at once; every instance notices
+ * within microseconds (parked threads are woken).  Safe from any thread and
+ * from a signal handler.  No effect on a job that has finished. */
+void sl_job_stop(sl_job *job);
+
+/** The message of the job's first failure ("" if none).  Valid until the
+ * job is destroyed. */
+const char *sl_job_error(const sl_job *job);
+
+/** Counters of one operator, summed over its instances. */
+typedef struct sl_op_stats {
+  const char *name;
+  int parallelism;
+  uint64_t records_in;
+  uint64_t records_out;
+} sl_op_stats;
+
+/** Progress while running: records emitted by all sources so far (relaxed
+ * reads of per-instance counters; monotonic, possibly a little behind). */
+uint64_t sl_job_progress(const sl_job *job);
+
+/** Number of physical operators (thread-running ones: not key_by/union). */
+int sl_job_operator_count(const sl_job *job);
+
+/** Statistics of physical operator i (0 .. sl_job_operator_count()-1), in
+ * creation order.  Exact after sl_job_wait(); approximate while running.
+ * Errors: EINVAL (i out of range). */
+int sl_job_stats(const sl_job *job, int i, sl_op_stats *stats);
+
+/* ------------------------------------------------------------------------ */
+/* Inside callbacks. */
+
+/** Emit a record (copied) with the timestamp of the record being processed
+ * (none in a source).  May block while a downstream ring is full.
+ * Errors: SL_ETOOBIG (size over max_record_bytes), SL_EUSAGE (in a sink),
+ * SL_ESTOPPED (the job is stopping: return from the callback). */
+int sl_emit(sl_ctx *ctx, const void *data, uint32_t size_bytes);
+
+/** Emit with an explicit timestamp (SL_NO_TIMESTAMP for none). */
+int sl_emit_ts(sl_ctx *ctx, const void *data, uint32_t size_bytes,
+               int64_t timestamp);
+
+/** Attach a human-readable cause to the error the callback is about to
+ * return; it becomes part of sl_job_error().  printf-style. */
+void sl_ctx_fail(sl_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/** This instance's index (0 .. parallelism-1) and its operator's
+ * parallelism and name. */
+int sl_ctx_instance(const sl_ctx *ctx);
+int sl_ctx_parallelism(const sl_ctx *ctx);
+const char *sl_ctx_name(const sl_ctx *ctx);
+
+/** Nonzero once the job is stopping; long-running callbacks should return. */
+int sl_ctx_stopping(const sl_ctx *ctx);
+
+/** A 64-bit hash of a byte string (XXH3), for key functions. */
+uint64_t sl_hash_bytes(const void *data, size_t size_bytes);
+
+/** The instance (0..parallelism-1) that owns key under the job's key
+ * partitioning: key group = hash(key) mod max_parallelism, instance =
+ * key group * parallelism / max_parallelism (contiguous ranges). */
+int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
+
+/* ------------------------------------------------------------------------ */
+/* Built-in operators (operators/builtin.c). */
+
+/** The record of the built-in sequence source: 16 bytes. */
+typedef struct sl_tuple {
+  uint64_t key;
+  uint64_t value;
+} sl_tuple;
+
+/** A source of `count` sl_tuple records {key = i % key_count, value = i},
+ * i = 0 .. count-1, split into `parallelism` contiguous ranges (instance k
+ * emits its range in order).  key_count 0 means key = i.  Records carry no
+ * timestamp.  Errors: as the builders. */
+int sl_source_sequence(sl_job *job, const char *name, int parallelism,
+                       uint64_t count, uint64_t key_count, sl_op **op);
+
+/** What a checksum sink saw, summed over its instances when they close.
+ * Order-independent, so two runs that deliver the same multiset of records
+ * compare equal whatever the interleaving. */
+typedef struct sl_checksum {
+  uint64_t records;
+  uint64_t bytes;
+  uint64_t value_sum; /* sum of the second 64-bit word (sl_tuple.value) of
+                         records of at least 16 bytes */
+  uint64_t hash_sum;  /* sum of a 64-bit hash of each record's bytes */
+} sl_checksum;
+
+/** A sink that adds what it receives into *result (which must outlive the
+ * run; zero it first).  Errors: as the builders. */
+int sl_sink_checksum(sl_job *job, const char *name, sl_op *input,
+                     int parallelism, sl_checksum *result, sl_op **op);
+
+/** The checksum contribution of one record, as the checksum sink computes
+ * it; lets a test compute the expected sums independently of the engine. */
+void sl_checksum_add(sl_checksum *sum, const void *data, uint32_t size_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_H */
