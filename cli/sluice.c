@@ -1,1 +1,456 @@
-int main(void){return 0;}
+/* sluice.c — the command-line tool: runs built-in jobs with a live status
+ * line and a verified summary.
+ *
+ *   sluice run pipeline [options]   source -> map -> filter -> sink (P1)
+ *   sluice run keyed [options]      source -> key_by -> count -> sink
+ *   sluice jobs | --help | --version
+ *
+ * Exit status: 0 success, 1 the job failed or its result did not verify,
+ * 2 a usage error, 130 stopped by SIGINT/SIGTERM.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sluice.h"
+
+#define MAX_CPUS 256
+
+typedef struct options {
+  const char *job_name;
+  uint64_t records;
+  uint64_t keys;
+  int parallelism;
+  sl_job_config config;
+  int cpus[MAX_CPUS];
+  bool quiet;
+  bool json;
+} options;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: sluice run JOB [options]\n"
+          "       sluice jobs\n"
+          "       sluice --help | --version\n"
+          "\n"
+          "Jobs:\n"
+          "  pipeline   source -> map (v*3+1) -> filter (v%%4 != 0) -> sink; the\n"
+          "             sink's count and sum are checked against the closed form\n"
+          "  keyed      source -> key_by(key) -> running count per key -> sink;\n"
+          "             checks that every key was counted at one instance\n"
+          "\n"
+          "Options:\n"
+          "  --records N          records the source emits (default 50000000)\n"
+          "  --keys K             distinct keys, key = i %% K (default 10000)\n"
+          "  --parallelism P      instances of each operator (default 1)\n"
+          "  --ring-bytes B       bytes per ring, power of two (default 262144)\n"
+          "  --batch N            records per output batch (default 128)\n"
+          "  --buffer-timeout-us U  publish partial batches after U us (default off)\n"
+          "  --spin N             spin iterations before parking (default 200)\n"
+          "  --cpus LIST          CPUs to pin to, e.g. 0,1 (default: all allowed)\n"
+          "  --pin-round-robin    pin instances round-robin in creation order\n"
+          "  --no-pin             do not pin threads\n"
+          "  --quiet              no live status line\n"
+          "  --json               print the summary as one JSON object\n"
+          "  -h, --help           this text\n");
+}
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("sluice: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs(" (see sluice --help)\n", stderr);
+  va_end(ap);
+  exit(2);
+}
+
+static uint64_t parse_u64(const char *flag, const char *text, uint64_t min,
+                          uint64_t max) {
+  if (!text)
+    die_usage("%s needs a value", flag);
+  char *end = 0;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno || end == text || *end != 0 || text[0] == '-')
+    die_usage("%s: '%s' is not a whole number", flag, text);
+  if (v < min || v > max)
+    die_usage("%s: %llu is outside %" PRIu64 "..%" PRIu64, flag, v, min, max);
+  return v;
+}
+
+static int parse_cpus(const char *text, int *cpus) {
+  if (!text)
+    die_usage("--cpus needs a value");
+  int n = 0;
+  const char *p = text;
+  while (*p) {
+    char *end = 0;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (errno || end == p || v < 0 || v >= 1024)
+      die_usage("--cpus: '%s' is not a list of CPU numbers like 0,1", text);
+    if (n == MAX_CPUS)
+      die_usage("--cpus: more than %d CPUs", MAX_CPUS);
+    cpus[n++] = (int)v;
+    if (*end == ',')
+      end++;
+    else if (*end != 0)
+      die_usage("--cpus: '%s' is not a list of CPU numbers like 0,1", text);
+    p = end;
+  }
+  if (n == 0)
+    die_usage("--cpus: empty list");
+  return n;
+}
+
+static void parse_options(int argc, char **argv, int first, options *o) {
+  for (int i = first; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : 0;
+    if (strcmp(a, "--records") == 0)
+      o->records = parse_u64(a, v, 1, UINT64_MAX / 4), i++;
+    else if (strcmp(a, "--keys") == 0)
+      o->keys = parse_u64(a, v, 1, UINT32_MAX), i++;
+    else if (strcmp(a, "--parallelism") == 0)
+      o->parallelism = (int)parse_u64(a, v, 1, SL_MAX_PARALLELISM), i++;
+    else if (strcmp(a, "--ring-bytes") == 0)
+      o->config.ring_bytes = parse_u64(a, v, 4096, 1ull << 30), i++;
+    else if (strcmp(a, "--batch") == 0)
+      o->config.output_batch_records = (uint32_t)parse_u64(a, v, 1, 65535), i++;
+    else if (strcmp(a, "--buffer-timeout-us") == 0)
+      o->config.buffer_timeout_us = (uint32_t)parse_u64(a, v, 1, 60000000), i++;
+    else if (strcmp(a, "--spin") == 0)
+      o->config.spin_iterations = (uint32_t)parse_u64(a, v, 1, 100000000), i++;
+    else if (strcmp(a, "--cpus") == 0)
+      o->config.cpu_count = parse_cpus(v, o->cpus), o->config.cpus = o->cpus, i++;
+    else if (strcmp(a, "--pin-round-robin") == 0)
+      o->config.pin_policy = SL_PIN_ROUND_ROBIN;
+    else if (strcmp(a, "--no-pin") == 0)
+      o->config.no_pinning = 1;
+    else if (strcmp(a, "--quiet") == 0)
+      o->quiet = true;
+    else if (strcmp(a, "--json") == 0)
+      o->json = true;
+    else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+      usage(stdout), exit(0);
+    else
+      die_usage("unknown option '%s'", a);
+  }
+}
+
+/* ------------------------------------------------------------ jobs */
+
+static int triple_plus_one(void *user, const sl_record *in, void *out,
+                           uint32_t *out_size) {
+  (void)user;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  t.value = t.value * 3 + 1;
+  memcpy(out, &t, sizeof t);
+  *out_size = sizeof t;
+  return 0;
+}
+
+static int not_multiple_of_four(void *user, const sl_record *in) {
+  (void)user;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  return t.value % 4 != 0;
+}
+
+static uint64_t tuple_key(void *user, const sl_record *in) {
+  (void)user;
+  uint64_t key;
+  memcpy(&key, in->data, sizeof key);
+  return key;
+}
+
+/* Running count per key: one counter array per instance, indexed by key
+ * (keys are < K by construction; a key outside fails the job). */
+typedef struct counter {
+  uint64_t keys;
+  uint64_t *counts;
+} counter;
+
+static int count_open(sl_ctx *ctx, void *user, void **state) {
+  const options *o = user;
+  counter *c = calloc(1, sizeof *c);
+  if (!c || !(c->counts = calloc(o->keys, sizeof(uint64_t)))) {
+    free(c);
+    sl_ctx_fail(ctx, "no memory for %" PRIu64 " counters", o->keys);
+    return -ENOMEM;
+  }
+  c->keys = o->keys;
+  *state = c;
+  return 0;
+}
+
+static int count_process(sl_ctx *ctx, void *state, int input,
+                         const sl_record *in) {
+  (void)input;
+  counter *c = state;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  if (t.key >= c->keys) {
+    sl_ctx_fail(ctx, "key %" PRIu64 " outside 0..%" PRIu64, t.key, c->keys - 1);
+    return -EINVAL;
+  }
+  sl_tuple out = {.key = t.key, .value = ++c->counts[t.key]};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
+static void count_close(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  counter *c = state;
+  free(c->counts);
+  free(c);
+}
+
+static int build_job(const options *o, sl_job *job, sl_checksum *sum) {
+  sl_op *src, *mid, *mid2, *sink;
+  int p = o->parallelism;
+  int rc = sl_source_sequence(job, "source", p, o->records, o->keys, &src);
+  if (rc)
+    return rc;
+  if (strcmp(o->job_name, "pipeline") == 0) {
+    rc = sl_op_map(job, "map", src, p, sizeof(sl_tuple), triple_plus_one, 0,
+                   &mid);
+    if (!rc)
+      rc = sl_op_filter(job, "filter", mid, p, not_multiple_of_four, 0, &mid2);
+    if (!rc)
+      rc = sl_sink_checksum(job, "sink", mid2, p, sum, &sink);
+    return rc;
+  }
+  static const sl_process_ops count_ops = {
+      .open = count_open, .process = count_process, .close = count_close};
+  rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &mid);
+  if (!rc)
+    rc = sl_op_process(job, "count", &mid, 1, p, &count_ops, (void *)o, &mid2);
+  if (!rc)
+    rc = sl_sink_checksum(job, "sink", mid2, p, sum, &sink);
+  return rc;
+}
+
+/* The expected checksum, computed without the engine. */
+static bool verify(const options *o, const sl_checksum *got, char *why,
+                   size_t why_size) {
+  uint64_t records = 0, value_sum = 0;
+  if (strcmp(o->job_name, "pipeline") == 0) {
+    /* v = 3i+1 is a multiple of 4 exactly when i % 4 == 1. */
+    for (uint64_t i = 0; i < o->records; i++) {
+      uint64_t v = 3 * i + 1;
+      if (v % 4 != 0) {
+        records++;
+        value_sum += v;
+      }
+    }
+  } else {
+    /* Key k occurs c_k times; its running counts sum to c_k (c_k + 1) / 2. */
+    records = o->records;
+    uint64_t full = o->records / o->keys, rest = o->records % o->keys;
+    for (uint64_t k = 0; k < o->keys && k < o->records; k++) {
+      uint64_t c = full + (k < rest);
+      value_sum += c * (c + 1) / 2;
+    }
+  }
+  if (got->records != records || got->value_sum != value_sum) {
+    snprintf(why, why_size,
+             "sink saw %" PRIu64 " records with value sum %" PRIu64
+             ", expected %" PRIu64 " and %" PRIu64,
+             got->records, got->value_sum, records, value_sum);
+    return false;
+  }
+  snprintf(why, why_size, "%" PRIu64 " records, value sum %" PRIu64, records,
+           value_sum);
+  return true;
+}
+
+/* ------------------------------------------------------------ running */
+
+static sl_job *volatile running_job;
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig) {
+  got_signal = sig;
+  sl_job *job = running_job;
+  if (job)
+    sl_job_stop(job); /* only stores and futex wakes: signal-safe */
+}
+
+static double seconds_since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+typedef struct status {
+  sl_job *job;
+  const options *o;
+  struct timespec t0;
+  volatile bool done;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+} status;
+
+static void *status_main(void *arg) {
+  status *s = arg;
+  bool tty = isatty(STDERR_FILENO);
+  uint64_t last_records = 0;
+  double last_t = 0;
+  pthread_mutex_lock(&s->lock);
+  while (!s->done) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 500000000L;
+    if (until.tv_nsec >= 1000000000L)
+      until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&s->cond, &s->lock, &until);
+    if (s->done)
+      break;
+    double t = seconds_since(&s->t0);
+    uint64_t records = sl_job_progress(s->job);
+    double rate = (double)(records - last_records) / (t - last_t);
+    fprintf(stderr, "%s[sluice] %s: %.1fM records, %.1fM records/s, %.1f s%s",
+            tty ? "\r" : "", s->o->job_name, (double)records / 1e6, rate / 1e6,
+            t, tty ? "   " : "\n");
+    fflush(stderr);
+    last_records = records;
+    last_t = t;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (tty)
+    fputs("\r\033[K", stderr);
+  return 0;
+}
+
+static void print_summary(const options *o, sl_job *job, int rc, double secs,
+                          bool verified, const char *why) {
+  uint64_t records = sl_job_progress(job);
+  double rate = secs > 0 ? (double)records / secs : 0;
+  int n = sl_job_operator_count(job);
+  if (o->json) {
+    printf("{\"job\":\"%s\",\"status\":%d,\"verified\":%s,\"records\":%" PRIu64
+           ",\"seconds\":%.6f,\"records_per_second\":%.0f,\"operators\":[",
+           o->job_name, rc, verified ? "true" : "false", records, secs, rate);
+    for (int i = 0; i < n; i++) {
+      sl_op_stats st;
+      sl_job_stats(job, i, &st);
+      printf("%s{\"name\":\"%s\",\"parallelism\":%d,\"records_in\":%" PRIu64
+             ",\"records_out\":%" PRIu64 "}",
+             i ? "," : "", st.name, st.parallelism, st.records_in,
+             st.records_out);
+    }
+    printf("]}\n");
+    return;
+  }
+  printf("job %s: %s in %.3f s, %.1fM records/s (%" PRIu64 " source records)\n",
+         o->job_name, rc == 0 ? "finished" : sl_strerror(rc), secs, rate / 1e6,
+         records);
+  for (int i = 0; i < n; i++) {
+    sl_op_stats st;
+    sl_job_stats(job, i, &st);
+    printf("  %-10s x%-3d in %12" PRIu64 "  out %12" PRIu64 "\n", st.name,
+           st.parallelism, st.records_in, st.records_out);
+  }
+  if (rc == 0)
+    printf("verification: %s (%s)\n", verified ? "PASSED" : "FAILED", why);
+}
+
+static int run_job(options *o) {
+  if (strcmp(o->job_name, "pipeline") != 0 && strcmp(o->job_name, "keyed") != 0)
+    die_usage("unknown job '%s' (sluice jobs lists them)", o->job_name);
+  sl_job *job = 0;
+  int rc = sl_job_create(&o->config, &job);
+  if (rc) {
+    fprintf(stderr, "sluice: invalid configuration: %s\n", sl_strerror(rc));
+    return 2;
+  }
+  sl_checksum sum = {0};
+  rc = build_job(o, job, &sum);
+  if (rc) {
+    fprintf(stderr, "sluice: cannot build job %s: %s\n", o->job_name,
+            rc == SL_EGRAPH ? sl_job_error(job) : sl_strerror(rc));
+    sl_job_destroy(job);
+    return 1;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  running_job = job;
+  sigaction(SIGINT, &sa, 0);
+  sigaction(SIGTERM, &sa, 0);
+
+  status st = {.job = job, .o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
+               .cond = PTHREAD_COND_INITIALIZER};
+  clock_gettime(CLOCK_MONOTONIC, &st.t0);
+  rc = sl_job_start(job);
+  if (rc) {
+    fprintf(stderr, "sluice: cannot start job %s: %s\n", o->job_name,
+            sl_job_error(job)[0] ? sl_job_error(job) : sl_strerror(rc));
+    running_job = 0;
+    sl_job_destroy(job);
+    return 1;
+  }
+  pthread_t status_thread;
+  bool status_started =
+      !o->quiet && pthread_create(&status_thread, 0, status_main, &st) == 0;
+  rc = sl_job_wait(job);
+  double secs = seconds_since(&st.t0);
+  if (status_started) {
+    pthread_mutex_lock(&st.lock);
+    st.done = true;
+    pthread_cond_signal(&st.cond);
+    pthread_mutex_unlock(&st.lock);
+    pthread_join(status_thread, 0);
+  }
+  running_job = 0;
+  char why[256] = "";
+  bool verified = rc == 0 && verify(o, &sum, why, sizeof why);
+  print_summary(o, job, rc, secs, verified, why);
+  if (rc && rc != SL_ESTOPPED)
+    fprintf(stderr, "sluice: job %s failed: %s\n", o->job_name, sl_job_error(job));
+  sl_job_destroy(job);
+  if (rc == SL_ESTOPPED)
+    return got_signal ? 130 : 1;
+  return rc == 0 && verified ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0) {
+    printf("sluice %d.%d.%d\n", SL_VERSION_MAJOR, SL_VERSION_MINOR,
+           SL_VERSION_PATCH);
+    return 0;
+  }
+  if (strcmp(cmd, "jobs") == 0) {
+    printf("pipeline\nkeyed\n");
+    return 0;
+  }
+  if (strcmp(cmd, "run") != 0)
+    die_usage("unknown command '%s'", cmd);
+  if (argc < 3 || argv[2][0] == '-')
+    die_usage("run needs a job name: pipeline or keyed");
+  options o = {.job_name = argv[2], .records = 50000000, .keys = 10000,
+               .parallelism = 1};
+  parse_options(argc, argv, 3, &o);
+  return run_job(&o);
+}

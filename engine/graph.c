@@ -67,6 +67,8 @@ static int config_resolve(sl_job_config *c) {
     return EINVAL;
   if (c->cpu_count < 0 || (c->cpu_count > 0 && !c->cpus))
     return EINVAL;
+  if (c->pin_policy != SL_PIN_CHAINS && c->pin_policy != SL_PIN_ROUND_ROBIN)
+    return EINVAL;
   for (int i = 0; i < c->cpu_count; i++)
     if (c->cpus[i] < 0 || c->cpus[i] >= CPU_SETSIZE)
       return EINVAL;
@@ -585,8 +587,28 @@ static int assign_cpus(sl_job *job) {
       return rc;
     cpus = owned;
   }
-  for (int i = 0; i < job->instance_count && count > 0; i++)
-    job->instances[i]->cpu = cpus[i % count];
+  if (job->config.pin_policy == SL_PIN_ROUND_ROBIN) {
+    for (int i = 0; i < job->instance_count; i++)
+      job->instances[i]->cpu = cpus[i % count];
+  } else {
+    /* Chain order: instance k of every operator before instance k+1. */
+    int max_parallelism = 1;
+    for (int i = 0; i < job->physical_count; i++)
+      if (job->physical[i]->parallelism > max_parallelism)
+        max_parallelism = job->physical[i]->parallelism;
+    int position = 0;
+    for (int k = 0; k < max_parallelism; k++)
+      for (int i = 0; i < job->physical_count; i++) {
+        sl_op *op = job->physical[i];
+        if (k >= op->parallelism)
+          continue;
+        /* Contiguous blocks: position p of N goes to CPU p * n / N. */
+        int block = (int)((int64_t)position * count / job->instance_count);
+        op->instances[k].cpu = cpus[block];
+        position++;
+      }
+    assert(position == job->instance_count);
+  }
   free(owned);
   return 0;
 }

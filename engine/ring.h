@@ -217,6 +217,9 @@ static inline uint8_t *sl_ring_append_record_producer(sl_ring *r,
   uint64_t next = r->producer_position + r->open_stride;
   if (__builtin_expect(key == r->open_key && next <= r->open_limit, 1)) {
     uint8_t *slot = r->buffer + (r->producer_position & r->mask);
+#ifdef SL_PREFETCH
+    __builtin_prefetch(r->buffer + ((next + SL_PREFETCH) & r->mask), 1);
+#endif
     r->producer_position = next;
     r->open_count++;
     return slot;

@@ -633,13 +633,7 @@ SL_EXPORT int sl_job_wait(sl_job *job) {
   job->state = SL_JOB_FINISHED;
   job->waited = true;
   if (atomic_load(&job->failed)) {
-    job->result = SL_ECALLBACK;
-    for (int i = 0; i < job->instance_count; i++) {
-      int status = job->instances[i]->status;
-      /* An engine error (not a callback's) keeps its own code. */
-      if (status == SL_ETOOBIG || status == ENOMEM)
-        job->result = status;
-    }
+    job->result = SL_ECALLBACK; /* the cause is in job->error */
   } else {
     job->result = 0;
     for (int i = 0; i < job->instance_count; i++)
