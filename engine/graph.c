@@ -24,6 +24,8 @@
 #define SL_DEFAULT_SPIN 200u
 #define SL_DEFAULT_MAX_PARALLELISM 128u
 #define SL_MAX_MAX_PARALLELISM 32768u
+_Static_assert(SL_MAX_PARALLELISM <= UINT16_MAX,
+               "group_instance tables hold instance indices in 16 bits");
 
 void sl_job_set_error(sl_job *job, const char *fmt, ...) {
   va_list ap;
@@ -653,6 +655,15 @@ static int wire_edges(sl_job *job, const edge_list *list) {
       out->rings = calloc((size_t)out->ring_count, sizeof(sl_ring *));
       if (!out->rings)
         return ENOMEM;
+      if (e->partition == SL_PARTITION_HASH) {
+        uint32_t groups = job->config.max_parallelism;
+        out->group_instance = malloc(sizeof(uint16_t) * groups);
+        if (!out->group_instance)
+          return ENOMEM;
+        for (uint32_t g = 0; g < groups; g++)
+          out->group_instance[g] =
+              (uint16_t)sl_group_instance(g, groups, C->parallelism);
+      }
       for (int c = 0; c < C->parallelism; c++) {
         if (e->partition == SL_PARTITION_FORWARD && c != p)
           continue;
@@ -727,8 +738,10 @@ void sl_job_free_compiled(sl_job *job) {
   job->ring_count = 0;
   for (int i = 0; i < job->instance_count; i++) {
     sl_instance *inst = job->instances[i];
-    for (int k = 0; k < inst->output_count; k++)
+    for (int k = 0; k < inst->output_count; k++) {
       free(inst->outputs[k].rings);
+      free(inst->outputs[k].group_instance);
+    }
     free(inst->outputs);
     free(inst->channels);
     free(inst->scratch);

@@ -76,6 +76,7 @@ typedef struct sl_output {
   int ring_count;
   sl_ring **rings; /* ring_count entries, consumer instance order */
   uint32_t next;   /* rebalance cursor */
+  uint16_t *group_instance; /* HASH: key group -> consumer instance */
 } sl_output;
 
 /* One running instance; also the sl_ctx handed to callbacks. */
@@ -145,5 +146,27 @@ void sl_job_free_compiled(sl_job *job);
 
 /* runtime.c */
 void sl_instance_fail(sl_instance *inst, int status);
+
+/* A 64-bit finaliser (murmur3's fmix64): spreads consecutive keys. */
+static inline uint64_t sl_mix64(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+/* Key group of key among max_parallelism groups: a multiply-shift range
+ * reduction of the mixed key (no division on the hot path). */
+static inline uint32_t sl_key_group(uint64_t key, uint32_t max_parallelism) {
+  return (uint32_t)(((sl_mix64(key) >> 32) * max_parallelism) >> 32);
+}
+
+/* The instance owning a key group: contiguous ranges of groups. */
+static inline int sl_group_instance(uint32_t group, uint32_t max_parallelism,
+                                    int parallelism) {
+  return (int)((uint64_t)group * (uint32_t)parallelism / max_parallelism);
+}
 
 #endif /* SL_INTERNAL_H */

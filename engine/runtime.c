@@ -57,28 +57,12 @@ static uint64_t now_ns(void) {
 
 /* ----------------------------------------------------------- keys */
 
-/* A 64-bit finaliser (murmur3's fmix64): spreads consecutive keys. */
-static inline uint64_t mix64(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
-
-/* Key group of key among max_parallelism groups: a multiply-shift range
- * reduction of the mixed key (no division on the hot path). */
-static inline uint32_t key_group(uint64_t key, uint32_t max_parallelism) {
-  return (uint32_t)(((mix64(key) >> 32) * max_parallelism) >> 32);
-}
-
 SL_EXPORT int sl_key_instance(uint64_t key, uint32_t max_parallelism,
                               int parallelism) {
   assert(max_parallelism > 0 && parallelism > 0);
   assert((uint32_t)parallelism <= max_parallelism);
-  uint32_t group = key_group(key, max_parallelism);
-  return (int)((uint64_t)group * (uint32_t)parallelism / max_parallelism);
+  return sl_group_instance(sl_key_group(key, max_parallelism), max_parallelism,
+                           parallelism);
 }
 
 SL_EXPORT uint64_t sl_hash_bytes(const void *data, size_t size_bytes) {
@@ -179,24 +163,16 @@ static bool try_control(sl_instance *inst, void *arg) {
 
 static inline void copy_payload(uint8_t *slot, const void *data,
                                 uint32_t size) {
-  /* Constant sizes let the compiler inline the common small copies. */
-  switch (size) {
-  case 8:
-    memcpy(slot, data, 8);
-    break;
-  case 16:
+  /* Constant sizes let the compiler inline the common small copies; tests
+   * in order of likelihood are cheaper than a jump table here. */
+  if (likely(size == 16))
     memcpy(slot, data, 16);
-    break;
-  case 24:
-    memcpy(slot, data, 24);
-    break;
-  case 32:
+  else if (size == 8)
+    memcpy(slot, data, 8);
+  else if (size == 32)
     memcpy(slot, data, 32);
-    break;
-  default:
+  else
     memcpy(slot, data, size);
-    break;
-  }
 }
 
 static inline int write_record(sl_instance *inst, sl_ring *ring,
@@ -227,9 +203,8 @@ static int emit_general(sl_instance *inst, const void *data, uint32_t size,
     } else if (out->partition == SL_PARTITION_HASH) {
       sl_record rec = {.data = data, .size_bytes = size, .timestamp = ts};
       uint64_t key = out->key(out->key_user, &rec);
-      int target = sl_key_instance(key, inst->job->config.max_parallelism,
-                                   out->ring_count);
-      ring = out->rings[target];
+      uint32_t group = sl_key_group(key, inst->job->config.max_parallelism);
+      ring = out->rings[out->group_instance[group]];
     } else {
       ring = out->rings[out->next];
       if (++out->next == (uint32_t)out->ring_count)
