@@ -649,9 +649,10 @@ static int wire_edges(sl_job *job, const edge_list *list) {
       out->partition = e->partition;
       out->key = e->key;
       out->key_user = e->key_user;
-      out->next = (uint32_t)p; /* spread rebalance starts */
       out->ring_count =
           e->partition == SL_PARTITION_FORWARD ? 1 : C->parallelism;
+      /* Spread the producers' round-robin starting points. */
+      out->next = (uint32_t)(p % out->ring_count);
       out->rings = calloc((size_t)out->ring_count, sizeof(sl_ring *));
       if (!out->rings)
         return ENOMEM;

@@ -88,7 +88,10 @@ static inline uint32_t sl_round8(uint32_t n) { return (n + 7u) & ~7u; }
 
 /* Bytes one record occupies inside a RECORDS entry. */
 static inline uint32_t sl_record_stride(uint32_t record_bytes, unsigned flags) {
-  return sl_round8(record_bytes) + ((flags & SL_ENTRY_HAS_TS) ? 8u : 0u);
+  /* An empty record still takes 8 bytes, so every record advances the
+   * write position and the entry limits (count, batch) hold for it too. */
+  uint32_t payload = record_bytes ? sl_round8(record_bytes) : 8u;
+  return payload + ((flags & SL_ENTRY_HAS_TS) ? 8u : 0u);
 }
 
 /* Largest entry a ring of capacity_bytes accepts: a quarter (note 8). */

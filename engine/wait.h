@@ -35,7 +35,8 @@
 
 typedef struct sl_parker {
   _Atomic uint32_t state; /* SL_PARKER_RUNNING or SL_PARKER_PARKED */
-  uint64_t sleeps;        /* owner-only: how often it really slept */
+  uint64_t sleeps;        /* owner-only: calls of sl_parker_sleep (some
+                             return at once: a wake came first) */
 } sl_parker;
 
 static inline void sl_cpu_relax(void) {
@@ -56,9 +57,23 @@ static inline void sl_parker_init(sl_parker *p) {
 /* Announce the intention to sleep.  The fence orders the PARKED store before
  * the owner's re-check of its condition: a waker that published its change
  * after our re-check read it must see PARKED. */
+#if defined(__SANITIZE_THREAD__)
+#define SL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SL_TSAN 1
+#endif
+#endif
+
 static inline void sl_parker_prepare(sl_parker *p) {
+#ifdef SL_TSAN
+  /* ThreadSanitizer does not model stand-alone fences; a sequentially
+   * consistent exchange orders the same way and lets it check us. */
+  atomic_exchange_explicit(&p->state, SL_PARKER_PARKED, memory_order_seq_cst);
+#else
   atomic_store_explicit(&p->state, SL_PARKER_PARKED, memory_order_relaxed);
   atomic_thread_fence(memory_order_seq_cst);
+#endif
 }
 
 /* The condition became true during prepare: no sleep.  A waker may already
@@ -78,10 +93,17 @@ void sl_parker_wake_slow(sl_parker *p);
  * waits for.  The fence orders that publication before our read of the
  * state (the other half of the Dekker pair with sl_parker_prepare). */
 static inline void sl_parker_wake(sl_parker *p) {
+#ifdef SL_TSAN
+  /* A read-modify-write that changes nothing, for TSan (see prepare). */
+  if (atomic_fetch_add_explicit(&p->state, 0, memory_order_seq_cst) ==
+      SL_PARKER_PARKED)
+    sl_parker_wake_slow(p);
+#else
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(&p->state, memory_order_relaxed) ==
       SL_PARKER_PARKED)
     sl_parker_wake_slow(p);
+#endif
 }
 
 #endif /* SL_WAIT_H */
