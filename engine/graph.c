@@ -167,7 +167,7 @@ static int op_new(sl_job *job, enum sl_op_kind kind, const char *name,
     sl_job_set_error(job,
                      "%s: operator name must have 1 to %d bytes, got %s",
                      kind_name(kind), SL_MAX_NAME - 1,
-                     name ? "a longer one" : "NULL");
+                     !name ? "NULL" : name[0] ? "a longer one" : "an empty one");
     return SL_EGRAPH;
   }
   if (find_op(job, name)) {
@@ -474,9 +474,15 @@ typedef struct edge_list {
  * operators to physical producers, adding one edge per producer. */
 static int resolve_edges(edge_list *list, sl_op *consumer, int input,
                          sl_op *from, sl_key_fn key, void *key_user) {
-  if (from->kind == SL_OP_KEY_BY)
+  if (from->kind == SL_OP_KEY_BY) {
+    /* The key_by nearest the consumer decides: an inner key_by that an
+     * outer one re-keys has no say over this edge. */
+    if (key)
+      return resolve_edges(list, consumer, input, from->inputs[0], key,
+                           key_user);
     return resolve_edges(list, consumer, input, from->inputs[0], from->fn.key,
                          from->user);
+  }
   if (from->kind == SL_OP_UNION) {
     for (int i = 0; i < from->input_count; i++) {
       int rc =

@@ -120,7 +120,8 @@ enum sl_job_state {
 struct sl_job {
   sl_job_config config; /* defaults filled in */
   int *cpus;            /* owned copy */
-  enum sl_job_state state;
+  _Atomic int state; /* enum sl_job_state; read by sl_job_stop from any
+                        thread while the owner changes it */
   sl_op **ops;
   int op_count;
   int physical_count;

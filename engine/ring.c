@@ -50,7 +50,6 @@ void sl_ring_reset(sl_ring *r) {
   r->open_entry = 0;
   r->open_key = SL_RING_NO_ENTRY;
   r->open_limit = 0;
-  r->open_count = 0;
   assert(sl_ring_check(r));
 }
 
@@ -72,10 +71,10 @@ uint8_t *sl_ring_append_record_slow(sl_ring *r, uint32_t record_bytes,
       return 0; /* full; the entry stays open for the retry */
     uint8_t *slot = r->buffer + (r->producer_position & r->mask);
     r->producer_position = next;
-    r->open_count++;
     return slot;
   }
-  if (r->open_entry && r->open_count >= r->batch_records) {
+  if (r->open_entry && r->producer_position - r->open_first >=
+                           (uint64_t)r->batch_records * r->open_stride) {
     /* The output batch is complete: make it visible (note 5). */
     sl_ring_publish_producer(r, false);
   }
@@ -95,7 +94,7 @@ uint8_t *sl_ring_append_record_slow(sl_ring *r, uint32_t record_bytes,
   r->open_entry = e;
   r->open_key = key;
   r->open_stride = stride;
-  r->open_count = 1;
+  r->open_first = start + 8;
   r->open_static_limit =
       min_u64(buffer_end, start + 8 + (uint64_t)max_count * stride);
   r->open_limit =

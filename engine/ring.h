@@ -36,8 +36,8 @@
  *    least a quarter of its capacity.  The consumer, after releasing, checks
  *    the producer when forced or when at least a quarter is free.  A parked
  *    consumer waits for any data; a parked producer waits for room for one
- *    entry, and an entry is at most a quarter of the ring
- *    (SL_RING_MAX_ENTRY), so the quarter thresholds never leave a waiter
+ *    record or one new entry, which is at most a quarter of the ring
+ *    (sl_ring_max_entry), so the quarter thresholds never leave a waiter
  *    asleep while its condition holds: whoever could satisfy it next either
  *    crosses the threshold or forces the check before it waits itself.
  *
@@ -118,8 +118,8 @@ typedef struct sl_ring {
   uint64_t open_limit; /* the open entry may grow up to this position */
   uint64_t open_static_limit; /* the same, ignoring free space */
   sl_entry *open_entry;
+  uint64_t open_first; /* position of the open entry's first record */
   uint32_t open_stride;
-  uint32_t open_count;
   uint32_t batch_records; /* records per entry; a full entry is published */
 
   /* Constant after init. */
@@ -194,8 +194,11 @@ static inline uint8_t *sl_ring_reserve_producer(sl_ring *r, uint32_t bytes) {
 /* Write the open entry's count into its header and forget it. */
 static inline void sl_ring_close_entry_producer(sl_ring *r) {
   if (r->open_entry) {
-    assert(r->open_count >= 1 && r->open_count <= SL_ENTRY_MAX_COUNT);
-    r->open_entry->count = (uint16_t)r->open_count;
+    /* The count is derived here, once per entry, so the per-record fast
+     * path stores nothing but producer_position. */
+    uint64_t count = (r->producer_position - r->open_first) / r->open_stride;
+    assert(count >= 1 && count <= SL_ENTRY_MAX_COUNT);
+    r->open_entry->count = (uint16_t)count;
     r->open_entry = 0;
   }
   r->open_key = SL_RING_NO_ENTRY;
@@ -224,10 +227,38 @@ static inline uint8_t *sl_ring_append_record_producer(sl_ring *r,
     __builtin_prefetch(r->buffer + ((next + SL_PREFETCH) & r->mask), 1);
 #endif
     r->producer_position = next;
-    r->open_count++;
     return slot;
   }
   return sl_ring_append_record_slow(r, record_bytes, flags);
+}
+
+/* Records in the open entry (0 if none); for tests and assertions. */
+static inline uint32_t sl_ring_open_count(const sl_ring *r) {
+  if (!r->open_entry)
+    return 0;
+  return (uint32_t)((r->producer_position - r->open_first) / r->open_stride);
+}
+
+/* Append up to `want` (>= 1) records like sl_ring_append_record_producer in
+ * one step: returns the first record's slot and sets *got (1 .. want) to
+ * the number of consecutive strides from there the caller must fill, or
+ * returns NULL if the ring is full (*got untouched).  One update of
+ * producer_position per call instead of one per record. */
+static inline uint8_t *sl_ring_append_records_producer(sl_ring *r,
+                                                       uint32_t record_bytes,
+                                                       unsigned flags,
+                                                       uint32_t want,
+                                                       uint32_t *got) {
+  assert(want >= 1);
+  uint8_t *first = sl_ring_append_record_producer(r, record_bytes, flags);
+  if (!first)
+    return 0;
+  /* The open entry now holds `first`; extend it within its limit. */
+  uint64_t room = (r->open_limit - r->producer_position) / r->open_stride;
+  uint64_t more = want - 1 < room ? want - 1 : room;
+  r->producer_position += more * r->open_stride;
+  *got = (uint32_t)(1 + more);
+  return first;
 }
 
 /* Write a control entry (END, BARRIER, WATERMARK).  Returns false if full. */

@@ -343,8 +343,13 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
       assert(sl_ring_readable_consumer(r) == 0);
       return 0;
     }
-    /* BARRIER and WATERMARK are not produced yet: skipped. */
+    /* Past the records; BARRIER and WATERMARK (not produced yet) are
+     * skipped. */
     sl_ring_advance_consumer(r, sl_entry_bytes(e));
+    /* A stop is noticed within one entry (one output batch), not after the
+     * whole backlog. */
+    if (unlikely(job_stopping(inst->job)))
+      return SL_ESTOPPED;
   }
   return 0;
 }
@@ -629,7 +634,7 @@ SL_EXPORT void sl_job_stop(sl_job *job) {
   /* Sequentially consistent: pairs with the fence in sl_parker_prepare, so
    * an instance about to park either sees stopping or is woken below. */
   atomic_store(&job->stopping, 1);
-  if (job->state != SL_JOB_RUNNING)
+  if (atomic_load(&job->state) != SL_JOB_RUNNING)
     return;
   for (int i = 0; i < job->instance_count; i++)
     sl_parker_wake(&job->instances[i]->parker);

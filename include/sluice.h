@@ -128,8 +128,9 @@ typedef struct sl_job_config {
   /** Bytes of each ring; rounded up to a power of two.  Default 256 KiB,
    * range 4 KiB .. 1 GiB. */
   uint64_t ring_bytes;
-  /** Largest record payload accepted by sl_emit().  Default 64 KiB; at most
-   * ring_bytes / 4. */
+  /** Largest record payload accepted by sl_emit().  Default 64 KiB, or
+   * less if the ring is small; at most ring_bytes / 4 - 16 (a record and its
+   * headers fit in a quarter ring). */
   uint32_t max_record_bytes;
   /** Records an instance may write to one output ring before it publishes
    * them (the output batch).  A batch also leaves when the instance's input
@@ -140,8 +141,9 @@ typedef struct sl_job_config {
    * microseconds after its first record was written, even while input keeps
    * arriving.  Default 0 (off: flush on full batch or dry input only). */
   uint32_t buffer_timeout_us;
-  /** Spin iterations (each a CPU pause) a waiting thread makes before it
-   * parks on a futex.  Default 200.  0 parks at once. */
+  /** Spin iterations (each a CPU pause, about 20 ns here) a waiting thread
+   * makes before it parks on a futex.  Default 200 (0 means the default;
+   * 1 parks almost at once). */
   uint32_t spin_iterations;
   /** 1: do not pin instance threads to CPUs. */
   int no_pinning;
