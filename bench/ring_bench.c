@@ -258,12 +258,16 @@ static void sluice_produce(bench_run *run) {
   run->start_ns = bench_now_ns();
   for (uint64_t key = 0; key < records;) {
     uint64_t batch_end = min_u64(key + run->batch, records);
-    for (; key < batch_end; key++) {
-      uint8_t *slot =
-          sl_ring_append_record_producer(&q->ring, sizeof(bench_record), 0);
+    while (key < batch_end) {
+      /* Batch enqueue: reserve as many consecutive slots of the open entry
+       * as the batch still needs, then fill them. */
+      uint32_t got = 1;
+      uint8_t *slot = sl_ring_append_records_producer(
+          &q->ring, sizeof(bench_record), 0, (uint32_t)(batch_end - key), &got);
       if (!slot)
         slot = sluice_append_waiting(q, run->spin_limit);
-      write_record(slot, key);
+      for (uint32_t i = 0; i < got; i++, key++, slot += sizeof(bench_record))
+        write_record(slot, key);
     }
     /* Force after the last record: nothing follows to cross the quarter
      * threshold, so a parked consumer must be woken now (note 8). */

@@ -18,10 +18,16 @@
 
 #include "internal.h"
 
-#define SL_DEFAULT_RING_BYTES (256u << 10)
+#define SL_DEFAULT_RING_BYTES (1u << 20)
 #define SL_DEFAULT_MAX_RECORD_BYTES (64u << 10)
-#define SL_DEFAULT_OUTPUT_BATCH 128u
-#define SL_DEFAULT_SPIN 200u
+#define SL_DEFAULT_OUTPUT_BATCH 1024u
+/* Spin iterations when threads outnumber the allowed CPUs: a spinning
+ * thread then holds a core its producer may need, so it parks almost at
+ * once (measured on P1, 2 cores, 4 threads: 5..20 spins about 1.2x faster
+ * than 200, 2000 about 0.75x).  With a core per thread, spinning longer
+ * saves the ~7 us futex wake per hop. */
+#define SL_SPIN_OVERSUBSCRIBED 20u
+#define SL_SPIN_DEDICATED 2000u
 #define SL_DEFAULT_MAX_PARALLELISM 128u
 #define SL_MAX_MAX_PARALLELISM 32768u
 _Static_assert(SL_MAX_PARALLELISM <= UINT16_MAX,
@@ -61,8 +67,6 @@ static int config_resolve(sl_job_config *c) {
     c->output_batch_records = SL_DEFAULT_OUTPUT_BATCH;
   if (c->output_batch_records > SL_ENTRY_MAX_COUNT)
     return EINVAL;
-  if (c->spin_iterations == 0)
-    c->spin_iterations = SL_DEFAULT_SPIN;
   if (c->max_parallelism == 0)
     c->max_parallelism = SL_DEFAULT_MAX_PARALLELISM;
   if (c->max_parallelism > SL_MAX_MAX_PARALLELISM)
@@ -583,14 +587,37 @@ static int instances_create(sl_job *job) {
   return 0;
 }
 
+/* The spin limit when the configuration leaves it at 0 (automatic). */
+static int resolve_spin(sl_job *job) {
+  if (job->config.spin_iterations != 0) {
+    job->spin_iterations = job->config.spin_iterations;
+    return 0;
+  }
+  int cpu_count = job->config.cpu_count;
+  if (cpu_count == 0 || job->config.no_pinning) {
+    int *cpus = 0;
+    int rc = cpu_list_default(&cpus, &cpu_count);
+    if (rc)
+      return rc;
+    free(cpus);
+  }
+  job->spin_iterations = job->instance_count > cpu_count
+                             ? SL_SPIN_OVERSUBSCRIBED
+                             : SL_SPIN_DEDICATED;
+  return 0;
+}
+
 static int assign_cpus(sl_job *job) {
+  int rc = resolve_spin(job);
+  if (rc)
+    return rc;
   if (job->config.no_pinning)
     return 0;
   int *cpus = job->cpus;
   int count = job->config.cpu_count;
   int *owned = 0;
   if (count == 0) {
-    int rc = cpu_list_default(&owned, &count);
+    rc = cpu_list_default(&owned, &count);
     if (rc)
       return rc;
     cpus = owned;

@@ -132,6 +132,7 @@ struct sl_job {
   sl_ring *rings;
   int ring_count;
 
+  uint32_t spin_iterations; /* resolved from config (0 = automatic) */
   _Atomic int stopping;   /* set by sl_job_stop or a failure */
   _Atomic int failed;     /* the first failure claims this */
   int result;             /* what sl_job_wait returns */

@@ -47,6 +47,7 @@ void sl_ring_reset(sl_ring *r) {
   atomic_store_explicit(&r->tail, position, memory_order_relaxed);
   r->consumer_position = r->consumer_tail_cache = position;
   r->producer_position = r->producer_head_cache = position;
+  r->producer_published = r->wake_check_position = position;
   r->open_entry = 0;
   r->open_key = SL_RING_NO_ENTRY;
   r->open_limit = 0;

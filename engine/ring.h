@@ -114,6 +114,8 @@ typedef struct sl_ring {
    * count is written into the header when it closes (note 7). */
   alignas(SL_CACHE_LINE) uint64_t producer_position; /* >= tail */
   uint64_t producer_head_cache;                      /* <= head */
+  uint64_t producer_published;  /* == tail, without reading the shared line */
+  uint64_t wake_check_position; /* where the last unforced wake check was */
   uint64_t open_key;   /* flags << 32 | record_bytes; SL_RING_NO_ENTRY */
   uint64_t open_limit; /* the open entry may grow up to this position */
   uint64_t open_static_limit; /* the same, ignoring free space */
@@ -284,8 +286,7 @@ static inline bool sl_ring_write_control_producer(sl_ring *r, unsigned kind,
  * is parked and either force is set or the ring is at least a quarter full
  * (note 8).  Returns true if anything was published. */
 static inline bool sl_ring_publish_producer(sl_ring *r, bool force) {
-  uint64_t published = atomic_load_explicit(&r->tail, memory_order_relaxed);
-  if (published == r->producer_position) {
+  if (r->producer_published == r->producer_position) {
     if (force && r->consumer_parker)
       sl_parker_wake(r->consumer_parker);
     return false;
@@ -295,18 +296,29 @@ static inline bool sl_ring_publish_producer(sl_ring *r, bool force) {
    * entry's header, are written before the consumer can see the tail that
    * covers them. */
   atomic_store_explicit(&r->tail, r->producer_position, memory_order_release);
+  r->producer_published = r->producer_position;
   if (!r->consumer_parker)
     return true;
-  if (!force &&
-      r->producer_position - r->producer_head_cache >= r->wake_threshold_bytes)
+  if (!force) {
+    /* Unforced checks happen at most every eighth of the ring: each costs a
+     * read of the consumer's line and a fence.  A parked consumer is still
+     * woken within an eighth past the quarter threshold, since the producer
+     * keeps producing (it would force the check before it stopped). */
+    if (r->producer_position - r->wake_check_position <
+        r->wake_threshold_bytes / 2)
+      return true;
+    r->wake_check_position = r->producer_position;
+    if (r->producer_position - r->producer_head_cache < r->wake_threshold_bytes)
+      return true;
     /* The cached head may be old; look at the real fill level before we
      * decide, so a parked consumer is woken for a quarter ring, not for
      * every batch. */
     r->producer_head_cache =
         atomic_load_explicit(&r->head, memory_order_acquire);
-  if (force ||
-      r->producer_position - r->producer_head_cache >= r->wake_threshold_bytes)
-    sl_parker_wake(r->consumer_parker);
+    if (r->producer_position - r->producer_head_cache < r->wake_threshold_bytes)
+      return true;
+  }
+  sl_parker_wake(r->consumer_parker);
   return true;
 }
 

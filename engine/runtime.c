@@ -103,7 +103,7 @@ static bool wait_until(sl_instance *inst, bool (*ready)(sl_instance *, void *),
   flush_outputs(inst, true);
   release_inputs(inst, true);
   sl_job *job = inst->job;
-  uint32_t spin_limit = job->config.spin_iterations;
+  uint32_t spin_limit = job->spin_iterations;
   for (uint32_t spins = 0;; spins++) {
     if (ready(inst, arg))
       return true;
@@ -237,6 +237,42 @@ SL_EXPORT int sl_emit_ts(sl_ctx *ctx, const void *data, uint32_t size_bytes,
   if (unlikely(size_bytes > ctx->job->config.max_record_bytes))
     return SL_ETOOBIG;
   return emit(ctx, data, size_bytes, timestamp);
+}
+
+SL_EXPORT int sl_emit_batch(sl_ctx *ctx, const void *records,
+                            uint32_t size_bytes, uint32_t count) {
+  int64_t ts = ctx->current ? ctx->current->timestamp : SL_NO_TIMESTAMP;
+  const uint8_t *at = records;
+  sl_ring *ring = ctx->forward_ring;
+  if (!ring || ts != SL_NO_TIMESTAMP || size_bytes % 8 != 0 ||
+      size_bytes == 0 || ctx->in_sink ||
+      size_bytes > ctx->job->config.max_record_bytes) {
+    for (uint32_t i = 0; i < count; i++, at += size_bytes) {
+      int rc = sl_emit_ts(ctx, at, size_bytes, ts);
+      if (rc)
+        return rc;
+    }
+    return 0;
+  }
+  /* Here the stride equals size_bytes, so a run of records is one copy. */
+  assert(sl_record_stride(size_bytes, 0) == size_bytes);
+  while (count > 0) {
+    uint32_t got = 0;
+    uint8_t *slot =
+        sl_ring_append_records_producer(ring, size_bytes, 0, count, &got);
+    if (unlikely(!slot)) {
+      int rc = write_record(ctx, ring, at, size_bytes, SL_NO_TIMESTAMP);
+      if (rc)
+        return rc;
+      got = 1;
+    } else {
+      memcpy(slot, at, (size_t)got * size_bytes);
+    }
+    ctx->records_out += got;
+    at += (size_t)got * size_bytes;
+    count -= got;
+  }
+  return 0;
 }
 
 SL_EXPORT int sl_emit(sl_ctx *ctx, const void *data, uint32_t size_bytes) {

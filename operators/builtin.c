@@ -41,18 +41,27 @@ static int sequence_open(sl_ctx *ctx, void *user, void **state) {
   return 0;
 }
 
+/* Tuples generated per sl_emit_batch call. */
+#define SEQUENCE_RUN 256u
+
 static int sequence_next(sl_ctx *ctx, void *state) {
   sequence_instance *s = state;
-  uint64_t stop = s->end - s->next > SEQUENCE_RECORDS_PER_CALL
-                      ? s->next + SEQUENCE_RECORDS_PER_CALL
-                      : s->end;
-  for (; s->next < stop; s->next++) {
-    sl_tuple t = {.key = s->key_count ? s->key : s->next, .value = s->next};
-    int rc = sl_emit(ctx, &t, sizeof t);
+  sl_tuple run[SEQUENCE_RUN];
+  for (uint32_t calls = 0;
+       calls < SEQUENCE_RECORDS_PER_CALL / SEQUENCE_RUN && s->next < s->end;
+       calls++) {
+    uint32_t n = s->end - s->next < SEQUENCE_RUN ? (uint32_t)(s->end - s->next)
+                                                 : SEQUENCE_RUN;
+    for (uint32_t i = 0; i < n; i++) {
+      run[i].key = s->key_count ? s->key : s->next + i;
+      run[i].value = s->next + i;
+      if (++s->key == s->key_count)
+        s->key = 0;
+    }
+    int rc = sl_emit_batch(ctx, run, sizeof run[0], n);
     if (rc)
       return rc;
-    if (++s->key == s->key_count)
-      s->key = 0;
+    s->next += n;
   }
   return s->next == s->end ? SL_SOURCE_END : 0;
 }
