@@ -46,6 +46,7 @@ void sl_ring_reset(sl_ring *r) {
   atomic_store_explicit(&r->head, position, memory_order_relaxed);
   atomic_store_explicit(&r->tail, position, memory_order_relaxed);
   r->consumer_position = r->consumer_tail_cache = position;
+  r->consumer_released = r->release_check_position = position;
   r->producer_position = r->producer_head_cache = position;
   r->producer_published = r->wake_check_position = position;
   r->open_entry = 0;

@@ -108,6 +108,8 @@ typedef struct sl_ring {
   /* Consumer-private. */
   alignas(SL_CACHE_LINE) uint64_t consumer_position; /* >= head */
   uint64_t consumer_tail_cache;                      /* <= tail */
+  uint64_t consumer_released;      /* == head, without reading its line */
+  uint64_t release_check_position; /* where the last unforced check was */
 
   /* Producer-private.  The open RECORDS entry is described here, not read
    * back from its header, so extending it touches no shared memory; its
@@ -377,18 +379,26 @@ static inline void sl_ring_advance_consumer(sl_ring *r, uint64_t bytes) {
 /* Return the space read so far to the producer, and wake it if it is parked
  * and either force is set or at least a quarter of the ring is free. */
 static inline void sl_ring_release_consumer(sl_ring *r, bool force) {
-  uint64_t released = atomic_load_explicit(&r->head, memory_order_relaxed);
-  if (released != r->consumer_position) {
+  bool moved = r->consumer_released != r->consumer_position;
+  if (moved) {
     /* Release: our reads of the slots complete before the producer may
      * overwrite them. */
     atomic_store_explicit(&r->head, r->consumer_position,
                           memory_order_release);
+    r->consumer_released = r->consumer_position;
   }
   if (!r->producer_parker)
     return;
   if (!force) {
-    if (released == r->consumer_position)
+    /* Unforced checks happen at most every eighth of the ring consumed
+     * (each costs a fence).  A producer parks only on a ring more than
+     * three quarters full (it needs at most a quarter, note 8), so a
+     * consumer that keeps reading passes a check with a quarter free
+     * before the data runs out; one that stops forces the check first. */
+    if (!moved || r->consumer_position - r->release_check_position <
+                      r->wake_threshold_bytes / 2)
       return;
+    r->release_check_position = r->consumer_position;
     /* Our cached tail may be old (estimating too much free space): read the
      * real one before deciding, as the producer does for head. */
     if (r->capacity_bytes - (r->consumer_tail_cache - r->consumer_position) <
