@@ -755,9 +755,9 @@ int sl_job_compile(sl_job *job) {
   if (rc == 0)
     rc = instances_create(job);
   if (rc == 0)
-    rc = wire_edges(job, &list);
-  if (rc == 0)
     rc = assign_cpus(job);
+  if (rc == 0)
+    rc = wire_edges(job, &list);
   free(list.edges);
   if (rc)
     sl_job_free_compiled(job);
