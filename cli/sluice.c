@@ -82,7 +82,7 @@ static uint64_t parse_u64(const char *flag, const char *text, uint64_t min,
   char *end = 0;
   errno = 0;
   unsigned long long v = strtoull(text, &end, 10);
-  if (errno || end == text || *end != 0 || text[0] == '-')
+  if (errno || end == text || *end != 0 || text[0] < '0' || text[0] > '9')
     die_usage("%s: '%s' is not a whole number", flag, text);
   if (v < min || v > max)
     die_usage("%s: %llu is outside %" PRIu64 "..%" PRIu64, flag, v, min, max);
@@ -98,12 +98,12 @@ static int parse_cpus(const char *text, int *cpus) {
     char *end = 0;
     errno = 0;
     long v = strtol(p, &end, 10);
-    if (errno || end == p || v < 0 || v >= 1024)
+    if (errno || end == p || *p < '0' || *p > '9' || v >= 1024)
       die_usage("--cpus: '%s' is not a list of CPU numbers like 0,1", text);
     if (n == MAX_CPUS)
       die_usage("--cpus: more than %d CPUs", MAX_CPUS);
     cpus[n++] = (int)v;
-    if (*end == ',')
+    if (*end == ',' && end[1] != 0)
       end++;
     else if (*end != 0)
       die_usage("--cpus: '%s' is not a list of CPU numbers like 0,1", text);
@@ -370,6 +370,8 @@ static void print_summary(const options *o, sl_job *job, int rc, double secs,
 static int run_job(options *o) {
   if (strcmp(o->job_name, "pipeline") != 0 && strcmp(o->job_name, "keyed") != 0)
     die_usage("unknown job '%s' (sluice jobs lists them)", o->job_name);
+  if (o->parallelism > 128)
+    o->config.max_parallelism = (uint32_t)o->parallelism; /* key groups */
   sl_job *job = 0;
   int rc = sl_job_create(&o->config, &job);
   if (rc) {

@@ -11,8 +11,6 @@ SL_EXPORT const char *sl_strerror(int status) {
     return "SL_EGRAPH: the job graph is invalid";
   case SL_ESTARTED:
     return "SL_ESTARTED: the job has already been started";
-  case SL_EFAILED:
-    return "SL_EFAILED: the job has failed";
   case SL_ECALLBACK:
     return "SL_ECALLBACK: an operator callback failed";
   case SL_ESTOPPED:

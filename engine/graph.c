@@ -21,6 +21,9 @@
 #define SL_DEFAULT_RING_BYTES (1u << 20)
 #define SL_DEFAULT_MAX_RECORD_BYTES (64u << 10)
 #define SL_DEFAULT_OUTPUT_BATCH 1024u
+/* Also bounds how long a parked consumer can miss published batches when
+ * its producer stays busy writing elsewhere (ring.h note 8). */
+#define SL_DEFAULT_BUFFER_TIMEOUT_US 1000u
 /* Spin iterations when threads outnumber the allowed CPUs: a spinning
  * thread then holds a core its producer may need, so it parks almost at
  * once (measured on P1, 2 cores, 4 threads: 5..20 spins about 1.2x faster
@@ -63,6 +66,8 @@ static int config_resolve(sl_job_config *c) {
       return EINVAL;
     c->max_record_bytes = (uint32_t)(sl_ring_max_entry(c->ring_bytes) - 16);
   }
+  if (c->buffer_timeout_us == 0)
+    c->buffer_timeout_us = SL_DEFAULT_BUFFER_TIMEOUT_US;
   if (c->output_batch_records == 0)
     c->output_batch_records = SL_DEFAULT_OUTPUT_BATCH;
   if (c->output_batch_records > SL_ENTRY_MAX_COUNT)
@@ -221,9 +226,12 @@ static int op_new(sl_job *job, enum sl_op_kind kind, const char *name,
 }
 
 static int refuse(sl_job *job, const char *what, const char *name) {
-  if (job && job->state == SL_JOB_BUILDING)
-    sl_job_set_error(job, "operator '%s': %s", name ? name : "(null)", what);
-  return job && job->state != SL_JOB_BUILDING ? SL_ESTARTED : SL_EGRAPH;
+  if (!job)
+    return EINVAL;
+  if (job->state != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  sl_job_set_error(job, "operator '%s': %s", name ? name : "(null)", what);
+  return SL_EGRAPH;
 }
 
 SL_EXPORT int sl_op_source(sl_job *job, const char *name, int parallelism,
@@ -390,16 +398,15 @@ static const sl_op *find_cycle(const sl_op *op, unsigned char *color) {
 /* Is some physical operator reached through key_by/union from op with a
  * hash partition?  Used to check keyed parallelism. */
 static bool reaches_through_key_by(const sl_op *op) {
-  for (int depth = 0; op && depth < SL_MAX_OPERATORS; depth++) {
-    if (op->kind == SL_OP_KEY_BY)
-      return true;
-    if (op->kind != SL_OP_UNION)
-      return false;
-    for (int i = 0; i < op->input_count; i++)
-      if (reaches_through_key_by(op->inputs[i]))
-        return true;
+  /* Recursion depth is bounded by the operator count: the graph has no
+   * cycle when this runs. */
+  if (op->kind == SL_OP_KEY_BY)
+    return true;
+  if (op->kind != SL_OP_UNION)
     return false;
-  }
+  for (int i = 0; i < op->input_count; i++)
+    if (reaches_through_key_by(op->inputs[i]))
+      return true;
   return false;
 }
 
@@ -593,8 +600,15 @@ static int resolve_spin(sl_job *job) {
     job->spin_iterations = job->config.spin_iterations;
     return 0;
   }
-  int cpu_count = job->config.cpu_count;
-  if (cpu_count == 0 || job->config.no_pinning) {
+  int cpu_count = 0;
+  if (job->config.cpu_count > 0 && !job->config.no_pinning) {
+    /* Distinct CPUs: a list may name one CPU twice. */
+    cpu_set_t seen;
+    CPU_ZERO(&seen);
+    for (int i = 0; i < job->config.cpu_count; i++)
+      CPU_SET(job->config.cpus[i], &seen);
+    cpu_count = CPU_COUNT(&seen);
+  } else {
     int *cpus = 0;
     int rc = cpu_list_default(&cpus, &cpu_count);
     if (rc)
@@ -772,7 +786,9 @@ void sl_job_free_compiled(sl_job *job) {
   job->ring_count = 0;
   for (int i = 0; i < job->instance_count; i++) {
     sl_instance *inst = job->instances[i];
-    for (int k = 0; k < inst->output_count; k++) {
+    /* After a failed allocation in wire_edges, counts may be set while the
+     * arrays are not. */
+    for (int k = 0; inst->outputs && k < inst->output_count; k++) {
       free(inst->outputs[k].rings);
       free(inst->outputs[k].group_instance);
     }

@@ -101,7 +101,7 @@ struct sl_ctx {
   void *scratch;         /* map output buffer */
   bool in_sink;
   bool stopped_early; /* left its loop because of a stop or failure */
-  int status;         /* the instance's own failure, 0 if none */
+  bool emit_closed;   /* END sent or leaving: sl_emit refused */
   char cause[256];    /* sl_ctx_fail text */
 
   uint64_t records_in;  /* owner-only counters */

@@ -52,6 +52,7 @@ void sl_ring_reset(sl_ring *r) {
   r->open_entry = 0;
   r->open_key = SL_RING_NO_ENTRY;
   r->open_limit = 0;
+  r->closed_records = 0;
   assert(sl_ring_check(r));
 }
 
@@ -75,12 +76,12 @@ uint8_t *sl_ring_append_record_slow(sl_ring *r, uint32_t record_bytes,
     r->producer_position = next;
     return slot;
   }
-  if (r->open_entry && r->producer_position - r->open_first >=
-                           (uint64_t)r->batch_records * r->open_stride) {
-    /* The output batch is complete: make it visible (note 5). */
+  sl_ring_close_entry_producer(r);
+  if (r->closed_records >= r->batch_records) {
+    /* The output batch is complete, whatever sizes its records had: make it
+     * visible (note 5). */
     sl_ring_publish_producer(r, false);
   }
-  sl_ring_close_entry_producer(r);
   uint8_t *p = sl_ring_reserve_producer(r, 8 + stride);
   if (!p)
     return 0;

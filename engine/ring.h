@@ -36,10 +36,18 @@
  *    least a quarter of its capacity.  The consumer, after releasing, checks
  *    the producer when forced or when at least a quarter is free.  A parked
  *    consumer waits for any data; a parked producer waits for room for one
- *    record or one new entry, which is at most a quarter of the ring
- *    (sl_ring_max_entry), so the quarter thresholds never leave a waiter
- *    asleep while its condition holds: whoever could satisfy it next either
- *    crosses the threshold or forces the check before it waits itself.
+ *    record or one new entry (at most a quarter of the ring,
+ *    sl_ring_max_entry) plus, when it must wrap, the padding to the end:
+ *    at most half the ring.  So a producer parks only on a ring more than
+ *    half full, and a consumer that keeps reading passes wake checks with
+ *    a quarter, then more, free before the data runs out; the thresholds
+ *    never leave a waiter asleep while its condition holds: whoever could
+ *    satisfy it next either crosses the threshold or forces the check
+ *    before it waits itself.  Unforced checks are made at most every eighth
+ *    of the ring, which only delays them within that argument.  A producer
+ *    that stays busy but stops writing to one ring would leave that ring's
+ *    parked consumer asleep: the runtime's buffer timeout (1 ms by default)
+ *    forces a check on every output.
  *
  * Which calls may run concurrently (like liburcu's wfcqueue.h table):
  *
@@ -124,7 +132,8 @@ typedef struct sl_ring {
   sl_entry *open_entry;
   uint64_t open_first; /* position of the open entry's first record */
   uint32_t open_stride;
-  uint32_t batch_records; /* records per entry; a full entry is published */
+  uint32_t batch_records;   /* unpublished records that make a batch */
+  uint32_t closed_records;  /* records in closed, unpublished entries */
 
   /* Constant after init. */
   alignas(SL_CACHE_LINE) uint8_t *buffer;
@@ -203,6 +212,7 @@ static inline void sl_ring_close_entry_producer(sl_ring *r) {
     uint64_t count = (r->producer_position - r->open_first) / r->open_stride;
     assert(count >= 1 && count <= SL_ENTRY_MAX_COUNT);
     r->open_entry->count = (uint16_t)count;
+    r->closed_records += (uint32_t)count;
     r->open_entry = 0;
   }
   r->open_key = SL_RING_NO_ENTRY;
@@ -227,9 +237,6 @@ static inline uint8_t *sl_ring_append_record_producer(sl_ring *r,
   uint64_t next = r->producer_position + r->open_stride;
   if (__builtin_expect(key == r->open_key && next <= r->open_limit, 1)) {
     uint8_t *slot = r->buffer + (r->producer_position & r->mask);
-#ifdef SL_PREFETCH
-    __builtin_prefetch(r->buffer + ((next + SL_PREFETCH) & r->mask), 1);
-#endif
     r->producer_position = next;
     return slot;
   }
@@ -294,6 +301,7 @@ static inline bool sl_ring_publish_producer(sl_ring *r, bool force) {
     return false;
   }
   sl_ring_close_entry_producer(r); /* published entries never grow (7) */
+  r->closed_records = 0;
   /* Release: the entries' bytes, and the count just written into the open
    * entry's header, are written before the consumer can see the tail that
    * covers them. */
@@ -392,9 +400,9 @@ static inline void sl_ring_release_consumer(sl_ring *r, bool force) {
   if (!force) {
     /* Unforced checks happen at most every eighth of the ring consumed
      * (each costs a fence).  A producer parks only on a ring more than
-     * three quarters full (it needs at most a quarter, note 8), so a
-     * consumer that keeps reading passes a check with a quarter free
-     * before the data runs out; one that stops forces the check first. */
+     * half full (note 8), so a consumer that keeps reading passes checks
+     * with a quarter and more free before the data runs out; one that
+     * stops forces the check first. */
     if (!moved || r->consumer_position - r->release_check_position <
                       r->wake_threshold_bytes / 2)
       return;

@@ -59,8 +59,9 @@ static uint64_t now_ns(void) {
 
 SL_EXPORT int sl_key_instance(uint64_t key, uint32_t max_parallelism,
                               int parallelism) {
-  assert(max_parallelism > 0 && parallelism > 0);
-  assert((uint32_t)parallelism <= max_parallelism);
+  if (max_parallelism == 0 || parallelism < 1 ||
+      (uint32_t)parallelism > max_parallelism)
+    return -1;
   return sl_group_instance(sl_key_group(key, max_parallelism), max_parallelism,
                            parallelism);
 }
@@ -232,7 +233,7 @@ static inline int emit(sl_instance *inst, const void *data, uint32_t size,
 
 SL_EXPORT int sl_emit_ts(sl_ctx *ctx, const void *data, uint32_t size_bytes,
                          int64_t timestamp) {
-  if (unlikely(ctx->in_sink))
+  if (unlikely(ctx->in_sink || ctx->emit_closed))
     return SL_EUSAGE;
   if (unlikely(size_bytes > ctx->job->config.max_record_bytes))
     return SL_ETOOBIG;
@@ -245,7 +246,7 @@ SL_EXPORT int sl_emit_batch(sl_ctx *ctx, const void *records,
   const uint8_t *at = records;
   sl_ring *ring = ctx->forward_ring;
   if (!ring || ts != SL_NO_TIMESTAMP || size_bytes % 8 != 0 ||
-      size_bytes == 0 || ctx->in_sink ||
+      size_bytes == 0 || ctx->in_sink || ctx->emit_closed ||
       size_bytes > ctx->job->config.max_record_bytes) {
     for (uint32_t i = 0; i < count; i++, at += size_bytes) {
       int rc = sl_emit_ts(ctx, at, size_bytes, ts);
@@ -395,7 +396,8 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
 static int run_inputs(sl_instance *inst) {
   sl_job *job = inst->job;
   uint64_t timeout_ns = (uint64_t)job->config.buffer_timeout_us * 1000u;
-  uint64_t last_flush_ns = timeout_ns ? now_ns() : 0;
+  assert(timeout_ns > 0); /* resolved: never off (ring.h note 8) */
+  uint64_t last_flush_ns = now_ns();
   while (inst->channels_ended < inst->channel_count) {
     bool progressed = false;
     for (int c = 0; c < inst->channel_count; c++) {
@@ -419,9 +421,8 @@ static int run_inputs(sl_instance *inst) {
         break;
       if (!wait_until(inst, any_input_readable, 0))
         return SL_ESTOPPED;
-      if (timeout_ns)
-        last_flush_ns = now_ns();
-    } else if (timeout_ns) {
+      last_flush_ns = now_ns();
+    } else {
       uint64_t t = now_ns();
       if (t - last_flush_ns >= timeout_ns) {
         flush_outputs(inst, true);
@@ -446,6 +447,11 @@ static int run_source(sl_instance *inst) {
       return rc;
     if (rc == SL_SOURCE_END)
       return 0;
+    if (rc != 0) {
+      sl_ctx_fail(inst, "next() returned %d (0, SL_SOURCE_END or a negative "
+                  "error expected)", rc);
+      return EINVAL;
+    }
   }
 }
 
@@ -470,7 +476,6 @@ static int send_end(sl_instance *inst) {
 
 void sl_instance_fail(sl_instance *inst, int status) {
   sl_job *job = inst->job;
-  inst->status = status;
   int expected = 0;
   if (atomic_compare_exchange_strong(&job->failed, &expected, 1)) {
     /* Only the first failure writes the message: later ones are usually
@@ -560,16 +565,22 @@ static void *instance_main(void *arg) {
     inst->current = 0;
     rc = op->fn.process.finish(inst, inst->state);
     if (rc > 0)
-      rc = -rc;
+      rc = 0; /* only negative values are errors, as for process() */
   }
   if (rc == 0)
     rc = send_end(inst);
-  instance_close(inst);
+  /* After END (or on the way out) nothing may be emitted: the consumers
+   * may have finished, and a record written now would be lost or wait
+   * forever for room. */
+  inst->emit_closed = true;
   publish_counters(inst);
+  /* Stop the job before the close callback runs, so a failure stops the
+   * other instances promptly (DESIGN.md invariant 8). */
   if (rc == SL_ESTOPPED && job_stopping(inst->job))
     inst->stopped_early = true;
   else if (rc != 0)
     sl_instance_fail(inst, rc);
+  instance_close(inst);
   return 0;
 }
 
@@ -621,12 +632,14 @@ SL_EXPORT int sl_job_start(sl_job *job) {
     rc = start_thread(job->instances[i]);
     if (rc) {
       sl_instance *inst = job->instances[i];
-      sl_job_set_error(job,
-                       "cannot start the thread of operator '%s' instance %d "
-                       "(cpu %d): %s",
-                       inst->op->name, inst->index, inst->cpu,
-                       sl_strerror(rc));
-      atomic_store(&job->failed, 1);
+      int expected = 0;
+      /* Instances already running may fail too: the first writes. */
+      if (atomic_compare_exchange_strong(&job->failed, &expected, 1))
+        sl_job_set_error(job,
+                         "cannot start the thread of operator '%s' instance "
+                         "%d (cpu %d): %s",
+                         inst->op->name, inst->index, inst->cpu,
+                         sl_strerror(rc));
       sl_job_stop(job);
       join_started(job);
       job->state = SL_JOB_FINISHED;

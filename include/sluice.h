@@ -33,10 +33,11 @@
  * CAVEATS
  *
  * - A job runs once.  After sl_job_run() returns, only sl_job_error(),
- *   sl_job_stats() and sl_job_destroy() may be called on it.
- * - A job that failed stays failed: building calls after a refused graph
- *   change still work (the refused change left the graph unaltered), but a
- *   job whose run failed returns the same error from every later call.
+ *   sl_job_stats(), sl_job_wait() (which returns the same result again) and
+ *   sl_job_destroy() are useful; starting it again returns SL_ESTARTED.
+ * - A refused graph change leaves the graph unaltered, so building can go
+ *   on after it; a job whose run failed stays failed (its message stays in
+ *   sl_job_error()).
  * - Callbacks run on the engine's threads.  map, filter, flat_map and key
  *   functions receive one user pointer shared by all instances of the
  *   operator: they must be safe to call concurrently (pure functions are).
@@ -82,8 +83,7 @@ extern "C" {
 #define SL_EGRAPH (-30900)
 /** The job has already been started (or run) once. */
 #define SL_ESTARTED (-30899)
-/** The job is in a failed state; sl_job_error() says why. */
-#define SL_EFAILED (-30898)
+/* -30898 is reserved (formerly SL_EFAILED). */
 /** An operator callback reported an error; sl_job_error() names it. */
 #define SL_ECALLBACK (-30897)
 /** The job was stopped by sl_job_stop() before its sources ended. */
@@ -141,9 +141,11 @@ typedef struct sl_job_config {
    * affected, since a batch also leaves when the input runs dry), range
    * 1 .. 65535. */
   uint32_t output_batch_records;
-  /** If nonzero, pending output is published at the latest this many
-   * microseconds after its first record was written, even while input keeps
-   * arriving.  Default 0 (off: flush on full batch or dry input only). */
+  /** Pending output is published, with a forced wake-up check on every
+   * output ring, when this many microseconds have passed since the last
+   * flush, even while input keeps arriving.  Checked after each pass over
+   * the inputs, so the bound is this plus one pass (at most a ring's
+   * worth of records).  Default (0): 1000. */
   uint32_t buffer_timeout_us;
   /** Spin iterations (each a CPU pause, about 20 ns here) a waiting thread
    * makes before it parks on a futex.  Default (0): automatic, 20 when the
@@ -188,11 +190,12 @@ void sl_job_destroy(sl_job *job);
 /* ------------------------------------------------------------------------ */
 /* Callbacks. */
 
-/** Source: emits the next records with sl_emit().  Called repeatedly until
- * it returns SL_SOURCE_END.  Emit a batch per call (a few hundred records)
- * for throughput; the engine checks for stop between calls.
- * Return 0 to be called again, SL_SOURCE_END when exhausted, or a negative
- * value (an error) to fail the job. */
+/** Source: emits the next records with sl_emit() or sl_emit_batch().
+ * Called repeatedly until it returns SL_SOURCE_END.  Emit a batch per call
+ * (a few hundred records or more) for throughput: each call ends an output
+ * batch.  The engine checks for stop between calls.  Return 0 to be called
+ * again, SL_SOURCE_END when exhausted, or a negative value (an error) to
+ * fail the job; any other value fails it too. */
 #define SL_SOURCE_END 1
 typedef struct sl_source_ops {
   /** Optional.  Called once on the instance's thread before the first
@@ -200,7 +203,7 @@ typedef struct sl_source_ops {
   int (*open)(sl_ctx *ctx, void *user, void **instance_state);
   int (*next)(sl_ctx *ctx, void *instance_state);
   /** Optional.  Called once after the last next(), also on stop or failure,
-   * if open succeeded (or was absent). */
+   * if open succeeded (or was absent).  It may not emit (SL_EUSAGE). */
   void (*close)(sl_ctx *ctx, void *instance_state);
 } sl_source_ops;
 
@@ -230,9 +233,11 @@ typedef struct sl_process_ops {
   int (*process)(sl_ctx *ctx, void *instance_state, int input,
                  const sl_record *in);
   /** Optional.  Called when every input has ended, before the end of stream
-   * is forwarded; may emit final records.  Not called on stop/failure. */
+   * is forwarded; may emit final records.  Not called on stop/failure.
+   * Return 0, or negative to fail the job. */
   int (*finish)(sl_ctx *ctx, void *instance_state);
-  /** Optional.  Always called last if open succeeded (or was absent). */
+  /** Optional.  Always called last if open succeeded (or was absent), after
+   * the end of stream was forwarded; it may not emit (SL_EUSAGE). */
   void (*close)(sl_ctx *ctx, void *instance_state);
 } sl_process_ops;
 
@@ -347,8 +352,9 @@ int sl_job_stats(const sl_job *job, int i, sl_op_stats *stats);
 
 /** Emit a record (copied) with the timestamp of the record being processed
  * (none in a source).  May block while a downstream ring is full.
- * Errors: SL_ETOOBIG (size over max_record_bytes), SL_EUSAGE (in a sink),
- * SL_ESTOPPED (the job is stopping: return from the callback). */
+ * Errors: SL_ETOOBIG (size over max_record_bytes), SL_EUSAGE (in a sink, or
+ * from a close callback), SL_ESTOPPED (the job is stopping: return from the
+ * callback). */
 int sl_emit(sl_ctx *ctx, const void *data, uint32_t size_bytes);
 
 /** Emit `count` records of size_bytes each, stored back to back at records
@@ -382,8 +388,10 @@ int sl_ctx_stopping(const sl_ctx *ctx);
 uint64_t sl_hash_bytes(const void *data, size_t size_bytes);
 
 /** The instance (0..parallelism-1) that owns key under the job's key
- * partitioning: key group = hash(key) mod max_parallelism, instance =
- * key group * parallelism / max_parallelism (contiguous ranges). */
+ * partitioning: key group = a multiply-shift reduction of a 64-bit mix of
+ * the key into 0..max_parallelism-1, instance = key group * parallelism /
+ * max_parallelism (contiguous ranges of key groups).  Returns -1 if
+ * max_parallelism is 0 or parallelism is outside 1..max_parallelism. */
 int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
 
 /* ------------------------------------------------------------------------ */

@@ -2237,3 +2237,77 @@ Test(emit, batch_matches_single_emits, .timeout = 60) {
   cr_assert_eq(rebalanced.hash_sum, want_rebalanced.hash_sum);
   job_free(job);
 }
+
+/* ============================================ callbacks after the stream */
+
+typedef struct close_emit {
+  atomic_int close_rc;
+} close_emit;
+
+static int two_then_end(sl_ctx *ctx, void *state) {
+  (void)state;
+  sl_tuple t = {.key = 1, .value = 1};
+  int rc = sl_emit(ctx, &t, sizeof t);
+  return rc ? rc : SL_SOURCE_END;
+}
+
+static void emit_in_close(sl_ctx *ctx, void *state) {
+  close_emit *c = state;
+  sl_tuple t = {.key = 2, .value = 2};
+  atomic_store(&c->close_rc, sl_emit(ctx, &t, sizeof t));
+}
+
+static int open_pass_user(sl_ctx *ctx, void *user, void **state) {
+  (void)ctx;
+  *state = user;
+  return 0;
+}
+
+/* A close callback runs after END went downstream: its emits are refused
+ * instead of being lost or waiting forever for a finished consumer. */
+Test(emit, close_may_not_emit, .timeout = 60) {
+  static close_emit c;
+  atomic_store(&c.close_rc, 12345);
+  static const sl_source_ops ops = {
+      .open = open_pass_user, .next = two_then_end, .close = emit_in_close};
+  sl_job *job = job_new(0);
+  sl_op *src, *sink;
+  sl_checksum got = {0};
+  OK(job, sl_op_source(job, "src", 1, &ops, &c, &src));
+  OK(job, sl_sink_checksum(job, "sink", src, 1, &got, &sink));
+  int rc = run_guarded(job, RUN_LIMIT_S);
+  cr_assert_eq(rc, 0, "%s", sl_job_error(job));
+  cr_assert_eq(atomic_load(&c.close_rc), SL_EUSAGE);
+  cr_assert_eq(got.records, 1);
+  job_free(job);
+}
+
+static int returns_two(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  (void)state;
+  return 2;
+}
+
+/* A source's next() returning something other than 0, SL_SOURCE_END or a
+ * negative error fails the job with a message, instead of looping. */
+Test(errors, source_next_bad_return_value, .timeout = 60) {
+  static const sl_source_ops ops = {.next = returns_two};
+  sl_job *job = job_new(0);
+  sl_op *src, *sink;
+  sl_checksum got = {0};
+  OK(job, sl_op_source(job, "odd", 1, &ops, 0, &src));
+  OK(job, sl_sink_checksum(job, "sink", src, 1, &got, &sink));
+  int rc = run_guarded(job, RUN_LIMIT_S);
+  cr_assert_eq(rc, SL_ECALLBACK);
+  cr_assert(strstr(sl_job_error(job), "next() returned 2") != 0, "%s",
+            sl_job_error(job));
+  job_free(job);
+}
+
+Test(keyby, key_instance_rejects_bad_arguments) {
+  cr_assert_eq(sl_key_instance(7, 0, 1), -1);
+  cr_assert_eq(sl_key_instance(7, 128, 0), -1);
+  cr_assert_eq(sl_key_instance(7, 4, 5), -1);
+  int i = sl_key_instance(7, 128, 4);
+  cr_assert(i >= 0 && i < 4);
+}

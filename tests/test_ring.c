@@ -1274,3 +1274,32 @@ Test(parker, ping_pong, .timeout = 120) {
     cr_assert_eq(pthread_join(threads[i], 0), 0);
   cr_assert_gt(g.parkers[0].sleeps + g.parkers[1].sleeps, 0);
 }
+
+/* A batch is counted per ring, not per entry: records of alternating sizes
+ * (each starting a new entry) are still published once batch_records of
+ * them are waiting. */
+Test(ring, batch_counts_across_entries, .timeout = 30) {
+  sl_ring r;
+  cr_assert_eq(sl_ring_init(&r, 1u << 20, 0, 0, 64), 0);
+  uint64_t first_publish_at = 0;
+  for (uint64_t k = 1; k <= 1000 && first_publish_at == 0; k++) {
+    uint8_t *slot = sl_ring_append_record_producer(&r, k % 2 ? 8 : 16, 0);
+    cr_assert_not_null(slot);
+    memset(slot, (int)k, k % 2 ? 8 : 16);
+    if (atomic_load(&r.tail) != 0)
+      first_publish_at = k;
+  }
+  cr_assert_gt(first_publish_at, 0, "nothing was published in 1000 records");
+  cr_assert_leq(first_publish_at, 66,
+                "published after %" PRIu64 " records, batch is 64",
+                first_publish_at);
+  uint64_t records = 0;
+  while (sl_ring_readable_consumer(&r) > 0) {
+    const sl_entry *e = sl_ring_peek_consumer(&r);
+    records += e->count;
+    sl_ring_advance_consumer(&r, sl_entry_bytes(e));
+  }
+  cr_assert_geq(records, 64);
+  cr_assert(sl_ring_check(&r));
+  sl_ring_destroy(&r);
+}
