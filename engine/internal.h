@@ -133,6 +133,7 @@ struct sl_job {
   int ring_count;
 
   uint32_t spin_iterations; /* resolved from config (0 = automatic) */
+  uint64_t ring_bytes;      /* resolved from config (0 = automatic) */
   _Atomic int stopping;   /* set by sl_job_stop or a failure */
   _Atomic int failed;     /* the first failure claims this */
   int result;             /* what sl_job_wait returns */

@@ -125,14 +125,17 @@ typedef struct sl_record {
  * documented default.  sl_job_create(NULL, ...) takes all defaults. */
 
 typedef struct sl_job_config {
-  /** Bytes of each ring; rounded up to a power of two.  Default 1 MiB,
-   * range 4 KiB .. 1 GiB.  A job has one ring per connected pair of
-   * instances (P x C on a keyed or rebalanced edge).  Larger rings mean
-   * fewer context switches when threads outnumber cores. */
+  /** Bytes of each ring; rounded up to a power of two, range 4 KiB ..
+   * 1 GiB.  Default (0): automatic, 4 MiB per ring while the job's rings
+   * fit in 256 MiB together, halved as they get more numerous down to
+   * 512 KiB (and never too small for max_record_bytes).  A job has one ring
+   * per connected pair of instances (P x C on a keyed or rebalanced edge).
+   * Larger rings mean fewer context switches when threads outnumber
+   * cores; pages are touched only as a ring fills. */
   uint64_t ring_bytes;
   /** Largest record payload accepted by sl_emit().  Default 64 KiB, or
-   * less if the ring is small; at most ring_bytes / 4 - 16 (a record and its
-   * headers fit in a quarter ring). */
+   * less if ring_bytes is set small; at most ring_bytes / 4 - 16 (a record
+   * and its headers fit in a quarter ring). */
   uint32_t max_record_bytes;
   /** Records an instance may write to one output ring before it publishes
    * them (the output batch).  A batch also leaves when the instance's input
