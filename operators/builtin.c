@@ -94,15 +94,6 @@ SL_EXPORT int sl_source_sequence(sl_job *job, const char *name,
 
 /* ------------------------------------------------------------ checksum */
 
-static inline uint64_t fmix64(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
-
 static inline void checksum_add(sl_checksum *sum, const void *data,
                                 uint32_t size) {
   sum->records++;
@@ -112,7 +103,7 @@ static inline void checksum_add(sl_checksum *sum, const void *data,
     uint64_t w[2];
     memcpy(w, data, 16);
     sum->value_sum += w[1];
-    sum->hash_sum += fmix64(w[0] ^ fmix64(w[1] + 0x9e3779b97f4a7c15ull));
+    sum->hash_sum += sl_mix64(w[0] ^ sl_mix64(w[1] + 0x9e3779b97f4a7c15ull));
     return;
   }
   if (size > 16) {
