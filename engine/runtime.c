@@ -7,9 +7,9 @@
  *    producer sides; no other thread touches them (ring.h note 1).
  * 2. Output batching: records are appended privately and published when an
  *    output ring holds output_batch_records unpublished records, when a pass
- *    over the inputs finds nothing new (input dry), after buffer_timeout_us,
- *    after each call of a source's next(), and before the thread waits for
- *    anything.  So latency stays low at low load and batches are large at
+ *    over the inputs finds nothing new (input dry), every buffer_timeout_us
+ *    (1 ms by default, with a forced wake check: ring.h note 8), after each
+ *    call of a source's next(), and before the thread waits for anything.  So latency stays low at low load and batches are large at
  *    high load.
  * 3. Before an instance waits (input empty or output full) it publishes all
  *    outputs and returns all consumed input space with forced wake checks;
@@ -20,7 +20,9 @@
  *    through a stop.
  * 5. End of stream: when every input channel delivered END (a source: when
  *    next() returned SL_SOURCE_END) the instance calls finish, writes END
- *    on every output ring, publishes, closes and exits.
+ *    on every output ring and publishes; from then on sl_emit is refused.
+ *    A failure stops the job before the close callback runs; close is
+ *    always last.
  *
  * Thread states (function making the transition in brackets):
  *
