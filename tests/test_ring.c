@@ -790,8 +790,9 @@ static void control_waiting(sl_ring *r, sl_parker *self, unsigned spin_limit,
 }
 
 /* Consumer: wait until something is readable.  Before it waits it returns
- * the space it read (non-forced: ring.h note 8 says a release that leaves a
- * quarter free wakes a parked producer, and an empty ring is all free). */
+ * the space it read, not forced: a parked producer left the ring more than
+ * half full, so the consumer passed a (rate-limited) wake check with a
+ * quarter free before it ran dry (ring.h note 8); the tests exercise that. */
 static void wait_readable(sl_ring *r, sl_parker *self, unsigned spin_limit) {
   if (sl_ring_readable_consumer(r) > 0)
     return;

@@ -170,8 +170,10 @@ static void control_waiting(sl_ring *r, sl_parker *self, unsigned spin_limit,
   wait_until(try_control, &a, self, spin_limit);
 }
 
-/* The consumer returns what it read before it waits (not forced: an empty
- * ring is all free, which crosses the quarter threshold of note 8). */
+/* The consumer returns what it read before it waits, not forced: a parked
+ * producer left the ring more than half full, so the consumer passed a
+ * (rate-limited) wake check with a quarter free before it ran dry (ring.h
+ * note 8).  The tests thus also exercise that argument. */
 static void wait_readable(sl_ring *r, sl_parker *self, unsigned spin_limit) {
   if (sl_ring_readable_consumer(r) > 0)
     return;
