@@ -88,7 +88,8 @@ uint8_t *sl_ring_append_record_slow(sl_ring *r, uint32_t record_bytes,
   sl_entry *e = (sl_entry *)p;
   e->kind = SL_ENTRY_RECORDS;
   e->flags = (uint8_t)flags;
-  e->count = 0; /* written when the entry closes */
+  e->count = 1; /* rewritten when the entry closes, if it grew */
+  r->open_header_count = 1;
   e->record_bytes = record_bytes;
   uint64_t start = r->producer_position;
   uint64_t buffer_end = start - (start & r->mask) + r->capacity_bytes;

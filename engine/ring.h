@@ -28,6 +28,9 @@
  * 7. The producer writes entries privately and makes a whole batch visible
  *    with one store-release of tail (sl_ring_publish_producer).  An entry is
  *    never changed once published: publishing closes the open entry.  The
+ *    count in the header is written when the entry opens and again at close
+ *    only if it grew since: a late store to the header's line, which the
+ *    consumer may hold (it ends the previous entry), costs a transfer.  The
  *    consumer likewise reads a burst and returns its space with one
  *    store-release of head (sl_ring_release_consumer).
  * 8. Waking (wait.h): the producer, after publishing, checks whether the
@@ -134,6 +137,7 @@ typedef struct sl_ring {
   uint32_t open_stride;
   uint32_t batch_records;   /* unpublished records that make a batch */
   uint32_t closed_records;  /* records in closed, unpublished entries */
+  uint32_t open_header_count; /* count now stored in the open header */
 
   /* Constant after init. */
   alignas(SL_CACHE_LINE) uint8_t *buffer;
@@ -211,7 +215,11 @@ static inline void sl_ring_close_entry_producer(sl_ring *r) {
      * path stores nothing but producer_position. */
     uint64_t count = (r->producer_position - r->open_first) / r->open_stride;
     assert(count >= 1 && count <= SL_ENTRY_MAX_COUNT);
-    r->open_entry->count = (uint16_t)count;
+    /* Store only if it changed: the header's line may have gone to the
+     * consumer since the entry opened (it reads the previous entry's last
+     * record there, or prefetches it), and a store would pull it back. */
+    if (count != r->open_header_count)
+      r->open_entry->count = (uint16_t)count;
     r->closed_records += (uint32_t)count;
     r->open_entry = 0;
   }
@@ -268,6 +276,12 @@ static inline uint8_t *sl_ring_append_records_producer(sl_ring *r,
   uint64_t room = (r->open_limit - r->producer_position) / r->open_stride;
   uint64_t more = want - 1 < room ? want - 1 : room;
   r->producer_position += more * r->open_stride;
+  if (more && first == (uint8_t *)r->open_entry + sizeof(sl_entry)) {
+    /* This call opened the entry: its header's line is still ours, so
+     * store the count now, and closing need not touch the line again. */
+    r->open_entry->count = (uint16_t)(1 + more);
+    r->open_header_count = (uint32_t)(1 + more);
+  }
   *got = (uint32_t)(1 + more);
   return first;
 }
