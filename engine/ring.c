@@ -38,24 +38,6 @@ void sl_ring_destroy(sl_ring *r) {
   r->buffer = 0;
 }
 
-void sl_ring_reset(sl_ring *r) {
-  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-  /* Start both sides at the producer's furthest position so the counters
-   * stay monotonic. */
-  uint64_t position = r->producer_position > tail ? r->producer_position : tail;
-  atomic_store_explicit(&r->head, position, memory_order_relaxed);
-  atomic_store_explicit(&r->tail, position, memory_order_relaxed);
-  r->consumer_position = r->consumer_tail_cache = position;
-  r->consumer_released = r->release_check_position = position;
-  r->producer_position = r->producer_head_cache = position;
-  r->producer_published = r->wake_check_position = position;
-  r->open_entry = 0;
-  r->open_key = SL_RING_NO_ENTRY;
-  r->open_limit = 0;
-  r->closed_records = 0;
-  assert(sl_ring_check(r));
-}
-
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 uint8_t *sl_ring_append_record_slow(sl_ring *r, uint32_t record_bytes,

@@ -21,8 +21,9 @@
  *    the open entry, so small fixed-size records cost their payload plus 8/n
  *    bytes of header: the fast path.  Records of other sizes start new
  *    entries; nothing is allocated per record.  An entry holds at most
- *    batch_records records; the append that finds it full publishes it
- *    without a forced wake (the output batch).
+ *    batch_records records; when an entry closes and the closed, unpublished
+ *    entries hold batch_records records or more, they are published without
+ *    a forced wake (the output batch), whatever their sizes.
  * 6. Control entries (END, BARRIER, WATERMARK) carry one 64-bit value and
  *    are ordered with the records around them (invariant 2).
  * 7. The producer writes entries privately and makes a whole batch visible
@@ -162,9 +163,6 @@ void sl_ring_destroy(sl_ring *r);
  * from head to tail.  Call only when neither side runs concurrently (or
  * from the consumer, which walks only published bytes). */
 bool sl_ring_check(const sl_ring *r);
-
-/* Drop everything published and unpublished (both sides quiescent). */
-void sl_ring_reset(sl_ring *r);
 
 /* ---------------------------------------------------------------- producer */
 
