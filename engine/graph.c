@@ -434,8 +434,10 @@ SL_EXPORT int sl_job_validate(sl_job *job) {
     return SL_EGRAPH;
   }
   unsigned char *color = calloc((size_t)job->op_count, 1);
-  if (!color)
+  if (!color) {
+    sl_job_set_error(job, "out of memory while validating the graph");
     return ENOMEM;
+  }
   const sl_op *cycle = 0;
   for (int i = 0; i < job->op_count && !cycle; i++)
     if (color[i] == WHITE)
