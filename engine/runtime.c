@@ -44,6 +44,9 @@
 
 #include "internal.h"
 
+/* Records processed between two looks at job->stopping inside an entry. */
+#define SL_STOP_CHECK_RECORDS 64
+
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
@@ -327,17 +330,27 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
                    .timestamp = SL_NO_TIMESTAMP};
   inst->current = &rec;
   int rc = 0;
-  if (e->flags & SL_ENTRY_HAS_TS) {
-    for (; at < end && rc >= 0; at += stride) {
-      memcpy(&rec.timestamp, at, 8);
-      rec.data = at + 8;
-      rc = process_one(inst, kind, input, &rec);
+  /* Slices of SL_STOP_CHECK_RECORDS records: a stop is noticed within one
+   * slice, not after a whole entry (up to output_batch_records records of
+   * a possibly slow callback). */
+  size_t slice_bytes = (size_t)SL_STOP_CHECK_RECORDS * stride;
+  while (at < end && rc >= 0) {
+    const uint8_t *slice_end =
+        (size_t)(end - at) > slice_bytes ? at + slice_bytes : end;
+    if (e->flags & SL_ENTRY_HAS_TS) {
+      for (; at < slice_end && rc >= 0; at += stride) {
+        memcpy(&rec.timestamp, at, 8);
+        rec.data = at + 8;
+        rc = process_one(inst, kind, input, &rec);
+      }
+    } else {
+      for (; at < slice_end && rc >= 0; at += stride) {
+        rec.data = at;
+        rc = process_one(inst, kind, input, &rec);
+      }
     }
-  } else {
-    for (; at < end && rc >= 0; at += stride) {
-      rec.data = at;
-      rc = process_one(inst, kind, input, &rec);
-    }
+    if (at < end && rc >= 0 && unlikely(job_stopping(inst->job)))
+      rc = SL_ESTOPPED;
   }
   inst->current = 0;
   return rc < 0 ? rc : 0;
