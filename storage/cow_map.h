@@ -1,0 +1,170 @@
+/* cow_map.h — the copy-on-write hash map that holds an instance's keyed
+ * state, with O(1) freezes for checkpoints.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * 1. One map belongs to one operator instance.  Every call below except
+ *    reading a frozen delta runs on that instance's thread (the owner).
+ *    The map needs no locks: the owner never waits for the writer and the
+ *    writer never touches the table.
+ * 2. Entries are versioned by epoch.  The map starts in epoch 1; entries
+ *    loaded by sl_cow_map_load() are in epoch 0 ("clean", already
+ *    durable).  Every entry written (inserted, updated, deleted) in the
+ *    current epoch is on the current epoch's dirty list, exactly once per
+ *    version.
+ * 3. sl_cow_map_freeze() closes the current epoch and starts the next: the
+ *    closed dirty list becomes a frozen delta, immutable from then on.  It
+ *    costs O(1): no entry and no bucket is visited.
+ * 4. A write to an entry of a frozen, not yet released epoch copies it: the
+ *    new version goes into the table and the current dirty list; the old
+ *    one stays, unchanged, on its frozen list for the writer (the "copy on
+ *    write").  A delete of such an entry appends a tombstone version.
+ *    Entries of epoch 0, and of released epochs once sl_cow_map_maintain()
+ *    has reclaimed their delta, are updated in place and re-enter the
+ *    current dirty list; entries of the current epoch are updated in place.
+ *    (Until reclaimed, entries of released epochs are copied on write:
+ *    cow_map.c note 2.)
+ * 5. The writer (any thread, after a happens-before hand-off, e.g. a queue)
+ *    walks a frozen delta through sl_cow_entry.dirty_next and reads key,
+ *    value and the tombstone/superseded marks.  Those fields are never
+ *    written once their epoch is frozen.  Fields the owner keeps changing
+ *    (chain_next, retired) are never read by the writer.
+ * 6. Applying a frozen delta's entries in list order, skipping superseded
+ *    ones, to the state as of the previous delta gives exactly the state at
+ *    the freeze (put for a live entry, delete for a tombstone).  Deltas
+ *    must be applied in epoch order.
+ * 7. sl_cow_map_release(m, e) says every delta of epoch <= e is durable
+ *    and will never be read again.  Old versions they kept alive are then
+ *    reclaimed — in steps of bounded work (sl_cow_map_maintain), never in
+ *    one pass over the state.  Deltas that are not released (their
+ *    checkpoint was aborted) stay readable, so the next checkpoint can write
+ *    them again together with its own (sl_cow_map_pending()).
+ * 8. The table grows by doubling with incremental rehash (as Redis's dict):
+ *    each operation moves a bounded number of buckets, so no single call
+ *    visits more than SL_COW_STEP_MAX_BUCKETS buckets.
+ *
+ * Memory: one allocation per entry version: the header below (40 bytes)
+ * plus key and value, plus one bucket pointer per entry at most.
+ */
+#ifndef SL_COW_MAP_H
+#define SL_COW_MAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sl_cow_entry {
+  struct sl_cow_entry *chain_next; /* owner only: bucket chain */
+  struct sl_cow_entry *dirty_next; /* dirty list; immutable once frozen */
+  uint64_t hash;                   /* of the key */
+  uint32_t epoch;       /* epoch of this version */
+  uint32_t key_bytes;
+  uint32_t value_bytes; /* 0 for a tombstone */
+  uint8_t tombstone;    /* this version deletes the key */
+  uint8_t superseded;   /* a later version of the same epoch replaced it
+                           (set only while its epoch is current) */
+  uint8_t retired;      /* owner only: no longer in the table */
+  uint8_t pad_;
+  /* key (key_bytes), then value (value_bytes) at offset
+   * sl_cow_value_offset(key_bytes) from data, 8-byte aligned. */
+  _Alignas(8) uint8_t data[];
+} sl_cow_entry;
+
+static inline uint32_t sl_cow_value_offset(uint32_t key_bytes) {
+  return (key_bytes + 7u) & ~7u;
+}
+static inline const void *sl_cow_entry_key(const sl_cow_entry *e) {
+  return e->data;
+}
+static inline void *sl_cow_entry_value(sl_cow_entry *e) {
+  return e->data + sl_cow_value_offset(e->key_bytes);
+}
+
+/* A frozen delta: the versions written during one epoch, in write order. */
+typedef struct sl_cow_delta {
+  uint32_t epoch;
+  sl_cow_entry *head; /* first entry; follow dirty_next; NULL if empty */
+  uint64_t entries;   /* list length (superseded ones included) */
+  uint64_t bytes;     /* sum of key_bytes + value_bytes over the list */
+} sl_cow_delta;
+
+typedef struct sl_cow_map sl_cow_map;
+
+/* Largest key or value accepted (bytes). */
+#define SL_COW_MAX_BYTES (1u << 30)
+
+/* Most buckets one operation's rehash step visits (4 moved + 40 empty). */
+#define SL_COW_STEP_MAX_BUCKETS 44u
+
+/** Create an empty map in epoch 1.  Errors: ENOMEM. */
+int sl_cow_map_create(sl_cow_map **map);
+
+/** Free the map and every version it still holds, frozen deltas included.
+ * No writer may still be reading a delta.  NULL is accepted. */
+void sl_cow_map_destroy(sl_cow_map *map);
+
+/** Look a key up.  Returns the entry's value and sets *value_bytes, or
+ * NULL if absent.  The pointer is valid until the next write to the map. */
+const void *sl_cow_map_get(sl_cow_map *map, const void *key,
+                           uint32_t key_bytes, uint32_t *value_bytes);
+
+/** Insert or replace.  Returns a pointer to the value storage of the
+ * version now in the table (value_bytes writable bytes, already holding a
+ * copy of value if value is not NULL; with value NULL, the previous value's
+ * bytes as far as they fit and zeros after them, all zeros for a new key),
+ * valid until the next write to the map or freeze; NULL on ENOMEM, with the
+ * map unaltered.  Sizes over SL_COW_MAX_BYTES are a caller bug (asserted;
+ * NULL without asserts). */
+void *sl_cow_map_put(sl_cow_map *map, const void *key, uint32_t key_bytes,
+                     const void *value, uint32_t value_bytes);
+
+/** Delete a key.  Returns 0, SL_ENOTFOUND (-30888) if absent, or ENOMEM
+ * (the map unaltered) when a tombstone version cannot be allocated. */
+int sl_cow_map_delete(sl_cow_map *map, const void *key, uint32_t key_bytes);
+
+/** Live keys. */
+uint64_t sl_cow_map_count(const sl_cow_map *map);
+
+/** Freeze the current epoch (note 3) and return it as a delta; the map
+ * moves to the next epoch.  O(1).  The delta stays valid until released. */
+sl_cow_delta sl_cow_map_freeze(sl_cow_map *map);
+
+/** The frozen, not yet released deltas, oldest first: *count of them at
+ * *deltas (owned by the map, valid until the next freeze or release).  A
+ * checkpoint after an aborted one writes all of them (note 7).  Empty
+ * deltas are kept too, unless memory ran out (cow_map.c note 5). */
+void sl_cow_map_pending(const sl_cow_map *map, const sl_cow_delta **deltas,
+                        int *count);
+
+/** Every delta of epoch <= epoch is durable (note 7): its old versions may
+ * be reclaimed.  Cheap; the freeing happens in sl_cow_map_maintain(). */
+void sl_cow_map_release(sl_cow_map *map, uint32_t epoch);
+
+/** Do a bounded amount of deferred work (reclaiming released versions, at
+ * most budget entries).  Returns true if work remains. */
+bool sl_cow_map_maintain(sl_cow_map *map, uint32_t budget);
+
+/** Insert a clean (epoch 0) entry while restoring, before any other write.
+ * Errors: ENOMEM; EINVAL if the key is already present. */
+int sl_cow_map_load(sl_cow_map *map, const void *key, uint32_t key_bytes,
+                    const void *value, uint32_t value_bytes);
+
+/** Visit every live entry (owner thread, no writes meanwhile).  Stops and
+ * returns fn's value when it is nonzero. */
+int sl_cow_map_foreach(sl_cow_map *map,
+                       int (*fn)(void *arg, const sl_cow_entry *e),
+                       void *arg);
+
+/** Memory held by the map in bytes (entries of every version and the
+ * tables), for statistics. */
+uint64_t sl_cow_map_memory_bytes(const sl_cow_map *map);
+
+/** Whole-map consistency check for asserts and tests (walks everything).
+ * Prints the first failed condition to stderr. */
+bool sl_cow_map_check(const sl_cow_map *map);
+
+/* For tests: the most buckets a single operation's rehash step visited
+ * since creation (at most SL_COW_STEP_MAX_BUCKETS, note 8). */
+uint64_t sl_cow_map_max_step_buckets(const sl_cow_map *map);
+
+#endif /* SL_COW_MAP_H */
