@@ -1,0 +1,188 @@
+/* store.h — the LMDB store of a job's state directory.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * 1. One LMDB environment per state directory (data.mdb, lock.mdb), with
+ *    four named databases:
+ *      meta         "magic" -> "sluice-store", "format" -> u32 format
+ *                   version, "graph" -> the job graph fingerprint,
+ *                   "latest" -> u64 id of the newest complete checkpoint
+ *      checkpoints  u64 id (big-endian) -> checkpoint record (engine bytes)
+ *      blobs        u16 op, u16 instance (big-endian) -> the latest blob of
+ *                   that instance (source position, operator state, sink
+ *                   transactions), tagged with the checkpoint id
+ *      state        u16 op, u16 key group (big-endian), key bytes -> value
+ *                   (the materialized keyed state; big-endian prefixes keep
+ *                   each operator's key groups contiguous and in order)
+ *    Every stored value ends with an 8-byte checksum of the key and the
+ *    value, little-endian: XXH3_64bits_withSeed(value, seed) with seed =
+ *    XXH3_64bits_withSeed(key, database number), the numbers being meta 1,
+ *    checkpoints 2, blobs 3, state 4.  It is checked on every read: a
+ *    mismatch is SL_ECORRUPT naming the database and the key.  Meta values
+ *    are "sluice-store" (no NUL), u32 and u64 little-endian, the
+ *    fingerprint's bytes (no NUL); a blob value starts with the u64
+ *    (little-endian) id of the checkpoint that wrote it.
+ * 2. Checkpoint n is written by one write transaction: the state changes of
+ *    every instance, their blobs, the record of n, and "latest" = n.  It is
+ *    committed durably (fsync) unless no_sync was asked for.  A crash at
+ *    any instant leaves the store at n-1 or at n (DESIGN.md invariant 5).
+ * 3. MDB_MAP_FULL from a put or from the commit aborts the transaction; the
+ *    caller grows the map (sl_store_grow) and writes the transaction
+ *    again.  Nothing is lost: the previous checkpoint stays intact.
+ * 4. Opening checks, in this order, and refuses with SL_ESTORE and a
+ *    message naming the directory and the problem, changing nothing:
+ *    the path is not a directory; the directory holds files but no
+ *    data.mdb (not a store); data.mdb is not an LMDB file; the magic is
+ *    wrong (an LMDB file of someone else); the format version is newer
+ *    than SL_STORE_FORMAT_VERSION; the graph fingerprint differs (the
+ *    message quotes both).  A missing or empty directory is created and
+ *    initialised; so is one that holds only "lock" and "lock.mdb" (an
+ *    interrupted creation).  The "lock" file is created only once the
+ *    checks that need no LMDB have passed, and removed again if a later
+ *    check refuses the directory.
+ * 5. Only one process may write a store: sl_store_open takes an exclusive
+ *    lock (flock on a "lock" file in the directory); a second writer gets
+ *    SL_ESTORE "in use by another process".  read_only opens skip the lock
+ *    and use read transactions only (inspection while a job runs).
+ *    LMDB allows one handle per environment per process, so a second open
+ *    of the same directory in one process is refused (SL_ESTORE "in use:
+ *    already open in this process"), read-only or not.
+ *
+ * CONCURRENCY: a store handle is used by one thread at a time (the engine's
+ * writer thread, or the restoring thread before the job runs).  A write
+ * transaction is begun and ended (commit, abort, close) on one thread:
+ * LMDB's write lock is a mutex.
+ */
+#ifndef SL_STORE_H
+#define SL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_STORE_FORMAT_VERSION 1u
+#define SL_STORE_CHECKSUM_BYTES 8u
+/** sl_store_grow stops doubling here (1 TiB). */
+#define SL_STORE_MAX_MAP_BYTES (1ull << 40)
+
+typedef struct sl_store sl_store;
+typedef struct sl_store_txn sl_store_txn;
+
+typedef struct sl_store_options {
+  /** Required: a text that identifies the job graph (operator ids, names
+   * and kinds); a store written under another fingerprint is refused.
+   * A read_only open may pass NULL to skip the check. */
+  const char *graph_fingerprint;
+  /** 1: commit without fsync (MDB_NOSYNC).  A process crash loses
+   * nothing; a power cut may lose the latest checkpoints, and on a file
+   * system that does not keep write order may corrupt the store (LMDB's
+   * MDB_NOSYNC caveat). */
+  int no_sync;
+  /** Initial map size in bytes; 0 = 64 MiB.  Grows by doubling. */
+  uint64_t initial_map_bytes;
+  /** 1: open an existing store read-only (no lock, no writes); ENOENT if
+   * there is none. */
+  int read_only;
+} sl_store_options;
+
+/** Open (creating if missing or empty) the store in dir.  On error *store is
+ * NULL and err (if not NULL) holds a message naming dir and the problem.
+ * Errors: SL_ESTORE (notes 4 and 5), SL_ECORRUPT (a meta value fails its
+ * checksum or is missing), EINVAL (NULL argument or fingerprint), ENOENT
+ * (read_only and no store), ENOMEM, errno values from the file system,
+ * LMDB codes. */
+int sl_store_open(const char *dir, const sl_store_options *options,
+                  sl_store **store, char *err, size_t err_bytes);
+
+/** Close; an open transaction is aborted (on the thread that began it).
+ * NULL is accepted. */
+void sl_store_close(sl_store *store);
+
+/** The message of the store's last failure ("" if none). */
+const char *sl_store_error(const sl_store *store);
+
+/** Id of the newest complete checkpoint, 0 if none (for a read_only
+ * handle: as of sl_store_open). */
+uint64_t sl_store_latest(const sl_store *store);
+
+/** Current map size in bytes. */
+uint64_t sl_store_map_bytes(const sl_store *store);
+
+/** Delete every checkpoint, blob and state entry (start fresh), in one
+ * durable transaction; keeps meta with latest = 0.  Errors: EBUSY (a
+ * transaction is open), EACCES (read-only), LMDB codes. */
+int sl_store_wipe(sl_store *store);
+
+/** Begin the write transaction of one checkpoint.  One at a time: the
+ * handle *txn belongs to the store and stays valid until exactly one
+ * sl_store_commit or sl_store_abort ends it, also after a failure.
+ * Errors: EBUSY (one is open, or a failed one was not ended), EACCES
+ * (read-only), LMDB codes. */
+int sl_store_begin(sl_store *store, sl_store_txn **txn);
+
+/** Put (replace) one keyed-state entry.  Errors: MDB_MAP_FULL (note 3),
+ * EINVAL (key too long for LMDB: key_bytes + 4 > 511; value too long),
+ * ENOMEM, LMDB codes.  On error the transaction has failed: everything it
+ * wrote is discarded at once (so sl_store_grow may run), later puts,
+ * deletes and sl_store_commit return the same error, and the caller ends
+ * it with sl_store_abort (or sl_store_commit).  A put on an ended
+ * transaction returns EINVAL. */
+int sl_store_put_state(sl_store_txn *txn, uint16_t op, uint16_t key_group,
+                       const void *key, uint32_t key_bytes,
+                       const void *value, uint32_t value_bytes);
+
+/** Delete one keyed-state entry; absent is not an error.  Errors as put. */
+int sl_store_delete_state(sl_store_txn *txn, uint16_t op, uint16_t key_group,
+                          const void *key, uint32_t key_bytes);
+
+/** Replace the blob of (op, instance).  Errors as put. */
+int sl_store_put_blob(sl_store_txn *txn, uint16_t op, uint16_t instance,
+                      const void *data, uint32_t bytes);
+
+/** Write the record of checkpoint id, set latest = id, and commit (durably
+ * unless no_sync).  id must be greater than the latest (EINVAL otherwise).
+ * The transaction is finished either way.  Errors: the failure of a failed
+ * transaction, EINVAL, MDB_MAP_FULL, ENOMEM, SL_ECORRUPT (a blob or
+ * "latest" does not read back), EIO and other LMDB/errno codes (the store
+ * stays at the previous checkpoint). */
+int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
+                    uint32_t record_bytes);
+
+/** Abort an open or failed transaction.  NULL and an already ended
+ * transaction are accepted (no-op). */
+void sl_store_abort(sl_store_txn *txn);
+
+/** Double the map size.  No transaction may be open (a failed one may:
+ * it holds nothing).  Errors: EBUSY, EACCES (read-only), ENOMEM (past
+ * SL_STORE_MAX_MAP_BYTES), LMDB codes. */
+int sl_store_grow(sl_store *store);
+
+/* Reading: each call runs in its own read transaction, so it sees
+ * committed checkpoints only, also while a write transaction is open. */
+
+/** Call fn for every state entry of op with key group in
+ * [group_first, group_last], in key order.  Stops and returns fn's value if
+ * nonzero.  key and value point into the map: valid during the call only.
+ * Errors: SL_ECORRUPT (checksum, with the key in the message), EINVAL
+ * (group_first > group_last), LMDB codes. */
+int sl_store_read_state(sl_store *store, uint16_t op, uint16_t group_first,
+                        uint16_t group_last,
+                        int (*fn)(void *arg, uint16_t key_group,
+                                  const void *key, uint32_t key_bytes,
+                                  const void *value, uint32_t value_bytes),
+                        void *arg);
+
+/** The blob of (op, instance) as a malloc'd copy (*data, *bytes; never
+ * NULL on success, also for 0 bytes).  Errors: SL_ENOTFOUND, SL_ECORRUPT,
+ * ENOMEM, LMDB codes. */
+int sl_store_get_blob(sl_store *store, uint16_t op, uint16_t instance,
+                      void **data, uint32_t *bytes);
+
+/** The record of checkpoint id as a malloc'd copy.  Errors as get_blob. */
+int sl_store_get_checkpoint(sl_store *store, uint64_t id, void **record,
+                            uint32_t *bytes);
+
+/** Ids of all stored checkpoint records, ascending, as a malloc'd array
+ * (never NULL on success).  Errors: ENOMEM, SL_ECORRUPT, LMDB codes. */
+int sl_store_list_checkpoints(sl_store *store, uint64_t **ids, size_t *count);
+
+#endif /* SL_STORE_H */
