@@ -3,11 +3,14 @@
  *
  *   sluice run pipeline [options]   source -> map -> filter -> sink (P1)
  *   sluice run keyed [options]      source -> key_by -> count -> sink
+ *   sluice run count [options]      the same with keyed state, checkpoints
+ *                                   and an exactly-once file sink
  *   sluice jobs | --help | --version
  *
  * Exit status: 0 success, 1 the job failed or its result did not verify,
  * 2 a usage error, 130 stopped by SIGINT/SIGTERM.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -33,6 +36,7 @@ typedef struct options {
   int cpus[MAX_CPUS];
   bool quiet;
   bool json;
+  const char *output_dir; /* count: file sink directory */
 } options;
 
 static void usage(FILE *out) {
@@ -46,6 +50,9 @@ static void usage(FILE *out) {
           "             sink's count and sum are checked against the closed form\n"
           "  keyed      source -> key_by(key) -> running count per key -> sink;\n"
           "             checks that every key was counted at one instance\n"
+          "  count      the keyed job with the counts in checkpointed keyed state and\n"
+          "             an exactly-once file sink (--output); checks the committed\n"
+          "             files, also after a stop or kill and --resume\n"
           "\n"
           "Options:\n"
           "  --records N          records the source emits (default 50000000)\n"
@@ -60,6 +67,17 @@ static void usage(FILE *out) {
           "  --cpus LIST          CPUs to pin to, e.g. 0,1 (default: all allowed)\n"
           "  --pin-round-robin    pin instances round-robin in creation order\n"
           "  --no-pin             do not pin threads\n"
+          "  --state-dir DIR      take checkpoints into the LMDB store in DIR\n"
+          "  --resume             DIR holds checkpoints: resume from the newest\n"
+          "  --fresh              DIR holds checkpoints: delete them, start over\n"
+          "  --checkpoint-interval-ms N  between checkpoints (default 1000)\n"
+          "  --checkpoint-timeout-ms N   abort a checkpoint after N ms (default 60000)\n"
+          "  --min-pause-ms N     least pause between checkpoints (default 0)\n"
+          "  --max-concurrent N   checkpoints in flight (default 1)\n"
+          "  --tolerable-failures N  consecutive failed checkpoints tolerated (0)\n"
+          "  --at-least-once      unaligned barriers: no blocking, duplicates on resume\n"
+          "  --no-sync            commit checkpoints without fsync (benchmarks)\n"
+          "  --output DIR         count: write key,count lines to part files in DIR\n"
           "  --quiet              no live status line\n"
           "  --json               print the summary as one JSON object\n"
           "  -h, --help           this text\n");
@@ -139,7 +157,33 @@ static void parse_options(int argc, char **argv, int first, options *o) {
       o->config.pin_policy = SL_PIN_ROUND_ROBIN;
     else if (strcmp(a, "--no-pin") == 0)
       o->config.no_pinning = 1;
-    else if (strcmp(a, "--quiet") == 0)
+    else if (strcmp(a, "--state-dir") == 0) {
+      if (!v)
+        die_usage("%s needs a value", a);
+      o->config.checkpoint.state_dir = v, i++;
+    } else if (strcmp(a, "--resume") == 0)
+      o->config.checkpoint.store_policy = SL_STORE_RESUME;
+    else if (strcmp(a, "--fresh") == 0)
+      o->config.checkpoint.store_policy = SL_STORE_FRESH;
+    else if (strcmp(a, "--checkpoint-interval-ms") == 0)
+      o->config.checkpoint.interval_ms = (uint32_t)parse_u64(a, v, 1, 86400000), i++;
+    else if (strcmp(a, "--checkpoint-timeout-ms") == 0)
+      o->config.checkpoint.timeout_ms = (uint32_t)parse_u64(a, v, 1, 86400000), i++;
+    else if (strcmp(a, "--min-pause-ms") == 0)
+      o->config.checkpoint.min_pause_ms = (uint32_t)parse_u64(a, v, 0, 86400000), i++;
+    else if (strcmp(a, "--max-concurrent") == 0)
+      o->config.checkpoint.max_concurrent = (uint32_t)parse_u64(a, v, 1, 16), i++;
+    else if (strcmp(a, "--tolerable-failures") == 0)
+      o->config.checkpoint.tolerable_failures = (uint32_t)parse_u64(a, v, 0, 1000000), i++;
+    else if (strcmp(a, "--at-least-once") == 0)
+      o->config.checkpoint.mode = SL_AT_LEAST_ONCE;
+    else if (strcmp(a, "--no-sync") == 0)
+      o->config.checkpoint.no_sync = 1;
+    else if (strcmp(a, "--output") == 0) {
+      if (!v)
+        die_usage("%s needs a value", a);
+      o->output_dir = v, i++;
+    } else if (strcmp(a, "--quiet") == 0)
       o->quiet = true;
     else if (strcmp(a, "--json") == 0)
       o->json = true;
@@ -218,6 +262,106 @@ static void count_close(sl_ctx *ctx, void *state) {
   free(c);
 }
 
+/* The count job: the running count of each key in keyed value state. */
+static int state_count_process(sl_ctx *ctx, void *state, int input,
+                               const sl_record *in) {
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  const void *value;
+  uint32_t bytes;
+  uint64_t count = 0;
+  int rc = sl_state_get(ctx, 0, &value, &bytes);
+  if (rc == 0 && bytes == sizeof count)
+    memcpy(&count, value, sizeof count);
+  else if (rc != SL_ENOTFOUND) {
+    sl_ctx_fail(ctx, "keyed state of key %" PRIu64 ": %s", t.key,
+                rc ? sl_strerror(rc) : "wrong size");
+    return rc ? rc : -EINVAL;
+  }
+  count++;
+  rc = sl_state_put(ctx, 0, &count, sizeof count, 0);
+  if (rc)
+    return rc;
+  sl_tuple out = {.key = t.key, .value = count};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
+static int compare_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int format_tuple(void *user, const sl_record *in, char *buffer,
+                        uint32_t buffer_bytes) {
+  (void)user;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  int n = snprintf(buffer, buffer_bytes, "%" PRIu64 ",%" PRIu64, t.key,
+                   t.value);
+  /* snprintf needs room for its NUL: ask for one byte more if it lacked. */
+  return (uint32_t)n < buffer_bytes ? n : n + 1;
+}
+
+/* Check the committed output of the count job: every key k has exactly the
+ * lines k,1 .. k,c_k (in order within its instance's files) — no loss, no
+ * duplicate — and no pending part is left. */
+static bool verify_output(const options *o, char *why, size_t why_size) {
+  DIR *d = opendir(o->output_dir);
+  if (!d) {
+    snprintf(why, why_size, "cannot read %s: %s", o->output_dir,
+             strerror(errno));
+    return false;
+  }
+  uint64_t *seen = calloc(o->keys, sizeof *seen);
+  uint64_t lines = 0, bad = 0, pending = 0;
+  char **names = 0;
+  size_t count = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, ".part-", 6) == 0)
+      pending++;
+    if (strncmp(e->d_name, "part-", 5) != 0)
+      continue;
+    char **more = realloc(names, sizeof *names * (count + 1));
+    if (!more)
+      break;
+    names = more;
+    names[count++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, count, sizeof *names, compare_names);
+  for (size_t i = 0; i < count && seen; i++) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", o->output_dir, names[i]);
+    FILE *f = fopen(path, "r");
+    unsigned long long k, c;
+    while (f && fscanf(f, "%llu,%llu\n", &k, &c) == 2) {
+      lines++;
+      if (k >= o->keys || c != seen[k] + 1)
+        bad++; /* lost, duplicated or out of order */
+      else
+        seen[k] = c;
+    }
+    if (f)
+      fclose(f);
+    free(names[i]);
+  }
+  free(names);
+  uint64_t full = o->records / o->keys, rest = o->records % o->keys;
+  uint64_t short_keys = 0;
+  for (uint64_t k = 0; k < o->keys && seen; k++)
+    short_keys += seen[k] != full + (k < rest);
+  free(seen);
+  bool ok = lines == o->records && bad == 0 && short_keys == 0 && pending == 0;
+  snprintf(why, why_size,
+           "%" PRIu64 " committed lines in %zu files, expected %" PRIu64
+           "; %" PRIu64 " out of sequence, %" PRIu64 " keys short, %" PRIu64
+           " pending parts",
+           lines, count, o->records, bad, short_keys, pending);
+  return ok;
+}
+
 static int build_job(const options *o, sl_job *job, sl_checksum *sum) {
   sl_op *src, *mid, *mid2, *sink;
   int p = o->parallelism;
@@ -231,6 +375,22 @@ static int build_job(const options *o, sl_job *job, sl_checksum *sum) {
       rc = sl_op_filter(job, "filter", mid, p, not_multiple_of_four, 0, &mid2);
     if (!rc)
       rc = sl_sink_checksum(job, "sink", mid2, p, sum, &sink);
+    return rc;
+  }
+  if (strcmp(o->job_name, "count") == 0) {
+    static const sl_process_ops state_ops = {.process = state_count_process};
+    rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &mid);
+    if (!rc)
+      rc = sl_op_process(job, "count", &mid, 1, p, &state_ops, 0, &mid2);
+    if (!rc && o->output_dir) {
+      sl_file_sink_config fc = {.dir = o->output_dir,
+                                .exactly_once = 1,
+                                .format = format_tuple,
+                                .suffix = ".csv"};
+      rc = sl_sink_file(job, "sink", mid2, p, &fc, &sink);
+    } else if (!rc) {
+      rc = sl_sink_checksum(job, "sink", mid2, p, sum, &sink);
+    }
     return rc;
   }
   static const sl_process_ops count_ops = {
@@ -369,8 +529,13 @@ static void print_summary(const options *o, sl_job *job, int rc, double secs,
 }
 
 static int run_job(options *o) {
-  if (strcmp(o->job_name, "pipeline") != 0 && strcmp(o->job_name, "keyed") != 0)
+  if (strcmp(o->job_name, "pipeline") != 0 && strcmp(o->job_name, "keyed") != 0 &&
+      strcmp(o->job_name, "count") != 0)
     die_usage("unknown job '%s' (sluice jobs lists them)", o->job_name);
+  if (o->output_dir && strcmp(o->job_name, "count") != 0)
+    die_usage("--output is for the count job");
+  if (o->config.checkpoint.store_policy && !o->config.checkpoint.state_dir)
+    die_usage("--resume and --fresh need --state-dir");
   if (o->parallelism > 128)
     o->config.max_parallelism = (uint32_t)o->parallelism; /* key groups */
   sl_job *job = 0;
@@ -420,7 +585,22 @@ static int run_job(options *o) {
   }
   running_job = 0;
   char why[256] = "";
-  bool verified = rc == 0 && verify(o, &sum, why, sizeof why);
+  bool verified = rc == 0 && (o->output_dir
+                                  ? verify_output(o, why, sizeof why)
+                                  : verify(o, &sum, why, sizeof why));
+  if (rc == 0 && o->config.checkpoint.state_dir && !o->json) {
+    sl_checkpoint_stats cs;
+    uint64_t from = 0;
+    uint64_t last = sl_job_last_checkpoint(job, &from);
+    if (from)
+      printf("resumed from checkpoint %" PRIu64 "\n", from);
+    if (sl_job_checkpoint_stats(job, 0, &cs) == 0)
+      printf("checkpoints: newest complete %" PRIu64 "; last one %" PRIu64
+             " (%s) took %.1f ms, %" PRIu64 " entries, %" PRIu64 " bytes\n",
+             last, cs.id, cs.final ? "final" : "periodic",
+             (double)cs.duration_us / 1e3, cs.entries_persisted,
+             cs.bytes_persisted);
+  }
   print_summary(o, job, rc, secs, verified, why);
   if (rc && rc != SL_ESTOPPED)
     fprintf(stderr, "sluice: job %s failed: %s\n", o->job_name, sl_job_error(job));
@@ -446,13 +626,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "jobs") == 0) {
-    printf("pipeline\nkeyed\n");
+    printf("pipeline\nkeyed\ncount\n");
     return 0;
   }
   if (strcmp(cmd, "run") != 0)
     die_usage("unknown command '%s'", cmd);
   if (argc < 3 || argv[2][0] == '-')
-    die_usage("run needs a job name: pipeline or keyed");
+    die_usage("run needs a job name: pipeline, keyed or count");
   options o = {.job_name = argv[2], .records = 50000000, .keys = 10000,
                .parallelism = 1};
   parse_options(argc, argv, 3, &o);

@@ -1,4 +1,5 @@
 /* error.c — sl_strerror: one text for each sluice code, strerror otherwise. */
+#include <lmdb.h>
 #include <string.h>
 
 #include "internal.h"
@@ -21,9 +22,22 @@ SL_EXPORT const char *sl_strerror(int status) {
     return "SL_EUSAGE: call not allowed here";
   case SL_ENOTSTARTED:
     return "SL_ENOTSTARTED: the job has not been started";
+  case SL_ESTORE:
+    return "SL_ESTORE: the state directory cannot be used";
+  case SL_ECORRUPT:
+    return "SL_ECORRUPT: stored data failed its checksum";
+  case SL_EHASSTATE:
+    return "SL_EHASSTATE: the state directory holds checkpoints; resume or "
+           "start fresh";
+  case SL_ECHECKPOINT:
+    return "SL_ECHECKPOINT: too many consecutive checkpoints failed";
+  case SL_ENOTFOUND:
+    return "SL_ENOTFOUND: no such entry";
   default:
     break;
   }
+  if (status <= MDB_KEYEXIST && status >= MDB_LAST_ERRCODE)
+    return mdb_strerror(status); /* LMDB's own range */
   if (status > 0)
     return strerror(status); /* glibc's strerror is thread-safe for known codes */
   if (status < 0 && status > -4096)

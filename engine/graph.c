@@ -754,6 +754,10 @@ static int wire_edges(sl_job *job, const edge_list *list) {
         sl_channel *ch = &consumer->channels[consumer->channel_count++];
         ch->ring = ring;
         ch->input = e->input;
+        if (e->partition == SL_PARTITION_HASH) {
+          ch->key = e->key;
+          ch->key_user = e->key_user;
+        }
       }
     }
   }
@@ -811,6 +815,9 @@ int sl_job_compile(sl_job *job) {
 }
 
 void sl_job_free_compiled(sl_job *job) {
+  sl_checkpointer_free(job); /* first: its writer reads the cow maps */
+  for (int i = 0; i < job->instance_count; i++)
+    sl_snapshot_instance_free(job->instances[i]);
   for (int i = 0; i < job->ring_count; i++)
     sl_ring_destroy(&job->rings[i]); /* safe on never-initialised rings */
   free(job->rings);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "checkpoint.h"
 #include "ring.h"
 #include "sluice.h"
 #include "wait.h"
@@ -61,10 +62,14 @@ struct sl_op {
 };
 
 /* One input ring of an instance. */
-typedef struct sl_channel {
+typedef struct sl_channel { /* struct tag used by checkpoint.h */
   sl_ring *ring;
   int input; /* logical input index of the operator */
   bool ended;
+  bool blocked; /* aligned barrier: not read until alignment completes */
+  bool barrier_seen; /* delivered the barrier being aligned */
+  sl_key_fn key; /* key function of a key-partitioned edge, else NULL */
+  void *key_user;
 } sl_channel;
 
 /* One outgoing edge of an instance: rings to every consumer instance it
@@ -103,6 +108,8 @@ struct sl_ctx {
   bool stopped_early; /* left its loop because of a stop or failure */
   bool emit_closed;   /* END sent or leaving: sl_emit refused */
   char cause[256];    /* sl_ctx_fail text */
+  sl_channel *current_channel; /* channel being drained (keyed state) */
+  sl_instance_checkpoint cp;   /* checkpointing (snapshot.c) */
 
   uint64_t records_in;  /* owner-only counters */
   uint64_t records_out;
@@ -136,7 +143,15 @@ struct sl_job {
   uint64_t ring_bytes;      /* resolved from config (0 = automatic) */
   _Atomic int stopping;   /* set by sl_job_stop or a failure */
   _Atomic int failed;     /* the first failure claims this */
+  int fail_status;        /* status for sl_job_wait when failed (0: the
+                             default SL_ECALLBACK) */
   int result;             /* what sl_job_wait returns */
+
+  /* Checkpointing (coordinator.c); cp is NULL when it is off. */
+  struct sl_checkpointer *cp;
+  _Atomic uint64_t cp_completed_id; /* newest complete checkpoint */
+  _Atomic uint64_t cp_aborted_id;   /* newest aborted checkpoint */
+  _Atomic int cp_final_done;        /* the final checkpoint is durable */
   bool waited;
   char error[SL_ERROR_BYTES];
 };
@@ -149,6 +164,24 @@ void sl_job_free_compiled(sl_job *job);
 
 /* runtime.c */
 void sl_instance_fail(sl_instance *inst, int status);
+/* Fail the whole job with status (returned by sl_job_wait) and a message,
+ * unless it failed already; then stop it. */
+void sl_job_fail(sl_job *job, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int sl_instance_write_barrier(sl_instance *inst, uint64_t id);
+uint64_t sl_now_ns(void);
+
+/* Big-endian 64-bit integers in keys (byte order = numeric order). */
+static inline void sl_store_be64(uint8_t *out, uint64_t v) {
+  for (int i = 7; i >= 0; i--, v >>= 8)
+    out[i] = (uint8_t)v;
+}
+static inline uint64_t sl_load_be64(const uint8_t *in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v = v << 8 | in[i];
+  return v;
+}
 
 /* A 64-bit finaliser (murmur3's fmix64): spreads consecutive keys. */
 static inline uint64_t sl_mix64(uint64_t h) {

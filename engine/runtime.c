@@ -54,11 +54,7 @@ static inline bool job_stopping(const sl_job *job) {
   return atomic_load_explicit(&job->stopping, memory_order_relaxed) != 0;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+static inline uint64_t now_ns(void) { return sl_now_ns(); }
 
 /* ----------------------------------------------------------- keys */
 
@@ -132,14 +128,15 @@ static bool wait_until(sl_instance *inst, bool (*ready)(sl_instance *, void *),
   }
 }
 
+/* Input to read, or a checkpoint notification to act on. */
 static bool any_input_readable(sl_instance *inst, void *arg) {
   (void)arg;
   for (int c = 0; c < inst->channel_count; c++) {
     sl_channel *ch = &inst->channels[c];
-    if (!ch->ended && sl_ring_readable_consumer(ch->ring) > 0)
+    if (!ch->ended && !ch->blocked && sl_ring_readable_consumer(ch->ring) > 0)
       return true;
   }
-  return false;
+  return sl_snapshot_notification_pending(inst);
 }
 
 typedef struct append_wait {
@@ -316,6 +313,8 @@ process_one(sl_instance *inst, enum sl_op_kind kind, int input,
   case SL_OP_FLAT_MAP:
     return op->fn.flat_map(op->user, rec, inst);
   default:
+    inst->cp.key_valid = false; /* a new record: its key is computed on
+                                   the first keyed-state call */
     return op->fn.process.process(inst, inst->state, input, rec);
   }
 }
@@ -380,6 +379,7 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
                          uint64_t available) {
   sl_ring *r = ch->ring;
   uint64_t end = r->consumer_position + available;
+  inst->current_channel = ch;
   while (r->consumer_position < end) {
     const sl_entry *e = sl_ring_peek_consumer(r);
     if (likely(e->kind == SL_ENTRY_RECORDS)) {
@@ -393,10 +393,17 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
       sl_ring_advance_consumer(r, sl_entry_bytes(e));
       /* END is the producer's last entry on this ring. */
       assert(sl_ring_readable_consumer(r) == 0);
-      return 0;
+      return sl_snapshot_channel_ended(inst);
+    } else if (e->kind == SL_ENTRY_BARRIER) {
+      uint64_t id = sl_entry_value(e);
+      sl_ring_advance_consumer(r, sl_entry_bytes(e));
+      bool block = false;
+      int rc = sl_snapshot_barrier(inst, ch, id, &block);
+      if (rc || block)
+        return rc; /* aligned: nothing more from this channel for now */
+      continue;
     }
-    /* Past the records; BARRIER and WATERMARK (not produced yet) are
-     * skipped. */
+    /* Past the records; WATERMARK (not produced yet) is skipped. */
     sl_ring_advance_consumer(r, sl_entry_bytes(e));
     /* A stop is noticed within one entry (one output batch), not after the
      * whole backlog. */
@@ -417,7 +424,7 @@ static int run_inputs(sl_instance *inst) {
     bool progressed = false;
     for (int c = 0; c < inst->channel_count; c++) {
       sl_channel *ch = &inst->channels[c];
-      if (ch->ended)
+      if (ch->ended || ch->blocked)
         continue;
       uint64_t available = sl_ring_readable_consumer(ch->ring);
       if (!available)
@@ -431,6 +438,12 @@ static int run_inputs(sl_instance *inst) {
     publish_counters(inst);
     if (unlikely(job_stopping(job)))
       return SL_ESTOPPED;
+    if (unlikely(sl_snapshot_notification_pending(inst))) {
+      int rc = sl_snapshot_notifications(inst);
+      if (rc)
+        return rc;
+      continue; /* an abort may have unblocked channels */
+    }
     if (!progressed) {
       if (inst->channels_ended == inst->channel_count)
         break;
@@ -453,6 +466,13 @@ static int run_source(sl_instance *inst) {
   for (;;) {
     if (unlikely(job_stopping(job)))
       return SL_ESTOPPED;
+    if (unlikely(job->cp != 0)) {
+      int rc = sl_snapshot_notifications(inst);
+      if (rc == 0)
+        rc = sl_snapshot_source_poll(inst);
+      if (rc)
+        return rc;
+    }
     int rc = inst->op->fn.source.next(inst, inst->state);
     /* Each call ends a batch (note 2): a source that blocks inside next()
      * must not hold back what it emitted before. */
@@ -461,7 +481,7 @@ static int run_source(sl_instance *inst) {
     if (rc < 0)
       return rc;
     if (rc == SL_SOURCE_END)
-      return 0;
+      return sl_snapshot_source_poll(inst); /* a trigger that came last */
     if (rc != 0) {
       sl_ctx_fail(inst, "next() returned %d (0, SL_SOURCE_END or a negative "
                   "error expected)", rc);
@@ -487,7 +507,46 @@ static int send_end(sl_instance *inst) {
   return 0;
 }
 
+/* Write barrier id on every output ring (waiting for room), then publish:
+ * downstream aligns on it at once. */
+int sl_instance_write_barrier(sl_instance *inst, uint64_t id) {
+  for (int o = 0; o < inst->output_count; o++) {
+    sl_output *out = &inst->outputs[o];
+    for (int k = 0; k < out->ring_count; k++) {
+      sl_ring *ring = out->rings[k];
+      if (sl_ring_write_control_producer(ring, SL_ENTRY_BARRIER, id))
+        continue;
+      append_wait w = {.ring = ring,
+                       .control_kind = SL_ENTRY_BARRIER,
+                       .control_value = id};
+      if (!wait_until(inst, try_control, &w))
+        return SL_ESTOPPED;
+    }
+  }
+  flush_outputs(inst, true);
+  return 0;
+}
+
+static bool final_done(sl_instance *inst, void *arg) {
+  (void)arg;
+  return atomic_load(&inst->job->cp_final_done) != 0;
+}
+
 /* ----------------------------------------------------------- failing */
+
+void sl_job_fail(sl_job *job, int status, const char *fmt, ...) {
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&job->failed, &expected, 1)) {
+    char message[SL_ERROR_BYTES];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    job->fail_status = status;
+    sl_job_set_error(job, "%s", message);
+  }
+  sl_job_stop(job);
+}
 
 void sl_instance_fail(sl_instance *inst, int status) {
   sl_job *job = inst->job;
@@ -574,7 +633,12 @@ static void *instance_main(void *arg) {
     sl_instance_fail(inst, rc);
     return 0;
   }
-  rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
+  rc = sl_snapshot_restore_hook(inst);
+  if (rc && !inst->cause[0])
+    sl_ctx_fail(inst, "restore from checkpoint %" PRIu64 " failed",
+                inst->cp.restored_from);
+  if (rc == 0)
+    rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
   if (rc == 0 && (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
       op->fn.process.finish) {
     inst->current = 0;
@@ -583,7 +647,16 @@ static void *instance_main(void *arg) {
       rc = 0; /* only negative values are errors, as for process() */
   }
   if (rc == 0)
+    rc = sl_snapshot_final(inst); /* snapshot.c note 7 */
+  if (rc == 0)
     rc = send_end(inst);
+  if (rc == 0 && inst->cp.final_acked) {
+    /* Sinks commit only once the final checkpoint is durable. */
+    if (!wait_until(inst, final_done, 0))
+      rc = SL_ESTOPPED;
+    else
+      rc = sl_snapshot_notifications(inst);
+  }
   /* After END (or on the way out) nothing may be emitted: the consumers
    * may have finished, and a record written now would be lost or wait
    * forever for room. */
@@ -642,6 +715,17 @@ SL_EXPORT int sl_job_start(sl_job *job) {
     sl_job_set_error(job, "cannot set up the job: %s", sl_strerror(rc));
     return rc;
   }
+  job->error[0] = 0;
+  rc = sl_checkpointer_setup(job);
+  if (rc == 0)
+    rc = sl_checkpointer_start(job);
+  if (rc) {
+    if (!job->error[0])
+      sl_job_set_error(job, "cannot set up checkpointing: %s",
+                       sl_strerror(rc));
+    sl_job_free_compiled(job); /* also stops and frees the checkpointer */
+    return rc;
+  }
   job->state = SL_JOB_RUNNING;
   for (int i = 0; i < job->instance_count; i++) {
     rc = start_thread(job->instances[i]);
@@ -657,6 +741,7 @@ SL_EXPORT int sl_job_start(sl_job *job) {
                          sl_strerror(rc));
       sl_job_stop(job);
       join_started(job);
+      sl_checkpointer_stop(job);
       job->state = SL_JOB_FINISHED;
       job->waited = true;
       job->result = rc;
@@ -674,10 +759,12 @@ SL_EXPORT int sl_job_wait(sl_job *job) {
   if (job->waited)
     return job->result;
   join_started(job);
+  sl_checkpointer_stop(job);
   job->state = SL_JOB_FINISHED;
   job->waited = true;
   if (atomic_load(&job->failed)) {
-    job->result = SL_ECALLBACK; /* the cause is in job->error */
+    /* The cause is in job->error. */
+    job->result = job->fail_status ? job->fail_status : SL_ECALLBACK;
   } else {
     job->result = 0;
     for (int i = 0; i < job->instance_count; i++)

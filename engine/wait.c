@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-static long futex(_Atomic uint32_t *word, int op, uint32_t value) {
-  return syscall(SYS_futex, (uint32_t *)word, op, value, NULL, NULL, 0);
+static long futex(_Atomic uint32_t *word, int op, uint32_t value,
+                  const struct timespec *timeout) {
+  return syscall(SYS_futex, (uint32_t *)word, op, value, timeout, NULL, 0);
 }
 
 void sl_parker_sleep(sl_parker *p) {
@@ -17,8 +19,20 @@ void sl_parker_sleep(sl_parker *p) {
    * between our prepare and this call, which is what makes the protocol
    * free of lost wake-ups.  EINTR and spurious returns are fine: the caller
    * loops and re-checks. */
-  long rc = futex(&p->state, FUTEX_WAIT_PRIVATE, SL_PARKER_PARKED);
+  long rc = futex(&p->state, FUTEX_WAIT_PRIVATE, SL_PARKER_PARKED, NULL);
   assert(rc == 0 || errno == EAGAIN || errno == EINTR);
+  (void)rc;
+  atomic_store_explicit(&p->state, SL_PARKER_RUNNING, memory_order_relaxed);
+}
+
+void sl_parker_sleep_ns(sl_parker *p, uint64_t timeout_ns) {
+  p->sleeps++;
+  /* A relative timeout: returning early or late is harmless, the caller
+   * re-checks its deadlines. */
+  struct timespec t = {.tv_sec = (time_t)(timeout_ns / 1000000000u),
+                       .tv_nsec = (long)(timeout_ns % 1000000000u)};
+  long rc = futex(&p->state, FUTEX_WAIT_PRIVATE, SL_PARKER_PARKED, &t);
+  assert(rc == 0 || errno == EAGAIN || errno == EINTR || errno == ETIMEDOUT);
   (void)rc;
   atomic_store_explicit(&p->state, SL_PARKER_RUNNING, memory_order_relaxed);
 }
@@ -30,5 +44,5 @@ void sl_parker_wake_slow(sl_parker *p) {
   if (atomic_compare_exchange_strong_explicit(
           &p->state, &expected, SL_PARKER_RUNNING, memory_order_seq_cst,
           memory_order_relaxed))
-    futex(&p->state, FUTEX_WAKE_PRIVATE, 1);
+    futex(&p->state, FUTEX_WAKE_PRIVATE, 1, NULL);
 }

@@ -86,6 +86,9 @@ static inline void sl_parker_cancel(sl_parker *p) {
  * Spurious returns are allowed; the caller re-checks its condition. */
 void sl_parker_sleep(sl_parker *p);
 
+/* sl_parker_sleep, but for at most timeout_ns nanoseconds. */
+void sl_parker_sleep_ns(sl_parker *p, uint64_t timeout_ns);
+
 /* Slow path of sl_parker_wake: the owner is parked, so wake it. */
 void sl_parker_wake_slow(sl_parker *p);
 

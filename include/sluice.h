@@ -94,7 +94,20 @@ extern "C" {
 #define SL_EUSAGE (-30894)
 /** The job has not been started. */
 #define SL_ENOTSTARTED (-30893)
-#define SL_ERRCODE_LAST (-30893)
+/** A state directory cannot be used: not a sluice store, a newer format
+ * version, or written by a different job graph; sl_job_error() says which.
+ * Nothing in the directory was changed. */
+#define SL_ESTORE (-30892)
+/** Stored data failed its checksum when read back. */
+#define SL_ECORRUPT (-30891)
+/** The state directory already holds checkpoints, and the job asked neither
+ * to resume from them nor to start fresh (SL_STORE_RESUME/SL_STORE_FRESH). */
+#define SL_EHASSTATE (-30890)
+/** More consecutive checkpoints failed than the job tolerates. */
+#define SL_ECHECKPOINT (-30889)
+/** No such entry (keyed state lookups). */
+#define SL_ENOTFOUND (-30888)
+#define SL_ERRCODE_LAST (-30888)
 
 /** Return a static description of a status code (ours or an errno). */
 const char *sl_strerror(int status);
@@ -167,7 +180,46 @@ typedef struct sl_job_config {
    * groups, and each instance owns a contiguous range.  Default 128, range
    * 1 .. 32768; at least the parallelism of every keyed operator. */
   uint32_t max_parallelism;
+  /** Checkpointing (off unless checkpoint.state_dir is set); see below. */
+  struct sl_checkpoint_config {
+    /** Directory of the job's LMDB store; NULL: no checkpoints. */
+    const char *state_dir;
+    /** Time between checkpoint triggers.  Default (0): 1000 ms. */
+    uint32_t interval_ms;
+    /** A checkpoint not complete this long after its trigger is aborted.
+     * Default (0): 60000 ms. */
+    uint32_t timeout_ms;
+    /** Least time from the end of one checkpoint to the next trigger.
+     * Default 0. */
+    uint32_t min_pause_ms;
+    /** Checkpoints in flight at once.  Default (0): 1, range 1 .. 16. */
+    uint32_t max_concurrent;
+    /** Consecutive failed (aborted) checkpoints tolerated; one more fails
+     * the job with SL_ECHECKPOINT and the last cause.  Default 0. */
+    uint32_t tolerable_failures;
+    /** SL_EXACTLY_ONCE (default: aligned barriers) or SL_AT_LEAST_ONCE. */
+    int mode;
+    /** 1: commit checkpoints without fsync.  A process crash loses nothing;
+     * a power cut or kernel crash may lose the checkpoints of the last ~30
+     * seconds (whatever the kernel had not written back), and the job then
+     * resumes from an older one — never from a torn one.  For benchmarks. */
+    int no_sync;
+    /** What to do when state_dir already holds checkpoints: SL_STORE_REFUSE
+     * (default: fail with SL_EHASSTATE), SL_STORE_RESUME (restore the
+     * newest complete checkpoint), SL_STORE_FRESH (delete them first). */
+    int store_policy;
+    /** Initial LMDB map size in bytes; grown by doubling when full.
+     * Default (0): 64 MiB. */
+    uint64_t initial_map_bytes;
+  } checkpoint;
 } sl_job_config;
+
+enum sl_checkpoint_mode { SL_EXACTLY_ONCE = 0, SL_AT_LEAST_ONCE = 1 };
+enum sl_store_policy {
+  SL_STORE_REFUSE = 0,
+  SL_STORE_RESUME = 1,
+  SL_STORE_FRESH = 2
+};
 
 /** Pinning policies.
  *
@@ -208,6 +260,18 @@ typedef struct sl_source_ops {
   /** Optional.  Called once after the last next(), also on stop or failure,
    * if open succeeded (or was absent).  It may not emit (SL_EUSAGE). */
   void (*close)(sl_ctx *ctx, void *instance_state);
+  /** Replayable sources.  snapshot() records the position after the last
+   * record emitted so far with sl_operator_state_set(); it runs between two
+   * next() calls when a checkpoint is triggered.  restore() runs after open()
+   * when the job resumes from checkpoint_id and seeks to the position that
+   * sl_operator_state_get() returns.  A source without them is not
+   * replayable: after a resume it starts from its beginning (duplicates).
+   * Return 0 or negative to fail. */
+  int (*snapshot)(sl_ctx *ctx, void *instance_state, uint64_t checkpoint_id);
+  int (*restore)(sl_ctx *ctx, void *instance_state, uint64_t checkpoint_id);
+  /** Optional: checkpoint_id (and every earlier one) is durable. */
+  void (*checkpoint_complete)(sl_ctx *ctx, void *instance_state,
+                              uint64_t checkpoint_id);
 } sl_source_ops;
 
 /** Map: write at most out_max_bytes bytes to out (8-byte aligned) and set
@@ -242,6 +306,21 @@ typedef struct sl_process_ops {
   /** Optional.  Always called last if open succeeded (or was absent), after
    * the end of stream was forwarded; it may not emit (SL_EUSAGE). */
   void (*close)(sl_ctx *ctx, void *instance_state);
+  /** Checkpoint hooks, all optional.  snapshot() runs when barrier
+   * checkpoint_id has been aligned, before it is forwarded: save operator
+   * (non-keyed) state with sl_operator_state_set(); an exactly-once sink
+   * pre-commits here.  Keyed state is snapshotted by the engine.  Also called
+   * once at the end of input (after finish()) for the job's final
+   * checkpoint.  checkpoint_complete() says checkpoint_id and all earlier
+   * ones are durable (an exactly-once sink commits everything pre-committed
+   * up to it; after an abort, the next completion covers the aborted one's
+   * data too).  restore() runs after open() when the job resumes from
+   * checkpoint_id; sl_operator_state_get() returns what snapshot() saved.
+   * Keyed state is already restored when it runs.  Return 0 or negative. */
+  int (*snapshot)(sl_ctx *ctx, void *instance_state, uint64_t checkpoint_id);
+  void (*checkpoint_complete)(sl_ctx *ctx, void *instance_state,
+                              uint64_t checkpoint_id);
+  int (*restore)(sl_ctx *ctx, void *instance_state, uint64_t checkpoint_id);
 } sl_process_ops;
 
 /* ------------------------------------------------------------------------ */
@@ -387,6 +466,127 @@ const char *sl_ctx_name(const sl_ctx *ctx);
 /** Nonzero once the job is stopping; long-running callbacks should return. */
 int sl_ctx_stopping(const sl_ctx *ctx);
 
+/* ------------------------------------------------------------------------ */
+/* State.  Keyed state is reached through the key of the record being
+ * processed: it is available in process operators and sinks whose input
+ * streams all come through sl_op_key_by (SL_EUSAGE otherwise, and outside
+ * process()).  state_id names one state of the operator (the caller picks
+ * small numbers); the same id must always be used with the same kind.
+ * Values are byte strings of up to 1 GiB; pointers returned are valid until
+ * the next state call of the instance.  All keyed state is checkpointed
+ * (incrementally: only what changed) and restored on resume. */
+
+/** Value state: the value of state_id for the current key.  Errors:
+ * SL_ENOTFOUND (no value), SL_EUSAGE. */
+int sl_state_get(sl_ctx *ctx, uint16_t state_id, const void **value,
+                 uint32_t *size_bytes);
+/** Set the value; returns the stored copy in *stored if not NULL (writable
+ * until the next state call, for in-place updates).  Errors: ENOMEM,
+ * SL_EUSAGE, EINVAL (too large). */
+int sl_state_put(sl_ctx *ctx, uint16_t state_id, const void *value,
+                 uint32_t size_bytes, void **stored);
+/** Remove the value.  Errors: SL_ENOTFOUND, ENOMEM, SL_EUSAGE. */
+int sl_state_delete(sl_ctx *ctx, uint16_t state_id);
+
+/** Map state: a map from user keys to values, per current key. */
+int sl_mapstate_get(sl_ctx *ctx, uint16_t state_id, const void *user_key,
+                    uint32_t user_key_bytes, const void **value,
+                    uint32_t *size_bytes);
+int sl_mapstate_put(sl_ctx *ctx, uint16_t state_id, const void *user_key,
+                    uint32_t user_key_bytes, const void *value,
+                    uint32_t size_bytes);
+int sl_mapstate_delete(sl_ctx *ctx, uint16_t state_id, const void *user_key,
+                       uint32_t user_key_bytes);
+
+/** List state: append an item (copy-on-write appends copy the list once per
+ * checkpoint interval).  Errors as sl_state_put. */
+int sl_liststate_add(sl_ctx *ctx, uint16_t state_id, const void *item,
+                     uint32_t item_bytes);
+/** The list as an opaque buffer for sl_list_next(); SL_ENOTFOUND if empty.
+ * Clear it with sl_state_delete(). */
+int sl_liststate_get(sl_ctx *ctx, uint16_t state_id, const void **list,
+                     uint32_t *list_bytes);
+/** Iterate a list buffer: *offset starts at 0; returns 1 with the next item,
+ * or 0 at the end. */
+int sl_list_next(const void *list, uint32_t list_bytes, uint32_t *offset,
+                 const void **item, uint32_t *item_bytes);
+
+/** Reducing / aggregating state: fold value into the accumulator of
+ * state_id for the current key.  The accumulator has acc_bytes bytes; when
+ * absent it starts as a copy of init (acc_bytes bytes).  fold(user, acc,
+ * value, value_bytes) updates acc in place.  The result is returned in
+ * *acc_out if not NULL.  Errors as sl_state_put. */
+typedef void (*sl_fold_fn)(void *user, void *acc, const void *value,
+                           uint32_t value_bytes);
+int sl_state_fold(sl_ctx *ctx, uint16_t state_id, const void *init,
+                  uint32_t acc_bytes, sl_fold_fn fold, void *user,
+                  const void *value, uint32_t value_bytes,
+                  const void **acc_out);
+
+/** Operator (non-keyed) state of this instance, for sources and sinks.
+ * set: only inside a snapshot() hook (SL_EUSAGE elsewhere); the bytes are
+ * copied.  get: inside restore() (and open()), the bytes the last snapshot
+ * of the checkpoint being restored saved; SL_ENOTFOUND if none. */
+int sl_operator_state_set(sl_ctx *ctx, const void *data, uint32_t bytes);
+int sl_operator_state_get(sl_ctx *ctx, const void **data, uint32_t *bytes);
+
+/** Nonzero if the job takes checkpoints. */
+int sl_ctx_checkpointing(const sl_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoint control and statistics. */
+
+/** Trigger a checkpoint now (in addition to the periodic ones), respecting
+ * max_concurrent; *id (if not NULL) receives its id.  Errors: SL_EUSAGE
+ * (checkpointing off), SL_ENOTSTARTED, EBUSY (max_concurrent in flight, or
+ * the job is ending). */
+int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
+
+/** Id of the newest complete checkpoint of this run (0 if none) and, in
+ * *restored_from, the checkpoint the job resumed from (0 if it did not). */
+uint64_t sl_job_last_checkpoint(const sl_job *job, uint64_t *restored_from);
+
+enum sl_checkpoint_status {
+  SL_CHECKPOINT_IN_PROGRESS = 0,
+  SL_CHECKPOINT_COMPLETED = 1,
+  SL_CHECKPOINT_ABORTED = 2
+};
+
+/** One checkpoint.  Durations in microseconds. */
+typedef struct sl_checkpoint_stats {
+  uint64_t id;
+  int status;       /* enum sl_checkpoint_status */
+  int final;        /* the checkpoint taken at the end of input */
+  int64_t trigger_time_ms; /* wall clock, Unix epoch */
+  uint64_t duration_us;    /* trigger to durable commit (or abort) */
+  uint64_t write_us;       /* the writer's transaction, commit included */
+  uint64_t bytes_persisted;
+  uint64_t entries_persisted; /* keyed-state puts and deletes */
+  int instance_count;
+  char cause[128];          /* why it was aborted */
+} sl_checkpoint_stats;
+
+/** One instance's part of a checkpoint. */
+typedef struct sl_checkpoint_instance_stats {
+  const char *name; /* operator */
+  int instance;
+  uint64_t start_delay_us; /* trigger to the first barrier at the instance */
+  uint64_t alignment_us;   /* first to last barrier */
+  uint64_t sync_us;        /* the snapshot on the instance's thread */
+  uint64_t async_us;       /* the writer serializing its state */
+  uint64_t bytes_persisted;
+  uint64_t entries_persisted;
+} sl_checkpoint_instance_stats;
+
+/** The k-th newest checkpoint of this run (k = 0 the newest; the last 64
+ * are kept).  Errors: SL_ENOTFOUND. */
+int sl_job_checkpoint_stats(const sl_job *job, int k,
+                            sl_checkpoint_stats *stats);
+/** Instance i (0 .. instance_count-1, operators in creation order) of the
+ * k-th newest checkpoint.  Errors: SL_ENOTFOUND, EINVAL. */
+int sl_job_checkpoint_instance_stats(const sl_job *job, int k, int i,
+                                     sl_checkpoint_instance_stats *stats);
+
 /** A 64-bit hash of a byte string (XXH3), for key functions. */
 uint64_t sl_hash_bytes(const void *data, size_t size_bytes);
 
@@ -432,6 +632,50 @@ int sl_sink_checksum(sl_job *job, const char *name, sl_op *input,
 /** The checksum contribution of one record, as the checksum sink computes
  * it; lets a test compute the expected sums independently of the engine. */
 void sl_checksum_add(sl_checksum *sum, const void *data, uint32_t size_bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Replayable sources and file sinks (operators/sources.c, file_sink.c). */
+
+/** A source (parallelism 1) of count records of record_bytes each, stored
+ * back to back at records, which must outlive the job.  Replayable:
+ * position = records emitted.  Errors: EINVAL, as the builders. */
+int sl_source_memory(sl_job *job, const char *name, const void *records,
+                     uint32_t record_bytes, uint64_t count, sl_op **op);
+
+/** A source (parallelism 1) of the lines of the file at path, each emitted
+ * without its newline.  Replayable: position = byte offset.  A line longer
+ * than max_record_bytes fails the job naming the file and line number.
+ * Errors: EINVAL (path NULL or over 4095 bytes), as the builders. */
+int sl_source_lines(sl_job *job, const char *name, const char *path,
+                    sl_op **op);
+
+/** Formats one record as text for a file sink: writes at most buffer_bytes
+ * bytes (no newline; the sink adds it) and returns the length.  A return
+ * above buffer_bytes asks to be called again with a buffer that large;
+ * negative fails the job. */
+typedef int (*sl_format_fn)(void *user, const sl_record *in, char *buffer,
+                            uint32_t buffer_bytes);
+
+typedef struct sl_file_sink_config {
+  const char *dir;        /* created if missing */
+  /** 1: transactional (exactly-once): output goes to hidden pending part
+   * files, renamed to part-K-SEQ<suffix> when the checkpoint that covers
+   * them completes; after a resume, output past the restored checkpoint is
+   * deleted and written again by the replay.  0: plain (at-least-once):
+   * appends to out-K<suffix>, flushed at each checkpoint; after a resume
+   * the records since the restored checkpoint appear twice. */
+  int exactly_once;
+  sl_format_fn format;    /* NULL: the record's bytes as they are */
+  void *format_user;
+  const char *suffix;     /* file name suffix; NULL: ".txt" */
+} sl_file_sink_config;
+
+/** A file sink writing one line per record.  Committed files of instance K
+ * are named part-K-SEQ<suffix> (SEQ zero-padded, increasing), so reading
+ * them in name order gives the instance's output in order.  Errors: EINVAL
+ * (no dir, or over 4095 bytes), as the builders. */
+int sl_sink_file(sl_job *job, const char *name, sl_op *input, int parallelism,
+                 const sl_file_sink_config *config, sl_op **op);
 
 #ifdef __cplusplus
 }

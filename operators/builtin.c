@@ -66,6 +66,40 @@ static int sequence_next(sl_ctx *ctx, void *state) {
   return s->next == s->end ? SL_SOURCE_END : 0;
 }
 
+/* Position: the next value to emit (replayable: position = count). */
+static int sequence_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  const sequence_instance *s = state;
+  return sl_operator_state_set(ctx, &s->next, sizeof s->next);
+}
+
+static int sequence_restore(sl_ctx *ctx, void *state, uint64_t id) {
+  sequence_instance *s = state;
+  const void *data;
+  uint32_t bytes;
+  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  if (rc == SL_ENOTFOUND)
+    return 0; /* no position saved: start from the beginning */
+  if (rc)
+    return rc;
+  uint64_t next;
+  if (bytes != sizeof next) {
+    sl_ctx_fail(ctx, "checkpoint %llu: sequence position is %u bytes, not 8",
+                (unsigned long long)id, bytes);
+    return -EINVAL;
+  }
+  memcpy(&next, data, sizeof next);
+  if (next > s->end) {
+    sl_ctx_fail(ctx, "checkpoint %llu: position %llu is past the end %llu "
+                "(was the job changed?)", (unsigned long long)id,
+                (unsigned long long)next, (unsigned long long)s->end);
+    return -EINVAL;
+  }
+  s->next = next;
+  s->key = s->key_count ? next % s->key_count : next;
+  return 0;
+}
+
 static void sequence_close(sl_ctx *ctx, void *state) {
   (void)ctx;
   free(state);
@@ -81,8 +115,11 @@ SL_EXPORT int sl_source_sequence(sl_job *job, const char *name,
     return ENOMEM;
   seq->count = count;
   seq->key_count = key_count;
-  static const sl_source_ops ops = {
-      .open = sequence_open, .next = sequence_next, .close = sequence_close};
+  static const sl_source_ops ops = {.open = sequence_open,
+                                    .next = sequence_next,
+                                    .close = sequence_close,
+                                    .snapshot = sequence_snapshot,
+                                    .restore = sequence_restore};
   int rc = sl_op_source(job, name, parallelism, &ops, seq, op);
   if (rc) {
     free(seq);

@@ -1,0 +1,1124 @@
+/* coordinator.c — the checkpoint coordinator and the asynchronous writer.
+ *
+ * NOTES ON THE DESIGN OF CHECKPOINTING
+ *
+ * 1. The coordinator is one thread.  It triggers checkpoint n by storing n
+ *    in every source instance's trigger_id and waking it; a source takes
+ *    its snapshot between two next() calls and writes barrier n into every
+ *    output ring (snapshot.c).  Ids are strictly increasing; a resumed job
+ *    continues after the id it restored.
+ * 2. Every instance acknowledges each snapshot with an sl_ack through a
+ *    wait-free MPSC queue (liburcu's wfcqueue): instances enqueue, only the
+ *    coordinator dequeues.  An ack carries the instance's frozen keyed-state
+ *    deltas (descriptors only; the entries stay in the instance's cow map),
+ *    its operator state and its timings.
+ * 3. An instance that reached the end of its input takes one last, "final"
+ *    snapshot.  Its state never changes after that, so for any checkpoint it
+ *    has not acknowledged the final snapshot stands in (a finished instance
+ *    emits no barriers, and its consumers count its END as aligned).
+ * 4. When every instance has acknowledged n (or is final), the coordinator
+ *    hands n to the writer thread.  The writer puts n's deltas (oldest
+ *    first, skipping those already durable) and blobs into one LMDB write
+ *    transaction, adds the record of n and commits durably.  Only that
+ *    commit makes n complete (DESIGN.md invariant 5).  MDB_MAP_FULL grows
+ *    the map and writes the transaction again.
+ * 5. On commit the coordinator publishes cp_completed_id = n and wakes every
+ *    instance: they release the cow-map epochs up to n (old versions are
+ *    reclaimed) and call checkpoint_complete (an exactly-once sink commits
+ *    here).  Older checkpoints still in flight are aborted as subsumed.
+ * 6. A checkpoint not complete timeout_ms after its trigger, or whose write
+ *    or snapshot failed, is aborted: cp_aborted_id = n, instances aligning
+ *    n unblock their channels.  Its deltas stay pending in the cow maps and
+ *    are written by the next checkpoint.  More than tolerable_failures
+ *    consecutive aborts fail the job with SL_ECHECKPOINT and the cause.
+ * 7. When every instance is final, in-flight checkpoints that are not being
+ *    written are aborted (subsumed), and the final checkpoint is written as
+ *    a normal one with the next id; cp_final_done then lets the instances
+ *    (waiting after their END) commit their sinks and close.
+ * 8. Only the writer touches the store while the job runs; restoring (in
+ *    sl_checkpointer_setup) happens before any thread starts.
+ *
+ * States of a checkpoint (function making the transition in brackets):
+ *
+ *   TRIGGERED --[all acked: hand_to_writer]--> WRITING
+ *       |                                        |  [writer_main: commit]
+ *       | [timeout / failed ack:                 +-----------> COMPLETED
+ *       |  abort_checkpoint]                     |  [write failed / abort
+ *       v                                        v   requested]
+ *    ABORTED <-----------------------------------+
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lmdb.h>
+
+#include "internal.h"
+
+#define SL_DEFAULT_INTERVAL_MS 1000u
+#define SL_DEFAULT_TIMEOUT_MS 60000u
+#define SL_MAX_CONCURRENT 16u
+/* Writes of one transaction retried after MDB_MAP_FULL: each retry doubles
+ * the map, so 24 doublings of 64 MiB exceed any disk. */
+#define SL_MAP_FULL_RETRIES 24
+/* Entries the writer puts between two looks at an abort request. */
+#define SL_WRITER_ABORT_CHECK 4096u
+
+enum cp_state { CP_FREE, CP_TRIGGERED, CP_WRITING, CP_DONE };
+
+typedef struct pending {
+  enum cp_state state;
+  uint64_t id;
+  bool final;
+  uint64_t trigger_ns;
+  uint64_t deadline_ns;
+  sl_ack **acks;  /* by instance index in job->instances */
+  int ack_count;
+  int history_slot;
+  /* Set by the coordinator, read by the writer. */
+  _Atomic int abort_requested;
+  /* Set by the writer before `written` is released. */
+  _Atomic int written;
+  int write_status;
+  char write_cause[160];
+  uint64_t write_us;
+  uint64_t *async_us;    /* per instance */
+  uint64_t *bytes;       /* per instance */
+  uint64_t *entries;     /* per instance */
+} pending;
+
+struct sl_checkpointer {
+  sl_job *job;
+  sl_store *store;
+  uint64_t interval_ns;
+  uint64_t timeout_ns;
+  uint64_t min_pause_ns;
+  uint32_t max_concurrent;
+  uint32_t tolerable_failures;
+
+  pthread_t coordinator;
+  pthread_t writer;
+  bool coordinator_started;
+  bool writer_started;
+  _Atomic int shutdown;
+  sl_parker coordinator_parker;
+  sl_parker writer_parker;
+
+  struct __cds_wfcq_head ack_head;
+  struct cds_wfcq_tail ack_tail;
+  /* Incremented (release) before each enqueue, read (acquire) after each
+   * dequeue: the C11 happens-before edge for the ack's contents, which
+   * liburcu's own atomics (inline assembly) also give but which tools such
+   * as ThreadSanitizer cannot see through. */
+  _Atomic uint64_t acks_published;
+
+  /* Coordinator -> writer: checkpoints to write, in id order. */
+  pthread_mutex_t write_lock;
+  pending *write_queue[SL_MAX_CONCURRENT + 1];
+  int write_queue_count;
+
+  /* Coordinator-only. */
+  pending slots[SL_MAX_CONCURRENT + 1]; /* +1: the final checkpoint */
+  sl_ack **final_acks;                  /* by instance */
+  int final_count;
+  bool final_started;
+  uint64_t last_id;
+  uint64_t next_trigger_ns;
+  uint64_t last_end_ns;
+  uint32_t consecutive_failures;
+  _Atomic int manual_trigger;
+  _Atomic uint64_t manual_id;
+
+  /* Writer-only: per instance, the newest cow-map epoch durably written;
+   * the sort buffers of collect_sorted. */
+  uint32_t *durable_epoch;
+  struct sorted_entry *sort_a;
+  struct sorted_entry *sort_b;
+  uint64_t sort_capacity;
+
+  /* History for sl_job_checkpoint_stats (readers take the lock). */
+  pthread_mutex_t history_lock;
+  sl_checkpoint_stats history[SL_CHECKPOINT_HISTORY];
+  sl_checkpoint_instance_stats *history_instances[SL_CHECKPOINT_HISTORY];
+  int history_count; /* entries ever added */
+  uint64_t restored_from;
+};
+
+uint64_t sl_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void wake_instances(sl_job *job) {
+  for (int i = 0; i < job->instance_count; i++)
+    sl_parker_wake(&job->instances[i]->parker);
+}
+
+void sl_checkpointer_wake(sl_job *job) {
+  if (job->cp)
+    sl_parker_wake(&job->cp->coordinator_parker);
+}
+
+void sl_ack_free(sl_ack *ack) {
+  if (!ack)
+    return;
+  free(ack->deltas);
+  free(ack->blob);
+  free(ack);
+}
+
+void sl_checkpointer_ack(sl_job *job, sl_ack *ack) {
+  sl_checkpointer *cp = job->cp;
+  assert(cp);
+  cds_wfcq_node_init(&ack->node);
+  /* The enqueue is the hand-off: everything the instance wrote into the
+   * ack (and the frozen deltas it points to) happens before the
+   * coordinator's dequeue. */
+  atomic_fetch_add_explicit(&cp->acks_published, 1, memory_order_release);
+  cds_wfcq_enqueue(&cp->ack_head, &cp->ack_tail, &ack->node);
+  sl_parker_wake(&cp->coordinator_parker);
+}
+
+/* ----------------------------------------------------------- history */
+
+static sl_checkpoint_stats *history_at(sl_checkpointer *cp, int slot) {
+  return &cp->history[slot % SL_CHECKPOINT_HISTORY];
+}
+
+static int history_add(sl_checkpointer *cp, uint64_t id, bool final) {
+  pthread_mutex_lock(&cp->history_lock);
+  int slot = cp->history_count++ % SL_CHECKPOINT_HISTORY;
+  sl_checkpoint_stats *h = &cp->history[slot];
+  memset(h, 0, sizeof *h);
+  h->id = id;
+  h->final = final;
+  h->status = SL_CHECKPOINT_IN_PROGRESS;
+  h->trigger_time_ms = wall_ms();
+  h->instance_count = cp->job->instance_count;
+  sl_checkpoint_instance_stats *is = cp->history_instances[slot];
+  for (int i = 0; i < cp->job->instance_count; i++) {
+    sl_instance *inst = cp->job->instances[i];
+    memset(&is[i], 0, sizeof is[i]);
+    is[i].name = inst->op->name;
+    is[i].instance = inst->index;
+  }
+  pthread_mutex_unlock(&cp->history_lock);
+  return slot;
+}
+
+/* Fill the history entry of p when it ends (status completed/aborted). */
+static void history_finish(sl_checkpointer *cp, pending *p, int status,
+                           const char *cause) {
+  pthread_mutex_lock(&cp->history_lock);
+  sl_checkpoint_stats *h = history_at(cp, p->history_slot);
+  if (h->id == p->id) { /* not yet overwritten by 64 newer ones */
+    h->status = status;
+    h->duration_us = (sl_now_ns() - p->trigger_ns) / 1000u;
+    h->write_us = p->write_us;
+    snprintf(h->cause, sizeof h->cause, "%s", cause ? cause : "");
+    sl_checkpoint_instance_stats *is =
+        cp->history_instances[p->history_slot % SL_CHECKPOINT_HISTORY];
+    for (int i = 0; i < cp->job->instance_count; i++) {
+      const sl_ack *a = p->acks[i] ? p->acks[i] : cp->final_acks[i];
+      if (a && (a->checkpoint_id == p->id || (a->final && p->final))) {
+        is[i].start_delay_us = a->start_delay_us;
+        is[i].alignment_us = a->alignment_us;
+        is[i].sync_us = a->sync_us;
+      }
+      is[i].async_us = p->async_us[i];
+      is[i].bytes_persisted = p->bytes[i];
+      is[i].entries_persisted = p->entries[i];
+      h->bytes_persisted += p->bytes[i];
+      h->entries_persisted += p->entries[i];
+    }
+  }
+  pthread_mutex_unlock(&cp->history_lock);
+}
+
+SL_EXPORT int sl_job_checkpoint_stats(const sl_job *job, int k,
+                                      sl_checkpoint_stats *stats) {
+  if (!job || !stats || k < 0)
+    return EINVAL;
+  sl_checkpointer *cp = job->cp;
+  if (!cp)
+    return SL_ENOTFOUND;
+  int rc = SL_ENOTFOUND;
+  pthread_mutex_lock(&cp->history_lock);
+  if (k < cp->history_count && k < SL_CHECKPOINT_HISTORY) {
+    *stats = *history_at(cp, cp->history_count - 1 - k);
+    rc = 0;
+  }
+  pthread_mutex_unlock(&cp->history_lock);
+  return rc;
+}
+
+SL_EXPORT int sl_job_checkpoint_instance_stats(
+    const sl_job *job, int k, int i, sl_checkpoint_instance_stats *stats) {
+  if (!job || !stats || k < 0)
+    return EINVAL;
+  sl_checkpointer *cp = job->cp;
+  if (!cp)
+    return SL_ENOTFOUND;
+  if (i < 0 || i >= job->instance_count)
+    return EINVAL;
+  int rc = SL_ENOTFOUND;
+  pthread_mutex_lock(&cp->history_lock);
+  if (k < cp->history_count && k < SL_CHECKPOINT_HISTORY) {
+    int slot = (cp->history_count - 1 - k) % SL_CHECKPOINT_HISTORY;
+    *stats = cp->history_instances[slot][i];
+    rc = 0;
+  }
+  pthread_mutex_unlock(&cp->history_lock);
+  return rc;
+}
+
+SL_EXPORT uint64_t sl_job_last_checkpoint(const sl_job *job,
+                                          uint64_t *restored_from) {
+  if (restored_from)
+    *restored_from = job && job->cp ? job->cp->restored_from : 0;
+  if (!job || !job->cp)
+    return 0;
+  uint64_t id = atomic_load(&job->cp_completed_id);
+  return id == job->cp->restored_from ? 0 : id;
+}
+
+/* ----------------------------------------------------------- the writer */
+
+/* Key group of a keyed-state key: its first 8 bytes are the record key,
+ * big-endian (state.c). */
+static uint16_t entry_group(const sl_job *job, const sl_cow_entry *e) {
+  assert(e->key_bytes >= 8);
+  uint64_t key = sl_load_be64(sl_cow_entry_key(e));
+  return (uint16_t)sl_key_group(key, job->config.max_parallelism);
+}
+
+/* An entry to write and its place in LMDB's order: the key group in the top
+ * 16 bits, then the top 48 bits of the big-endian record key.  Entries
+ * equal there keep their list order (the sort is stable), so versions of
+ * one key stay oldest first. */
+typedef struct sorted_entry {
+  uint64_t order;
+  const sl_cow_entry *entry;
+} sorted_entry;
+
+/* Stable LSD radix sort by order, 8 bits a pass; a pass whose byte is the
+ * same in every entry is skipped (key groups use few bits).  The result is
+ * in a or tmp: the returned pointer. */
+static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
+                                size_t n) {
+  size_t counts[8][256];
+  memset(counts, 0, sizeof counts);
+  for (size_t i = 0; i < n; i++)
+    for (int b = 0; b < 8; b++)
+      counts[b][(a[i].order >> (8 * b)) & 0xff]++;
+  for (int b = 0; b < 8; b++) {
+    if (counts[b][(a[0].order >> (8 * b)) & 0xff] == n)
+      continue; /* every entry has the same byte here */
+    size_t offset = 0;
+    for (int v = 0; v < 256; v++) {
+      size_t c = counts[b][v];
+      counts[b][v] = offset;
+      offset += c;
+    }
+    for (size_t i = 0; i < n; i++)
+      tmp[counts[b][(a[i].order >> (8 * b)) & 0xff]++] = a[i];
+    sorted_entry *swap = a;
+    a = tmp;
+    tmp = swap;
+  }
+  return a;
+}
+
+/* Collect the entries of instance i's deltas that are not yet durable into
+ * the writer's sort buffers, sorted.  Returns the count, or -1 (ENOMEM). */
+static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
+                              uint32_t *max_epoch, sorted_entry **sorted) {
+  const sl_job *job = cp->job;
+  uint64_t n = 0;
+  for (int d = 0; d < a->delta_count; d++)
+    if (a->deltas[d].epoch > cp->durable_epoch[i])
+      n += a->deltas[d].entries;
+  if (n > cp->sort_capacity) {
+    free(cp->sort_a);
+    free(cp->sort_b);
+    cp->sort_a = malloc(sizeof(sorted_entry) * n);
+    cp->sort_b = malloc(sizeof(sorted_entry) * n);
+    cp->sort_capacity = cp->sort_a && cp->sort_b ? n : 0;
+    if (!cp->sort_capacity)
+      return -1;
+  }
+  size_t count = 0;
+  for (int d = 0; d < a->delta_count; d++) {
+    const sl_cow_delta *delta = &a->deltas[d];
+    if (delta->epoch <= cp->durable_epoch[i])
+      continue; /* written by an earlier checkpoint (note 4) */
+    if (delta->epoch > *max_epoch)
+      *max_epoch = delta->epoch;
+    for (const sl_cow_entry *e = delta->head; e; e = e->dirty_next) {
+      assert(count < n);
+      if (e->superseded)
+        continue;
+      uint64_t group = entry_group(job, e);
+      uint64_t key = sl_load_be64(sl_cow_entry_key(e));
+      cp->sort_a[count].order = group << 48 | key >> 16;
+      cp->sort_a[count].entry = e;
+      count++;
+    }
+  }
+  *sorted = count ? radix_sort(cp->sort_a, cp->sort_b, count) : cp->sort_a;
+  return (int64_t)count;
+}
+
+/* Put one instance's part of p into txn.  Returns 0 or a store error. */
+static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
+                          int i, uint32_t *max_epoch) {
+  sl_job *job = cp->job;
+  sl_instance *inst = job->instances[i];
+  const sl_ack *a = p->acks[i] ? p->acks[i] : cp->final_acks[i];
+  assert(a);
+  uint16_t op = (uint16_t)inst->op->id;
+  uint64_t entries = 0, bytes = 0;
+  sorted_entry *sorted = 0;
+  int64_t count = collect_sorted(cp, a, i, max_epoch, &sorted);
+  if (count < 0)
+    return ENOMEM;
+  for (int64_t k = 0; k < count; k++) {
+    const sl_cow_entry *e = sorted[k].entry;
+    uint16_t group = (uint16_t)(sorted[k].order >> 48);
+    int rc;
+    if (e->tombstone)
+      rc = sl_store_delete_state(txn, op, group, sl_cow_entry_key(e),
+                                 e->key_bytes);
+    else
+      rc = sl_store_put_state(
+          txn, op, group, sl_cow_entry_key(e), e->key_bytes,
+          e->data + sl_cow_value_offset(e->key_bytes), e->value_bytes);
+    if (rc)
+      return rc;
+    entries++;
+    bytes += e->key_bytes + e->value_bytes;
+    if (entries % SL_WRITER_ABORT_CHECK == 0 &&
+        (atomic_load(&p->abort_requested) || atomic_load(&cp->shutdown)))
+      return ECANCELED;
+  }
+  /* Every instance gets a blob, with a flag byte, so a snapshot that saved
+   * nothing replaces an older one (a restore must not see stale state). */
+  uint32_t blob_bytes = 1 + (a->has_blob ? a->blob_bytes : 0);
+  uint8_t small[64];
+  uint8_t *blob = blob_bytes <= sizeof small ? small : malloc(blob_bytes);
+  if (!blob)
+    return ENOMEM;
+  blob[0] = a->has_blob;
+  if (a->has_blob && a->blob_bytes)
+    memcpy(blob + 1, a->blob, a->blob_bytes);
+  int rc = sl_store_put_blob(txn, op, (uint16_t)inst->index, blob, blob_bytes);
+  if (blob != small)
+    free(blob);
+  p->entries[i] = entries;
+  p->bytes[i] = bytes + blob_bytes;
+  return rc;
+}
+
+/* The record of a checkpoint: a small fixed layout, little-endian. */
+typedef struct cp_record {
+  uint32_t version;     /* 1 */
+  uint32_t final;       /* the end-of-input checkpoint */
+  int64_t trigger_time_ms;
+  uint64_t instance_count;
+} cp_record;
+
+/* One attempt at writing p.  *epochs receives, per instance, the newest
+ * epoch written. */
+static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs) {
+  sl_job *job = cp->job;
+  sl_store_txn *txn = 0;
+  int rc = sl_store_begin(cp->store, &txn);
+  if (rc)
+    return rc;
+  for (int i = 0; i < job->instance_count && rc == 0; i++) {
+    uint64_t t0 = sl_now_ns();
+    epochs[i] = cp->durable_epoch[i];
+    rc = write_instance(cp, txn, p, i, &epochs[i]);
+    p->async_us[i] = (sl_now_ns() - t0) / 1000u;
+  }
+  if (rc) {
+    sl_store_abort(txn);
+    return rc;
+  }
+  cp_record rec = {.version = 1,
+                   .final = p->final,
+                   .trigger_time_ms = history_at(cp, p->history_slot)->trigger_time_ms,
+                   .instance_count = (uint64_t)job->instance_count};
+  return sl_store_commit(txn, p->id, &rec, sizeof rec);
+}
+
+static void write_checkpoint(sl_checkpointer *cp, pending *p) {
+  sl_job *job = cp->job;
+  uint64_t t0 = sl_now_ns();
+  uint32_t *epochs = calloc((size_t)job->instance_count, sizeof *epochs);
+  int rc = epochs ? 0 : ENOMEM;
+  for (int attempt = 0; rc == 0; attempt++) {
+    rc = write_once(cp, p, epochs);
+    if (rc != MDB_MAP_FULL || attempt == SL_MAP_FULL_RETRIES)
+      break;
+    /* Note 4: nothing was committed; grow and write it all again. */
+    rc = sl_store_grow(cp->store);
+  }
+  p->write_us = (sl_now_ns() - t0) / 1000u;
+  p->write_status = rc;
+  if (rc == 0) {
+    for (int i = 0; i < job->instance_count; i++)
+      cp->durable_epoch[i] = epochs[i];
+  } else if (rc == ECANCELED) {
+    snprintf(p->write_cause, sizeof p->write_cause, "aborted while writing");
+  } else {
+    snprintf(p->write_cause, sizeof p->write_cause,
+             "writing checkpoint %" PRIu64 " to %s failed: %s%s%s",
+             p->id, job->config.checkpoint.state_dir, sl_strerror(rc),
+             sl_store_error(cp->store)[0] ? ": " : "",
+             sl_store_error(cp->store));
+  }
+  free(epochs);
+}
+
+static pending *writer_take(sl_checkpointer *cp) {
+  pthread_mutex_lock(&cp->write_lock);
+  pending *p = 0;
+  if (cp->write_queue_count > 0) {
+    p = cp->write_queue[0];
+    memmove(cp->write_queue, cp->write_queue + 1,
+            sizeof(pending *) * (size_t)(cp->write_queue_count - 1));
+    cp->write_queue_count--;
+  }
+  pthread_mutex_unlock(&cp->write_lock);
+  return p;
+}
+
+static void *writer_main(void *arg) {
+  sl_checkpointer *cp = arg;
+  pthread_setname_np(pthread_self(), "sl:writer");
+  for (;;) {
+    pending *p = writer_take(cp);
+    if (!p) {
+      sl_parker_prepare(&cp->writer_parker);
+      if (atomic_load(&cp->shutdown)) {
+        sl_parker_cancel(&cp->writer_parker);
+        return 0;
+      }
+      pthread_mutex_lock(&cp->write_lock);
+      bool work = cp->write_queue_count > 0;
+      pthread_mutex_unlock(&cp->write_lock);
+      if (work)
+        sl_parker_cancel(&cp->writer_parker);
+      else
+        sl_parker_sleep(&cp->writer_parker);
+      continue;
+    }
+    write_checkpoint(cp, p);
+    /* Release: the coordinator reads the results after acquiring this. */
+    atomic_store_explicit(&p->written, 1, memory_order_release);
+    sl_parker_wake(&cp->coordinator_parker);
+  }
+}
+
+/* ----------------------------------------------------------- coordinator */
+
+static void pending_clear(sl_checkpointer *cp, pending *p) {
+  for (int i = 0; i < cp->job->instance_count; i++) {
+    sl_ack_free(p->acks[i]);
+    p->acks[i] = 0;
+  }
+  p->ack_count = 0;
+  p->state = CP_FREE;
+}
+
+static void fail_job(sl_checkpointer *cp, int status, const char *cause) {
+  sl_job_fail(cp->job, status, "%s", cause);
+}
+
+static void abort_checkpoint(sl_checkpointer *cp, pending *p,
+                             const char *cause, bool counts_as_failure) {
+  sl_job *job = cp->job;
+  history_finish(cp, p, SL_CHECKPOINT_ABORTED, cause);
+  uint64_t old = atomic_load(&job->cp_aborted_id);
+  if (p->id > old)
+    atomic_store(&job->cp_aborted_id, p->id);
+  pending_clear(cp, p);
+  cp->last_end_ns = sl_now_ns();
+  wake_instances(job);
+  if (!counts_as_failure)
+    return;
+  if (++cp->consecutive_failures > cp->tolerable_failures) {
+    char message[300];
+    snprintf(message, sizeof message,
+             "checkpoint %" PRIu64 " failed (%s); %" PRIu32
+             " consecutive failures, %" PRIu32 " tolerated",
+             p->id, cause, cp->consecutive_failures, cp->tolerable_failures);
+    fail_job(cp, SL_ECHECKPOINT, message);
+  }
+}
+
+static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
+  sl_job *job = cp->job;
+  history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
+  cp->consecutive_failures = 0;
+  cp->last_end_ns = sl_now_ns();
+  uint64_t id = p->id;
+  bool final = p->final;
+  pending_clear(cp, p);
+  /* Note 5: older ones can never complete now. */
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *q = &cp->slots[s];
+    if (q->state == CP_TRIGGERED && q->id < id)
+      abort_checkpoint(cp, q, "subsumed by a newer checkpoint", false);
+    else if (q->state == CP_WRITING && q->id < id)
+      atomic_store(&q->abort_requested, 1);
+  }
+  atomic_store(&job->cp_completed_id, id);
+  if (final)
+    atomic_store(&job->cp_final_done, 1);
+  wake_instances(job);
+}
+
+static void hand_to_writer(sl_checkpointer *cp, pending *p) {
+  p->state = CP_WRITING;
+  atomic_store(&p->written, 0);
+  pthread_mutex_lock(&cp->write_lock);
+  assert(cp->write_queue_count <= (int)SL_MAX_CONCURRENT);
+  cp->write_queue[cp->write_queue_count++] = p;
+  pthread_mutex_unlock(&cp->write_lock);
+  sl_parker_wake(&cp->writer_parker);
+}
+
+static pending *find_pending(sl_checkpointer *cp, uint64_t id) {
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++)
+    if (cp->slots[s].state != CP_FREE && cp->slots[s].id == id)
+      return &cp->slots[s];
+  return 0;
+}
+
+static int in_flight(const sl_checkpointer *cp) {
+  int n = 0;
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++)
+    n += cp->slots[s].state == CP_TRIGGERED || cp->slots[s].state == CP_WRITING;
+  return n;
+}
+
+static pending *new_pending(sl_checkpointer *cp, bool final) {
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *p = &cp->slots[s];
+    if (p->state != CP_FREE)
+      continue;
+    p->state = CP_TRIGGERED;
+    p->id = ++cp->last_id;
+    p->final = final;
+    p->trigger_ns = sl_now_ns();
+    p->deadline_ns = p->trigger_ns + cp->timeout_ns;
+    p->ack_count = 0;
+    atomic_store(&p->abort_requested, 0);
+    p->write_us = 0;
+    p->write_cause[0] = 0;
+    for (int i = 0; i < cp->job->instance_count; i++)
+      p->async_us[i] = p->bytes[i] = p->entries[i] = 0;
+    p->history_slot = history_add(cp, p->id, final);
+    return p;
+  }
+  return 0;
+}
+
+static void trigger(sl_checkpointer *cp) {
+  sl_job *job = cp->job;
+  pending *p = new_pending(cp, false);
+  assert(p);
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    if (inst->op->kind != SL_OP_SOURCE)
+      continue;
+    /* Release: pairs with the source's acquire of trigger_id. */
+    atomic_store_explicit(&inst->cp.trigger_id, p->id, memory_order_release);
+    sl_parker_wake(&inst->parker);
+  }
+  atomic_store(&cp->manual_id, p->id);
+}
+
+static int instance_slot(const sl_job *job, const sl_instance *inst) {
+  for (int i = 0; i < job->instance_count; i++)
+    if (job->instances[i] == inst)
+      return i;
+  assert(!"ack from an unknown instance");
+  return -1;
+}
+
+static void take_ack(sl_checkpointer *cp, sl_ack *a) {
+  sl_job *job = cp->job;
+  int i = instance_slot(job, a->inst);
+  if (a->status) {
+    pending *p = a->final ? 0 : find_pending(cp, a->checkpoint_id);
+    char message[300];
+    snprintf(message, sizeof message,
+             "the snapshot of operator '%s' instance %d failed: %s",
+             a->inst->op->name, a->inst->index, a->cause);
+    if (p && p->state == CP_TRIGGERED)
+      abort_checkpoint(cp, p, message, true);
+    else if (a->final)
+      fail_job(cp, SL_ECALLBACK, message);
+    sl_ack_free(a);
+    return;
+  }
+  pending *of = find_pending(cp, a->checkpoint_id);
+  if (of && a->barrier_ns > of->trigger_ns)
+    a->start_delay_us = (a->barrier_ns - of->trigger_ns) / 1000u;
+  if (a->final) {
+    assert(!cp->final_acks[i]);
+    cp->final_acks[i] = a;
+    cp->final_count++;
+    return;
+  }
+  pending *p = find_pending(cp, a->checkpoint_id);
+  if (!p || p->state != CP_TRIGGERED || p->acks[i]) {
+    sl_ack_free(a); /* for an aborted checkpoint */
+    return;
+  }
+  p->acks[i] = a;
+  p->ack_count++;
+}
+
+static bool all_acked(const sl_checkpointer *cp, const pending *p) {
+  for (int i = 0; i < cp->job->instance_count; i++)
+    if (!p->acks[i] && !cp->final_acks[i])
+      return false;
+  return true;
+}
+
+/* One pass over the in-flight checkpoints.  Returns the nearest deadline. */
+static uint64_t advance(sl_checkpointer *cp, uint64_t now) {
+  uint64_t next = UINT64_MAX;
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *p = &cp->slots[s];
+    if (p->state == CP_WRITING &&
+        atomic_load_explicit(&p->written, memory_order_acquire)) {
+      p->state = CP_DONE;
+      if (p->write_status == 0)
+        complete_checkpoint(cp, p);
+      else if (p->final)
+        fail_job(cp, p->write_status == ECANCELED ? SL_ESTOPPED : SL_ECHECKPOINT,
+                 p->write_cause);
+      else
+        abort_checkpoint(cp, p, p->write_cause, p->write_status != ECANCELED);
+      continue;
+    }
+    if (p->state == CP_TRIGGERED && all_acked(cp, p)) {
+      hand_to_writer(cp, p);
+    }
+    if ((p->state == CP_TRIGGERED || p->state == CP_WRITING) && !p->final) {
+      if (now >= p->deadline_ns) {
+        if (p->state == CP_TRIGGERED)
+          abort_checkpoint(cp, p, "timed out before every instance acknowledged", true);
+        else
+          atomic_store(&p->abort_requested, 1);
+      } else if (p->deadline_ns < next) {
+        next = p->deadline_ns;
+      }
+    }
+  }
+  return next;
+}
+
+/* A checkpoint the writer finished that advance() has not seen yet. */
+static bool written_pending(sl_checkpointer *cp) {
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++)
+    if (cp->slots[s].state == CP_WRITING &&
+        atomic_load_explicit(&cp->slots[s].written, memory_order_acquire))
+      return true;
+  return false;
+}
+
+/* Note 7: every instance is final. */
+static void start_final(sl_checkpointer *cp) {
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *p = &cp->slots[s];
+    if (p->state == CP_TRIGGERED)
+      abort_checkpoint(cp, p, "subsumed by the final checkpoint", false);
+  }
+  if (in_flight(cp) > 0)
+    return; /* let the writer finish first; called again */
+  pending *p = new_pending(cp, true);
+  assert(p);
+  cp->final_started = true;
+  hand_to_writer(cp, p);
+}
+
+static void *coordinator_main(void *arg) {
+  sl_checkpointer *cp = arg;
+  sl_job *job = cp->job;
+  pthread_setname_np(pthread_self(), "sl:coordinator");
+  cp->next_trigger_ns = sl_now_ns() + cp->interval_ns;
+  while (!atomic_load(&cp->shutdown)) {
+    struct cds_wfcq_node *node;
+    while ((node = __cds_wfcq_dequeue_blocking(&cp->ack_head, &cp->ack_tail))) {
+      (void)atomic_load_explicit(&cp->acks_published, memory_order_acquire);
+      take_ack(cp, caa_container_of(node, sl_ack, node));
+    }
+    uint64_t now = sl_now_ns();
+    uint64_t wake_at = advance(cp, now);
+    bool stopping = atomic_load(&job->stopping);
+    if (!stopping && !cp->final_started &&
+        cp->final_count == job->instance_count)
+      start_final(cp);
+    bool manual = atomic_load(&cp->manual_trigger);
+    if (!stopping && !cp->final_started &&
+        (uint32_t)in_flight(cp) < cp->max_concurrent &&
+        (manual || (now >= cp->next_trigger_ns &&
+                    now >= cp->last_end_ns + cp->min_pause_ns))) {
+      trigger(cp);
+      atomic_store(&cp->manual_trigger, 0);
+      cp->next_trigger_ns = now + cp->interval_ns;
+      continue;
+    }
+    /* Sleep until the next trigger may happen or a deadline passes; with
+     * max_concurrent in flight (or the end reached) only an ack, the
+     * writer or a deadline can change anything, and they wake us. */
+    uint64_t at = UINT64_MAX;
+    if (!stopping && !cp->final_started &&
+        (uint32_t)in_flight(cp) < cp->max_concurrent) {
+      at = cp->next_trigger_ns;
+      if (cp->last_end_ns + cp->min_pause_ns > at)
+        at = cp->last_end_ns + cp->min_pause_ns;
+    }
+    if (wake_at < at)
+      at = wake_at;
+    if (at == UINT64_MAX) /* nothing timed: wake up now and then anyway */
+      at = sl_now_ns() + 100000000u;
+    /* Re-check, after announcing the sleep, everything whose producer
+     * wakes us (wait.h): acks, the writer's results, a shutdown, a manual
+     * trigger.  A wake that came before the announcement is not lost. */
+    sl_parker_prepare(&cp->coordinator_parker);
+    if (!cds_wfcq_empty(&cp->ack_head, &cp->ack_tail) || written_pending(cp) ||
+        atomic_load(&cp->shutdown) || atomic_load(&cp->manual_trigger)) {
+      sl_parker_cancel(&cp->coordinator_parker);
+      continue;
+    }
+    now = sl_now_ns();
+    if (at > now)
+      sl_parker_sleep_ns(&cp->coordinator_parker, at - now);
+    else
+      sl_parker_cancel(&cp->coordinator_parker);
+  }
+  return 0;
+}
+
+SL_EXPORT int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id) {
+  if (!job)
+    return EINVAL;
+  if (!job->config.checkpoint.state_dir)
+    return SL_EUSAGE;
+  if (job->state != SL_JOB_RUNNING || !job->cp)
+    return SL_ENOTSTARTED;
+  sl_checkpointer *cp = job->cp;
+  uint64_t before = atomic_load(&cp->manual_id);
+  atomic_store(&cp->manual_trigger, 1);
+  sl_parker_wake(&cp->coordinator_parker);
+  /* Wait (bounded, 1 s) for the coordinator to take it, so the id can be
+   * returned. */
+  for (int i = 0; i < 100000 && atomic_load(&cp->manual_trigger); i++) {
+    struct timespec t = {0, 10000};
+    nanosleep(&t, 0);
+  }
+  if (atomic_load(&cp->manual_trigger)) {
+    atomic_store(&cp->manual_trigger, 0);
+    return EBUSY;
+  }
+  uint64_t after = atomic_load(&cp->manual_id);
+  if (after == before)
+    return EBUSY;
+  if (id)
+    *id = after;
+  return 0;
+}
+
+/* ----------------------------------------------------------- setup */
+
+/* The text a store remembers its job graph by: every physical operator's
+ * id, kind, name and parallelism, and the key-group count. */
+static char *graph_fingerprint(const sl_job *job) {
+  static const char *kinds[] = {"source", "map",     "filter", "flat_map",
+                                "process", "sink",   "key_by", "union"};
+  size_t cap = 64 + (size_t)job->physical_count * (SL_MAX_NAME + 48);
+  char *text = malloc(cap);
+  if (!text)
+    return 0;
+  size_t used = (size_t)snprintf(text, cap, "max_parallelism=%" PRIu32,
+                                 job->config.max_parallelism);
+  for (int i = 0; i < job->physical_count; i++) {
+    const sl_op *op = job->physical[i];
+    used += (size_t)snprintf(text + used, cap - used, ";%d:%s:%s:%d", op->id,
+                             kinds[op->kind], op->name, op->parallelism);
+  }
+  return text;
+}
+
+static int restore_entry(void *arg, uint16_t key_group, const void *key,
+                         uint32_t key_bytes, const void *value,
+                         uint32_t value_bytes) {
+  (void)key_group;
+  return sl_cow_map_load(arg, key, key_bytes, value, value_bytes);
+}
+
+static int restore_instance(sl_job *job, sl_instance *inst) {
+  sl_checkpointer *cp = job->cp;
+  uint16_t op = (uint16_t)inst->op->id;
+  if (inst->cp.keyed) {
+    int rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
+                                 inst->cp.group_last, restore_entry,
+                                 inst->cp.keyed);
+    if (rc) {
+      sl_job_set_error(job,
+                       "restoring keyed state of operator '%s' instance %d "
+                       "from %s failed: %s%s%s",
+                       inst->op->name, inst->index,
+                       job->config.checkpoint.state_dir, sl_strerror(rc),
+                       sl_store_error(cp->store)[0] ? ": " : "",
+                       sl_store_error(cp->store));
+      return rc;
+    }
+  }
+  void *blob = 0;
+  uint32_t bytes = 0;
+  int rc = sl_store_get_blob(cp->store, op, (uint16_t)inst->index, &blob,
+                             &bytes);
+  if (rc == SL_ENOTFOUND)
+    return 0;
+  if (rc == 0 && (bytes < 1 || ((uint8_t *)blob)[0] > 1))
+    rc = SL_ECORRUPT;
+  if (rc) {
+    free(blob);
+    sl_job_set_error(job,
+                     "restoring operator state of '%s' instance %d from %s "
+                     "failed: %s%s%s",
+                     inst->op->name, inst->index,
+                     job->config.checkpoint.state_dir, sl_strerror(rc),
+                     sl_store_error(cp->store)[0] ? ": " : "",
+                     sl_store_error(cp->store));
+    return rc;
+  }
+  if (((uint8_t *)blob)[0] == 1) {
+    inst->cp.blob_restored = malloc(bytes - 1 ? bytes - 1 : 1);
+    if (!inst->cp.blob_restored) {
+      free(blob);
+      return ENOMEM;
+    }
+    memcpy(inst->cp.blob_restored, (uint8_t *)blob + 1, bytes - 1);
+    inst->cp.blob_restored_bytes = bytes - 1;
+    inst->cp.has_blob_restored = true;
+  }
+  free(blob);
+  return 0;
+}
+
+/* Key groups owned by instance k of p: a contiguous range. */
+static void group_range(uint32_t groups, int parallelism, int k,
+                        uint16_t *first, uint16_t *last) {
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (uint32_t g = 0; g < groups; g++)
+    if (sl_group_instance(g, groups, parallelism) == k) {
+      if (g < lo)
+        lo = g;
+      hi = g;
+    }
+  assert(lo <= hi);
+  *first = (uint16_t)lo;
+  *last = (uint16_t)hi;
+}
+
+static int open_store(sl_job *job) {
+  sl_checkpointer *cp = job->cp;
+  const struct sl_checkpoint_config *c = &job->config.checkpoint;
+  char *fingerprint = graph_fingerprint(job);
+  if (!fingerprint)
+    return ENOMEM;
+  sl_store_options options = {.graph_fingerprint = fingerprint,
+                              .no_sync = c->no_sync,
+                              .initial_map_bytes = c->initial_map_bytes};
+  char err[SL_ERROR_BYTES];
+  err[0] = 0;
+  int rc = sl_store_open(c->state_dir, &options, &cp->store, err, sizeof err);
+  free(fingerprint);
+  if (rc) {
+    sl_job_set_error(job, "state directory: %s", err[0] ? err : sl_strerror(rc));
+    return rc;
+  }
+  uint64_t latest = sl_store_latest(cp->store);
+  if (latest == 0)
+    return 0;
+  if (c->store_policy == SL_STORE_FRESH) {
+    rc = sl_store_wipe(cp->store);
+    if (rc)
+      sl_job_set_error(job, "%s: cannot start fresh: %s", c->state_dir,
+                       sl_strerror(rc));
+    return rc;
+  }
+  if (c->store_policy != SL_STORE_RESUME) {
+    sl_job_set_error(job,
+                     "%s holds checkpoints (the newest complete one is %" PRIu64
+                     "); ask to resume from it or to start fresh (which "
+                     "deletes them)",
+                     c->state_dir, latest);
+    return SL_EHASSTATE;
+  }
+  cp->restored_from = latest;
+  cp->last_id = latest;
+  atomic_store(&job->cp_completed_id, latest);
+  return 0;
+}
+
+static int alloc_checkpointer(sl_job *job) {
+  sl_checkpointer *cp = calloc(1, sizeof *cp);
+  if (!cp)
+    return ENOMEM;
+  job->cp = cp;
+  cp->job = job;
+  const struct sl_checkpoint_config *c = &job->config.checkpoint;
+  cp->interval_ns = (uint64_t)(c->interval_ms ? c->interval_ms : SL_DEFAULT_INTERVAL_MS) * 1000000u;
+  cp->timeout_ns = (uint64_t)(c->timeout_ms ? c->timeout_ms : SL_DEFAULT_TIMEOUT_MS) * 1000000u;
+  cp->min_pause_ns = (uint64_t)c->min_pause_ms * 1000000u;
+  cp->max_concurrent = c->max_concurrent ? c->max_concurrent : 1;
+  cp->tolerable_failures = c->tolerable_failures;
+  sl_parker_init(&cp->coordinator_parker);
+  sl_parker_init(&cp->writer_parker);
+  __cds_wfcq_init(&cp->ack_head, &cp->ack_tail);
+  pthread_mutex_init(&cp->write_lock, 0);
+  pthread_mutex_init(&cp->history_lock, 0);
+  size_t n = (size_t)job->instance_count;
+  cp->final_acks = calloc(n, sizeof *cp->final_acks);
+  cp->durable_epoch = calloc(n, sizeof *cp->durable_epoch);
+  if (!cp->final_acks || !cp->durable_epoch)
+    return ENOMEM;
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *p = &cp->slots[s];
+    p->acks = calloc(n, sizeof *p->acks);
+    p->async_us = calloc(n, sizeof(uint64_t));
+    p->bytes = calloc(n, sizeof(uint64_t));
+    p->entries = calloc(n, sizeof(uint64_t));
+    if (!p->acks || !p->async_us || !p->bytes || !p->entries)
+      return ENOMEM;
+  }
+  for (int h = 0; h < SL_CHECKPOINT_HISTORY; h++) {
+    cp->history_instances[h] = calloc(n, sizeof(sl_checkpoint_instance_stats));
+    if (!cp->history_instances[h])
+      return ENOMEM;
+  }
+  return 0;
+}
+
+/* Keyed-state maps for instances whose every input is key-partitioned. */
+static int setup_instances(sl_job *job) {
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    bool keyed = inst->channel_count > 0 &&
+                 (inst->op->kind == SL_OP_PROCESS || inst->op->kind == SL_OP_SINK);
+    for (int c = 0; c < inst->channel_count; c++)
+      keyed = keyed && inst->channels[c].key;
+    inst->cp.keyed_input = keyed;
+    if (!keyed)
+      continue;
+    int rc = sl_cow_map_create(&inst->cp.keyed);
+    if (rc)
+      return rc;
+    group_range(job->config.max_parallelism, inst->op->parallelism,
+                inst->index, &inst->cp.group_first, &inst->cp.group_last);
+  }
+  return 0;
+}
+
+/* Called by sl_job_start after compiling, before any thread starts: keyed
+ * state maps for every keyed instance, and with checkpointing on, the store
+ * opened (refused if foreign or holding checkpoints without a choice) and
+ * the newest complete checkpoint restored. */
+int sl_checkpointer_setup(sl_job *job) {
+  int rc = setup_instances(job);
+  if (rc || !job->config.checkpoint.state_dir)
+    return rc;
+  rc = alloc_checkpointer(job);
+  if (rc == 0)
+    rc = open_store(job);
+  if (rc == 0 && job->cp->restored_from) {
+    for (int i = 0; i < job->instance_count && rc == 0; i++) {
+      job->instances[i]->cp.restored_from = job->cp->restored_from;
+      rc = restore_instance(job, job->instances[i]);
+    }
+  }
+  return rc;
+}
+
+int sl_checkpointer_start(sl_job *job) {
+  sl_checkpointer *cp = job->cp;
+  if (!cp)
+    return 0;
+  int rc = pthread_create(&cp->writer, 0, writer_main, cp);
+  if (rc)
+    return rc;
+  cp->writer_started = true;
+  rc = pthread_create(&cp->coordinator, 0, coordinator_main, cp);
+  if (rc)
+    return rc;
+  cp->coordinator_started = true;
+  return 0;
+}
+
+void sl_checkpointer_stop(sl_job *job) {
+  sl_checkpointer *cp = job->cp;
+  if (!cp)
+    return;
+  atomic_store(&cp->shutdown, 1);
+  sl_parker_wake(&cp->coordinator_parker);
+  sl_parker_wake(&cp->writer_parker);
+  if (cp->coordinator_started)
+    pthread_join(cp->coordinator, 0);
+  if (cp->writer_started)
+    pthread_join(cp->writer, 0);
+  cp->coordinator_started = cp->writer_started = false;
+  /* Acks still queued (e.g. after a stop) are freed. */
+  struct cds_wfcq_node *node;
+  while ((node = __cds_wfcq_dequeue_blocking(&cp->ack_head, &cp->ack_tail)))
+    sl_ack_free(caa_container_of(node, sl_ack, node));
+}
+
+void sl_checkpointer_free(sl_job *job) {
+  sl_checkpointer *cp = job->cp;
+  if (!cp)
+    return;
+  sl_checkpointer_stop(job);
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *p = &cp->slots[s];
+    if (p->acks)
+      pending_clear(cp, p);
+    free(p->acks);
+    free(p->async_us);
+    free(p->bytes);
+    free(p->entries);
+  }
+  for (int i = 0; cp->final_acks && i < job->instance_count; i++)
+    sl_ack_free(cp->final_acks[i]);
+  free(cp->final_acks);
+  free(cp->durable_epoch);
+  free(cp->sort_a);
+  free(cp->sort_b);
+  for (int h = 0; h < SL_CHECKPOINT_HISTORY; h++)
+    free(cp->history_instances[h]);
+  sl_store_close(cp->store);
+  pthread_mutex_destroy(&cp->write_lock);
+  pthread_mutex_destroy(&cp->history_lock);
+  free(cp);
+  job->cp = 0;
+}

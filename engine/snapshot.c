@@ -1,0 +1,319 @@
+/* snapshot.c — the instance side of checkpointing: barriers, alignment,
+ * the synchronous part of a snapshot, and completion notifications.
+ *
+ * NOTES ON THE DESIGN OF BARRIER HANDLING
+ *
+ * 1. Everything here runs on the instance's own thread (called from
+ *    runtime.c); the coordinator talks to it only through atomics
+ *    (trigger_id, cp_completed_id, cp_aborted_id) and parker wake-ups.
+ * 2. A source sees trigger n between two next() calls: it snapshots, then
+ *    writes barrier n into every output ring.  Barriers keep their order
+ *    with the records (DESIGN.md invariant 2).
+ * 3. Aligned mode (exactly-once, DESIGN.md invariant 3): a channel that
+ *    delivers barrier n is blocked — runtime.c reads nothing more from it —
+ *    until every channel that has not ended delivered n.  A channel that
+ *    delivered END counts as aligned.  Then: snapshot, barrier n on every
+ *    output, unblock all channels.  At-least-once mode counts barriers
+ *    without blocking and snapshots when the last one arrives; a newer
+ *    barrier makes it forget an older, incomplete one.
+ * 4. The synchronous part of a snapshot: freeze the keyed-state map (O(1),
+ *    cow_map.h note 3), call the operator's snapshot hook (operator state,
+ *    a sink's pre-commit), and enqueue the ack.  The asynchronous part is
+ *    the writer's (coordinator.c note 4).
+ * 5. A barrier of a checkpoint already aborted, or older than the newest
+ *    snapshot taken, is dropped: neither blocks nor is forwarded.  When a
+ *    checkpoint being aligned is aborted, its alignment is cancelled and the
+ *    blocked channels are read again (the records after the barrier then
+ *    belong to the next checkpoint, which is still consistent).
+ * 6. cp_completed_id rising to n: release the cow-map epochs frozen for
+ *    checkpoints <= n (their old versions are reclaimed in bounded steps,
+ *    sl_cow_map_maintain) and call checkpoint_complete(n).
+ * 7. At the end of input an instance takes a final snapshot (no barrier
+ *    follows it; its END does that job downstream), then waits until the
+ *    final checkpoint is durable before its sinks commit and it closes.
+ * 8. The aligner state (aligning_id, barriers_seen, blocked channels) obeys
+ *    aligner_check(), asserted at each transition.
+ * 9. Each snapshot remembers (checkpoint id, epoch); releasing n releases
+ *    the epoch of the newest remembered id <= n.  When the table is full the
+ *    oldest pair is dropped: releasing a later epoch covers it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Entries of deferred reclaiming done per pass of the instance loop. */
+#define SL_MAINTAIN_BUDGET 512u
+
+static bool exactly_once(const sl_job *job) {
+  return job->config.checkpoint.mode == SL_EXACTLY_ONCE;
+}
+
+/* Every channel delivered the barrier being aligned, or ended.  (Counting
+ * would be wrong in at-least-once mode: a channel can deliver the barrier
+ * and then END.) */
+static bool all_aligned(const sl_instance *inst) {
+  for (int c = 0; c < inst->channel_count; c++)
+    if (!inst->channels[c].barrier_seen && !inst->channels[c].ended)
+      return false;
+  return true;
+}
+
+static bool aligner_check(const sl_instance *inst) {
+  int blocked = 0, seen = 0;
+  for (int c = 0; c < inst->channel_count; c++) {
+    const sl_channel *ch = &inst->channels[c];
+    blocked += ch->blocked;
+    seen += ch->barrier_seen;
+    if (ch->blocked && ch->ended)
+      return false; /* a blocked channel is not read, so cannot end */
+  }
+  if (seen != inst->cp.barriers_seen)
+    return false;
+  if (inst->cp.aligning_id == 0)
+    return blocked == 0 && seen == 0;
+  /* Aligned mode blocks exactly the channels that delivered the barrier. */
+  return exactly_once(inst->job) ? blocked == seen : blocked == 0;
+}
+
+static void remember_epoch(sl_instance *inst, uint64_t id, uint32_t epoch) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (cp->epoch_count == SL_EPOCH_SLOTS) { /* note 9 */
+    memmove(cp->epochs, cp->epochs + 1,
+            sizeof cp->epochs[0] * (SL_EPOCH_SLOTS - 1));
+    cp->epoch_count--;
+  }
+  cp->epochs[cp->epoch_count].id = id;
+  cp->epochs[cp->epoch_count].epoch = epoch;
+  cp->epoch_count++;
+}
+
+static void release_epochs(sl_instance *inst, uint64_t completed) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  int n = 0;
+  while (n < cp->epoch_count && cp->epochs[n].id <= completed)
+    n++;
+  if (n == 0)
+    return;
+  sl_cow_map_release(cp->keyed, cp->epochs[n - 1].epoch);
+  cp->maintain_pending = true;
+  memmove(cp->epochs, cp->epochs + n,
+          sizeof cp->epochs[0] * (size_t)(cp->epoch_count - n));
+  cp->epoch_count -= n;
+}
+
+static int call_snapshot_hook(sl_instance *inst, uint64_t id) {
+  sl_op *op = inst->op;
+  int (*hook)(sl_ctx *, void *, uint64_t) = 0;
+  if (op->kind == SL_OP_SOURCE)
+    hook = op->fn.source.snapshot;
+  else if (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK)
+    hook = op->fn.process.snapshot;
+  if (!hook)
+    return 0;
+  inst->cp.in_snapshot = true;
+  inst->cause[0] = 0;
+  int rc = hook(inst, inst->state, id);
+  inst->cp.in_snapshot = false;
+  return rc < 0 ? rc : 0;
+}
+
+/* The synchronous part (note 4).  id is 0 for the final snapshot. */
+static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
+                         uint64_t barrier_ns, uint64_t alignment_ns) {
+  uint64_t t0 = sl_now_ns();
+  sl_ack *ack = calloc(1, sizeof *ack);
+  if (!ack)
+    return ENOMEM;
+  ack->inst = inst;
+  ack->checkpoint_id = id;
+  ack->final = final;
+  ack->barrier_ns = barrier_ns;
+  ack->alignment_us = alignment_ns / 1000u;
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (cp->keyed) {
+    sl_cow_delta frozen = sl_cow_map_freeze(cp->keyed);
+    remember_epoch(inst, final ? UINT64_MAX : id, frozen.epoch);
+    const sl_cow_delta *deltas;
+    int count;
+    sl_cow_map_pending(cp->keyed, &deltas, &count);
+    assert(count >= 1);
+    ack->deltas = malloc(sizeof *deltas * (size_t)count);
+    if (!ack->deltas) {
+      free(ack);
+      return ENOMEM;
+    }
+    memcpy(ack->deltas, deltas, sizeof *deltas * (size_t)count);
+    ack->delta_count = count;
+  }
+  int rc = call_snapshot_hook(inst, id);
+  if (rc) {
+    ack->status = rc;
+    snprintf(ack->cause, sizeof ack->cause, "%.100s%s(%.50s)", inst->cause,
+             inst->cause[0] ? " " : "", sl_strerror(rc));
+  }
+  ack->blob = cp->blob_new;
+  ack->blob_bytes = cp->blob_new_bytes;
+  ack->has_blob = cp->has_blob_new;
+  cp->blob_new = 0;
+  cp->blob_new_bytes = 0;
+  cp->has_blob_new = false;
+  ack->sync_us = (sl_now_ns() - t0) / 1000u;
+  if (!final)
+    cp->last_snapshot_id = id;
+  sl_checkpointer_ack(inst->job, ack);
+  return 0;
+}
+
+static void unblock_all(sl_instance *inst) {
+  for (int c = 0; c < inst->channel_count; c++) {
+    inst->channels[c].blocked = false;
+    inst->channels[c].barrier_seen = false;
+  }
+  inst->cp.aligning_id = 0;
+  inst->cp.barriers_seen = 0;
+}
+
+/* Note 3: all live channels delivered the barrier being aligned. */
+static int maybe_complete_alignment(sl_instance *inst) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (cp->aligning_id == 0 || !all_aligned(inst))
+    return 0;
+  assert(aligner_check(inst));
+  uint64_t id = cp->aligning_id;
+  uint64_t now = sl_now_ns();
+  int rc = take_snapshot(inst, id, false, cp->align_start_ns,
+                         now - cp->align_start_ns);
+  if (rc == 0)
+    rc = sl_instance_write_barrier(inst, id);
+  unblock_all(inst);
+  assert(aligner_check(inst));
+  return rc;
+}
+
+int sl_snapshot_barrier(sl_instance *inst, sl_channel *ch, uint64_t id,
+                        bool *block) {
+  *block = false;
+  sl_job *job = inst->job;
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (!job->cp || id <= cp->last_snapshot_id ||
+      id <= atomic_load_explicit(&job->cp_aborted_id, memory_order_relaxed))
+    return 0; /* note 5 */
+  if (cp->aligning_id != id) {
+    if (cp->aligning_id > id)
+      return 0; /* older than the one being aligned: forgotten */
+    unblock_all(inst); /* a newer one replaces an abandoned older one */
+    cp->aligning_id = id;
+    cp->align_start_ns = sl_now_ns();
+  }
+  assert(!ch->barrier_seen); /* one barrier n per ring */
+  ch->barrier_seen = true;
+  cp->barriers_seen++;
+  if (exactly_once(job)) {
+    ch->blocked = true;
+    *block = true;
+  }
+  assert(aligner_check(inst));
+  return maybe_complete_alignment(inst);
+}
+
+int sl_snapshot_channel_ended(sl_instance *inst) {
+  return inst->job->cp ? maybe_complete_alignment(inst) : 0;
+}
+
+int sl_snapshot_source_poll(sl_instance *inst) {
+  sl_job *job = inst->job;
+  if (!job->cp)
+    return 0;
+  /* Acquire: pairs with the coordinator's release of the trigger. */
+  uint64_t id =
+      atomic_load_explicit(&inst->cp.trigger_id, memory_order_acquire);
+  if (id <= inst->cp.last_snapshot_id ||
+      id <= atomic_load_explicit(&job->cp_aborted_id, memory_order_relaxed))
+    return 0;
+  int rc = take_snapshot(inst, id, false, sl_now_ns(), 0);
+  return rc ? rc : sl_instance_write_barrier(inst, id);
+}
+
+int sl_snapshot_final(sl_instance *inst) {
+  if (!inst->job->cp)
+    return 0;
+  int rc = take_snapshot(inst, 0, true, sl_now_ns(), 0);
+  inst->cp.final_acked = rc == 0;
+  return rc;
+}
+
+bool sl_snapshot_notification_pending(const sl_instance *inst) {
+  const sl_job *job = inst->job;
+  if (!job->cp)
+    return false;
+  return inst->cp.maintain_pending ||
+         atomic_load_explicit(&job->cp_completed_id, memory_order_relaxed) !=
+             inst->cp.seen_completed ||
+         atomic_load_explicit(&job->cp_aborted_id, memory_order_relaxed) !=
+             inst->cp.seen_aborted;
+}
+
+static void call_complete_hook(sl_instance *inst, uint64_t id) {
+  sl_op *op = inst->op;
+  if (op->kind == SL_OP_SOURCE && op->fn.source.checkpoint_complete)
+    op->fn.source.checkpoint_complete(inst, inst->state, id);
+  else if ((op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
+           op->fn.process.checkpoint_complete)
+    op->fn.process.checkpoint_complete(inst, inst->state, id);
+}
+
+int sl_snapshot_notifications(sl_instance *inst) {
+  sl_job *job = inst->job;
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (!job->cp)
+    return 0;
+  /* Acquire: the coordinator stored the id after the commit. */
+  uint64_t completed = atomic_load_explicit(&job->cp_completed_id,
+                                            memory_order_acquire);
+  if (completed > cp->seen_completed) {
+    cp->seen_completed = completed;
+    if (cp->keyed)
+      release_epochs(inst, completed);
+    call_complete_hook(inst, completed);
+  }
+  uint64_t aborted = atomic_load_explicit(&job->cp_aborted_id,
+                                          memory_order_acquire);
+  if (aborted > cp->seen_aborted) {
+    cp->seen_aborted = aborted;
+    if (cp->aligning_id && cp->aligning_id <= aborted)
+      unblock_all(inst); /* note 5 */
+  }
+  if (cp->maintain_pending)
+    cp->maintain_pending = sl_cow_map_maintain(cp->keyed, SL_MAINTAIN_BUDGET);
+  return 0;
+}
+
+int sl_snapshot_restore_hook(sl_instance *inst) {
+  uint64_t id = inst->cp.restored_from;
+  if (!id)
+    return 0;
+  inst->cp.seen_completed = id;
+  inst->cp.last_snapshot_id = id;
+  sl_op *op = inst->op;
+  int (*hook)(sl_ctx *, void *, uint64_t) = 0;
+  if (op->kind == SL_OP_SOURCE)
+    hook = op->fn.source.restore;
+  else if (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK)
+    hook = op->fn.process.restore;
+  int rc = hook ? hook(inst, inst->state, id) : 0;
+  return rc < 0 ? rc : 0;
+}
+
+void sl_snapshot_instance_free(sl_instance *inst) {
+  sl_cow_map_destroy(inst->cp.keyed);
+  inst->cp.keyed = 0;
+  free(inst->cp.blob_new);
+  free(inst->cp.blob_restored);
+  free(inst->cp.key_buffer);
+  free(inst->cp.value_buffer);
+  memset(&inst->cp, 0, sizeof inst->cp);
+}

@@ -1,0 +1,373 @@
+/* file_sink.c — file sinks: transactional (exactly-once) and plain
+ * (at-least-once).
+ *
+ * NOTES ON THE DESIGN OF THE TRANSACTIONAL FILE SINK
+ *
+ * 1. Instance k writes its output into part files of its own, one per
+ *    checkpoint interval: DIR/.part-K-SEQ.pending while open or
+ *    pre-committed, renamed to DIR/part-K-SEQSUFFIX when committed.  A
+ *    reader that ignores dot files never sees uncommitted output; rename()
+ *    makes the switch atomic.
+ * 2. Pre-commit (snapshot hook of checkpoint n): flush and fsync the open
+ *    part (or delete it if empty) and remember it as pre-committed with n.
+ *    The operator state saved for n is: the next SEQ, and the SEQs of every
+ *    part pre-committed and not yet committed.
+ * 3. Commit (checkpoint_complete m): rename every pre-committed part with
+ *    checkpoint <= m, then fsync the directory.  Parts of an aborted
+ *    checkpoint are committed by the next completion (their records are
+ *    part of the stream).
+ * 4. Restore from n: rename every part listed in n's state that is still
+ *    pending (a commit interrupted by a crash; idempotent: a part already
+ *    renamed is skipped), and delete every other .part-K-*.pending file of
+ *    this instance — output after n, which the replay writes again.
+ * 5. Without checkpointing the sink commits its single part at the end of
+ *    input (finish).
+ *
+ * The plain sink appends to DIR/out-K.SUFFIX and flushes on each snapshot;
+ * after a resume the records since the restored checkpoint appear again
+ * (at-least-once).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define FILE_SINK_MAX_PENDING 4096 /* parts awaiting commit per instance */
+
+typedef struct file_sink {
+  sl_file_sink_config config;
+  char dir[4096];
+  char suffix[32];
+} file_sink;
+
+typedef struct part {
+  uint64_t seq;
+  uint64_t checkpoint_id;
+} part;
+
+typedef struct file_sink_instance {
+  const file_sink *sink;
+  int index;
+  FILE *file;       /* open part (or the plain file) */
+  uint64_t seq;     /* SEQ of the open part, or of the next one */
+  bool written;     /* the open part holds records */
+  part pending[FILE_SINK_MAX_PENDING];
+  int pending_count;
+  char *line;       /* formatting buffer */
+  uint32_t line_bytes;
+} file_sink_instance;
+
+static void part_path(const file_sink_instance *f, uint64_t seq, bool final,
+                      char *path, size_t bytes) {
+  if (final)
+    snprintf(path, bytes, "%s/part-%d-%08" PRIu64 "%s", f->sink->dir,
+             f->index, seq, f->sink->suffix);
+  else
+    snprintf(path, bytes, "%s/.part-%d-%08" PRIu64 ".pending", f->sink->dir,
+             f->index, seq);
+}
+
+static int sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd < 0)
+    return errno;
+  int rc = fsync(fd) == 0 ? 0 : errno;
+  close(fd);
+  return rc;
+}
+
+static int fail_errno(sl_ctx *ctx, int e, const char *what, const char *path) {
+  sl_ctx_fail(ctx, "%s %s: %s", what, path, strerror(e));
+  return -e;
+}
+
+static int open_part(sl_ctx *ctx, file_sink_instance *f) {
+  char path[4200];
+  part_path(f, f->seq, false, path, sizeof path);
+  f->file = fopen(path, "wb");
+  if (!f->file)
+    return fail_errno(ctx, errno, "cannot create", path);
+  f->written = false;
+  return 0;
+}
+
+/* Flush, fsync and close the open part.  Returns 0 or -errno. */
+static int close_part(sl_ctx *ctx, file_sink_instance *f) {
+  if (!f->file)
+    return 0;
+  char path[4200];
+  part_path(f, f->seq, false, path, sizeof path);
+  int rc = 0;
+  if (fflush(f->file) != 0 || fsync(fileno(f->file)) != 0)
+    rc = fail_errno(ctx, errno, "cannot write", path);
+  if (fclose(f->file) != 0 && rc == 0)
+    rc = fail_errno(ctx, errno, "cannot close", path);
+  f->file = 0;
+  return rc;
+}
+
+static int format_record(file_sink_instance *f, const sl_record *in,
+                         const char **text, uint32_t *bytes) {
+  const sl_file_sink_config *c = &f->sink->config;
+  if (!c->format) {
+    *text = in->data;
+    *bytes = in->size_bytes;
+    return 0;
+  }
+  for (;;) {
+    int n = c->format(c->format_user, in, f->line, f->line_bytes);
+    if (n < 0)
+      return n;
+    if ((uint32_t)n <= f->line_bytes) {
+      *text = f->line;
+      *bytes = (uint32_t)n;
+      return 0;
+    }
+    char *bigger = realloc(f->line, (size_t)n);
+    if (!bigger)
+      return -ENOMEM;
+    f->line = bigger;
+    f->line_bytes = (uint32_t)n;
+  }
+}
+
+static int file_sink_process(sl_ctx *ctx, void *state, int input,
+                             const sl_record *in) {
+  (void)input;
+  file_sink_instance *f = state;
+  if (!f->file) {
+    int rc = open_part(ctx, f);
+    if (rc)
+      return rc;
+  }
+  const char *text;
+  uint32_t bytes;
+  int rc = format_record(f, in, &text, &bytes);
+  if (rc)
+    return rc;
+  if (fwrite(text, 1, bytes, f->file) != bytes || fputc('\n', f->file) == EOF)
+    return fail_errno(ctx, errno, "cannot write to part", f->sink->dir);
+  f->written = true;
+  return 0;
+}
+
+/* Note 3: commit parts pre-committed with checkpoints <= id. */
+static int commit_parts(sl_ctx *ctx, file_sink_instance *f, uint64_t id) {
+  int kept = 0, rc = 0;
+  for (int i = 0; i < f->pending_count; i++) {
+    if (f->pending[i].checkpoint_id > id) {
+      f->pending[kept++] = f->pending[i];
+      continue;
+    }
+    char from[4200], to[4200];
+    part_path(f, f->pending[i].seq, false, from, sizeof from);
+    part_path(f, f->pending[i].seq, true, to, sizeof to);
+    if (rename(from, to) != 0 && errno != ENOENT && rc == 0)
+      rc = fail_errno(ctx, errno, "cannot commit", from);
+  }
+  bool any = kept != f->pending_count;
+  f->pending_count = kept;
+  if (any && rc == 0) {
+    int e = sync_dir(f->sink->dir);
+    if (e)
+      rc = fail_errno(ctx, e, "cannot sync directory", f->sink->dir);
+  }
+  return rc;
+}
+
+/* Note 2. */
+static int file_sink_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  file_sink_instance *f = state;
+  if (f->file) {
+    bool written = f->written;
+    int rc = close_part(ctx, f);
+    if (rc)
+      return rc;
+    if (written) {
+      if (f->pending_count == FILE_SINK_MAX_PENDING) {
+        sl_ctx_fail(ctx, "%d parts await a completed checkpoint",
+                    FILE_SINK_MAX_PENDING);
+        return -ENOSPC;
+      }
+      /* The final snapshot has id 0: it commits with the final checkpoint,
+       * whatever its id. */
+      f->pending[f->pending_count].seq = f->seq;
+      f->pending[f->pending_count].checkpoint_id = id ? id : UINT64_MAX - 1;
+      f->pending_count++;
+    } else {
+      char path[4200];
+      part_path(f, f->seq, false, path, sizeof path);
+      unlink(path);
+    }
+    f->seq++;
+  }
+  /* State: next SEQ, then the pending SEQs. */
+  uint64_t state_words[1 + FILE_SINK_MAX_PENDING];
+  state_words[0] = f->seq;
+  for (int i = 0; i < f->pending_count; i++)
+    state_words[1 + i] = f->pending[i].seq;
+  return sl_operator_state_set(ctx, state_words,
+                               (uint32_t)(8 * (1 + f->pending_count)));
+}
+
+static void file_sink_complete(sl_ctx *ctx, void *state, uint64_t id) {
+  file_sink_instance *f = state;
+  /* The final checkpoint completes with the highest id: commit all. */
+  if (atomic_load(&ctx->job->cp_final_done))
+    id = UINT64_MAX;
+  if (commit_parts(ctx, f, id) != 0)
+    sl_instance_fail(ctx, EIO); /* committed data must not silently lag */
+}
+
+/* Is name a pending part of instance index?  Returns its SEQ or -1. */
+static int64_t pending_seq(const char *name, int index) {
+  int k;
+  unsigned long long seq;
+  int end = 0;
+  if (sscanf(name, ".part-%d-%llu.pending%n", &k, &seq, &end) != 2 ||
+      name[end] != 0 || k != index)
+    return -1;
+  return (int64_t)seq;
+}
+
+/* Note 4. */
+static int file_sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
+  file_sink_instance *f = state;
+  const void *data;
+  uint32_t bytes;
+  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  if (rc == SL_ENOTFOUND)
+    bytes = 0; /* nothing committed yet: every pending part is later output */
+  else if (rc)
+    return rc;
+  else if (bytes < 8 || bytes % 8 || bytes / 8 - 1 > FILE_SINK_MAX_PENDING) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": file sink state of %" PRIu32
+                " bytes is malformed", id, bytes);
+    return -EINVAL;
+  }
+  const uint64_t *words = data;
+  f->pending_count = 0;
+  for (uint32_t i = 1; i < bytes / 8; i++) {
+    f->pending[f->pending_count].seq = words[i];
+    f->pending[f->pending_count].checkpoint_id = id;
+    f->pending_count++;
+  }
+  f->seq = bytes ? words[0] : 0;
+  rc = commit_parts(ctx, f, id);
+  if (rc)
+    return rc;
+  DIR *d = opendir(f->sink->dir);
+  if (!d)
+    return fail_errno(ctx, errno, "cannot read directory", f->sink->dir);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (pending_seq(e->d_name, f->index) < 0)
+      continue;
+    char path[4096 + 256 + 2];
+    snprintf(path, sizeof path, "%s/%s", f->sink->dir, e->d_name);
+    unlink(path); /* after n: the replay writes it again */
+  }
+  closedir(d);
+  return 0;
+}
+
+static int file_sink_open(sl_ctx *ctx, void *user, void **state) {
+  const file_sink *sink = user;
+  if (mkdir(sink->dir, 0777) != 0 && errno != EEXIST)
+    return fail_errno(ctx, errno, "cannot create directory", sink->dir);
+  file_sink_instance *f = calloc(1, sizeof *f);
+  if (!f)
+    return -ENOMEM;
+  f->sink = sink;
+  f->index = sl_ctx_instance(ctx);
+  if (!sink->config.exactly_once) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/out-%d%s", sink->dir, f->index,
+             sink->suffix);
+    f->file = fopen(path, "ab");
+    if (!f->file) {
+      int rc = fail_errno(ctx, errno, "cannot open", path);
+      free(f);
+      return rc;
+    }
+  }
+  *state = f;
+  return 0;
+}
+
+static int file_sink_finish(sl_ctx *ctx, void *state) {
+  file_sink_instance *f = state;
+  if (!f->sink->config.exactly_once || sl_ctx_checkpointing(ctx))
+    return 0; /* plain: close flushes; checkpointed: the final checkpoint */
+  /* Note 5: no checkpoints, commit at the end of input. */
+  if (f->file) {
+    int rc = close_part(ctx, f);
+    if (rc)
+      return rc;
+    f->pending[0].seq = f->seq++;
+    f->pending[0].checkpoint_id = 0;
+    f->pending_count = 1;
+  }
+  return commit_parts(ctx, f, UINT64_MAX);
+}
+
+static int plain_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  file_sink_instance *f = state;
+  if (fflush(f->file) != 0 || fsync(fileno(f->file)) != 0)
+    return fail_errno(ctx, errno, "cannot write", f->sink->dir);
+  return 0;
+}
+
+static void file_sink_close(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  file_sink_instance *f = state;
+  if (f->file)
+    fclose(f->file); /* an uncommitted part stays pending (note 4) */
+  free(f->line);
+  free(f);
+}
+
+SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
+                           int parallelism, const sl_file_sink_config *config,
+                           sl_op **op) {
+  if (!config || !config->dir || !config->dir[0] ||
+      strlen(config->dir) >= sizeof(((file_sink *)0)->dir) ||
+      (config->suffix && strlen(config->suffix) >= 32))
+    return EINVAL;
+  file_sink *sink = calloc(1, sizeof *sink);
+  if (!sink)
+    return ENOMEM;
+  sink->config = *config;
+  strcpy(sink->dir, config->dir);
+  strcpy(sink->suffix, config->suffix ? config->suffix : ".txt");
+  sink->config.dir = sink->dir;
+  sink->config.suffix = sink->suffix;
+  static const sl_process_ops exactly_once = {
+      .open = file_sink_open,
+      .process = file_sink_process,
+      .finish = file_sink_finish,
+      .close = file_sink_close,
+      .snapshot = file_sink_snapshot,
+      .checkpoint_complete = file_sink_complete,
+      .restore = file_sink_restore};
+  static const sl_process_ops plain = {.open = file_sink_open,
+                                       .process = file_sink_process,
+                                       .close = file_sink_close,
+                                       .snapshot = plain_snapshot};
+  int rc = sl_op_sink(job, name, input, parallelism,
+                      config->exactly_once ? &exactly_once : &plain, sink, op);
+  if (rc) {
+    free(sink);
+    return rc;
+  }
+  (*op)->user_free = free;
+  return 0;
+}

@@ -1,0 +1,843 @@
+/* test_checkpoint.c — checkpoints end to end: stop or SIGKILL and resume
+ * equal an uninterrupted run (exactly-once), at-least-once never loses,
+ * barrier alignment, timeouts, tolerated failures, store growth, bad state
+ * directories, and every kind of keyed state across a restore.
+ *
+ * Real threads, real LMDB stores in temporary directories, real files. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static char *temp_dir(void) {
+  char *dir = strdup("/tmp/sluice-cp-XXXXXX");
+  cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+  return dir;
+}
+
+static void remove_tree(const char *dir) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+static char *path_in(const char *dir, const char *name) {
+  char *p = malloc(strlen(dir) + strlen(name) + 2);
+  sprintf(p, "%s/%s", dir, name);
+  return p;
+}
+
+static uint64_t tuple_key(void *user, const sl_record *in) {
+  (void)user;
+  uint64_t key;
+  memcpy(&key, in->data, sizeof key);
+  return key;
+}
+
+static int format_tuple(void *user, const sl_record *in, char *buffer,
+                        uint32_t buffer_bytes) {
+  (void)user;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  int n = snprintf(buffer, buffer_bytes, "%" PRIu64 ",%" PRIu64, t.key,
+                   t.value);
+  return (uint32_t)n < buffer_bytes ? n : n + 1;
+}
+
+/* The running count of each key, in keyed value state. */
+static int count_process(sl_ctx *ctx, void *state, int input,
+                         const sl_record *in) {
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  const void *value;
+  uint32_t bytes;
+  uint64_t count = 0;
+  int rc = sl_state_get(ctx, 0, &value, &bytes);
+  if (rc == 0)
+    memcpy(&count, value, sizeof count);
+  else if (rc != SL_ENOTFOUND)
+    return rc;
+  count++;
+  rc = sl_state_put(ctx, 0, &count, sizeof count, 0);
+  if (rc)
+    return rc;
+  sl_tuple out = {.key = t.key, .value = count};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
+typedef struct count_job {
+  uint64_t records;
+  uint64_t keys;
+  int parallelism;
+  const char *state_dir;
+  const char *out_dir;
+  int policy;
+  int mode;
+  int exactly_once_sink;
+  uint32_t interval_ms;
+  uint64_t map_bytes;
+} count_job;
+
+static sl_job *build_count(const count_job *c) {
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = c->state_dir;
+  config.checkpoint.interval_ms = c->interval_ms ? c->interval_ms : 20;
+  config.checkpoint.store_policy = c->policy;
+  config.checkpoint.mode = c->mode;
+  config.checkpoint.no_sync = 1;
+  config.checkpoint.initial_map_bytes = c->map_bytes;
+  config.ring_bytes = 64 * 1024; /* small rings: barriers queue behind less */
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *by, *count, *sink;
+  cr_assert_eq(sl_source_sequence(job, "source", c->parallelism, c->records,
+                                  c->keys, &src), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", src, tuple_key, 0, &by), 0);
+  static const sl_process_ops ops = {.process = count_process};
+  cr_assert_eq(sl_op_process(job, "count", &by, 1, c->parallelism, &ops, 0,
+                             &count), 0);
+  sl_file_sink_config fc = {.dir = c->out_dir,
+                            .exactly_once = c->exactly_once_sink,
+                            .format = format_tuple,
+                            .suffix = ".csv"};
+  cr_assert_eq(sl_sink_file(job, "sink", count, c->parallelism, &fc, &sink), 0);
+  return job;
+}
+
+/* Run until at least `checkpoints` have completed in this run, then stop.
+ * Returns the job's result (SL_ESTOPPED, or 0 if it finished first). */
+static int run_and_stop(const count_job *c, uint64_t checkpoints) {
+  sl_job *job = build_count(c);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  uint64_t from = 0, first = 0;
+  sl_job_last_checkpoint(job, &from);
+  for (int i = 0; i < 20000; i++) {
+    uint64_t last = sl_job_last_checkpoint(job, 0);
+    if (last && !first)
+      first = last;
+    if (last && last - (first ? first : last) + 1 >= checkpoints)
+      break;
+    sl_test_sleep_us(1000);
+  }
+  sl_job_stop(job);
+  int rc = sl_job_wait(job);
+  sl_job_destroy(job);
+  return rc;
+}
+
+static int run_to_end(const count_job *c) {
+  sl_job *job = build_count(c);
+  sl_test_watchdog w;
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  sl_test_watchdog_arm(&w, job, 120, "count job");
+  int rc = sl_job_wait(job);
+  cr_assert_not(sl_test_watchdog_disarm(&w));
+  if (rc)
+    cr_log_error("job failed: %s", sl_job_error(job));
+  sl_job_destroy(job);
+  return rc;
+}
+
+typedef struct output_check {
+  uint64_t lines;
+  uint64_t out_of_sequence; /* exactly-once: lost, duplicated, reordered */
+  uint64_t gaps;            /* at-least-once: a count missing entirely */
+  uint64_t keys_short;      /* final count below the key's occurrences */
+  uint64_t keys_over;       /* final count above it */
+  uint64_t pending;         /* uncommitted parts left behind */
+} output_check;
+
+static int compare_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Read every committed file of out_dir in name order (the per-instance
+ * order) and check the running counts of each key. */
+static output_check check_output(const char *out_dir, uint64_t records,
+                                 uint64_t keys) {
+  output_check r = {0};
+  uint64_t *last = calloc(keys, sizeof *last);
+  uint64_t *max = calloc(keys, sizeof *max);
+  DIR *d = opendir(out_dir);
+  cr_assert(d, "opendir %s", out_dir);
+  char *names[4096];
+  size_t count = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, ".part-", 6) == 0)
+      r.pending++;
+    else if (strncmp(e->d_name, "part-", 5) == 0 ||
+             strncmp(e->d_name, "out-", 4) == 0) {
+      cr_assert_lt(count, 4096);
+      names[count++] = strdup(e->d_name);
+    }
+  }
+  closedir(d);
+  qsort(names, count, sizeof names[0], compare_names);
+  for (size_t i = 0; i < count; i++) {
+    char *p = path_in(out_dir, names[i]);
+    FILE *f = fopen(p, "r");
+    cr_assert(f);
+    unsigned long long k, c;
+    while (fscanf(f, "%llu,%llu\n", &k, &c) == 2) {
+      r.lines++;
+      cr_assert_lt(k, keys);
+      if (c != last[k] + 1) {
+        r.out_of_sequence++;
+        if (c > max[k] + 1)
+          r.gaps++; /* a count never emitted before: something was lost */
+      }
+      last[k] = c;
+      if (c > max[k])
+        max[k] = c;
+    }
+    fclose(f);
+    free(p);
+    free(names[i]);
+  }
+  uint64_t full = records / keys, rest = records % keys;
+  for (uint64_t k = 0; k < keys; k++) {
+    uint64_t expect = full + (k < rest);
+    r.keys_short += max[k] < expect;
+    r.keys_over += max[k] > expect;
+  }
+  free(last);
+  free(max);
+  return r;
+}
+
+TestSuite(checkpoint, .timeout = 240);
+
+/* ------------------------------------------------------------ exactly-once */
+
+Test(checkpoint, uninterrupted_run_commits_everything) {
+  char *state = temp_dir(), *out = temp_dir();
+  count_job c = {.records = sl_test_scaled(2000000, 100000), .keys = 1000,
+                 .parallelism = 2, .state_dir = state, .out_dir = out,
+                 .exactly_once_sink = 1};
+  cr_assert_eq(run_to_end(&c), 0);
+  output_check r = check_output(out, c.records, c.keys);
+  cr_expect_eq(r.lines, c.records);
+  cr_expect_eq(r.out_of_sequence, 0);
+  cr_expect_eq(r.keys_short + r.keys_over, 0);
+  cr_expect_eq(r.pending, 0);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+Test(checkpoint, stop_and_resume_equals_uninterrupted_run) {
+  char *state = temp_dir(), *out = temp_dir();
+  count_job c = {.records = sl_test_scaled(6000000, 300000), .keys = 5000,
+                 .parallelism = 2, .state_dir = state, .out_dir = out,
+                 .exactly_once_sink = 1};
+  /* Three stops, then run to the end: each resume restores the newest
+   * complete checkpoint and deletes output written after it. */
+  int stopped = 0;
+  for (int round = 0; round < 3; round++) {
+    int rc = run_and_stop(&c, 2);
+    cr_assert(rc == SL_ESTOPPED || rc == 0, "round %d: %s", round,
+              sl_strerror(rc));
+    stopped += rc == SL_ESTOPPED;
+    c.policy = SL_STORE_RESUME;
+  }
+  cr_assert_eq(run_to_end(&c), 0);
+  output_check r = check_output(out, c.records, c.keys);
+  cr_expect_gt(stopped, 0, "the job always finished before the stop");
+  cr_expect_eq(r.lines, c.records, "lines %" PRIu64, r.lines);
+  cr_expect_eq(r.out_of_sequence, 0, "lost/duplicated: %" PRIu64,
+               r.out_of_sequence);
+  cr_expect_eq(r.keys_short + r.keys_over, 0);
+  cr_expect_eq(r.pending, 0);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+Test(checkpoint, sigkill_and_resume_equals_uninterrupted_run) {
+  char *state = temp_dir(), *out = temp_dir();
+  count_job c = {.records = sl_test_scaled(6000000, 300000), .keys = 5000,
+                 .parallelism = 2, .state_dir = state, .out_dir = out,
+                 .exactly_once_sink = 1};
+  /* Two children killed with SIGKILL mid-run at different moments. */
+  for (int round = 0; round < 2; round++) {
+    fflush(0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+      sl_job *job = build_count(&c);
+      if (sl_job_start(job) != 0)
+        _exit(3);
+      sl_job_wait(job);
+      _exit(0);
+    }
+    sl_test_sleep_us(150000 + 120000 * (uint64_t)round);
+    kill(pid, SIGKILL);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status) || WEXITSTATUS(status) == 0,
+              "child exit %d", WEXITSTATUS(status));
+    c.policy = SL_STORE_RESUME;
+  }
+  cr_assert_eq(run_to_end(&c), 0);
+  output_check r = check_output(out, c.records, c.keys);
+  cr_expect_eq(r.lines, c.records, "lines %" PRIu64, r.lines);
+  cr_expect_eq(r.out_of_sequence, 0);
+  cr_expect_eq(r.keys_short + r.keys_over, 0);
+  cr_expect_eq(r.pending, 0);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+Test(checkpoint, resuming_a_finished_job_adds_nothing) {
+  char *state = temp_dir(), *out = temp_dir();
+  count_job c = {.records = 100000, .keys = 100, .parallelism = 1,
+                 .state_dir = state, .out_dir = out, .exactly_once_sink = 1};
+  cr_assert_eq(run_to_end(&c), 0);
+  c.policy = SL_STORE_RESUME;
+  cr_assert_eq(run_to_end(&c), 0);
+  output_check r = check_output(out, c.records, c.keys);
+  cr_expect_eq(r.lines, c.records);
+  cr_expect_eq(r.out_of_sequence, 0);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+/* ------------------------------------------------------------ at-least-once */
+
+Test(checkpoint, at_least_once_stop_and_resume_never_loses) {
+  char *state = temp_dir(), *out = temp_dir();
+  count_job c = {.records = sl_test_scaled(4000000, 200000), .keys = 2000,
+                 .parallelism = 2, .state_dir = state, .out_dir = out,
+                 .mode = SL_AT_LEAST_ONCE, .exactly_once_sink = 0};
+  for (int round = 0; round < 2; round++) {
+    int rc = run_and_stop(&c, 2);
+    cr_assert(rc == SL_ESTOPPED || rc == 0);
+    c.policy = SL_STORE_RESUME;
+  }
+  cr_assert_eq(run_to_end(&c), 0);
+  output_check r = check_output(out, c.records, c.keys);
+  cr_expect_geq(r.lines, c.records);
+  cr_expect_eq(r.gaps, 0, "a count was never emitted: records lost");
+  cr_expect_eq(r.keys_short, 0, "%" PRIu64 " keys lost records", r.keys_short);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+/* ------------------------------------------------------------ alignment */
+
+/* Two sources, one fast and one slow, into one two-input operator.  Every
+ * snapshot of the operator must count exactly the records before barrier n
+ * on each input: the positions the sources recorded for n. */
+#define ALIGN_MAX_CP 4096
+typedef struct align_log {
+  uint64_t source_position[2][ALIGN_MAX_CP];
+  uint64_t operator_count[2][ALIGN_MAX_CP];
+  bool source_seen[2][ALIGN_MAX_CP];
+  bool operator_seen[ALIGN_MAX_CP];
+} align_log;
+static align_log *align;
+
+typedef struct paced {
+  int which;
+  uint64_t next;
+  uint64_t end;
+  uint32_t pause_us;
+} paced;
+
+static int paced_open(sl_ctx *ctx, void *user, void **state) {
+  (void)ctx;
+  *state = user;
+  return 0;
+}
+
+static int paced_next(sl_ctx *ctx, void *state) {
+  paced *p = state;
+  for (int i = 0; i < 64 && p->next < p->end; i++, p->next++) {
+    sl_tuple t = {.key = p->next, .value = (uint64_t)p->which};
+    int rc = sl_emit(ctx, &t, sizeof t);
+    if (rc)
+      return rc;
+  }
+  if (p->pause_us)
+    sl_test_sleep_us(p->pause_us);
+  return p->next == p->end ? SL_SOURCE_END : 0;
+}
+
+static int paced_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  paced *p = state;
+  if (id && id < ALIGN_MAX_CP) {
+    align->source_position[p->which][id] = p->next;
+    align->source_seen[p->which][id] = true;
+  }
+  return sl_operator_state_set(ctx, &p->next, sizeof p->next);
+}
+
+typedef struct two_counts {
+  uint64_t count[2];
+} two_counts;
+
+static int two_process(sl_ctx *ctx, void *state, int input,
+                       const sl_record *in) {
+  (void)ctx;
+  (void)in;
+  ((two_counts *)state)->count[input]++;
+  return 0;
+}
+
+static int two_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)ctx;
+  two_counts *t = state;
+  if (id && id < ALIGN_MAX_CP) {
+    align->operator_count[0][id] = t->count[0];
+    align->operator_count[1][id] = t->count[1];
+    align->operator_seen[id] = true;
+  }
+  return 0;
+}
+
+static void run_alignment(int mode, uint64_t *checked, uint64_t *mismatches) {
+  align = calloc(1, sizeof *align);
+  char *state = temp_dir();
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = 5;
+  config.checkpoint.no_sync = 1;
+  config.checkpoint.mode = mode;
+  config.ring_bytes = 16 * 1024;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  paced fast = {.which = 0, .end = sl_test_scaled(3000000, 300000)};
+  paced slow = {.which = 1, .end = 20000, .pause_us = 100};
+  static const sl_source_ops src_ops = {
+      .open = paced_open, .next = paced_next, .snapshot = paced_snapshot};
+  sl_op *a, *b, *two, *sink;
+  cr_assert_eq(sl_op_source(job, "fast", 1, &src_ops, &fast, &a), 0);
+  cr_assert_eq(sl_op_source(job, "slow", 1, &src_ops, &slow, &b), 0);
+  two_counts counts = {{0, 0}};
+  static const sl_process_ops two_ops = {.process = two_process,
+                                         .snapshot = two_snapshot};
+  sl_op *ins[2] = {a, b};
+  cr_assert_eq(sl_op_process(job, "two", ins, 2, 1, &two_ops, &counts, &two), 0);
+  sl_checksum sum = {0};
+  /* The operator emits nothing; a checksum sink keeps the graph valid. */
+  cr_assert_eq(sl_sink_checksum(job, "sink", two, 1, &sum, &sink), 0);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  *checked = *mismatches = 0;
+  for (int id = 1; id < ALIGN_MAX_CP; id++) {
+    if (!align->operator_seen[id] || !align->source_seen[0][id] ||
+        !align->source_seen[1][id])
+      continue;
+    (*checked)++;
+    for (int s = 0; s < 2; s++)
+      *mismatches += align->operator_count[s][id] != align->source_position[s][id];
+  }
+  remove_tree(state);
+  free(align);
+}
+
+Test(checkpoint, aligned_snapshot_holds_exactly_the_records_before_the_barrier) {
+  uint64_t checked, mismatches;
+  run_alignment(SL_EXACTLY_ONCE, &checked, &mismatches);
+  cr_expect_gt(checked, 3, "only %" PRIu64 " checkpoints to check", checked);
+  cr_expect_eq(mismatches, 0, "%" PRIu64 " of %" PRIu64 " snapshots mixed "
+               "records from after the barrier", mismatches, checked);
+}
+
+/* ------------------------------------------------------------ failures */
+
+static int slow_process(sl_ctx *ctx, void *state, int input,
+                        const sl_record *in) {
+  (void)ctx;
+  (void)state;
+  (void)input;
+  (void)in;
+  sl_test_sleep_us(500);
+  return 0;
+}
+
+Test(checkpoint, timeout_beyond_tolerance_fails_the_job) {
+  char *state = temp_dir();
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = 10;
+  config.checkpoint.timeout_ms = 30;
+  config.checkpoint.tolerable_failures = 1;
+  config.checkpoint.no_sync = 1;
+  config.ring_bytes = 4096; /* backpressure holds the barriers back */
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_sequence(job, "source", 1, 1000000000ull, 0, &src), 0);
+  static const sl_process_ops ops = {.process = slow_process};
+  cr_assert_eq(sl_op_sink(job, "slow", src, 1, &ops, 0, &sink), 0);
+  sl_test_watchdog w;
+  cr_assert_eq(sl_job_start(job), 0);
+  sl_test_watchdog_arm(&w, job, 60, "timeout job");
+  int rc = sl_job_wait(job);
+  cr_assert_not(sl_test_watchdog_disarm(&w));
+  cr_expect_eq(rc, SL_ECHECKPOINT, "%s", sl_strerror(rc));
+  cr_expect(strstr(sl_job_error(job), "timed out"), "%s", sl_job_error(job));
+  cr_expect(strstr(sl_job_error(job), "2 consecutive failures, 1 tolerated"),
+            "%s", sl_job_error(job));
+  sl_checkpoint_stats cs;
+  cr_assert_eq(sl_job_checkpoint_stats(job, 0, &cs), 0);
+  cr_expect_eq(cs.status, SL_CHECKPOINT_ABORTED);
+  sl_job_destroy(job);
+  remove_tree(state);
+}
+
+/* A sink whose snapshot fails on the checkpoints in a given set. */
+typedef struct flaky {
+  uint64_t fail_mask; /* bit n: fail checkpoint n (n < 64) */
+} flaky;
+
+static int flaky_process(sl_ctx *ctx, void *state, int input,
+                         const sl_record *in) {
+  (void)ctx;
+  (void)state;
+  (void)input;
+  (void)in;
+  return 0;
+}
+
+static int flaky_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  flaky *f = state;
+  if (id && id < 64 && (f->fail_mask >> id & 1)) {
+    sl_ctx_fail(ctx, "injected snapshot failure at checkpoint %" PRIu64, id);
+    return -EIO;
+  }
+  return 0;
+}
+
+static int run_flaky(uint64_t fail_mask, uint32_t tolerable,
+                     uint64_t *completed) {
+  char *state = temp_dir();
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = 5;
+  config.checkpoint.tolerable_failures = tolerable;
+  config.checkpoint.no_sync = 1;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_sequence(job, "source", 1, 1ull << 40, 0, &src), 0);
+  flaky f = {.fail_mask = fail_mask};
+  static const sl_process_ops ops = {.process = flaky_process,
+                                     .snapshot = flaky_snapshot};
+  cr_assert_eq(sl_op_sink(job, "flaky", src, 1, &ops, &f, &sink), 0);
+  cr_assert_eq(sl_job_start(job), 0);
+  /* Run until checkpoint 12 completed or the job failed. */
+  for (int i = 0; i < 3000; i++) {
+    if (sl_job_last_checkpoint(job, 0) >= 12)
+      break;
+    sl_test_sleep_us(1000);
+  }
+  sl_job_stop(job);
+  int rc = sl_job_wait(job);
+  *completed = sl_job_last_checkpoint(job, 0);
+  if (rc == SL_ECHECKPOINT)
+    cr_expect(strstr(sl_job_error(job), "injected snapshot failure"), "%s",
+              sl_job_error(job));
+  sl_job_destroy(job);
+  remove_tree(state);
+  return rc;
+}
+
+Test(checkpoint, failed_snapshots_within_tolerance_keep_the_job_running) {
+  uint64_t completed;
+  /* Checkpoints 2, 3, 5, 6 fail: never more than 2 in a row. */
+  int rc = run_flaky(1u << 2 | 1u << 3 | 1u << 5 | 1u << 6, 2, &completed);
+  cr_expect_eq(rc, SL_ESTOPPED, "%s", sl_strerror(rc));
+  cr_expect_geq(completed, 12);
+}
+
+Test(checkpoint, failed_snapshots_beyond_tolerance_fail_the_job) {
+  uint64_t completed;
+  /* 3, 4, 5 fail: the third in a row is one too many. */
+  int rc = run_flaky(1u << 3 | 1u << 4 | 1u << 5, 2, &completed);
+  cr_expect_eq(rc, SL_ECHECKPOINT, "%s", sl_strerror(rc));
+  cr_expect_eq(completed, 2);
+}
+
+/* ------------------------------------------------------------ store */
+
+Test(checkpoint, map_full_grows_the_store) {
+  char *state = temp_dir(), *out = temp_dir();
+  /* 200K keys of state in a 1 MiB map: the writer must grow it. */
+  count_job c = {.records = 400000, .keys = 200000, .parallelism = 1,
+                 .state_dir = state, .out_dir = out, .exactly_once_sink = 1,
+                 .map_bytes = 1 << 20, .interval_ms = 50};
+  int rc = run_and_stop(&c, 1);
+  cr_assert(rc == SL_ESTOPPED || rc == 0);
+  c.policy = SL_STORE_RESUME;
+  cr_assert_eq(run_to_end(&c), 0);
+  output_check r = check_output(out, c.records, c.keys);
+  cr_expect_eq(r.lines, c.records);
+  cr_expect_eq(r.out_of_sequence, 0);
+  char *data = path_in(state, "data.mdb");
+  struct stat st;
+  cr_assert_eq(stat(data, &st), 0);
+  cr_expect_gt(st.st_size, 1 << 20, "data.mdb is %lld bytes",
+               (long long)st.st_size);
+  free(data);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+static int start_count(const count_job *c, sl_job **out) {
+  *out = build_count(c);
+  return sl_job_start(*out);
+}
+
+Test(checkpoint, a_store_with_checkpoints_needs_an_explicit_choice) {
+  char *state = temp_dir(), *out = temp_dir();
+  count_job c = {.records = 10000, .keys = 10, .parallelism = 1,
+                 .state_dir = state, .out_dir = out, .exactly_once_sink = 1};
+  cr_assert_eq(run_to_end(&c), 0);
+  sl_job *job;
+  cr_expect_eq(start_count(&c, &job), SL_EHASSTATE);
+  cr_expect(strstr(sl_job_error(job), state), "%s", sl_job_error(job));
+  cr_expect(strstr(sl_job_error(job), "resume"), "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  /* Fresh deletes them and runs again from the start. */
+  remove_tree(out);
+  out = temp_dir();
+  c.out_dir = out;
+  c.policy = SL_STORE_FRESH;
+  cr_assert_eq(run_to_end(&c), 0);
+  output_check r = check_output(out, c.records, c.keys);
+  cr_expect_eq(r.lines, c.records);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+Test(checkpoint, a_store_of_another_job_graph_is_refused_unchanged) {
+  char *state = temp_dir(), *out = temp_dir();
+  count_job c = {.records = 10000, .keys = 10, .parallelism = 1,
+                 .state_dir = state, .out_dir = out, .exactly_once_sink = 1};
+  cr_assert_eq(run_to_end(&c), 0);
+  char *data = path_in(state, "data.mdb");
+  struct stat before, after;
+  cr_assert_eq(stat(data, &before), 0);
+  c.parallelism = 2; /* a different graph */
+  c.policy = SL_STORE_RESUME;
+  sl_job *job;
+  cr_expect_eq(start_count(&c, &job), SL_ESTORE);
+  cr_expect(strstr(sl_job_error(job), "graph"), "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  cr_assert_eq(stat(data, &after), 0);
+  cr_expect_eq(before.st_mtime, after.st_mtime);
+  cr_expect_eq(before.st_size, after.st_size);
+  free(data);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+Test(checkpoint, a_foreign_directory_is_refused_unchanged) {
+  char *state = temp_dir(), *out = temp_dir();
+  char *file = path_in(state, "notes.txt");
+  FILE *f = fopen(file, "w");
+  fputs("not a store\n", f);
+  fclose(f);
+  count_job c = {.records = 1000, .keys = 10, .parallelism = 1,
+                 .state_dir = state, .out_dir = out, .exactly_once_sink = 1};
+  sl_job *job;
+  cr_expect_eq(start_count(&c, &job), SL_ESTORE);
+  cr_expect(strstr(sl_job_error(job), state), "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  DIR *d = opendir(state);
+  int entries = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    entries += e->d_name[0] != '.';
+  closedir(d);
+  cr_expect_eq(entries, 1, "something was written into the directory");
+  free(file);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+/* ------------------------------------------------------------ keyed state */
+
+/* Uses every kind of keyed state and emits what it sees, so a run with
+ * stops and resumes must emit exactly what an uninterrupted one does. */
+static void add_u64(void *user, void *acc, const void *value,
+                    uint32_t value_bytes) {
+  (void)user;
+  (void)value_bytes;
+  uint64_t a, v;
+  memcpy(&a, acc, 8);
+  memcpy(&v, value, 8);
+  a += v;
+  memcpy(acc, &a, 8);
+}
+
+static int kinds_process(sl_ctx *ctx, void *state, int input,
+                         const sl_record *in) {
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  uint64_t zero = 0;
+  const void *acc;
+  int rc = sl_state_fold(ctx, 1, &zero, 8, add_u64, 0, &t.value, 8, &acc);
+  if (rc)
+    return rc;
+  uint64_t sum;
+  memcpy(&sum, acc, 8);
+  /* map state: occurrences of value % 3 */
+  uint8_t bucket = (uint8_t)(t.value % 3);
+  const void *v;
+  uint32_t bytes;
+  uint64_t seen = 0;
+  rc = sl_mapstate_get(ctx, 2, &bucket, 1, &v, &bytes);
+  if (rc == 0)
+    memcpy(&seen, v, 8);
+  else if (rc != SL_ENOTFOUND)
+    return rc;
+  seen++;
+  if ((rc = sl_mapstate_put(ctx, 2, &bucket, 1, &seen, 8)))
+    return rc;
+  /* list state: the last values, cleared every 4 items */
+  if ((rc = sl_liststate_add(ctx, 3, &t.value, 8)))
+    return rc;
+  const void *list;
+  uint32_t list_bytes;
+  cr_assert_eq(sl_liststate_get(ctx, 3, &list, &list_bytes), 0);
+  uint32_t offset = 0, items = 0;
+  const void *item;
+  uint32_t item_bytes;
+  uint64_t list_sum = 0;
+  while (sl_list_next(list, list_bytes, &offset, &item, &item_bytes)) {
+    uint64_t x;
+    memcpy(&x, item, 8);
+    list_sum += x;
+    items++;
+  }
+  if (items == 4 && (rc = sl_state_delete(ctx, 3)))
+    return rc;
+  sl_tuple out = {.key = t.key, .value = sum * 1000003u + seen * 31u +
+                                        list_sum * 7u + items};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
+static int collect_lines(const char *dir, char ***lines_out) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "cat '%s'/part-* 2>/dev/null | sort", dir);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  char **lines = 0;
+  int n = 0;
+  char buf[128];
+  while (fgets(buf, sizeof buf, p)) {
+    lines = realloc(lines, sizeof *lines * (size_t)(n + 1));
+    lines[n++] = strdup(buf);
+  }
+  pclose(p);
+  *lines_out = lines;
+  return n;
+}
+
+static sl_job *build_kinds(const char *state, const char *out, int policy) {
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = 10;
+  config.checkpoint.store_policy = policy;
+  config.checkpoint.no_sync = 1;
+  config.ring_bytes = 64 * 1024;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *by, *kinds, *sink;
+  /* One source instance: each key's records arrive in one fixed order, so
+   * the outputs of two runs can be compared line by line. */
+  cr_assert_eq(sl_source_sequence(job, "source", 1, 600000, 777, &src), 0);
+  cr_assert_eq(sl_op_key_by(job, "by", src, tuple_key, 0, &by), 0);
+  static const sl_process_ops ops = {.process = kinds_process};
+  cr_assert_eq(sl_op_process(job, "kinds", &by, 1, 3, &ops, 0, &kinds), 0);
+  sl_file_sink_config fc = {.dir = out, .exactly_once = 1,
+                            .format = format_tuple};
+  cr_assert_eq(sl_sink_file(job, "sink", kinds, 3, &fc, &sink), 0);
+  return job;
+}
+
+Test(checkpoint, every_kind_of_keyed_state_survives_resume) {
+  char *s1 = temp_dir(), *o1 = temp_dir(), *s2 = temp_dir(), *o2 = temp_dir();
+  sl_job *job = build_kinds(s1, o1, 0);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  for (int round = 0; round < 3; round++) {
+    job = build_kinds(s2, o2, round ? SL_STORE_RESUME : 0);
+    cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+    sl_test_sleep_us(60000);
+    sl_job_stop(job);
+    int rc = sl_job_wait(job);
+    cr_assert(rc == 0 || rc == SL_ESTOPPED, "%s", sl_job_error(job));
+    sl_job_destroy(job);
+  }
+  job = build_kinds(s2, o2, SL_STORE_RESUME);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  char **a, **b;
+  int na = collect_lines(o1, &a), nb = collect_lines(o2, &b);
+  cr_assert_eq(na, 600000);
+  cr_assert_eq(nb, na);
+  int differ = 0;
+  for (int i = 0; i < na; i++)
+    differ += strcmp(a[i], b[i]) != 0;
+  cr_expect_eq(differ, 0, "%d lines differ", differ);
+  for (int i = 0; i < na; i++)
+    free(a[i]), free(b[i]);
+  free(a);
+  free(b);
+  remove_tree(s1);
+  remove_tree(o1);
+  remove_tree(s2);
+  remove_tree(o2);
+}
+
+Test(checkpoint, statistics_describe_each_checkpoint) {
+  char *state = temp_dir(), *out = temp_dir();
+  count_job c = {.records = sl_test_scaled(3000000, 300000), .keys = 10000,
+                 .parallelism = 2, .state_dir = state, .out_dir = out,
+                 .exactly_once_sink = 1, .interval_ms = 10};
+  sl_job *job = build_count(&c);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  sl_checkpoint_stats newest, older;
+  cr_assert_eq(sl_job_checkpoint_stats(job, 0, &newest), 0);
+  cr_expect(newest.final);
+  cr_expect_eq(newest.status, SL_CHECKPOINT_COMPLETED);
+  cr_expect_eq(newest.instance_count, 6);
+  cr_expect_gt(newest.trigger_time_ms, 1700000000000ll);
+  uint64_t entries = 0;
+  for (int k = 0; sl_job_checkpoint_stats(job, k, &older) == 0; k++) {
+    cr_expect_leq(older.id, newest.id);
+    if (older.status == SL_CHECKPOINT_COMPLETED) {
+      entries += older.entries_persisted;
+      cr_expect_gt(older.bytes_persisted, 0);
+    }
+    for (int i = 0; i < older.instance_count; i++) {
+      sl_checkpoint_instance_stats is;
+      cr_assert_eq(sl_job_checkpoint_instance_stats(job, k, i, &is), 0);
+      cr_expect(is.name && is.name[0]);
+    }
+  }
+  cr_expect_gt(entries, 0);
+  cr_expect_eq(sl_job_checkpoint_stats(job, 64, &older), SL_ENOTFOUND);
+  sl_job_destroy(job);
+  remove_tree(state);
+  remove_tree(out);
+}
