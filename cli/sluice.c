@@ -536,6 +536,13 @@ static int run_job(options *o) {
     die_usage("--output is for the count job");
   if (o->config.checkpoint.store_policy && !o->config.checkpoint.state_dir)
     die_usage("--resume and --fresh need --state-dir");
+  /* pipeline and keyed keep their results outside checkpointed state (a
+   * checksum, a plain counter array): they may take checkpoints, for
+   * measurements, but a resumed run could not verify. */
+  if (o->config.checkpoint.store_policy == SL_STORE_RESUME &&
+      strcmp(o->job_name, "count") != 0)
+    die_usage("--resume is for the count job (pipeline and keyed keep their "
+              "results outside checkpointed state)");
   if (o->parallelism > 128)
     o->config.max_parallelism = (uint32_t)o->parallelism; /* key groups */
   sl_job *job = 0;

@@ -7,8 +7,16 @@
  * instances, one thread each, optionally pinned to a CPU.  Instances are
  * connected by bounded lock-free single-producer/single-consumer rings, one
  * ring per (producer instance, consumer instance) pair.  Records and control
- * events (end of stream today; checkpoint barriers and watermarks later) travel
- * in order through the same rings.
+ * events (checkpoint barriers, end of stream; watermarks later) travel in
+ * order through the same rings.
+ *
+ * With checkpoint.state_dir set, the job takes checkpoints: barriers in-band
+ * (aligned for exactly-once, or at-least-once), copy-on-write keyed state
+ * snapshotted in O(1), and an asynchronous writer that commits each
+ * checkpoint in one durable LMDB transaction.  A job resumed from its state
+ * directory continues from the newest complete checkpoint; with replayable
+ * sources and an exactly-once sink its committed output equals that of an
+ * uninterrupted run.
  *
  * A job is built with the sl_op_* calls, then run with sl_job_run() (or
  * sl_job_start() + sl_job_wait()).  Records are opaque byte strings with an
@@ -58,6 +66,12 @@
  *   sl_job_wait                one thread, after sl_job_start
  *   sl_job_progress            any thread while the job runs
  *   sl_emit*, sl_ctx_*         only inside a callback, with its own ctx
+ *   sl_state_*, sl_mapstate_*,  only inside process() of a keyed instance
+ *   sl_liststate_*
+ *   sl_operator_state_set/get  only inside snapshot() / restore() (and open)
+ *   sl_job_trigger_checkpoint  any thread while the job runs
+ *   sl_job_checkpoint_*stats,  any thread (a consistent copy under a lock)
+ *   sl_job_last_checkpoint
  */
 #ifndef SLUICE_H
 #define SLUICE_H
