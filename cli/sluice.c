@@ -482,9 +482,18 @@ static void *status_main(void *arg) {
     double t = seconds_since(&s->t0);
     uint64_t records = sl_job_progress(s->job);
     double rate = (double)(records - last_records) / (t - last_t);
-    fprintf(stderr, "%s[sluice] %s: %.1fM records, %.1fM records/s, %.1f s%s",
+    char checkpoint[96] = "";
+    sl_checkpoint_stats cs;
+    if (s->o->config.checkpoint.state_dir &&
+        sl_job_checkpoint_stats(s->job, 0, &cs) == 0)
+      snprintf(checkpoint, sizeof checkpoint,
+               ", checkpoint %" PRIu64 " %s (%.1f ms)",
+               sl_job_last_checkpoint(s->job, 0),
+               cs.status == SL_CHECKPOINT_ABORTED ? "aborted" : "complete",
+               (double)cs.duration_us / 1e3);
+    fprintf(stderr, "%s[sluice] %s: %.1fM records, %.1fM records/s, %.1f s%s%s",
             tty ? "\r" : "", s->o->job_name, (double)records / 1e6, rate / 1e6,
-            t, tty ? "   " : "\n");
+            t, checkpoint, tty ? "   " : "\n");
     fflush(stderr);
     last_records = records;
     last_t = t;
@@ -543,6 +552,9 @@ static int run_job(options *o) {
       strcmp(o->job_name, "count") != 0)
     die_usage("--resume is for the count job (pipeline and keyed keep their "
               "results outside checkpointed state)");
+  if (o->config.checkpoint.store_policy == SL_STORE_RESUME && !o->output_dir)
+    die_usage("--resume needs --output: the committed files are what a "
+              "resumed run is checked by");
   if (o->parallelism > 128)
     o->config.max_parallelism = (uint32_t)o->parallelism; /* key groups */
   sl_job *job = 0;
