@@ -30,6 +30,8 @@ typedef struct sl_ack {
   struct sl_ctx *inst;
   uint64_t checkpoint_id; /* 0 for the final snapshot */
   bool final;             /* taken at the end of input */
+  uint64_t max_seen_id;   /* final: the highest barrier (or trigger) the
+                             instance ever received, snapshotted or not */
   int status;             /* nonzero: the snapshot failed; cause below */
   char cause[160];
   /* Keyed state: the frozen, not yet released deltas, oldest first. */
@@ -62,11 +64,13 @@ typedef struct sl_instance_checkpoint {
   int barriers_seen;      /* channels that delivered aligning_id */
   uint64_t align_start_ns;
   uint64_t last_snapshot_id; /* newest checkpoint snapshotted */
+  uint64_t max_seen_id;      /* newest barrier or trigger received, also
+                                those dropped (coordinator.c note 3) */
   _Atomic uint64_t trigger_id; /* sources: newest id triggered */
 
   /* Notifications already acted on. */
   uint64_t seen_completed;
-  uint64_t seen_aborted;
+  uint64_t seen_settled;
   bool maintain_pending; /* the cow map has reclaiming left to do */
   bool final_acked;      /* the final snapshot was handed over */
 

@@ -13,9 +13,16 @@
  *    deltas (descriptors only; the entries stay in the instance's cow map),
  *    its operator state and its timings.
  * 3. An instance that reached the end of its input takes one last, "final"
- *    snapshot.  Its state never changes after that, so for any checkpoint it
- *    has not acknowledged the final snapshot stands in (a finished instance
- *    emits no barriers, and its consumers count its END as aligned).
+ *    snapshot.  Its state never changes after that, so it stands in for a
+ *    checkpoint n the instance has not acknowledged — but only if it never
+ *    received barrier (or trigger) n at all: then every input ended before
+ *    n was emitted upstream, and its final state is its state at n.  If it
+ *    received n and dropped it (n looked settled, or a newer barrier
+ *    replaced it in at-least-once mode), it processed records after n, and
+ *    n can no longer complete: it is aborted as subsumed.  The final ack
+ *    carries max_seen_id for this test.  No checkpoint is triggered once a
+ *    source has finished (a finished source emits no barriers, and its
+ *    consumers would need to drain before they could stand in).
  * 4. When every instance has acknowledged n (or is final), the coordinator
  *    hands n to the writer thread.  The writer puts n's deltas (oldest
  *    first, skipping those already durable) and blobs into one LMDB write
@@ -26,11 +33,18 @@
  *    instance: they release the cow-map epochs up to n (old versions are
  *    reclaimed) and call checkpoint_complete (an exactly-once sink commits
  *    here).  Older checkpoints still in flight are aborted as subsumed.
- * 6. A checkpoint not complete timeout_ms after its trigger, or whose write
- *    or snapshot failed, is aborted: cp_aborted_id = n, instances aligning
- *    n unblock their channels.  Its deltas stay pending in the cow maps and
- *    are written by the next checkpoint.  More than tolerable_failures
- *    consecutive aborts fail the job with SL_ECHECKPOINT and the cause.
+ * 6. A checkpoint not complete timeout_ms after its trigger (also while it
+ *    is being written), or whose write or snapshot failed, is aborted.
+ *    cp_settled_id is the highest x such that every id <= x is complete or
+ *    aborted; instances drop barriers <= x and cancel an alignment on one
+ *    (with max_concurrent > 1 a newer checkpoint can abort before an older
+ *    one settles, so "the newest aborted id" would be wrong).  The aborted
+ *    deltas stay pending in the cow maps and are written by the next
+ *    checkpoint.  More than tolerable_failures consecutive aborts fail the
+ *    job with SL_ECHECKPOINT and the cause; checkpoints subsumed by a newer
+ *    complete one (or by the final one) do not count.
+ * 9. Checkpoints reach the writer in id order; the writer skips (as
+ *    subsumed) one whose id is not above the store's latest.
  * 7. When every instance is final, in-flight checkpoints that are not being
  *    written are aborted (subsumed), and the final checkpoint is written as
  *    a normal one with the next id; cp_final_done then lets the instances
@@ -70,16 +84,20 @@
 
 enum cp_state { CP_FREE, CP_TRIGGERED, CP_WRITING, CP_DONE };
 
+/* Why the coordinator asked the writer to give up a checkpoint. */
+enum abort_reason { ABORT_NONE = 0, ABORT_SUBSUMED = 1, ABORT_TIMEOUT = 2 };
+
 typedef struct pending {
   enum cp_state state;
   uint64_t id;
   bool final;
+  int64_t trigger_time_ms; /* wall clock, for the record */
   uint64_t trigger_ns;
   uint64_t deadline_ns;
   sl_ack **acks;  /* by instance index in job->instances */
   int ack_count;
   int history_slot;
-  /* Set by the coordinator, read by the writer. */
+  /* Set by the coordinator (an enum abort_reason), read by the writer. */
   _Atomic int abort_requested;
   /* Set by the writer before `written` is released. */
   _Atomic int written;
@@ -130,8 +148,13 @@ struct sl_checkpointer {
   uint64_t next_trigger_ns;
   uint64_t last_end_ns;
   uint32_t consecutive_failures;
-  _Atomic int manual_trigger;
-  _Atomic uint64_t manual_id;
+  int sources_finished; /* source instances with a final ack (note 3) */
+  /* sl_job_trigger_checkpoint: requests are numbered; the coordinator
+   * serves all requests up to manual_served with one trigger, whose id it
+   * stores first in manual_served_id. */
+  _Atomic uint64_t manual_requested;
+  _Atomic uint64_t manual_served;
+  _Atomic uint64_t manual_served_id;
 
   /* Writer-only: per instance, the newest cow-map epoch durably written;
    * the sort buffers of collect_sorted. */
@@ -458,7 +481,7 @@ static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs) {
   }
   cp_record rec = {.version = 1,
                    .final = p->final,
-                   .trigger_time_ms = history_at(cp, p->history_slot)->trigger_time_ms,
+                   .trigger_time_ms = p->trigger_time_ms,
                    .instance_count = (uint64_t)job->instance_count};
   return sl_store_commit(txn, p->id, &rec, sizeof rec);
 }
@@ -468,6 +491,10 @@ static void write_checkpoint(sl_checkpointer *cp, pending *p) {
   uint64_t t0 = sl_now_ns();
   uint32_t *epochs = calloc((size_t)job->instance_count, sizeof *epochs);
   int rc = epochs ? 0 : ENOMEM;
+  /* Note 9: given up, or a newer one is already durable. */
+  if (atomic_load(&p->abort_requested) ||
+      p->id <= sl_store_latest(cp->store))
+    rc = ECANCELED;
   for (int attempt = 0; rc == 0; attempt++) {
     rc = write_once(cp, p, epochs);
     if (rc != MDB_MAP_FULL || attempt == SL_MAP_FULL_RETRIES)
@@ -481,7 +508,10 @@ static void write_checkpoint(sl_checkpointer *cp, pending *p) {
     for (int i = 0; i < job->instance_count; i++)
       cp->durable_epoch[i] = epochs[i];
   } else if (rc == ECANCELED) {
-    snprintf(p->write_cause, sizeof p->write_cause, "aborted while writing");
+    snprintf(p->write_cause, sizeof p->write_cause, "%s",
+             atomic_load(&p->abort_requested) == ABORT_TIMEOUT
+                 ? "timed out while being written"
+                 : "subsumed by a newer checkpoint while being written");
   } else {
     snprintf(p->write_cause, sizeof p->write_cause,
              "writing checkpoint %" PRIu64 " to %s failed: %s%s%s",
@@ -547,14 +577,25 @@ static void fail_job(sl_checkpointer *cp, int status, const char *cause) {
   sl_job_fail(cp->job, status, "%s", cause);
 }
 
+/* Note 6: the highest id with nothing at or below it still in flight. */
+static void update_settled(sl_checkpointer *cp) {
+  uint64_t settled = cp->last_id;
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    const pending *q = &cp->slots[s];
+    if ((q->state == CP_TRIGGERED || q->state == CP_WRITING) &&
+        q->id - 1 < settled)
+      settled = q->id - 1;
+  }
+  if (settled > atomic_load(&cp->job->cp_settled_id))
+    atomic_store(&cp->job->cp_settled_id, settled);
+}
+
 static void abort_checkpoint(sl_checkpointer *cp, pending *p,
                              const char *cause, bool counts_as_failure) {
   sl_job *job = cp->job;
   history_finish(cp, p, SL_CHECKPOINT_ABORTED, cause);
-  uint64_t old = atomic_load(&job->cp_aborted_id);
-  if (p->id > old)
-    atomic_store(&job->cp_aborted_id, p->id);
   pending_clear(cp, p);
+  update_settled(cp);
   cp->last_end_ns = sl_now_ns();
   wake_instances(job);
   if (!counts_as_failure)
@@ -583,8 +624,9 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
     if (q->state == CP_TRIGGERED && q->id < id)
       abort_checkpoint(cp, q, "subsumed by a newer checkpoint", false);
     else if (q->state == CP_WRITING && q->id < id)
-      atomic_store(&q->abort_requested, 1);
+      atomic_store(&q->abort_requested, ABORT_SUBSUMED);
   }
+  update_settled(cp);
   atomic_store(&job->cp_completed_id, id);
   if (final)
     atomic_store(&job->cp_final_done, 1);
@@ -624,6 +666,7 @@ static pending *new_pending(sl_checkpointer *cp, bool final) {
     p->id = ++cp->last_id;
     p->final = final;
     p->trigger_ns = sl_now_ns();
+    p->trigger_time_ms = wall_ms();
     p->deadline_ns = p->trigger_ns + cp->timeout_ns;
     p->ack_count = 0;
     atomic_store(&p->abort_requested, 0);
@@ -649,7 +692,6 @@ static void trigger(sl_checkpointer *cp) {
     atomic_store_explicit(&inst->cp.trigger_id, p->id, memory_order_release);
     sl_parker_wake(&inst->parker);
   }
-  atomic_store(&cp->manual_id, p->id);
 }
 
 static int instance_slot(const sl_job *job, const sl_instance *inst) {
@@ -683,6 +725,7 @@ static void take_ack(sl_checkpointer *cp, sl_ack *a) {
     assert(!cp->final_acks[i]);
     cp->final_acks[i] = a;
     cp->final_count++;
+    cp->sources_finished += a->inst->op->kind == SL_OP_SOURCE;
     return;
   }
   pending *p = find_pending(cp, a->checkpoint_id);
@@ -694,39 +737,73 @@ static void take_ack(sl_checkpointer *cp, sl_ack *a) {
   p->ack_count++;
 }
 
-static bool all_acked(const sl_checkpointer *cp, const pending *p) {
-  for (int i = 0; i < cp->job->instance_count; i++)
-    if (!p->acks[i] && !cp->final_acks[i])
-      return false;
-  return true;
+/* 1: every instance acknowledged p or stands in with its final snapshot
+ * (note 3); 0: some have yet to; -1: p can never complete (an instance
+ * finished after dropping p's barrier). */
+static int all_acked(const sl_checkpointer *cp, const pending *p) {
+  int result = 1;
+  for (int i = 0; i < cp->job->instance_count; i++) {
+    if (p->acks[i])
+      continue;
+    const sl_ack *f = cp->final_acks[i];
+    if (!f)
+      result = 0;
+    else if (f->max_seen_id >= p->id)
+      return -1;
+  }
+  return result;
 }
 
-/* One pass over the in-flight checkpoints.  Returns the nearest deadline. */
-static uint64_t advance(sl_checkpointer *cp, uint64_t now) {
-  uint64_t next = UINT64_MAX;
+/* The in-flight slot with the lowest id above `after`, or NULL. */
+static pending *next_by_id(sl_checkpointer *cp, uint64_t after) {
+  pending *best = 0;
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
     pending *p = &cp->slots[s];
+    if (p->state != CP_FREE && p->id > after && (!best || p->id < best->id))
+      best = p;
+  }
+  return best;
+}
+
+/* One pass over the in-flight checkpoints, in id order (note 9).  Returns
+ * the nearest deadline. */
+static uint64_t advance(sl_checkpointer *cp, uint64_t now) {
+  uint64_t next = UINT64_MAX;
+  uint64_t after = 0;
+  for (pending *p; (p = next_by_id(cp, after));) {
+    after = p->id;
     if (p->state == CP_WRITING &&
         atomic_load_explicit(&p->written, memory_order_acquire)) {
       p->state = CP_DONE;
-      if (p->write_status == 0)
+      if (p->write_status == 0) {
         complete_checkpoint(cp, p);
-      else if (p->final)
+      } else if (p->final) {
+        history_finish(cp, p, SL_CHECKPOINT_ABORTED, p->write_cause);
         fail_job(cp, p->write_status == ECANCELED ? SL_ESTOPPED : SL_ECHECKPOINT,
                  p->write_cause);
-      else
-        abort_checkpoint(cp, p, p->write_cause, p->write_status != ECANCELED);
+      } else {
+        bool counts = p->write_status != ECANCELED ||
+                      atomic_load(&p->abort_requested) == ABORT_TIMEOUT;
+        abort_checkpoint(cp, p, p->write_cause, counts);
+      }
       continue;
     }
-    if (p->state == CP_TRIGGERED && all_acked(cp, p)) {
-      hand_to_writer(cp, p);
+    if (p->state == CP_TRIGGERED) {
+      int acked = all_acked(cp, p);
+      if (acked > 0) {
+        hand_to_writer(cp, p);
+      } else if (acked < 0) {
+        abort_checkpoint(cp, p, "an instance finished after dropping its "
+                         "barrier", false);
+        continue;
+      }
     }
     if ((p->state == CP_TRIGGERED || p->state == CP_WRITING) && !p->final) {
       if (now >= p->deadline_ns) {
         if (p->state == CP_TRIGGERED)
           abort_checkpoint(cp, p, "timed out before every instance acknowledged", true);
         else
-          atomic_store(&p->abort_requested, 1);
+          atomic_store(&p->abort_requested, ABORT_TIMEOUT);
       } else if (p->deadline_ns < next) {
         next = p->deadline_ns;
       }
@@ -759,6 +836,15 @@ static void start_final(sl_checkpointer *cp) {
   hand_to_writer(cp, p);
 }
 
+/* A new checkpoint may start: the job runs, no source has finished (note
+ * 3), the final checkpoint has not begun, and fewer than max_concurrent are
+ * in flight. */
+static bool can_trigger(sl_checkpointer *cp) {
+  return !atomic_load(&cp->job->stopping) && !cp->final_started &&
+         cp->sources_finished == 0 &&
+         (uint32_t)in_flight(cp) < cp->max_concurrent;
+}
+
 static void *coordinator_main(void *arg) {
   sl_checkpointer *cp = arg;
   sl_job *job = cp->job;
@@ -776,13 +862,16 @@ static void *coordinator_main(void *arg) {
     if (!stopping && !cp->final_started &&
         cp->final_count == job->instance_count)
       start_final(cp);
-    bool manual = atomic_load(&cp->manual_trigger);
-    if (!stopping && !cp->final_started &&
-        (uint32_t)in_flight(cp) < cp->max_concurrent &&
+    uint64_t requested = atomic_load(&cp->manual_requested);
+    bool manual = requested > atomic_load(&cp->manual_served);
+    if (can_trigger(cp) &&
         (manual || (now >= cp->next_trigger_ns &&
                     now >= cp->last_end_ns + cp->min_pause_ns))) {
       trigger(cp);
-      atomic_store(&cp->manual_trigger, 0);
+      /* Serves every request made before it (requested was read first). */
+      atomic_store(&cp->manual_served_id, cp->last_id);
+      atomic_store(&cp->manual_served, requested);
+      update_settled(cp);
       cp->next_trigger_ns = now + cp->interval_ns;
       continue;
     }
@@ -790,8 +879,7 @@ static void *coordinator_main(void *arg) {
      * max_concurrent in flight (or the end reached) only an ack, the
      * writer or a deadline can change anything, and they wake us. */
     uint64_t at = UINT64_MAX;
-    if (!stopping && !cp->final_started &&
-        (uint32_t)in_flight(cp) < cp->max_concurrent) {
+    if (can_trigger(cp)) {
       at = cp->next_trigger_ns;
       if (cp->last_end_ns + cp->min_pause_ns > at)
         at = cp->last_end_ns + cp->min_pause_ns;
@@ -805,7 +893,8 @@ static void *coordinator_main(void *arg) {
      * trigger.  A wake that came before the announcement is not lost. */
     sl_parker_prepare(&cp->coordinator_parker);
     if (!cds_wfcq_empty(&cp->ack_head, &cp->ack_tail) || written_pending(cp) ||
-        atomic_load(&cp->shutdown) || atomic_load(&cp->manual_trigger)) {
+        atomic_load(&cp->shutdown) ||
+        atomic_load(&cp->manual_requested) > atomic_load(&cp->manual_served)) {
       sl_parker_cancel(&cp->coordinator_parker);
       continue;
     }
@@ -826,25 +915,20 @@ SL_EXPORT int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id) {
   if (job->state != SL_JOB_RUNNING || !job->cp)
     return SL_ENOTSTARTED;
   sl_checkpointer *cp = job->cp;
-  uint64_t before = atomic_load(&cp->manual_id);
-  atomic_store(&cp->manual_trigger, 1);
+  uint64_t ticket = atomic_fetch_add(&cp->manual_requested, 1) + 1;
   sl_parker_wake(&cp->coordinator_parker);
-  /* Wait (bounded, 1 s) for the coordinator to take it, so the id can be
-   * returned. */
-  for (int i = 0; i < 100000 && atomic_load(&cp->manual_trigger); i++) {
+  /* Wait (bounded, about 1 s) for a trigger that started after this
+   * request, so its id can be returned. */
+  for (int i = 0; i < 100000; i++) {
+    if (atomic_load(&cp->manual_served) >= ticket) {
+      if (id)
+        *id = atomic_load(&cp->manual_served_id);
+      return 0;
+    }
     struct timespec t = {0, 10000};
     nanosleep(&t, 0);
   }
-  if (atomic_load(&cp->manual_trigger)) {
-    atomic_store(&cp->manual_trigger, 0);
-    return EBUSY;
-  }
-  uint64_t after = atomic_load(&cp->manual_id);
-  if (after == before)
-    return EBUSY;
-  if (id)
-    *id = after;
-  return 0;
+  return EBUSY; /* max_concurrent in flight, or the job is ending */
 }
 
 /* ----------------------------------------------------------- setup */
@@ -979,6 +1063,7 @@ static int open_store(sl_job *job) {
   cp->restored_from = latest;
   cp->last_id = latest;
   atomic_store(&job->cp_completed_id, latest);
+  atomic_store(&job->cp_settled_id, latest);
   return 0;
 }
 

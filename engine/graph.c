@@ -75,6 +75,14 @@ static int config_resolve_rest(sl_job_config *c) {
   for (int i = 0; i < c->cpu_count; i++)
     if (c->cpus[i] < 0 || c->cpus[i] >= CPU_SETSIZE)
       return EINVAL;
+  const struct sl_checkpoint_config *k = &c->checkpoint;
+  if (k->max_concurrent > 16 || /* coordinator.c SL_MAX_CONCURRENT */
+      (k->mode != SL_EXACTLY_ONCE && k->mode != SL_AT_LEAST_ONCE) ||
+      (k->store_policy != SL_STORE_REFUSE &&
+       k->store_policy != SL_STORE_RESUME && k->store_policy != SL_STORE_FRESH))
+    return EINVAL;
+  if (k->state_dir && !k->state_dir[0])
+    return EINVAL;
   return 0;
 }
 
@@ -121,8 +129,14 @@ SL_EXPORT int sl_job_create(const sl_job_config *config, sl_job **out) {
            sizeof(int) * (size_t)job->config.cpu_count);
     job->config.cpus = job->cpus;
   }
+  if (job->config.checkpoint.state_dir) { /* owned copy, like cpus */
+    job->state_dir = strdup(job->config.checkpoint.state_dir);
+    job->config.checkpoint.state_dir = job->state_dir;
+  }
   job->ops = calloc(SL_MAX_OPERATORS, sizeof *job->ops);
-  if (!job->ops) {
+  if (!job->ops || (job->config.checkpoint.state_dir && !job->state_dir)) {
+    free(job->ops);
+    free(job->state_dir);
     free(job->cpus);
     free(job);
     return ENOMEM;
@@ -862,6 +876,7 @@ SL_EXPORT void sl_job_destroy(sl_job *job) {
   }
   free(job->ops);
   free(job->cpus);
+  free(job->state_dir);
   free(job);
 }
 

@@ -127,6 +127,7 @@ enum sl_job_state {
 struct sl_job {
   sl_job_config config; /* defaults filled in */
   int *cpus;            /* owned copy */
+  char *state_dir;      /* owned copy of config.checkpoint.state_dir */
   _Atomic int state; /* enum sl_job_state; read by sl_job_stop from any
                         thread while the owner changes it */
   sl_op **ops;
@@ -150,7 +151,8 @@ struct sl_job {
   /* Checkpointing (coordinator.c); cp is NULL when it is off. */
   struct sl_checkpointer *cp;
   _Atomic uint64_t cp_completed_id; /* newest complete checkpoint */
-  _Atomic uint64_t cp_aborted_id;   /* newest aborted checkpoint */
+  _Atomic uint64_t cp_settled_id;   /* every id <= this one is complete or
+                                       aborted (coordinator.c note 6) */
   _Atomic int cp_final_done;        /* the final checkpoint is durable */
   bool waited;
   char error[SL_ERROR_BYTES];

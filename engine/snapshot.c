@@ -5,7 +5,7 @@
  *
  * 1. Everything here runs on the instance's own thread (called from
  *    runtime.c); the coordinator talks to it only through atomics
- *    (trigger_id, cp_completed_id, cp_aborted_id) and parker wake-ups.
+ *    (trigger_id, cp_completed_id, cp_settled_id) and parker wake-ups.
  * 2. A source sees trigger n between two next() calls: it snapshots, then
  *    writes barrier n into every output ring.  Barriers keep their order
  *    with the records (DESIGN.md invariant 2).
@@ -20,11 +20,15 @@
  *    cow_map.h note 3), call the operator's snapshot hook (operator state,
  *    a sink's pre-commit), and enqueue the ack.  The asynchronous part is
  *    the writer's (coordinator.c note 4).
- * 5. A barrier of a checkpoint already aborted, or older than the newest
- *    snapshot taken, is dropped: neither blocks nor is forwarded.  When a
- *    checkpoint being aligned is aborted, its alignment is cancelled and the
- *    blocked channels are read again (the records after the barrier then
- *    belong to the next checkpoint, which is still consistent).
+ * 5. A barrier of a settled checkpoint (every id <= cp_settled_id is
+ *    complete or aborted; one this instance has not snapshotted can only be
+ *    aborted), or older than the newest snapshot taken, is dropped: neither
+ *    blocks nor is forwarded.  When the checkpoint being aligned settles,
+ *    its alignment is cancelled and the blocked channels are read again
+ *    (the records after the barrier then belong to the next checkpoint,
+ *    which is still consistent).  Every barrier or trigger received, kept
+ *    or dropped, raises max_seen_id, which the final snapshot reports
+ *    (coordinator.c note 3).
  * 6. cp_completed_id rising to n: release the cow-map epochs frozen for
  *    checkpoints <= n (their old versions are reclaimed in bounded steps,
  *    sl_cow_map_maintain) and call checkpoint_complete(n).
@@ -133,6 +137,7 @@ static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
   ack->final = final;
   ack->barrier_ns = barrier_ns;
   ack->alignment_us = alignment_ns / 1000u;
+  ack->max_seen_id = inst->cp.max_seen_id;
   sl_instance_checkpoint *cp = &inst->cp;
   if (cp->keyed) {
     sl_cow_delta frozen = sl_cow_map_freeze(cp->keyed);
@@ -199,8 +204,12 @@ int sl_snapshot_barrier(sl_instance *inst, sl_channel *ch, uint64_t id,
   *block = false;
   sl_job *job = inst->job;
   sl_instance_checkpoint *cp = &inst->cp;
-  if (!job->cp || id <= cp->last_snapshot_id ||
-      id <= atomic_load_explicit(&job->cp_aborted_id, memory_order_relaxed))
+  if (!job->cp)
+    return 0;
+  if (id > cp->max_seen_id)
+    cp->max_seen_id = id;
+  if (id <= cp->last_snapshot_id ||
+      id <= atomic_load_explicit(&job->cp_settled_id, memory_order_relaxed))
     return 0; /* note 5 */
   if (cp->aligning_id != id) {
     if (cp->aligning_id > id)
@@ -231,8 +240,10 @@ int sl_snapshot_source_poll(sl_instance *inst) {
   /* Acquire: pairs with the coordinator's release of the trigger. */
   uint64_t id =
       atomic_load_explicit(&inst->cp.trigger_id, memory_order_acquire);
+  if (id > inst->cp.max_seen_id)
+    inst->cp.max_seen_id = id;
   if (id <= inst->cp.last_snapshot_id ||
-      id <= atomic_load_explicit(&job->cp_aborted_id, memory_order_relaxed))
+      id <= atomic_load_explicit(&job->cp_settled_id, memory_order_relaxed))
     return 0;
   int rc = take_snapshot(inst, id, false, sl_now_ns(), 0);
   return rc ? rc : sl_instance_write_barrier(inst, id);
@@ -253,8 +264,8 @@ bool sl_snapshot_notification_pending(const sl_instance *inst) {
   return inst->cp.maintain_pending ||
          atomic_load_explicit(&job->cp_completed_id, memory_order_relaxed) !=
              inst->cp.seen_completed ||
-         atomic_load_explicit(&job->cp_aborted_id, memory_order_relaxed) !=
-             inst->cp.seen_aborted;
+         atomic_load_explicit(&job->cp_settled_id, memory_order_relaxed) !=
+             inst->cp.seen_settled;
 }
 
 static void call_complete_hook(sl_instance *inst, uint64_t id) {
@@ -280,12 +291,12 @@ int sl_snapshot_notifications(sl_instance *inst) {
       release_epochs(inst, completed);
     call_complete_hook(inst, completed);
   }
-  uint64_t aborted = atomic_load_explicit(&job->cp_aborted_id,
+  uint64_t settled = atomic_load_explicit(&job->cp_settled_id,
                                           memory_order_acquire);
-  if (aborted > cp->seen_aborted) {
-    cp->seen_aborted = aborted;
-    if (cp->aligning_id && cp->aligning_id <= aborted)
-      unblock_all(inst); /* note 5 */
+  if (settled > cp->seen_settled) {
+    cp->seen_settled = settled;
+    if (cp->aligning_id && cp->aligning_id <= settled)
+      unblock_all(inst); /* note 5: it was aborted */
   }
   if (cp->maintain_pending)
     cp->maintain_pending = sl_cow_map_maintain(cp->keyed, SL_MAINTAIN_BUDGET);
@@ -297,7 +308,9 @@ int sl_snapshot_restore_hook(sl_instance *inst) {
   if (!id)
     return 0;
   inst->cp.seen_completed = id;
+  inst->cp.seen_settled = id;
   inst->cp.last_snapshot_id = id;
+  inst->cp.max_seen_id = id;
   sl_op *op = inst->op;
   int (*hook)(sl_ctx *, void *, uint64_t) = 0;
   if (op->kind == SL_OP_SOURCE)

@@ -84,6 +84,8 @@ static int sync_dir(const char *dir) {
 }
 
 static int fail_errno(sl_ctx *ctx, int e, const char *what, const char *path) {
+  if (e == 0)
+    e = EIO; /* a failure without errno (a short write) is still one */
   sl_ctx_fail(ctx, "%s %s: %s", what, path, strerror(e));
   return -e;
 }
@@ -158,8 +160,11 @@ static int file_sink_process(sl_ctx *ctx, void *state, int input,
   return 0;
 }
 
-/* Note 3: commit parts pre-committed with checkpoints <= id. */
-static int commit_parts(sl_ctx *ctx, file_sink_instance *f, uint64_t id) {
+/* Note 3: commit parts pre-committed with checkpoints <= id.  A part that
+ * is already gone is an error, except on restore (it may have been renamed
+ * before a crash: note 4). */
+static int commit_parts(sl_ctx *ctx, file_sink_instance *f, uint64_t id,
+                        bool restoring) {
   int kept = 0, rc = 0;
   for (int i = 0; i < f->pending_count; i++) {
     if (f->pending[i].checkpoint_id > id) {
@@ -169,8 +174,12 @@ static int commit_parts(sl_ctx *ctx, file_sink_instance *f, uint64_t id) {
     char from[4200], to[4200];
     part_path(f, f->pending[i].seq, false, from, sizeof from);
     part_path(f, f->pending[i].seq, true, to, sizeof to);
-    if (rename(from, to) != 0 && errno != ENOENT && rc == 0)
-      rc = fail_errno(ctx, errno, "cannot commit", from);
+    if (rename(from, to) != 0 && rc == 0) {
+      int e = errno;
+      struct stat st;
+      if (!(e == ENOENT && restoring && stat(to, &st) == 0))
+        rc = fail_errno(ctx, e, "cannot commit", from);
+    }
   }
   bool any = kept != f->pending_count;
   f->pending_count = kept;
@@ -187,26 +196,29 @@ static int file_sink_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   file_sink_instance *f = state;
   if (f->file) {
     bool written = f->written;
+    if (written && f->pending_count == FILE_SINK_MAX_PENDING) {
+      /* Checked before closing: the open part keeps its records and goes
+       * with a later snapshot. */
+      sl_ctx_fail(ctx, "%d parts await a completed checkpoint",
+                  FILE_SINK_MAX_PENDING);
+      return -ENOSPC;
+    }
     int rc = close_part(ctx, f);
-    if (rc)
-      return rc;
     if (written) {
-      if (f->pending_count == FILE_SINK_MAX_PENDING) {
-        sl_ctx_fail(ctx, "%d parts await a completed checkpoint",
-                    FILE_SINK_MAX_PENDING);
-        return -ENOSPC;
-      }
-      /* The final snapshot has id 0: it commits with the final checkpoint,
-       * whatever its id. */
+      /* Recorded even if closing failed: the part holds records, and the
+       * next part must not reuse (truncate) its SEQ.  The final snapshot
+       * has id 0: it commits with the final checkpoint, whatever its id. */
       f->pending[f->pending_count].seq = f->seq;
       f->pending[f->pending_count].checkpoint_id = id ? id : UINT64_MAX - 1;
       f->pending_count++;
-    } else {
+    } else if (rc == 0) {
       char path[4200];
       part_path(f, f->seq, false, path, sizeof path);
       unlink(path);
     }
     f->seq++;
+    if (rc)
+      return rc;
   }
   /* State: next SEQ, then the pending SEQs. */
   uint64_t state_words[1 + FILE_SINK_MAX_PENDING];
@@ -222,7 +234,7 @@ static void file_sink_complete(sl_ctx *ctx, void *state, uint64_t id) {
   /* The final checkpoint completes with the highest id: commit all. */
   if (atomic_load(&ctx->job->cp_final_done))
     id = UINT64_MAX;
-  if (commit_parts(ctx, f, id) != 0)
+  if (commit_parts(ctx, f, id, false) != 0)
     sl_instance_fail(ctx, EIO); /* committed data must not silently lag */
 }
 
@@ -260,7 +272,7 @@ static int file_sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
     f->pending_count++;
   }
   f->seq = bytes ? words[0] : 0;
-  rc = commit_parts(ctx, f, id);
+  rc = commit_parts(ctx, f, id, true);
   if (rc)
     return rc;
   DIR *d = opendir(f->sink->dir);
@@ -315,7 +327,7 @@ static int file_sink_finish(sl_ctx *ctx, void *state) {
     f->pending[0].checkpoint_id = 0;
     f->pending_count = 1;
   }
-  return commit_parts(ctx, f, UINT64_MAX);
+  return commit_parts(ctx, f, UINT64_MAX, false);
 }
 
 static int plain_snapshot(sl_ctx *ctx, void *state, uint64_t id) {

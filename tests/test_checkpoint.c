@@ -592,6 +592,213 @@ Test(checkpoint, failed_snapshots_beyond_tolerance_fail_the_job) {
   cr_expect_eq(completed, 2);
 }
 
+/* ------------------------------------------------------------ concurrent */
+
+/* Two independent branches: A (a paced source into an exactly-once file
+ * sink) and B (a source whose snapshots fail from checkpoint 2 on while
+ * `failing`).  With max_concurrent 2, checkpoint n+1 can abort (B fails)
+ * while n is in flight; A's instances must not drop barrier n, and A's
+ * sink, finishing early, must not stand in for a checkpoint whose barrier
+ * it dropped.  A stop and a resume then give exactly the records once. */
+#define BRANCH_RECORDS 300
+static atomic_bool failing;
+
+typedef struct branch_source {
+  uint64_t next;
+  uint64_t calls;
+} branch_source;
+
+static int branch_open(sl_ctx *ctx, void *user, void **state) {
+  (void)ctx;
+  (void)user;
+  *state = calloc(1, sizeof(branch_source));
+  return *state ? 0 : -ENOMEM;
+}
+
+static void branch_close(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  free(state);
+}
+
+static int a_next(sl_ctx *ctx, void *state) {
+  branch_source *s = state;
+  for (int i = 0; i < 10 && s->next < BRANCH_RECORDS; i++, s->next++) {
+    sl_tuple t = {.key = s->next, .value = 1};
+    int rc = sl_emit(ctx, &t, sizeof t);
+    if (rc)
+      return rc;
+  }
+  sl_test_sleep_us(2000);
+  return s->next >= BRANCH_RECORDS ? SL_SOURCE_END : 0;
+}
+
+static int a_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  return sl_operator_state_set(ctx, &((branch_source *)state)->next, 8);
+}
+
+static int a_restore(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  const void *data;
+  uint32_t bytes;
+  if (sl_operator_state_get(ctx, &data, &bytes) == 0 && bytes == 8)
+    memcpy(&((branch_source *)state)->next, data, 8);
+  return 0;
+}
+
+static int b_next(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  branch_source *s = state;
+  sl_test_sleep_us(500);
+  return !atomic_load(&failing) && ++s->calls > 200 ? SL_SOURCE_END : 0;
+}
+
+static int b_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)state;
+  if (atomic_load(&failing) && id >= 2) {
+    sl_ctx_fail(ctx, "injected failure at checkpoint %" PRIu64, id);
+    return -EIO;
+  }
+  return 0;
+}
+
+static int slow_format(void *user, const sl_record *in, char *buffer,
+                       uint32_t buffer_bytes) {
+  sl_test_sleep_us(2000); /* a slow sink: barriers queue behind records */
+  return format_tuple(user, in, buffer, buffer_bytes);
+}
+
+static sl_job *build_branches(const char *state, const char *out,
+                              int policy) {
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = 5;
+  config.checkpoint.max_concurrent = 2;
+  config.checkpoint.tolerable_failures = 1000000;
+  config.checkpoint.no_sync = 1;
+  config.checkpoint.store_policy = policy;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  static const sl_source_ops a_ops = {.open = branch_open,
+                                      .close = branch_close,
+                                      .next = a_next,
+                                      .snapshot = a_snapshot,
+                                      .restore = a_restore};
+  static const sl_source_ops b_ops = {.open = branch_open,
+                                      .close = branch_close,
+                                      .next = b_next,
+                                      .snapshot = b_snapshot};
+  static const sl_process_ops discard_ops = {.process = flaky_process};
+  sl_op *a, *a_sink, *b, *b_sink;
+  cr_assert_eq(sl_op_source(job, "a", 1, &a_ops, 0, &a), 0);
+  sl_file_sink_config fc = {.dir = out, .exactly_once = 1,
+                            .format = slow_format};
+  cr_assert_eq(sl_sink_file(job, "a-sink", a, 1, &fc, &a_sink), 0);
+  cr_assert_eq(sl_op_source(job, "b", 1, &b_ops, 0, &b), 0);
+  cr_assert_eq(sl_op_sink(job, "b-sink", b, 1, &discard_ops, 0, &b_sink), 0);
+  return job;
+}
+
+Test(checkpoint, an_aborted_newer_checkpoint_does_not_break_an_older_one) {
+  char *state = temp_dir(), *out = temp_dir();
+  atomic_store(&failing, true);
+  sl_job *job = build_branches(state, out, 0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  /* Until A has finished and some checkpoint completed. */
+  for (int i = 0; i < 20000 && sl_job_last_checkpoint(job, 0) == 0; i++)
+    sl_test_sleep_us(1000);
+  sl_test_sleep_us(800000); /* A's 300 records take about 0.6 s */
+  sl_job_stop(job);
+  int rc = sl_job_wait(job);
+  cr_assert(rc == SL_ESTOPPED, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  atomic_store(&failing, false);
+  job = build_branches(state, out, SL_STORE_RESUME);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  output_check r = check_output(out, BRANCH_RECORDS, BRANCH_RECORDS);
+  cr_expect_eq(r.lines, BRANCH_RECORDS, "%" PRIu64 " lines", r.lines);
+  cr_expect_eq(r.out_of_sequence, 0, "%" PRIu64 " duplicated or lost",
+               r.out_of_sequence);
+  remove_tree(state);
+  remove_tree(out);
+}
+
+/* max_concurrent 2 with barriers queued behind a slow sink: checkpoints
+ * reach the writer in id order, so none fails (tolerable_failures is 0). */
+static int rare_next(sl_ctx *ctx, void *state) {
+  branch_source *s = state;
+  if (s->calls++ % 40 == 0) {
+    sl_tuple t = {.key = s->next++, .value = 1};
+    int rc = sl_emit(ctx, &t, sizeof t);
+    if (rc)
+      return rc;
+  }
+  sl_test_sleep_us(100);
+  return 0;
+}
+
+static int sleepy_process(sl_ctx *ctx, void *state, int input,
+                          const sl_record *in) {
+  (void)ctx;
+  (void)state;
+  (void)input;
+  (void)in;
+  sl_test_sleep_us(4000);
+  return 0;
+}
+
+Test(checkpoint, concurrent_checkpoints_complete_in_order) {
+  char *state = temp_dir();
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = 1;
+  config.checkpoint.max_concurrent = 2;
+  config.checkpoint.no_sync = 1;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  static const sl_source_ops src_ops = {.open = branch_open,
+                                        .close = branch_close,
+                                        .next = rare_next,
+                                        .snapshot = a_snapshot};
+  static const sl_process_ops sink_ops = {.process = sleepy_process};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, 0, &src), 0);
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sink_ops, 0, &sink), 0);
+  cr_assert_eq(sl_job_start(job), 0);
+  sl_test_sleep_us(2000000);
+  sl_job_stop(job);
+  int rc = sl_job_wait(job);
+  cr_expect_eq(rc, SL_ESTOPPED, "%s: %s", sl_strerror(rc), sl_job_error(job));
+  cr_expect_gt(sl_job_last_checkpoint(job, 0), 10);
+  sl_checkpoint_stats cs;
+  uint64_t failed = 0;
+  for (int k = 0; sl_job_checkpoint_stats(job, k, &cs) == 0; k++)
+    failed += cs.status == SL_CHECKPOINT_ABORTED &&
+              !strstr(cs.cause, "subsumed");
+  cr_expect_eq(failed, 0);
+  sl_job_destroy(job);
+  remove_tree(state);
+}
+
+Test(checkpoint, settings_out_of_range_are_refused) {
+  sl_job_config config = {0};
+  sl_job *job = 0;
+  config.checkpoint.state_dir = "/tmp/unused";
+  config.checkpoint.max_concurrent = 17;
+  cr_expect_eq(sl_job_create(&config, &job), EINVAL);
+  config.checkpoint.max_concurrent = 1;
+  config.checkpoint.mode = 7;
+  cr_expect_eq(sl_job_create(&config, &job), EINVAL);
+  config.checkpoint.mode = SL_AT_LEAST_ONCE;
+  config.checkpoint.store_policy = 9;
+  cr_expect_eq(sl_job_create(&config, &job), EINVAL);
+  config.checkpoint.store_policy = SL_STORE_FRESH;
+  config.checkpoint.state_dir = "";
+  cr_expect_eq(sl_job_create(&config, &job), EINVAL);
+  cr_expect_null(job);
+}
+
 /* ------------------------------------------------------------ store */
 
 Test(checkpoint, map_full_grows_the_store) {
