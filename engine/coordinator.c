@@ -159,6 +159,8 @@ struct sl_checkpointer {
   /* Writer-only: per instance, the newest cow-map epoch durably written;
    * the sort buffers of collect_sorted. */
   uint32_t *durable_epoch;
+  uint64_t compactions; /* store compactions done, and their time */
+  uint64_t compaction_us;
   struct sorted_entry *sort_a;
   struct sorted_entry *sort_b;
   uint64_t sort_capacity;
@@ -326,27 +328,35 @@ static uint16_t entry_group(const sl_job *job, const sl_cow_entry *e) {
   return (uint16_t)sl_key_group(key, job->config.max_parallelism);
 }
 
-/* An entry to write and its place in LMDB's order: the key group in the top
- * 16 bits, then the top 48 bits of the big-endian record key.  Entries
- * equal there keep their list order (the sort is stable), so versions of
- * one key stay oldest first. */
+/* An entry to write and its place in LMDB's order: (key group, record
+ * key), then the rest of the state key (state id, kind, user key).  The
+ * radix sort orders by the first two; runs equal there (several states of
+ * one key) are finished by insertion sort on the rest.  Both are stable,
+ * so versions of one state key stay oldest first (the newest is written
+ * last and wins).  Exact order lets the store append (MDB_APPEND). */
 typedef struct sorted_entry {
-  uint64_t order;
+  uint64_t key;   /* record key */
+  uint16_t group; /* key group */
   const sl_cow_entry *entry;
 } sorted_entry;
 
-/* Stable LSD radix sort by order, 8 bits a pass; a pass whose byte is the
- * same in every entry is skipped (key groups use few bits).  The result is
- * in a or tmp: the returned pointer. */
+static unsigned sort_byte(const sorted_entry *e, int b) {
+  return b < 8 ? (unsigned)(e->key >> (8 * b)) & 0xff
+               : (unsigned)(e->group >> (8 * (b - 8))) & 0xff;
+}
+
+/* Stable LSD radix sort by (group, key), 8 bits a pass, least significant
+ * first; a pass whose byte is the same in every entry is skipped (key
+ * groups use few bits).  The result is in a or tmp: the returned pointer. */
 static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
                                 size_t n) {
-  size_t counts[8][256];
+  static size_t counts[10][256]; /* writer thread only */
   memset(counts, 0, sizeof counts);
   for (size_t i = 0; i < n; i++)
-    for (int b = 0; b < 8; b++)
-      counts[b][(a[i].order >> (8 * b)) & 0xff]++;
-  for (int b = 0; b < 8; b++) {
-    if (counts[b][(a[0].order >> (8 * b)) & 0xff] == n)
+    for (int b = 0; b < 10; b++)
+      counts[b][sort_byte(&a[i], b)]++;
+  for (int b = 0; b < 10; b++) {
+    if (counts[b][sort_byte(&a[0], b)] == n)
       continue; /* every entry has the same byte here */
     size_t offset = 0;
     for (int v = 0; v < 256; v++) {
@@ -355,12 +365,38 @@ static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
       offset += c;
     }
     for (size_t i = 0; i < n; i++)
-      tmp[counts[b][(a[i].order >> (8 * b)) & 0xff]++] = a[i];
+      tmp[counts[b][sort_byte(&a[i], b)]++] = a[i];
     sorted_entry *swap = a;
     a = tmp;
     tmp = swap;
   }
   return a;
+}
+
+/* The rest of two state keys after the record key, as LMDB compares them
+ * (bytes, then length). */
+static int rest_compare(const sl_cow_entry *x, const sl_cow_entry *y) {
+  uint32_t xn = x->key_bytes - 8, yn = y->key_bytes - 8;
+  int c = memcmp((const uint8_t *)sl_cow_entry_key(x) + 8,
+                 (const uint8_t *)sl_cow_entry_key(y) + 8, xn < yn ? xn : yn);
+  return c ? c : (xn > yn) - (xn < yn);
+}
+
+/* Finish the order inside runs of equal (group, key): stable insertion
+ * sort, runs are as long as the states one key has (a few). */
+static void sort_runs(sorted_entry *a, size_t n) {
+  for (size_t i = 1; i < n; i++) {
+    if (a[i].key != a[i - 1].key || a[i].group != a[i - 1].group)
+      continue;
+    sorted_entry e = a[i];
+    size_t j = i;
+    while (j > 0 && a[j - 1].key == e.key && a[j - 1].group == e.group &&
+           rest_compare(a[j - 1].entry, e.entry) > 0) {
+      a[j] = a[j - 1];
+      j--;
+    }
+    a[j] = e;
+  }
 }
 
 /* Collect the entries of instance i's deltas that are not yet durable into
@@ -392,14 +428,14 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
       assert(count < n);
       if (e->superseded)
         continue;
-      uint64_t group = entry_group(job, e);
-      uint64_t key = sl_load_be64(sl_cow_entry_key(e));
-      cp->sort_a[count].order = group << 48 | key >> 16;
+      cp->sort_a[count].key = sl_load_be64(sl_cow_entry_key(e));
+      cp->sort_a[count].group = entry_group(job, e);
       cp->sort_a[count].entry = e;
       count++;
     }
   }
   *sorted = count ? radix_sort(cp->sort_a, cp->sort_b, count) : cp->sort_a;
+  sort_runs(*sorted, count);
   return (int64_t)count;
 }
 
@@ -416,9 +452,17 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   int64_t count = collect_sorted(cp, a, i, max_epoch, &sorted);
   if (count < 0)
     return ENOMEM;
+  /* The entries are scattered in memory and visited in key order: fetch
+   * a few ahead, or each visit waits for a cache miss. */
+  enum { PREFETCH_AHEAD = 12 };
   for (int64_t k = 0; k < count; k++) {
+    if (k + PREFETCH_AHEAD < count) {
+      const sl_cow_entry *ahead = sorted[k + PREFETCH_AHEAD].entry;
+      __builtin_prefetch(ahead);
+      __builtin_prefetch((const uint8_t *)ahead + 64);
+    }
     const sl_cow_entry *e = sorted[k].entry;
-    uint16_t group = (uint16_t)(sorted[k].order >> 48);
+    uint16_t group = sorted[k].group;
     int rc;
     if (e->tombstone)
       rc = sl_store_delete_state(txn, op, group, sl_cow_entry_key(e),
@@ -535,11 +579,38 @@ static pending *writer_take(sl_checkpointer *cp) {
   return p;
 }
 
+/* Log entries below which the store is not compacted: a small state
+ * would otherwise be rewritten after nearly every checkpoint. */
+#define SL_COMPACT_MIN_LOG_ENTRIES 65536u
+
+/* Between checkpoints: merge the store's log into its base when the log
+ * has grown as large as the base (store.h note 3).  Not on the path of
+ * any checkpoint's duration; a failure here loses nothing (the log stays)
+ * and is retried after the next checkpoint. */
+static void compact_if_due(sl_checkpointer *cp) {
+  for (int attempt = 0; attempt < SL_MAP_FULL_RETRIES; attempt++) {
+    sl_store_compaction stats;
+    int rc = sl_store_compact(cp->store, SL_COMPACT_MIN_LOG_ENTRIES, &stats);
+    if (rc == 0 && stats.entries_written + stats.log_entries_read > 0) {
+      cp->compactions++;
+      cp->compaction_us += stats.duration_us;
+    }
+    if (rc != MDB_MAP_FULL || sl_store_grow(cp->store) != 0)
+      return;
+  }
+}
+
 static void *writer_main(void *arg) {
   sl_checkpointer *cp = arg;
   pthread_setname_np(pthread_self(), "sl:writer");
+  bool wrote = false;
   for (;;) {
     pending *p = writer_take(cp);
+    if (!p && wrote && !atomic_load(&cp->shutdown)) {
+      wrote = false;
+      compact_if_due(cp);
+      continue; /* look for work again before sleeping */
+    }
     if (!p) {
       sl_parker_prepare(&cp->writer_parker);
       if (atomic_load(&cp->shutdown)) {
@@ -556,6 +627,7 @@ static void *writer_main(void *arg) {
       continue;
     }
     write_checkpoint(cp, p);
+    wrote = wrote || p->write_status == 0;
     /* Release: the coordinator reads the results after acquiring this. */
     atomic_store_explicit(&p->written, 1, memory_order_release);
     sl_parker_wake(&cp->coordinator_parker);
@@ -959,13 +1031,29 @@ static int restore_entry(void *arg, uint16_t key_group, const void *key,
   return sl_cow_map_load(arg, key, key_bytes, value, value_bytes);
 }
 
+static int count_entry(void *arg, uint16_t key_group, const void *key,
+                       uint32_t key_bytes, const void *value,
+                       uint32_t value_bytes) {
+  (void)key_group, (void)key, (void)key_bytes, (void)value, (void)value_bytes;
+  (*(uint64_t *)arg)++;
+  return 0;
+}
+
 static int restore_instance(sl_job *job, sl_instance *inst) {
   sl_checkpointer *cp = job->cp;
   uint16_t op = (uint16_t)inst->op->id;
   if (inst->cp.keyed) {
+    /* Count first (a sequential read) so the map is sized once: loading
+     * into a growing table costs more than the second read. */
+    uint64_t entries = 0;
     int rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
-                                 inst->cp.group_last, restore_entry,
-                                 inst->cp.keyed);
+                                 inst->cp.group_last, count_entry, &entries);
+    if (rc == 0)
+      rc = sl_cow_map_reserve(inst->cp.keyed, entries);
+    if (rc == 0)
+      rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
+                               inst->cp.group_last, restore_entry,
+                               inst->cp.keyed);
     if (rc) {
       sl_job_set_error(job,
                        "restoring keyed state of operator '%s' instance %d "

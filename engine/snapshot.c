@@ -66,7 +66,7 @@ static bool all_aligned(const sl_instance *inst) {
   return true;
 }
 
-static bool aligner_check(const sl_instance *inst) {
+static __attribute__((unused)) bool aligner_check(const sl_instance *inst) {
   int blocked = 0, seen = 0;
   for (int c = 0; c < inst->channel_count; c++) {
     const sl_channel *ch = &inst->channels[c];

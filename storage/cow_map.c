@@ -591,6 +591,26 @@ int sl_cow_map_load(sl_cow_map *m, const void *key, uint32_t key_bytes,
   return 0;
 }
 
+int sl_cow_map_reserve(sl_cow_map *m, uint64_t entries) {
+  assert(m);
+  if (m->rehashing || sl_cow_map_count(m) != 0)
+    return 0; /* only an empty map: nothing to move */
+  uint64_t size = INITIAL_BUCKETS;
+  while (size < entries && size < (UINT64_C(1) << 40))
+    size *= 2;
+  if (size <= m->tables[0].size)
+    return 0;
+  sl_cow_entry **buckets = calloc((size_t)size, sizeof *buckets);
+  if (!buckets)
+    return ENOMEM;
+  m->memory_bytes += (size - m->tables[0].size) * sizeof *buckets;
+  free(m->tables[0].buckets);
+  m->tables[0].buckets = buckets;
+  m->tables[0].size = size;
+  assert(sl_cow_map_check(m));
+  return 0;
+}
+
 /* ------------------------------------------------------------ epochs */
 
 /* Double the pending arrays.  On failure nothing changes (note 5). */

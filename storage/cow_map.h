@@ -144,6 +144,11 @@ void sl_cow_map_release(sl_cow_map *map, uint32_t epoch);
  * most budget entries).  Returns true if work remains. */
 bool sl_cow_map_maintain(sl_cow_map *map, uint32_t budget);
 
+/** Size an empty map's table for `entries` keys at once, so loading them
+ * moves nothing (no rehash).  No effect on a map that holds keys.
+ * Errors: ENOMEM (the map unaltered). */
+int sl_cow_map_reserve(sl_cow_map *map, uint64_t entries);
+
 /** Insert a clean (epoch 0) entry while restoring, before any other write.
  * Errors: ENOMEM; EINVAL if the key is already present. */
 int sl_cow_map_load(sl_cow_map *map, const void *key, uint32_t key_bytes,

@@ -3,43 +3,68 @@
  * NOTES ON THE DESIGN
  *
  * 1. One LMDB environment per state directory (data.mdb, lock.mdb), with
- *    four named databases:
+ *    six named databases:
  *      meta         "magic" -> "sluice-store", "format" -> u32 format
  *                   version, "graph" -> the job graph fingerprint,
- *                   "latest" -> u64 id of the newest complete checkpoint
+ *                   "latest" -> u64 id of the newest complete checkpoint,
+ *                   "next_seq" -> u64 sequence number of the next write
+ *                   transaction, "base" -> u64 0 or 1: which of state and
+ *                   state2 is the current base
  *      checkpoints  u64 id (big-endian) -> checkpoint record (engine bytes)
  *      blobs        u16 op, u16 instance (big-endian) -> the latest blob of
  *                   that instance (source position, operator state, sink
  *                   transactions), tagged with the checkpoint id
- *      state        u16 op, u16 key group (big-endian), key bytes -> value
- *                   (the materialized keyed state; big-endian prefixes keep
- *                   each operator's key groups contiguous and in order)
- *    Every stored value ends with an 8-byte checksum of the key and the
- *    value, little-endian: XXH3_64bits_withSeed(value, seed) with seed =
- *    XXH3_64bits_withSeed(key, database number), the numbers being meta 1,
- *    checkpoints 2, blobs 3, state 4.  It is checked on every read: a
- *    mismatch is SL_ECORRUPT naming the database and the key.  Meta values
- *    are "sluice-store" (no NUL), u32 and u64 little-endian, the
- *    fingerprint's bytes (no NUL); a blob value starts with the u64
- *    (little-endian) id of the checkpoint that wrote it.
- * 2. Checkpoint n is written by one write transaction: the state changes of
- *    every instance, their blobs, the record of n, and "latest" = n.  It is
- *    committed durably (fsync) unless no_sync was asked for.  A crash at
- *    any instant leaves the store at n-1 or at n (DESIGN.md invariant 5).
- * 3. MDB_MAP_FULL from a put or from the commit aborts the transaction; the
- *    caller grows the map (sl_store_grow) and writes the transaction
- *    again.  Nothing is lost: the previous checkpoint stays intact.
+ *      log          u64 seq, u16 op, u16 key group (big-endian), key bytes
+ *                   -> u8 kind (1 put, 2 tombstone), then the value (none
+ *                   for a tombstone): the keyed-state changes since the
+ *                   last compaction, in the order they were committed
+ *      state,       u16 op, u16 key group (big-endian), key bytes -> value:
+ *      state2       the base, keyed state as of the last compaction; one
+ *                   of the two is current, the other empty (note 3)
+ *    Big-endian prefixes keep each operator's key groups contiguous and in
+ *    order, in the log within each transaction.  Every stored value ends
+ *    with an 8-byte checksum of the key and the value, little-endian:
+ *    XXH3_64bits_withSeed(value, seed) with seed = XXH3_64bits_withSeed(key,
+ *    database number), the numbers being meta 1, checkpoints 2, blobs 3,
+ *    state and state2 both 4 (they are one logical database), log 5.  It is
+ *    checked on every read: a mismatch is SL_ECORRUPT naming the database
+ *    and the key.  Meta values are "sluice-store" (no NUL), u32 and u64
+ *    little-endian, the fingerprint's bytes (no NUL); a blob value starts
+ *    with the u64 (little-endian) id of the checkpoint that wrote it.
+ * 2. Checkpoint n is written by one write transaction with sequence number
+ *    seq = "next_seq": its state changes are appended to the log under seq
+ *    (a put or a delete of a key already changed in the transaction
+ *    replaces that log entry: the newest wins), then its blobs, the record
+ *    of n, "latest" = n and "next_seq" = seq + 1.  Every log entry has a
+ *    seq below "next_seq", so committed transactions have strictly
+ *    increasing seqs.  The keyed state is the merged view: the current
+ *    base overlaid with the log, the entry with the highest seq winning
+ *    and a winning tombstone removing the key; sl_store_read_state returns
+ *    it.  The commit is durable (fsync) unless no_sync was asked for.  A
+ *    crash at any instant leaves the store at n-1 or at n (DESIGN.md
+ *    invariant 5).
+ * 3. Compaction (sl_store_compact) writes the merged view of every
+ *    operator into the empty base, then empties the log and the old base
+ *    and sets "base" to the new one, all in one write transaction, durable
+ *    like a checkpoint's: a crash leaves either the old base and log or
+ *    the new base and an empty log, and both have the same merged view.
+ *    Checkpoint records, blobs and "latest" are not touched.  While it
+ *    runs the map holds the old base, the log and the new base.
+ *    MDB_MAP_FULL from a put, from a compaction or from a commit aborts
+ *    the transaction; the caller grows the map (sl_store_grow) and writes
+ *    the transaction (or compacts) again.  Nothing is lost: the previous
+ *    checkpoint stays intact.
  * 4. Opening checks, in this order, and refuses with SL_ESTORE and a
  *    message naming the directory and the problem, changing nothing:
  *    the path is not a directory; the directory holds files but no
  *    data.mdb (not a store); data.mdb is not an LMDB file; the magic is
- *    wrong (an LMDB file of someone else); the format version is newer
- *    than SL_STORE_FORMAT_VERSION; the graph fingerprint differs (the
- *    message quotes both).  A missing or empty directory is created and
- *    initialised; so is one that holds only "lock" and "lock.mdb" (an
- *    interrupted creation).  The "lock" file is created only once the
- *    checks that need no LMDB have passed, and removed again if a later
- *    check refuses the directory.
+ *    wrong (an LMDB file of someone else); the format version is not
+ *    SL_STORE_FORMAT_VERSION (older formats are not converted); the graph
+ *    fingerprint differs (the message quotes both).  A missing or empty
+ *    directory is created and initialised; so is one that holds only
+ *    "lock" and "lock.mdb" (an interrupted creation).  The "lock" file is
+ *    created only once the checks that need no LMDB have passed, and
+ *    removed again if a later check refuses the directory.
  * 5. Only one process may write a store: sl_store_open takes an exclusive
  *    lock (flock on a "lock" file in the directory); a second writer gets
  *    SL_ESTORE "in use by another process".  read_only opens skip the lock
@@ -59,7 +84,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_STORE_FORMAT_VERSION 1u
+#define SL_STORE_FORMAT_VERSION 2u
 #define SL_STORE_CHECKSUM_BYTES 8u
 /** sl_store_grow stops doubling here (1 TiB). */
 #define SL_STORE_MAX_MAP_BYTES (1ull << 40)
@@ -107,8 +132,9 @@ uint64_t sl_store_latest(const sl_store *store);
 /** Current map size in bytes. */
 uint64_t sl_store_map_bytes(const sl_store *store);
 
-/** Delete every checkpoint, blob and state entry (start fresh), in one
- * durable transaction; keeps meta with latest = 0.  Errors: EBUSY (a
+/** Delete every checkpoint, blob and state entry (the log and both
+ * bases; start fresh), in one durable transaction; keeps meta with
+ * latest = 0 (and "next_seq": seqs only grow).  Errors: EBUSY (a
  * transaction is open), EACCES (read-only), LMDB codes. */
 int sl_store_wipe(sl_store *store);
 
@@ -119,8 +145,11 @@ int sl_store_wipe(sl_store *store);
  * (read-only), LMDB codes. */
 int sl_store_begin(sl_store *store, sl_store_txn **txn);
 
-/** Put (replace) one keyed-state entry.  Errors: MDB_MAP_FULL (note 3),
- * EINVAL (key too long for LMDB: key_bytes + 4 > 511; value too long),
+/** Put (replace) one keyed-state entry: appends it to the log (note 2).
+ * Keys given in ascending (op, key group, key) order are appended fastest.
+ * Errors: MDB_MAP_FULL (note 3), EINVAL (key too long for LMDB:
+ * key_bytes + 12 > 511, the log key's seq, op and group taking 12; value
+ * too long),
  * ENOMEM, LMDB codes.  On error the transaction has failed: everything it
  * wrote is discarded at once (so sl_store_grow may run), later puts,
  * deletes and sl_store_commit return the same error, and the caller ends
@@ -130,7 +159,8 @@ int sl_store_put_state(sl_store_txn *txn, uint16_t op, uint16_t key_group,
                        const void *key, uint32_t key_bytes,
                        const void *value, uint32_t value_bytes);
 
-/** Delete one keyed-state entry; absent is not an error.  Errors as put. */
+/** Delete one keyed-state entry (appends a tombstone to the log); absent
+ * is not an error.  Errors as put. */
 int sl_store_delete_state(sl_store_txn *txn, uint16_t op, uint16_t key_group,
                           const void *key, uint32_t key_bytes);
 
@@ -160,16 +190,55 @@ int sl_store_grow(sl_store *store);
  * committed checkpoints only, also while a write transaction is open. */
 
 /** Call fn for every state entry of op with key group in
- * [group_first, group_last], in key order.  Stops and returns fn's value if
- * nonzero.  key and value point into the map: valid during the call only.
- * Errors: SL_ECORRUPT (checksum, with the key in the message), EINVAL
- * (group_first > group_last), LMDB codes. */
+ * [group_first, group_last] in the merged view (note 2), each key once, in
+ * key order.  Stops and returns fn's value if nonzero.  key and value point
+ * into the map: valid during the call only.  Cost: one pass over the
+ * range in the base and, per logged transaction, a seek and a pass over
+ * its part of the range; the range's log entries are indexed in memory
+ * (24 bytes each, a buffer the handle keeps for its next read or
+ * compaction) and merged with a heap of the transactions.  fn may read
+ * blobs and records but not state: a nested sl_store_read_state or
+ * sl_store_compact of the same store returns EBUSY.  Errors: SL_ECORRUPT
+ * (checksum, with the key in the message), EINVAL (group_first >
+ * group_last), EBUSY, ENOMEM, LMDB codes. */
 int sl_store_read_state(sl_store *store, uint16_t op, uint16_t group_first,
                         uint16_t group_last,
                         int (*fn)(void *arg, uint16_t key_group,
                                   const void *key, uint32_t key_bytes,
                                   const void *value, uint32_t value_bytes),
                         void *arg);
+
+/* Compaction (note 3). */
+
+/** What one sl_store_compact did; all zero if it had nothing to do. */
+typedef struct sl_store_compaction {
+  uint64_t log_entries_read;  /* the whole log */
+  uint64_t base_entries_read; /* the whole old base */
+  uint64_t entries_written;   /* into the new base: the live keys */
+  uint64_t bytes_written;     /* their keys, values and checksums */
+  uint64_t duration_us;       /* begin to durable commit */
+} sl_store_compaction;
+
+/** Merge the current base and the whole log into the other base and
+ * empty the log (note 3), if the log holds at least min_log_entries
+ * entries, at least one, and at least as many as the base (so the work
+ * of a compaction, about base + log entries, is at most twice the log
+ * it removes); else do nothing and return 0.  The counts come from LMDB's
+ * per-database records: deciding reads no entry.  stats (may be NULL) is
+ * zeroed, then filled if a compaction was committed.  Needs memory for
+ * the log (24 bytes an entry, kept by the handle as for reads) and map
+ * space for a second base.  On error nothing has changed.  Errors: EBUSY
+ * (a transaction is open, or a failed one was not ended, or called from a
+ * sl_store_read_state function), EACCES (read-only), MDB_MAP_FULL (grow
+ * with sl_store_grow and call again), SL_ECORRUPT, ENOMEM, EIO and other
+ * LMDB codes. */
+int sl_store_compact(sl_store *store, uint64_t min_log_entries,
+                     sl_store_compaction *stats);
+
+/* For tests only: the next compactions of this process raise SIGKILL
+ * right after their appends-th put into the new base (0: never), so a
+ * test can kill one in the middle of its write transaction. */
+void sl_store_test_crash_after(uint64_t appends);
 
 /** The blob of (op, instance) as a malloc'd copy (*data, *bytes; never
  * NULL on success, also for 0 bytes).  Errors: SL_ENOTFOUND, SL_ECORRUPT,

@@ -827,3 +827,29 @@ Test(cow_map, loaded_entries_become_dirty_in_place) {
   model_free(state);
   sl_cow_map_destroy(map);
 }
+
+/* A reserved table takes every loaded key without a rehash step. */
+Test(cow_map, reserve_sizes_the_table_once) {
+  sl_cow_map *m;
+  cr_assert_eq(sl_cow_map_create(&m), 0);
+  const uint64_t keys = 50000;
+  cr_assert_eq(sl_cow_map_reserve(m, keys), 0);
+  uint64_t memory_after_reserve = sl_cow_map_memory_bytes(m);
+  cr_expect_geq(memory_after_reserve, keys * sizeof(void *));
+  for (uint64_t k = 0; k < keys; k++)
+    cr_assert_eq(sl_cow_map_load(m, &k, sizeof k, &k, sizeof k), 0);
+  cr_expect_eq(sl_cow_map_max_step_buckets(m), 0, "a rehash ran");
+  cr_expect_eq(sl_cow_map_count(m), keys);
+  cr_expect(sl_cow_map_check(m));
+  /* A map with keys is left as it is. */
+  cr_assert_eq(sl_cow_map_reserve(m, 10 * keys), 0);
+  cr_expect(sl_cow_map_check(m));
+  for (uint64_t k = 0; k < keys; k += 997) {
+    uint32_t bytes = 0;
+    const void *v = sl_cow_map_get(m, &k, sizeof k, &bytes);
+    cr_assert(v);
+    cr_expect_eq(bytes, sizeof k);
+    cr_expect_eq(memcmp(v, &k, sizeof k), 0);
+  }
+  sl_cow_map_destroy(m);
+}

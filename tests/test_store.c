@@ -336,6 +336,31 @@ static void raw_put(const char *dir, const char *db, const void *key,
   mdb_env_close(env);
 }
 
+/* The entries of database db (0 if it does not exist). */
+static size_t raw_count(const char *dir, const char *db) {
+  MDB_env *env = raw_open(dir);
+  MDB_txn *txn;
+  MDB_dbi dbi;
+  MDB_stat st = {0};
+  cr_assert_eq(mdb_txn_begin(env, 0, MDB_RDONLY, &txn), 0);
+  if (mdb_dbi_open(txn, db, 0, &dbi) == 0)
+    cr_assert_eq(mdb_stat(txn, dbi, &st), 0);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return st.ms_entries;
+}
+
+/* A u64 of meta (little-endian, ahead of its checksum). */
+static uint64_t raw_meta_u64(const char *dir, const char *name) {
+  uint8_t value[64];
+  size_t bytes = raw_get(dir, "meta", name, strlen(name), value, sizeof value);
+  cr_assert_eq(bytes, 8 + SL_STORE_CHECKSUM_BYTES);
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | value[i];
+  return v;
+}
+
 /* Flips one payload byte of db/key, leaving the checksum as it was. */
 static void raw_corrupt(const char *dir, const char *db, const void *key,
                         size_t key_bytes, size_t at) {
@@ -469,6 +494,27 @@ static int stop_after_two(void *arg, uint16_t key_group, const void *key,
   return ++*calls == 2 ? 77 : 0;
 }
 
+/* A read of state, or a compaction, from inside a read: both refused, as
+ * the handle's merge buffers are in use; reading a blob is fine. */
+static int read_again(void *arg, uint16_t key_group, const void *key,
+                      uint32_t key_bytes, const void *value,
+                      uint32_t value_bytes) {
+  (void)key_group, (void)key, (void)key_bytes, (void)value, (void)value_bytes;
+  sl_store *st = arg;
+  int calls = 0;
+  sl_store_compaction stats;
+  void *data;
+  uint32_t bytes;
+  cr_assert_eq(sl_store_read_state(st, 2, 0, UINT16_MAX, stop_after_two,
+                                   &calls),
+               EBUSY);
+  assert_contains(sl_store_error(st), "another read");
+  cr_assert_eq(sl_store_compact(st, 0, &stats), EBUSY);
+  cr_assert_eq(sl_store_get_blob(st, 1, 0, &data, &bytes), 0);
+  free(data);
+  return 5;
+}
+
 Test(store, read_state_stops_on_callback) {
   sl_store_options o = writer_options(FINGERPRINT);
   model m;
@@ -480,6 +526,8 @@ Test(store, read_state_stops_on_callback) {
                                    &calls),
                77);
   cr_assert_eq(calls, 2);
+  cr_assert_eq(sl_store_read_state(st, 1, 0, UINT16_MAX, read_again, st), 5);
+  check_all_ranges(st, &m); /* and reads work again after it */
   sl_store_close(st);
   free(m.version);
 }
@@ -518,12 +566,13 @@ Test(store, commit_and_abort_rules) {
   check_all_ranges(st, &saved);
   check_blob(st, 1, 0, 1);
 
-  /* A failure: the longest key fits, one byte more fails the txn. */
+  /* A failure: the longest key fits (511 - 12 bytes of the log key's
+   * seq, op and group), one byte more fails the txn. */
   static uint8_t key[600];
   cr_assert_eq(sl_store_begin(st, &txn), 0);
-  cr_assert_eq(sl_store_put_state(txn, 1, 0, key, 507, "v", 1), 0);
-  cr_assert_eq(sl_store_put_state(txn, 1, 0, key, 508, "v", 1), EINVAL);
-  assert_contains(sl_store_error(st), "508 bytes is too long");
+  cr_assert_eq(sl_store_put_state(txn, 1, 0, key, 499, "v", 1), 0);
+  cr_assert_eq(sl_store_put_state(txn, 1, 0, key, 500, "v", 1), EINVAL);
+  assert_contains(sl_store_error(st), "500 bytes is too long");
   cr_assert_eq(sl_store_put_state(txn, 1, 0, "k", 1, "v", 1), EINVAL);
   cr_assert_eq(sl_store_delete_state(txn, 1, 0, "k", 1), EINVAL);
   cr_assert_eq(sl_store_begin(st, &other), EBUSY); /* not ended yet */
@@ -710,19 +759,32 @@ Test(store, refuses_someone_elses_lmdb) {
   }
 }
 
-Test(store, refuses_a_newer_format) {
-  sl_store_options o = writer_options(FINGERPRINT);
-  sl_store_close(open_ok(root, &o));
-  uint8_t value[12] = {2, 0, 0, 0};
+/* Meta "format" set to version, with a valid checksum. */
+static void raw_put_format(const char *dir, uint32_t version) {
+  uint8_t value[12] = {(uint8_t)version, (uint8_t)(version >> 8),
+                       (uint8_t)(version >> 16), (uint8_t)(version >> 24)};
   uint64_t sum = format_checksum(1, "format", 6, value, 4);
   for (int i = 0; i < 8; i++)
     value[4 + i] = (uint8_t)(sum >> (8 * i));
-  raw_put(root, "meta", "format", 6, value, sizeof value);
+  raw_put(dir, "meta", "format", 6, value, sizeof value);
+}
+
+/* Store.h note 4: only SL_STORE_FORMAT_VERSION is read. */
+Test(store, refuses_another_format) {
+  cr_assert_eq(SL_STORE_FORMAT_VERSION, 2);
+  sl_store_options o = writer_options(FINGERPRINT);
+  sl_store_close(open_ok(root, &o));
+  raw_put_format(root, 3);
   const char *err = open_fails(root, &o, SL_ESTORE);
-  assert_contains(err, "format version 2");
-  assert_contains(err, "reads up to 1");
-  o.read_only = 1;
-  open_fails(root, &o, SL_ESTORE);
+  assert_contains(err, "format version 3 is newer");
+  sl_store_options ro = {.read_only = 1};
+  open_fails(root, &ro, SL_ESTORE);
+  raw_put_format(root, 1); /* the format before the log */
+  err = open_fails(root, &o, SL_ESTORE);
+  assert_contains(err, "format version 1 is older");
+  open_fails(root, &ro, SL_ESTORE);
+  raw_put_format(root, 2);
+  sl_store_close(open_ok(root, &o));
 }
 
 Test(store, refuses_a_different_graph) {
@@ -774,8 +836,23 @@ static int child_write_big(sl_store *st, uint32_t count, uint64_t id) {
   return MDB_MAP_FULL;
 }
 
+/* Compacts everything (the log is at least the base here), growing the
+ * map as needed; for a child process: 0 or a failure. */
+static int child_compact(sl_store *st) {
+  for (int attempt = 0; attempt < 12; attempt++) {
+    sl_store_compaction stats;
+    int rc = sl_store_compact(st, 0, &stats);
+    if (rc == 0)
+      return stats.entries_written > 0 ? 0 : -1;
+    if (rc != MDB_MAP_FULL || (rc = sl_store_grow(st)) != 0)
+      return rc;
+  }
+  return MDB_MAP_FULL;
+}
+
 /* A child writer holds the store; this process is refused as a writer
- * but may read (store.h note 5), also after the writer grew the map. */
+ * but may read (store.h note 5), also after the writer grew the map and
+ * compacted the log into the other base. */
 Test(store, one_writer_many_readers) {
   sl_store_options o = writer_options(FINGERPRINT);
   o.initial_map_bytes = 1u << 20; /* so the child's big write grows it */
@@ -799,6 +876,8 @@ Test(store, one_writer_many_readers) {
       _exit(4);
     if (child_write_big(st, 3000, 2) != 0) /* 3 MB: past a 1 MiB map */
       _exit(5);
+    if (child_compact(st) != 0) /* into state2, the log emptied */
+      _exit(7);
     if (write(ready[1], "g", 1) != 1 || read(release[0], &byte, 1) != 1)
       _exit(6);
     sl_store_close(st);
@@ -824,6 +903,7 @@ Test(store, one_writer_many_readers) {
   uint64_t reader_map_bytes = sl_store_map_bytes(reader);
   cr_assert_eq(write(release[1], "w", 1), 1);
   cr_assert_eq(read(ready[0], &byte, 1), 1, "the child wrote checkpoint 2");
+  check_all_ranges(reader, &m); /* checkpoint 1's state, now in state2 */
   uint32_t counts[2] = {0, 0};
   cr_assert_eq(sl_store_read_state(reader, 7, 0, UINT16_MAX, count_big,
                                    counts),
@@ -862,32 +942,49 @@ Test(store, read_only_needs_a_store) {
   cr_assert_null(s);
 }
 
-/* A flipped byte in a stored value is SL_ECORRUPT naming db and key. */
-Test(store, detects_corruption) {
-  sl_store_options o = writer_options(FINGERPRINT);
-  model m;
-  model_init(&m, 50);
-  sl_store *st = open_ok(root, &o);
-  write_checkpoint(st, &m, 1);
+/* Checkpoint 1 of m, then checkpoint 2 (seq 2): op 9, key group 0x0102,
+ * key ab cd -> "value", and the blob of (3, 2). */
+static void write_op9(sl_store *st, model *m) {
+  write_checkpoint(st, m, 1);
   sl_store_txn *txn;
   cr_assert_eq(sl_store_begin(st, &txn), 0);
   cr_assert_eq(sl_store_put_state(txn, 9, 0x0102, "\xab\xcd", 2, "value", 5),
                0);
   cr_assert_eq(sl_store_put_blob(txn, 3, 2, "blob bytes", 10), 0);
   cr_assert_eq(sl_store_commit(txn, 2, "record", 6), 0);
+}
+
+/* The log key of write_op9's entry: seq 2, op 9, group 0x0102, ab cd. */
+static const char op9_log_key[] = "\0\0\0\0\0\0\0\x02\x00\x09\x01\x02\xab\xcd";
+#define OP9_LOG_KEY_BYTES 14u
+
+/* A flipped byte in a stored value is SL_ECORRUPT naming db and key: in
+ * the log, and in a base after a compaction. */
+Test(store, detects_corruption) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  model m;
+  model_init(&m, 50);
+  sl_store *st = open_ok(root, &o);
+  write_op9(st, &m);
   sl_store_close(st);
 
-  raw_corrupt(root, "state", "\x00\x09\x01\x02\xab\xcd", 6, 1);
+  /* Byte 1 of a log value is the first of the value, after the kind. */
+  raw_corrupt(root, "log", op9_log_key, OP9_LOG_KEY_BYTES, 1);
   raw_corrupt(root, "blobs", "\x00\x03\x00\x02", 4, 9);
   raw_corrupt(root, "checkpoints", "\0\0\0\0\0\0\0\x02", 8, 0);
   st = open_ok(root, &o);
   cr_assert_eq(sl_store_read_state(st, 9, 0, UINT16_MAX, seen_entry, 0),
                SL_ECORRUPT);
   const char *err = sl_store_error(st);
-  assert_contains(err, "database state");
-  assert_contains(err, "op 9 key group 258 key abcd");
+  assert_contains(err, "database log");
+  assert_contains(err, "seq 2 op 9 key group 258 key abcd");
   assert_contains(err, root);
   check_all_ranges(st, &m); /* other operators still read */
+  sl_store_compaction stats = {.entries_written = 1};
+  cr_assert_eq(sl_store_compact(st, 0, &stats), SL_ECORRUPT);
+  assert_contains(sl_store_error(st), "seq 2 op 9 key group 258 key abcd");
+  cr_assert_eq(stats.entries_written, 0, "stats are zeroed");
+  check_all_ranges(st, &m); /* the failed compaction changed nothing */
   void *data = (void *)1;
   uint32_t bytes;
   cr_assert_eq(sl_store_get_blob(st, 3, 2, &data, &bytes), SL_ECORRUPT);
@@ -900,7 +997,92 @@ Test(store, detects_corruption) {
   /* Corrupt meta refuses the open. */
   raw_corrupt(root, "meta", "latest", 6, 0);
   assert_contains(open_fails(root, &o, SL_ECORRUPT), "\"latest\"");
+
+  /* A base value, after a compaction into state2. */
+  char dir[PATH_MAX];
+  path_in_root(dir, "compacted");
+  memset(m.version, 0, m.count * sizeof *m.version);
+  st = open_ok(dir, &o);
+  write_op9(st, &m);
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
+  cr_assert_gt(stats.entries_written, 0);
+  sl_store_close(st);
+  raw_corrupt(dir, "state2", op9_log_key + 8, OP9_LOG_KEY_BYTES - 8, 1);
+  st = open_ok(dir, &o);
+  cr_assert_eq(sl_store_read_state(st, 9, 0, UINT16_MAX, seen_entry, 0),
+               SL_ECORRUPT);
+  err = sl_store_error(st);
+  assert_contains(err, "database state2, op 9 key group 258 key abcd");
+  assert_contains(err, "fails its checksum");
+  check_all_ranges(st, &m);
+  sl_store_close(st);
   free(m.version);
+}
+
+/* Collects what read_state returns into a text "key=value;..." */
+static int text_entry(void *arg, uint16_t key_group, const void *key,
+                      uint32_t key_bytes, const void *value,
+                      uint32_t value_bytes) {
+  char *text = arg;
+  size_t at = strlen(text);
+  snprintf(text + at, 256 - at, "%u:%.*s=%.*s;", key_group, (int)key_bytes,
+           (const char *)key, (int)value_bytes, (const char *)value);
+  return 0;
+}
+
+/* A log entry written raw as store.h note 1 says (seed 5, kind byte). */
+static void raw_put_log(const char *dir, uint64_t seq, uint16_t op,
+                        uint16_t group, const char *key, uint8_t kind,
+                        const char *value) {
+  uint8_t k[64], v[64];
+  size_t key_bytes = strlen(key), value_bytes = strlen(value);
+  for (int i = 0; i < 8; i++)
+    k[i] = (uint8_t)(seq >> (56 - 8 * i));
+  k[8] = (uint8_t)(op >> 8), k[9] = (uint8_t)op;
+  k[10] = (uint8_t)(group >> 8), k[11] = (uint8_t)group;
+  memcpy(k + 12, key, key_bytes);
+  v[0] = kind;
+  memcpy(v + 1, value, value_bytes);
+  uint64_t sum = format_checksum(5, k, 12 + key_bytes, v, 1 + value_bytes);
+  for (int i = 0; i < 8; i++)
+    v[1 + value_bytes + i] = (uint8_t)(sum >> (8 * i));
+  raw_put(dir, "log", k, 12 + key_bytes, v, 1 + value_bytes + 8);
+}
+
+/* The log's layout is the one store.h note 1 documents: entries written
+ * raw are read as puts and tombstones, a kind that is neither is
+ * corruption, and a seq not below "next_seq" refuses the open. */
+Test(store, log_format_as_documented) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  sl_store *st = open_ok(root, &o);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  cr_assert_eq(sl_store_put_state(txn, 9, 3, "aa", 2, "one", 3), 0);
+  cr_assert_eq(sl_store_put_state(txn, 9, 3, "bb", 2, "two", 3), 0);
+  cr_assert_eq(sl_store_commit(txn, 1, 0, 0), 0);
+  sl_store_close(st);
+  /* Seq 1 is the only transaction so far: "next_seq" is 2. */
+  cr_assert_eq(raw_meta_u64(root, "next_seq"), 2);
+  raw_put_log(root, 1, 9, 4, "cc", 1, "raw");
+  raw_put_log(root, 1, 9, 3, "aa", 2, ""); /* replaces the put of "aa" */
+  static char text[256];
+  st = open_ok(root, &o);
+  cr_assert_eq(sl_store_read_state(st, 9, 0, UINT16_MAX, text_entry, text),
+               0, "%s", sl_store_error(st));
+  cr_assert_str_eq(text, "3:bb=two;4:cc=raw;");
+  sl_store_close(st);
+
+  raw_put_log(root, 1, 9, 5, "dd", 7, "x");
+  st = open_ok(root, &o);
+  text[0] = 0;
+  cr_assert_eq(sl_store_read_state(st, 9, 0, UINT16_MAX, text_entry, text),
+               SL_ECORRUPT);
+  assert_contains(sl_store_error(st), "neither a put nor a tombstone");
+  sl_store_close(st);
+
+  raw_put_log(root, 2, 9, 5, "dd", 1, "x");
+  assert_contains(open_fails(root, &o, SL_ECORRUPT),
+                  "seq not below meta \"next_seq\"");
 }
 
 Test(store, wipe_starts_fresh) {
@@ -909,7 +1091,10 @@ Test(store, wipe_starts_fresh) {
   model_init(&m, 400);
   sl_store *st = open_ok(root, &o);
   write_checkpoint(st, &m, 1);
-  write_checkpoint(st, &m, 2);
+  sl_store_compaction stats;
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0); /* a base in state2 */
+  cr_assert_gt(stats.entries_written, 0);
+  write_checkpoint(st, &m, 2); /* and a log */
   cr_assert_eq(sl_store_wipe(st), 0, "%s", sl_store_error(st));
   memset(m.version, 0, m.count * sizeof *m.version);
   cr_assert_eq(sl_store_latest(st), 0);
@@ -919,6 +1104,12 @@ Test(store, wipe_starts_fresh) {
   uint32_t bytes;
   cr_assert_eq(sl_store_get_blob(st, 1, 0, &data, &bytes), SL_ENOTFOUND);
   sl_store_close(st);
+  static const char *const emptied[] = {"log", "state", "state2", "blobs",
+                                        "checkpoints"};
+  for (size_t i = 0; i < sizeof emptied / sizeof *emptied; i++)
+    cr_assert_eq(raw_count(root, emptied[i]), 0, "%s", emptied[i]);
+  cr_assert_eq(raw_meta_u64(root, "base"), 0);
+  cr_assert_eq(raw_meta_u64(root, "next_seq"), 3, "seqs only grow");
   st = open_ok(root, &o);
   cr_assert_eq(sl_store_latest(st), 0);
   check_all_ranges(st, &m);
@@ -963,6 +1154,371 @@ Test(store, crash_inside_a_transaction) {
   check_all_ranges(st, &m);
   check_list(st, (const uint64_t[]){1}, 1);
   write_checkpoint(st, &m, 2); /* and the store goes on */
+  check_all_ranges(st, &m);
+  sl_store_close(st);
+  free(m.version);
+}
+
+/* ------------------------------------------------------------ compaction */
+
+/* One change of a random transaction: entry index, and the version it
+ * writes (0: a delete). */
+typedef struct change {
+  uint32_t index;
+  uint32_t version;
+} change;
+
+/* Store order of the entries' keys (op, key group, key): the order the
+ * engine writes in, so these puts take the append path. */
+static int compare_changes(const void *a, const void *b) {
+  const change *x = a, *y = b;
+  char kx[16], ky[16];
+  key_of(x->index, kx);
+  key_of(y->index, ky);
+  int order = op_of(x->index) != op_of(y->index)
+                  ? op_of(x->index) - op_of(y->index)
+              : group_of(x->index) != group_of(y->index)
+                  ? (int)group_of(x->index) - (int)group_of(y->index)
+                  : strcmp(kx, ky);
+  if (order != 0)
+    return order;
+  /* Equal keys in a fixed order (the model applies the sorted list). */
+  return x->version < y->version ? -1 : x->version > y->version;
+}
+
+/* What the store should hold beside the model: the log's entries (one per
+ * distinct key a committed transaction changed) and the base's. */
+typedef struct expected_counts {
+  uint64_t log_entries;
+  uint64_t base_entries;
+} expected_counts;
+
+static uint64_t live_entries(const model *m) {
+  uint64_t live = 0;
+  for (uint32_t i = 0; i < m->count; i++)
+    live += m->version[i] != 0;
+  return live;
+}
+
+/* Transaction t of the random test: up to 300 changes of random entries,
+ * puts (versions t * 1000 + k) and deletes, some keys changed several
+ * times; in store order (even t) or in random order (odd t).  Aborted if
+ * abort_it; else committed as checkpoint t and applied to m and counts. */
+static void random_transaction(sl_store *st, model *m, uint32_t t,
+                               bool abort_it, expected_counts *counts) {
+  static change changes[300];
+  uint64_t seed = mix64(0x5eed0000ull + t);
+  uint32_t count = (uint32_t)(seed % 300);
+  for (uint32_t k = 0; k < count; k++) {
+    uint64_t r = mix64(seed + k);
+    changes[k].index = (uint32_t)(r % m->count);
+    changes[k].version = (r >> 32) % 5 < 3 ? t * 1000 + k : 0;
+  }
+  if (t % 2 == 0)
+    qsort(changes, count, sizeof *changes, compare_changes);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0, "%s", sl_store_error(st));
+  uint8_t value[128];
+  char key[16];
+  for (uint32_t k = 0; k < count; k++) {
+    const change *c = &changes[k];
+    uint32_t key_bytes = key_of(c->index, key);
+    int rc = c->version
+                 ? sl_store_put_state(txn, op_of(c->index),
+                                      group_of(c->index), key, key_bytes,
+                                      value,
+                                      value_of(c->index, c->version, value))
+                 : sl_store_delete_state(txn, op_of(c->index),
+                                         group_of(c->index), key, key_bytes);
+    cr_assert_eq(rc, 0, "change %u of %u: %s", k, t, sl_store_error(st));
+  }
+  if (abort_it) {
+    sl_store_abort(txn);
+    return;
+  }
+  cr_assert_eq(sl_store_commit(txn, t, "r", 1), 0, "%s", sl_store_error(st));
+  /* Apply in the order written: the last change of a key wins. */
+  static bool touched[4096];
+  cr_assert_leq(m->count, 4096);
+  memset(touched, 0, sizeof touched);
+  for (uint32_t k = 0; k < count; k++) {
+    m->version[changes[k].index] = changes[k].version;
+    counts->log_entries += !touched[changes[k].index];
+    touched[changes[k].index] = true;
+  }
+}
+
+/* sl_store_compact(min) must compact exactly when the rule says so, and
+ * then report what it read and wrote.  Returns whether it compacted. */
+static bool compact_and_check(sl_store *st, const model *m, uint64_t min,
+                              expected_counts *counts) {
+  bool due = counts->log_entries > 0 && counts->log_entries >= min &&
+             counts->log_entries >= counts->base_entries;
+  sl_store_compaction stats;
+  int rc = sl_store_compact(st, min, &stats);
+  cr_assert_eq(rc, 0, "compact: %s", sl_store_error(st));
+  if (!due) {
+    cr_assert_eq(stats.log_entries_read, 0);
+    cr_assert_eq(stats.entries_written, 0);
+    cr_assert_eq(stats.bytes_written, 0);
+    return false;
+  }
+  cr_assert_eq(stats.log_entries_read, counts->log_entries);
+  cr_assert_eq(stats.base_entries_read, counts->base_entries);
+  cr_assert_eq(stats.entries_written, live_entries(m));
+  cr_assert_geq(stats.bytes_written,
+                stats.entries_written * (4 + 9 + SL_STORE_CHECKSUM_BYTES));
+  counts->log_entries = 0;
+  counts->base_entries = stats.entries_written;
+  return true;
+}
+
+/* The merged view equals the model after every transaction: random puts,
+ * deletes and re-puts (several in one transaction, in and out of store
+ * order), aborted transactions, compactions at random points with random
+ * thresholds, and reopens. */
+Test(store, merged_view_matches_a_model) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  o.no_sync = 1; /* speed: every check runs in this process */
+  model m;
+  model_init(&m, 700);
+  expected_counts counts = {0, 0};
+  sl_store *st = open_ok(root, &o);
+  uint32_t compactions = 0;
+  for (uint32_t t = 1; t <= 90; t++) {
+    bool abort_it = mix64(t) % 8 == 0;
+    random_transaction(st, &m, t, abort_it, &counts);
+    check_all_ranges(st, &m);
+    uint64_t r = mix64(0xc0ffee00ull + t);
+    if (r % 4 == 0) {
+      static const uint64_t mins[] = {0, 1, 150, 400, 100000};
+      compactions += compact_and_check(st, &m, mins[(r >> 8) % 5], &counts);
+      check_all_ranges(st, &m);
+    }
+    if (t % 20 == 0) {
+      sl_store_close(st);
+      st = open_ok(root, &o);
+      check_all_ranges(st, &m);
+    }
+  }
+  cr_assert_geq(compactions, 5, "only %u compactions ran", compactions);
+  sl_store_close(st);
+  st = open_ok(root, &o);
+  check_all_ranges(st, &m);
+  if (counts.log_entries >= counts.base_entries)
+    cr_assert(compact_and_check(st, &m, 0, &counts));
+  check_all_ranges(st, &m);
+  sl_store_close(st);
+  free(m.version);
+}
+
+/* The entries write_changes writes for version (puts and deletes). */
+static uint64_t changes_of(const model *m, uint32_t version) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < m->count; i++)
+    n += mix64((uint64_t)version << 32 | i) % 4 < 3;
+  return n;
+}
+
+/* Store.h note 3: the threshold, the rule log >= base, stats, an empty log
+ * and a flipped base afterwards; EBUSY and EACCES. */
+Test(store, compaction_threshold_and_flip) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  model m;
+  model_init(&m, 400);
+  sl_store *st = open_ok(root, &o);
+  write_checkpoint(st, &m, 1);
+  uint64_t logged = changes_of(&m, 1), live = live_entries(&m);
+  cr_assert_gt(logged, live, "deletes are logged too");
+  sl_store_compaction stats;
+  cr_assert_eq(sl_store_compact(st, logged + 1, &stats), 0);
+  cr_assert_eq(stats.log_entries_read + stats.entries_written, 0);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  cr_assert_eq(sl_store_compact(st, 0, &stats), EBUSY);
+  assert_contains(sl_store_error(st), "a transaction is open");
+  sl_store_abort(txn);
+  sl_store_close(st);
+  cr_assert_eq(raw_count(root, "log"), logged);
+  cr_assert_eq(raw_meta_u64(root, "base"), 0);
+
+  st = open_ok(root, &o);
+  cr_assert_eq(sl_store_compact(st, logged, &stats), 0, "%s",
+               sl_store_error(st));
+  cr_assert_eq(stats.log_entries_read, logged);
+  cr_assert_eq(stats.base_entries_read, 0);
+  cr_assert_eq(stats.entries_written, live);
+  uint64_t bytes = 0;
+  uint8_t value[128];
+  for (uint32_t i = 0; i < m.count; i++)
+    if (m.version[i])
+      bytes += 4 + 9 + value_of(i, m.version[i], value) + 8;
+  cr_assert_eq(stats.bytes_written, bytes);
+  cr_assert_lt(stats.duration_us, 60000000u);
+  check_all_ranges(st, &m);
+  check_record(st, 1); /* records and blobs are not touched */
+  check_blob(st, 1, 1, 1);
+  sl_store_close(st);
+  cr_assert_eq(raw_count(root, "log"), 0);
+  cr_assert_eq(raw_count(root, "state"), 0);
+  cr_assert_eq(raw_count(root, "state2"), live);
+  cr_assert_eq(raw_meta_u64(root, "base"), 1);
+
+  /* A log smaller than the base stays, whatever the threshold. */
+  st = open_ok(root, &o);
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  cr_assert_eq(sl_store_put_state(txn, 1, 0, "new", 3, "v", 1), 0);
+  cr_assert_eq(sl_store_commit(txn, 2, 0, 0), 0);
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0);
+  cr_assert_eq(stats.log_entries_read, 0);
+  sl_store_close(st);
+  cr_assert_eq(raw_count(root, "log"), 1);
+
+  /* Once it is as large, it is merged into state again. */
+  st = open_ok(root, &o);
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  cr_assert_eq(write_changes(txn, &m, 3), 0);
+  cr_assert_eq(sl_store_delete_state(txn, 1, 0, "new", 3), 0);
+  cr_assert_eq(sl_store_commit(txn, 3, 0, 0), 0);
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0);
+  /* "new": put by checkpoint 2, deleted by 3 (another seq: 2 entries). */
+  cr_assert_eq(stats.log_entries_read, 2 + changes_of(&m, 3));
+  cr_assert_eq(stats.base_entries_read, live);
+  cr_assert_eq(stats.entries_written, live_entries(&m));
+  check_all_ranges(st, &m);
+  sl_store_close(st);
+  cr_assert_eq(raw_count(root, "log"), 0);
+  cr_assert_eq(raw_count(root, "state2"), 0);
+  cr_assert_eq(raw_count(root, "state"), live_entries(&m));
+  cr_assert_eq(raw_meta_u64(root, "base"), 0);
+
+  sl_store_options ro = {.read_only = 1};
+  st = open_ok(root, &ro);
+  cr_assert_eq(sl_store_compact(st, 0, &stats), EACCES);
+  check_all_ranges(st, &m);
+  sl_store_close(st);
+  free(m.version);
+}
+
+/* Checkpoint id of big entries [first, first + count): 0, MDB_MAP_FULL
+ * (the transaction aborted) or a failure. */
+static int write_big_range(sl_store *st, uint32_t first, uint32_t count,
+                           uint64_t id) {
+  static uint8_t value[BIG_VALUE_BYTES];
+  sl_store_txn *txn;
+  int rc = sl_store_begin(st, &txn);
+  char key[16];
+  for (uint32_t i = first; i < first + count && rc == 0; i++) {
+    big_value(i, value);
+    uint32_t key_bytes = (uint32_t)snprintf(key, sizeof key, "big-%06u", i);
+    rc = sl_store_put_state(txn, 7, (uint16_t)(i % 64), key, key_bytes,
+                            value, BIG_VALUE_BYTES);
+  }
+  return rc == 0 ? sl_store_commit(txn, id, "big", 3)
+                 : (sl_store_abort(txn), rc);
+}
+
+static void check_big(sl_store *st, uint32_t count) {
+  uint32_t counts[2] = {0, 0};
+  cr_assert_eq(sl_store_read_state(st, 7, 0, UINT16_MAX, count_big, counts),
+               0, "%s", sl_store_error(st));
+  cr_assert_eq(counts[0], count);
+  cr_assert_eq(counts[1], 0, "%u wrong entries", counts[1]);
+}
+
+/* A compaction needs room for the new base beside the old base and the
+ * log: MDB_MAP_FULL changes nothing, and after sl_store_grow it runs. */
+Test(store, compaction_map_full_grow_and_retry) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  o.initial_map_bytes = 1u << 20;
+  o.no_sync = 1;
+  sl_store *st = open_ok(root, &o);
+  const uint32_t per_checkpoint = 100; /* 100 KB */
+  uint32_t written = 0;
+  uint64_t id = 1;
+  int rc = 0;
+  /* Fill the map with log: 1 MiB holds about ten checkpoints. */
+  for (; id <= 64; id++, written += per_checkpoint)
+    if ((rc = write_big_range(st, written, per_checkpoint, id)) != 0)
+      break;
+  cr_assert_eq(rc, MDB_MAP_FULL, "%s", sl_store_error(st));
+  cr_assert_geq(written, 3 * per_checkpoint);
+  cr_assert_eq(sl_store_latest(st), id - 1);
+  sl_store_compaction stats;
+  cr_assert_eq(sl_store_compact(st, 0, &stats), MDB_MAP_FULL);
+  assert_contains(sl_store_error(st), "is full");
+  cr_assert_eq(stats.entries_written, 0);
+  check_big(st, written);
+  sl_store_close(st);
+  cr_assert_eq(raw_count(root, "log"), written, "the log is intact");
+  cr_assert_eq(raw_count(root, "state2"), 0);
+
+  st = open_ok(root, &o);
+  int grows = 0;
+  for (rc = MDB_MAP_FULL; rc == MDB_MAP_FULL && grows < 8; grows++) {
+    cr_assert_eq(sl_store_grow(st), 0, "%s", sl_store_error(st));
+    rc = sl_store_compact(st, 0, &stats);
+  }
+  cr_assert_eq(rc, 0, "%s", sl_store_error(st));
+  cr_assert_eq(stats.entries_written, written);
+  check_big(st, written);
+  cr_assert_eq(write_big_range(st, written, per_checkpoint, id), 0, "%s",
+               sl_store_error(st)); /* and the store goes on */
+  check_big(st, written + per_checkpoint);
+  sl_store_close(st);
+  cr_assert_eq(raw_count(root, "log"), per_checkpoint);
+  cr_assert_eq(raw_count(root, "state2"), written);
+}
+
+/* A process killed inside a compaction's write transaction (after 1/4,
+ * 1/2, 3/4 and all of its appends to the new base) leaves the store as it
+ * was: the same merged view, log and base (store.h note 3). */
+Test(store, crash_inside_a_compaction) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  model m;
+  model_init(&m, 4000);
+  sl_store *st = open_ok(root, &o);
+  for (uint32_t version = 1; version <= 3; version++)
+    write_checkpoint(st, &m, version);
+  sl_store_close(st);
+  uint64_t live = live_entries(&m), logged = raw_count(root, "log");
+  cr_assert_gt(live, 1000);
+  const uint64_t crash_at[] = {live / 4, live / 2, 3 * live / 4, live};
+  for (size_t c = 0; c < sizeof crash_at / sizeof *crash_at; c++) {
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+      char err[ERR_BYTES];
+      sl_store_compaction stats;
+      if (sl_store_open(root, &o, &st, err, sizeof err) != 0)
+        _exit(2);
+      sl_store_test_crash_after(crash_at[c]);
+      sl_store_compact(st, 0, &stats); /* raises SIGKILL */
+      _exit(3);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+              "crash %zu: the child died by SIGKILL, not status %d", c,
+              status);
+    cr_assert_eq(raw_count(root, "log"), logged);
+    cr_assert_eq(raw_count(root, "state2"), 0);
+    cr_assert_eq(raw_meta_u64(root, "base"), 0);
+    st = open_ok(root, &o);
+    cr_assert_eq(sl_store_latest(st), 3);
+    check_all_ranges(st, &m);
+    check_blob(st, 1, 0, 3);
+    sl_store_close(st);
+  }
+  st = open_ok(root, &o); /* and a compaction that runs to its end */
+  sl_store_compaction stats;
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
+  cr_assert_eq(stats.entries_written, live);
+  check_all_ranges(st, &m);
+  write_checkpoint(st, &m, 4);
+  check_all_ranges(st, &m);
+  sl_store_close(st);
+  st = open_ok(root, &o);
   check_all_ranges(st, &m);
   sl_store_close(st);
   free(m.version);
