@@ -34,9 +34,11 @@ typedef struct sl_ack {
                              instance ever received, snapshotted or not */
   int status;             /* nonzero: the snapshot failed; cause below */
   char cause[160];
-  /* Keyed state: the frozen, not yet released deltas, oldest first. */
+  /* Keyed state: the frozen, not yet released deltas, oldest first; in
+   * inline_deltas unless there are more (then malloc'd). */
   sl_cow_delta *deltas;
   int delta_count;
+  sl_cow_delta inline_deltas[4];
   /* Operator state (source position, sink transactions), or none. */
   void *blob;
   uint32_t blob_bytes;
@@ -91,6 +93,7 @@ typedef struct sl_instance_checkpoint {
   bool has_blob_restored;
   uint64_t restored_from; /* checkpoint restored, 0 if none */
 
+  sl_ack *next_ack; /* allocated ahead, outside the synchronous part */
   void *key_buffer; /* state key being built (state.c) */
   uint32_t key_buffer_bytes;
   void *value_buffer; /* list and fold updates (state.c) */

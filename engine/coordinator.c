@@ -198,7 +198,8 @@ void sl_checkpointer_wake(sl_job *job) {
 void sl_ack_free(sl_ack *ack) {
   if (!ack)
     return;
-  free(ack->deltas);
+  if (ack->deltas != ack->inline_deltas)
+    free(ack->deltas);
   free(ack->blob);
   free(ack);
 }

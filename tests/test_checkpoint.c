@@ -27,10 +27,12 @@ static char *temp_dir(void) {
   return dir;
 }
 
-static void remove_tree(const char *dir) {
+/* Remove a directory made by temp_dir() and free its name. */
+static void remove_tree(char *dir) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   cr_assert_eq(system(cmd), 0);
+  free(dir);
 }
 
 static char *path_in(const char *dir, const char *name) {
