@@ -967,7 +967,8 @@ static void *coordinator_main(void *arg) {
     sl_parker_prepare(&cp->coordinator_parker);
     if (!cds_wfcq_empty(&cp->ack_head, &cp->ack_tail) || written_pending(cp) ||
         atomic_load(&cp->shutdown) ||
-        atomic_load(&cp->manual_requested) > atomic_load(&cp->manual_served)) {
+        (can_trigger(cp) && /* else a request waits for a free slot */
+         atomic_load(&cp->manual_requested) > atomic_load(&cp->manual_served))) {
       sl_parker_cancel(&cp->coordinator_parker);
       continue;
     }
