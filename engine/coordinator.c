@@ -43,8 +43,10 @@
  *    checkpoint.  More than tolerable_failures consecutive aborts fail the
  *    job with SL_ECHECKPOINT and the cause; checkpoints subsumed by a newer
  *    complete one (or by the final one) do not count.
- * 9. Checkpoints reach the writer in id order; the writer skips (as
- *    subsumed) one whose id is not above the store's latest.
+ * 9. advance() visits checkpoints in id order, but a fully acknowledged
+ *    newer one is handed over while an older one still waits for acks;
+ *    the writer therefore skips (as subsumed) one whose id is not above
+ *    the store's latest, and durable_epoch only moves on a commit.
  * 7. When every instance is final, in-flight checkpoints that are not being
  *    written are aborted (subsumed), and the final checkpoint is written as
  *    a normal one with the next id; cp_final_done then lets the instances
@@ -161,6 +163,11 @@ struct sl_checkpointer {
   uint32_t *durable_epoch;
   uint64_t compactions; /* store compactions done, and their time */
   uint64_t compaction_us;
+  size_t radix_counts[10][256];
+  /* Set by the coordinator when it hands the writer a checkpoint (and at
+   * shutdown): a running compaction gives way (store.h, set_cancel). */
+  _Atomic int compaction_cancel;
+  _Atomic int no_compaction; /* the final checkpoint has begun */
   struct sorted_entry *sort_a;
   struct sorted_entry *sort_b;
   uint64_t sort_capacity;
@@ -350,9 +357,8 @@ static unsigned sort_byte(const sorted_entry *e, int b) {
  * first; a pass whose byte is the same in every entry is skipped (key
  * groups use few bits).  The result is in a or tmp: the returned pointer. */
 static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
-                                size_t n) {
-  static size_t counts[10][256]; /* writer thread only */
-  memset(counts, 0, sizeof counts);
+                                size_t n, size_t counts[10][256]) {
+  memset(counts, 0, sizeof(size_t) * 10 * 256);
   for (size_t i = 0; i < n; i++)
     for (int b = 0; b < 10; b++)
       counts[b][sort_byte(&a[i], b)]++;
@@ -383,9 +389,32 @@ static int rest_compare(const sl_cow_entry *x, const sl_cow_entry *y) {
   return c ? c : (xn > yn) - (xn < yn);
 }
 
-/* Finish the order inside runs of equal (group, key): stable insertion
- * sort, runs are as long as the states one key has (a few). */
+/* For long runs: by the rest of the key, then oldest version first (only
+ * versions of one state key compare equal on the rest, and they come from
+ * different epochs: superseded ones of one epoch are not collected). */
+static int run_compare(const void *x, const void *y) {
+  const sl_cow_entry *a = ((const sorted_entry *)x)->entry;
+  const sl_cow_entry *b = ((const sorted_entry *)y)->entry;
+  int c = rest_compare(a, b);
+  return c ? c : (a->epoch > b->epoch) - (a->epoch < b->epoch);
+}
+
+/* Runs longer than this (map state: many user keys under one record key)
+ * are sorted with qsort instead of insertion sort. */
+#define SL_SHORT_RUN 16u
+
+/* Finish the order inside runs of equal (group, key): a run is as long as
+ * the changed states of one record key — usually a few (insertion sort),
+ * for map state possibly many (qsort by run_compare). */
 static void sort_runs(sorted_entry *a, size_t n) {
+  for (size_t start = 0, end; start < n; start = end) {
+    for (end = start + 1; end < n && a[end].key == a[start].key &&
+                          a[end].group == a[start].group;
+         end++) {
+    }
+    if (end - start > SL_SHORT_RUN)
+      qsort(a + start, end - start, sizeof *a, run_compare);
+  }
   for (size_t i = 1; i < n; i++) {
     if (a[i].key != a[i - 1].key || a[i].group != a[i - 1].group)
       continue;
@@ -435,7 +464,8 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
       count++;
     }
   }
-  *sorted = count ? radix_sort(cp->sort_a, cp->sort_b, count) : cp->sort_a;
+  *sorted = count ? radix_sort(cp->sort_a, cp->sort_b, count, cp->radix_counts)
+                 : cp->sort_a;
   sort_runs(*sorted, count);
   return (int64_t)count;
 }
@@ -585,10 +615,19 @@ static pending *writer_take(sl_checkpointer *cp) {
 #define SL_COMPACT_MIN_LOG_ENTRIES 65536u
 
 /* Between checkpoints: merge the store's log into its base when the log
- * has grown as large as the base (store.h note 3).  Not on the path of
- * any checkpoint's duration; a failure here loses nothing (the log stays)
- * and is retried after the next checkpoint. */
+ * has grown as large as the base (store.h note 3).  A checkpoint handed
+ * over meanwhile cancels it within 4096 entries (it is retried after that
+ * checkpoint), so a compaction delays a checkpoint by milliseconds, not by
+ * its whole length; so does a shutdown.  A failure loses nothing (the log
+ * stays) and is retried after the next checkpoint. */
 static void compact_if_due(sl_checkpointer *cp) {
+  atomic_store(&cp->compaction_cancel, 0);
+  pthread_mutex_lock(&cp->write_lock);
+  bool queued = cp->write_queue_count > 0; /* after the reset: no race */
+  pthread_mutex_unlock(&cp->write_lock);
+  if (queued || atomic_load(&cp->no_compaction) ||
+      atomic_load(&cp->shutdown) || atomic_load(&cp->job->stopping))
+    return;
   for (int attempt = 0; attempt < SL_MAP_FULL_RETRIES; attempt++) {
     sl_store_compaction stats;
     int rc = sl_store_compact(cp->store, SL_COMPACT_MIN_LOG_ENTRIES, &stats);
@@ -713,6 +752,7 @@ static void hand_to_writer(sl_checkpointer *cp, pending *p) {
   assert(cp->write_queue_count <= (int)SL_MAX_CONCURRENT);
   cp->write_queue[cp->write_queue_count++] = p;
   pthread_mutex_unlock(&cp->write_lock);
+  atomic_store(&cp->compaction_cancel, 1);
   sl_parker_wake(&cp->writer_parker);
 }
 
@@ -875,8 +915,11 @@ static uint64_t advance(sl_checkpointer *cp, uint64_t now) {
       if (now >= p->deadline_ns) {
         if (p->state == CP_TRIGGERED)
           abort_checkpoint(cp, p, "timed out before every instance acknowledged", true);
-        else
-          atomic_store(&p->abort_requested, ABORT_TIMEOUT);
+        else { /* a subsumed one stays subsumed (not a failure) */
+          int none = ABORT_NONE;
+          atomic_compare_exchange_strong(&p->abort_requested, &none,
+                                         ABORT_TIMEOUT);
+        }
       } else if (p->deadline_ns < next) {
         next = p->deadline_ns;
       }
@@ -906,6 +949,7 @@ static void start_final(sl_checkpointer *cp) {
   pending *p = new_pending(cp, true);
   assert(p);
   cp->final_started = true;
+  atomic_store(&cp->no_compaction, 1); /* the job is about to end */
   hand_to_writer(cp, p);
 }
 
@@ -1002,6 +1046,11 @@ SL_EXPORT int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id) {
     struct timespec t = {0, 10000};
     nanosleep(&t, 0);
   }
+  /* Withdraw the request if no later one came, so it does not fire when a
+   * slot frees up (a later caller's request would serve it anyway). */
+  uint64_t expected = ticket;
+  atomic_compare_exchange_strong(&cp->manual_requested, &expected,
+                                 ticket - 1);
   return EBUSY; /* max_concurrent in flight, or the job is ending */
 }
 
@@ -1132,6 +1181,7 @@ static int open_store(sl_job *job) {
     sl_job_set_error(job, "state directory: %s", err[0] ? err : sl_strerror(rc));
     return rc;
   }
+  sl_store_set_cancel(cp->store, &cp->compaction_cancel);
   uint64_t latest = sl_store_latest(cp->store);
   if (latest == 0)
     return 0;
@@ -1256,6 +1306,7 @@ void sl_checkpointer_stop(sl_job *job) {
   if (!cp)
     return;
   atomic_store(&cp->shutdown, 1);
+  atomic_store(&cp->compaction_cancel, 1);
   sl_parker_wake(&cp->coordinator_parker);
   sl_parker_wake(&cp->writer_parker);
   if (cp->coordinator_started)

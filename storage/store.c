@@ -76,6 +76,7 @@
 #include "store.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -201,6 +202,7 @@ struct sl_store {
   struct log_run *merge_runs;
   size_t merge_run_capacity;
   bool merging; /* the buffers are in use: a callback may not read again */
+  const _Atomic int *cancel; /* sl_store_set_cancel: stops a compaction */
   char error[STORE_ERROR_BYTES];
 };
 
@@ -1873,6 +1875,12 @@ static int compaction_emit(void *arg, const uint8_t *key, size_t key_bytes,
     return lmdb_fail(t->s, rc, "compact: write the new base");
   t->entries_written++;
   t->bytes_written += key_bytes + value_bytes + SL_STORE_CHECKSUM_BYTES;
+  /* Every 4096 entries: the caller may want the writer back (a checkpoint
+   * is waiting, or the job stops).  The transaction is then aborted and
+   * nothing changes. */
+  if (t->entries_written % 4096 == 0 && t->s->cancel &&
+      atomic_load_explicit(t->s->cancel, memory_order_relaxed))
+    return store_fail(t->s, ECANCELED, "compact: cancelled");
   if (test_crash_appends != 0 && t->entries_written == test_crash_appends)
     raise(SIGKILL); /* store.h: a test's crash inside the transaction */
   return 0;
@@ -1924,6 +1932,10 @@ static int compact_in(sl_store *s, MDB_txn *txn, uint64_t min_log_entries,
                                  .entries_written = target.entries_written,
                                  .bytes_written = target.bytes_written};
   return 0;
+}
+
+void sl_store_set_cancel(sl_store *s, const _Atomic int *cancel) {
+  s->cancel = cancel;
 }
 
 int sl_store_compact(sl_store *s, uint64_t min_log_entries,

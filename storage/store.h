@@ -81,6 +81,7 @@
 #ifndef SL_STORE_H
 #define SL_STORE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -234,6 +235,11 @@ typedef struct sl_store_compaction {
  * LMDB codes. */
 int sl_store_compact(sl_store *store, uint64_t min_log_entries,
                      sl_store_compaction *stats);
+
+/** While *cancel is nonzero, a running compaction stops within 4096
+ * entries with ECANCELED, its transaction aborted (nothing changed).
+ * cancel (may be NULL) must outlive the store or be reset. */
+void sl_store_set_cancel(sl_store *store, const _Atomic int *cancel);
 
 /* For tests only: the next compactions of this process raise SIGKILL
  * right after their appends-th put into the new base (0: never), so a

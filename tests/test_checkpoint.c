@@ -986,6 +986,33 @@ static int collect_lines(const char *dir, char ***lines_out) {
 
 static uint64_t kinds_records(void) { return sl_test_scaled(600000, 60000); }
 
+/* Map state with many user keys under few record keys: the writer's sort
+ * meets long runs of one record key. */
+static int many_process(sl_ctx *ctx, void *state, int input,
+                        const sl_record *in) {
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  uint32_t user_key = (uint32_t)(t.value * 2654435761u % 5000u);
+  const void *v;
+  uint32_t bytes;
+  uint64_t count = 0;
+  int rc = sl_mapstate_get(ctx, 7, &user_key, sizeof user_key, &v, &bytes);
+  if (rc == 0)
+    memcpy(&count, v, 8);
+  else if (rc != SL_ENOTFOUND)
+    return rc;
+  count++;
+  if ((rc = sl_mapstate_put(ctx, 7, &user_key, sizeof user_key, &count, 8)))
+    return rc;
+  sl_tuple out = {.key = t.key, .value = (uint64_t)user_key << 32 | count};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
+static const sl_process_ops *kinds_ops;
+static uint64_t kinds_keys = 777;
+
 static sl_job *build_kinds(const char *state, const char *out, int policy) {
   sl_job_config config = {0};
   config.checkpoint.state_dir = state;
@@ -998,18 +1025,34 @@ static sl_job *build_kinds(const char *state, const char *out, int policy) {
   sl_op *src, *by, *kinds, *sink;
   /* One source instance: each key's records arrive in one fixed order, so
    * the outputs of two runs can be compared line by line. */
-  cr_assert_eq(sl_source_sequence(job, "source", 1, kinds_records(), 777,
-                                  &src), 0);
+  cr_assert_eq(sl_source_sequence(job, "source", 1, kinds_records(),
+                                  kinds_keys, &src), 0);
   cr_assert_eq(sl_op_key_by(job, "by", src, tuple_key, 0, &by), 0);
   static const sl_process_ops ops = {.process = kinds_process};
-  cr_assert_eq(sl_op_process(job, "kinds", &by, 1, 3, &ops, 0, &kinds), 0);
+  cr_assert_eq(sl_op_process(job, "kinds", &by, 1, 3,
+                             kinds_ops ? kinds_ops : &ops, 0, &kinds), 0);
   sl_file_sink_config fc = {.dir = out, .exactly_once = 1,
                             .format = format_tuple};
   cr_assert_eq(sl_sink_file(job, "sink", kinds, 3, &fc, &sink), 0);
   return job;
 }
 
+static void compare_with_uninterrupted(void);
+
 Test(checkpoint, every_kind_of_keyed_state_survives_resume) {
+  compare_with_uninterrupted();
+}
+
+Test(checkpoint, map_state_with_many_user_keys_survives_resume) {
+  static const sl_process_ops many = {.process = many_process};
+  kinds_ops = &many;
+  kinds_keys = 2; /* thousands of map entries under each record key */
+  compare_with_uninterrupted();
+}
+
+/* Run the kinds job once uninterrupted and once with three stops and
+ * resumes; the sorted outputs must be identical. */
+static void compare_with_uninterrupted(void) {
   char *s1 = temp_dir(), *o1 = temp_dir(), *s2 = temp_dir(), *o2 = temp_dir();
   sl_job *job = build_kinds(s1, o1, 0);
   cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));

@@ -1523,3 +1523,31 @@ Test(store, crash_inside_a_compaction) {
   sl_store_close(st);
   free(m.version);
 }
+
+/* A set cancel flag stops a compaction with ECANCELED and changes nothing;
+ * cleared, the same compaction runs. */
+Test(store, compaction_can_be_cancelled) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  sl_store *st = open_ok(root, &o);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  for (uint32_t k = 0; k < 20000; k++) {
+    uint8_t key[12] = {0};
+    memcpy(key, &k, sizeof k);
+    cr_assert_eq(sl_store_put_state(txn, 1, (uint16_t)(k % 4), key,
+                                    sizeof key, &k, sizeof k), 0);
+  }
+  cr_assert_eq(sl_store_commit(txn, 1, "r", 1), 0, "%s", sl_store_error(st));
+  _Atomic int cancel = 1;
+  sl_store_set_cancel(st, &cancel);
+  sl_store_compaction stats;
+  cr_expect_eq(sl_store_compact(st, 0, &stats), ECANCELED);
+  cr_expect_eq(stats.entries_written, 0);
+  atomic_store(&cancel, 0);
+  cr_expect_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
+  cr_expect_eq(stats.entries_written, 20000);
+  sl_store_set_cancel(st, 0);
+  sl_store_close(st);
+  cr_expect_eq(raw_count(root, "log"), 0);
+  cr_expect_eq(raw_count(root, "state2"), 20000);
+}
