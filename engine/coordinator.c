@@ -161,6 +161,7 @@ struct sl_checkpointer {
   /* Writer-only: per instance, the newest cow-map epoch durably written;
    * the sort buffers of collect_sorted. */
   uint32_t *durable_epoch;
+  uint32_t compaction_deferrals; /* cancelled in a row */
   uint64_t compactions; /* store compactions done, and their time */
   uint64_t compaction_us;
   size_t radix_counts[10][256];
@@ -613,31 +614,46 @@ static pending *writer_take(sl_checkpointer *cp) {
 /* Log entries below which the store is not compacted: a small state
  * would otherwise be rewritten after nearly every checkpoint. */
 #define SL_COMPACT_MIN_LOG_ENTRIES 65536u
+/* Compactions a waiting checkpoint may cancel in a row (compact_if_due). */
+#define SL_COMPACT_MAX_DEFERRALS 3u
 
 /* Between checkpoints: merge the store's log into its base when the log
  * has grown as large as the base (store.h note 3).  A checkpoint handed
  * over meanwhile cancels it within 4096 entries (it is retried after that
  * checkpoint), so a compaction delays a checkpoint by milliseconds, not by
- * its whole length; so does a shutdown.  A failure loses nothing (the log
- * stays) and is retried after the next checkpoint. */
+ * its whole length (but see the deferral bound below); so does a shutdown.
+ * A failure loses nothing (the log stays) and is retried after the next
+ * checkpoint. */
 static void compact_if_due(sl_checkpointer *cp) {
   atomic_store(&cp->compaction_cancel, 0);
   pthread_mutex_lock(&cp->write_lock);
   bool queued = cp->write_queue_count > 0; /* after the reset: no race */
   pthread_mutex_unlock(&cp->write_lock);
-  if (queued || atomic_load(&cp->no_compaction) ||
+  /* Checkpoints back to back would cancel every compaction, and the log
+   * (which reads and restores must merge) would grow without bound: after
+   * SL_COMPACT_MAX_DEFERRALS cancellations one runs to the end, delaying
+   * one checkpoint. */
+  bool forced = cp->compaction_deferrals >= SL_COMPACT_MAX_DEFERRALS;
+  if ((queued && !forced) || atomic_load(&cp->no_compaction) ||
       atomic_load(&cp->shutdown) || atomic_load(&cp->job->stopping))
     return;
+  sl_store_set_cancel(cp->store, forced ? 0 : &cp->compaction_cancel);
   for (int attempt = 0; attempt < SL_MAP_FULL_RETRIES; attempt++) {
     sl_store_compaction stats;
     int rc = sl_store_compact(cp->store, SL_COMPACT_MIN_LOG_ENTRIES, &stats);
-    if (rc == 0 && stats.entries_written + stats.log_entries_read > 0) {
-      cp->compactions++;
-      cp->compaction_us += stats.duration_us;
+    if (rc == 0) {
+      cp->compaction_deferrals = 0;
+      if (stats.entries_written + stats.log_entries_read > 0) {
+        cp->compactions++;
+        cp->compaction_us += stats.duration_us;
+      }
+    } else if (rc == ECANCELED) {
+      cp->compaction_deferrals++;
     }
     if (rc != MDB_MAP_FULL || sl_store_grow(cp->store) != 0)
-      return;
+      break;
   }
+  sl_store_set_cancel(cp->store, &cp->compaction_cancel);
 }
 
 static void *writer_main(void *arg) {
