@@ -1106,63 +1106,65 @@ static int count_entry(void *arg, uint16_t key_group, const void *key,
   return 0;
 }
 
-static int restore_instance(sl_job *job, sl_instance *inst) {
+/* The message of a failed restore: which state, which instance, why (with
+ * the store's own message when the store failed). */
+static int restore_failed(sl_job *job, const sl_instance *inst,
+                          const char *what, int rc) {
+  const char *detail = rc == ENOMEM ? "" : sl_store_error(job->cp->store);
+  sl_job_set_error(job, "restoring %s of operator '%s' instance %d from %s "
+                   "failed: %s%s%s",
+                   what, inst->op->name, inst->index,
+                   job->config.checkpoint.state_dir, sl_strerror(rc),
+                   detail[0] ? ": " : "", detail);
+  return rc;
+}
+
+static int restore_keyed(sl_job *job, sl_instance *inst) {
   sl_checkpointer *cp = job->cp;
   uint16_t op = (uint16_t)inst->op->id;
-  if (inst->cp.keyed) {
-    /* Count first (a sequential read) so the map is sized once: loading
-     * into a growing table costs more than the second read. */
-    uint64_t entries = 0;
-    int rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
-                                 inst->cp.group_last, count_entry, &entries);
-    if (rc == 0)
-      rc = sl_cow_map_reserve(inst->cp.keyed, entries);
-    if (rc == 0)
-      rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
-                               inst->cp.group_last, restore_entry,
-                               inst->cp.keyed);
-    if (rc) {
-      sl_job_set_error(job,
-                       "restoring keyed state of operator '%s' instance %d "
-                       "from %s failed: %s%s%s",
-                       inst->op->name, inst->index,
-                       job->config.checkpoint.state_dir, sl_strerror(rc),
-                       sl_store_error(cp->store)[0] ? ": " : "",
-                       sl_store_error(cp->store));
-      return rc;
-    }
-  }
+  /* Count first (a sequential read) so the map is sized once: loading
+   * into a growing table costs more than the second read. */
+  uint64_t entries = 0;
+  int rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
+                               inst->cp.group_last, count_entry, &entries);
+  if (rc == 0)
+    rc = sl_cow_map_reserve(inst->cp.keyed, entries);
+  if (rc == 0)
+    rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
+                             inst->cp.group_last, restore_entry,
+                             inst->cp.keyed);
+  return rc ? restore_failed(job, inst, "keyed state", rc) : 0;
+}
+
+/* The instance's blob: a flag byte (operator state saved or not), then the
+ * state (write_instance). */
+static int restore_blob(sl_job *job, sl_instance *inst) {
   void *blob = 0;
   uint32_t bytes = 0;
-  int rc = sl_store_get_blob(cp->store, op, (uint16_t)inst->index, &blob,
-                             &bytes);
+  int rc = sl_store_get_blob(job->cp->store, (uint16_t)inst->op->id,
+                             (uint16_t)inst->index, &blob, &bytes);
   if (rc == SL_ENOTFOUND)
     return 0;
   if (rc == 0 && (bytes < 1 || ((uint8_t *)blob)[0] > 1))
     rc = SL_ECORRUPT;
   if (rc) {
     free(blob);
-    sl_job_set_error(job,
-                     "restoring operator state of '%s' instance %d from %s "
-                     "failed: %s%s%s",
-                     inst->op->name, inst->index,
-                     job->config.checkpoint.state_dir, sl_strerror(rc),
-                     sl_store_error(cp->store)[0] ? ": " : "",
-                     sl_store_error(cp->store));
-    return rc;
+    return restore_failed(job, inst, "operator state", rc);
   }
-  if (((uint8_t *)blob)[0] == 1) {
-    inst->cp.blob_restored = malloc(bytes - 1 ? bytes - 1 : 1);
-    if (!inst->cp.blob_restored) {
-      free(blob);
-      return ENOMEM;
-    }
-    memcpy(inst->cp.blob_restored, (uint8_t *)blob + 1, bytes - 1);
-    inst->cp.blob_restored_bytes = bytes - 1;
-    inst->cp.has_blob_restored = true;
+  if (((uint8_t *)blob)[0] == 0) {
+    free(blob);
+    return 0;
   }
-  free(blob);
+  memmove(blob, (uint8_t *)blob + 1, bytes - 1); /* drop the flag byte */
+  inst->cp.blob_restored = blob;
+  inst->cp.blob_restored_bytes = bytes - 1;
+  inst->cp.has_blob_restored = true;
   return 0;
+}
+
+static int restore_instance(sl_job *job, sl_instance *inst) {
+  int rc = inst->cp.keyed ? restore_keyed(job, inst) : 0;
+  return rc ? rc : restore_blob(job, inst);
 }
 
 /* Key groups owned by instance k of p: a contiguous range. */

@@ -54,8 +54,6 @@ static inline bool job_stopping(const sl_job *job) {
   return atomic_load_explicit(&job->stopping, memory_order_relaxed) != 0;
 }
 
-static inline uint64_t now_ns(void) { return sl_now_ns(); }
-
 /* ----------------------------------------------------------- keys */
 
 SL_EXPORT int sl_key_instance(uint64_t key, uint32_t max_parallelism,
@@ -419,7 +417,7 @@ static int run_inputs(sl_instance *inst) {
   sl_job *job = inst->job;
   uint64_t timeout_ns = (uint64_t)job->config.buffer_timeout_us * 1000u;
   assert(timeout_ns > 0); /* resolved: never off (ring.h note 8) */
-  uint64_t last_flush_ns = now_ns();
+  uint64_t last_flush_ns = sl_now_ns();
   while (inst->channels_ended < inst->channel_count) {
     bool progressed = false;
     for (int c = 0; c < inst->channel_count; c++) {
@@ -449,9 +447,9 @@ static int run_inputs(sl_instance *inst) {
         break;
       if (!wait_until(inst, any_input_readable, 0))
         return SL_ESTOPPED;
-      last_flush_ns = now_ns();
+      last_flush_ns = sl_now_ns();
     } else {
-      uint64_t t = now_ns();
+      uint64_t t = sl_now_ns();
       if (t - last_flush_ns >= timeout_ns) {
         flush_outputs(inst, true);
         last_flush_ns = t;
@@ -490,15 +488,18 @@ static int run_source(sl_instance *inst) {
   }
 }
 
-/* Write END on every output ring, waiting for room if needed. */
-static int send_end(sl_instance *inst) {
+/* Write a control entry (END, a barrier) on every output ring, waiting for
+ * room if needed, then publish: consumers see it at once. */
+static int write_control_all(sl_instance *inst, unsigned kind,
+                             uint64_t value) {
   for (int o = 0; o < inst->output_count; o++) {
     sl_output *out = &inst->outputs[o];
     for (int k = 0; k < out->ring_count; k++) {
       sl_ring *ring = out->rings[k];
-      if (sl_ring_write_control_producer(ring, SL_ENTRY_END, 0))
+      if (sl_ring_write_control_producer(ring, kind, value))
         continue;
-      append_wait w = {.ring = ring, .control_kind = SL_ENTRY_END};
+      append_wait w = {.ring = ring, .control_kind = kind,
+                       .control_value = value};
       if (!wait_until(inst, try_control, &w))
         return SL_ESTOPPED;
     }
@@ -507,24 +508,13 @@ static int send_end(sl_instance *inst) {
   return 0;
 }
 
-/* Write barrier id on every output ring (waiting for room), then publish:
- * downstream aligns on it at once. */
+static int send_end(sl_instance *inst) {
+  return write_control_all(inst, SL_ENTRY_END, 0);
+}
+
+/* Barrier id on every output ring (snapshot.c note 2). */
 int sl_instance_write_barrier(sl_instance *inst, uint64_t id) {
-  for (int o = 0; o < inst->output_count; o++) {
-    sl_output *out = &inst->outputs[o];
-    for (int k = 0; k < out->ring_count; k++) {
-      sl_ring *ring = out->rings[k];
-      if (sl_ring_write_control_producer(ring, SL_ENTRY_BARRIER, id))
-        continue;
-      append_wait w = {.ring = ring,
-                       .control_kind = SL_ENTRY_BARRIER,
-                       .control_value = id};
-      if (!wait_until(inst, try_control, &w))
-        return SL_ESTOPPED;
-    }
-  }
-  flush_outputs(inst, true);
-  return 0;
+  return write_control_all(inst, SL_ENTRY_BARRIER, id);
 }
 
 static bool final_done(sl_instance *inst, void *arg) {

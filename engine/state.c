@@ -169,8 +169,8 @@ SL_EXPORT int sl_liststate_add(sl_ctx *ctx, uint16_t state_id,
     return rc;
   uint64_t need = (uint64_t)old_bytes + item_stride(item_bytes);
   sl_instance_checkpoint *cp = &ctx->cp;
-  /* The old value may live in the buffer's way: copy it out first, since
-   * the put may free the version it points into. */
+  /* Build the new list in the instance's buffer: the put may free the
+   * version `old` points into, so it cannot be extended in place. */
   rc = grow(&cp->value_buffer, &cp->value_buffer_bytes, need);
   if (rc)
     return rc;
