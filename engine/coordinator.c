@@ -740,6 +740,10 @@ static void abort_checkpoint(sl_checkpointer *cp, pending *p,
 
 static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
   sl_job *job = cp->job;
+  /* DESIGN.md invariant 5: only the writer's durable commit completes. */
+  assert(p->state == CP_DONE);
+  assert(p->write_status == 0);
+  assert(p->id > atomic_load(&job->cp_completed_id));
   history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
   cp->consecutive_failures = 0;
   cp->last_end_ns = sl_now_ns();
