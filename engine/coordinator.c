@@ -1102,13 +1102,6 @@ static int restore_entry(void *arg, uint16_t key_group, const void *key,
   return sl_cow_map_load(arg, key, key_bytes, value, value_bytes);
 }
 
-static int count_entry(void *arg, uint16_t key_group, const void *key,
-                       uint32_t key_bytes, const void *value,
-                       uint32_t value_bytes) {
-  (void)key_group, (void)key, (void)key_bytes, (void)value, (void)value_bytes;
-  (*(uint64_t *)arg)++;
-  return 0;
-}
 
 /* The message of a failed restore: which state, which instance, why (with
  * the store's own message when the store failed). */
@@ -1126,13 +1119,17 @@ static int restore_failed(sl_job *job, const sl_instance *inst,
 static int restore_keyed(sl_job *job, sl_instance *inst) {
   sl_checkpointer *cp = job->cp;
   uint16_t op = (uint16_t)inst->op->id;
-  /* Count first (a sequential read) so the map is sized once: loading
-   * into a growing table costs more than the second read. */
+  /* Size the map once, from LMDB's counts (no read): loading into a
+   * growing table costs more.  The bound covers every operator and key
+   * group; this instance gets its share of key groups, with a margin for
+   * uneven groups.  A guess too small only means some rehashing. */
   uint64_t entries = 0;
-  int rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
-                               inst->cp.group_last, count_entry, &entries);
-  if (rc == 0)
-    rc = sl_cow_map_reserve(inst->cp.keyed, entries);
+  int rc = sl_store_entry_bound(cp->store, &entries);
+  if (rc == 0) {
+    uint64_t groups = (uint64_t)(inst->cp.group_last - inst->cp.group_first) + 1;
+    uint64_t share = entries * groups / job->config.max_parallelism;
+    rc = sl_cow_map_reserve(inst->cp.keyed, share + share / 4);
+  }
   if (rc == 0)
     rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
                              inst->cp.group_last, restore_entry,

@@ -1405,6 +1405,28 @@ static int read_begin(sl_store *s, MDB_txn **txn) {
   return 0;
 }
 
+int sl_store_entry_bound(sl_store *s, uint64_t *entries) {
+  MDB_txn *txn;
+  int rc = read_begin(s, &txn);
+  if (rc != 0)
+    return rc;
+  int base = DB_STATE;
+  MDB_stat log_stat, base_stat;
+  rc = meta_get_base(s, txn, &base); /* sets its own message */
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return rc;
+  }
+  rc = mdb_stat(txn, s->dbi[DB_LOG], &log_stat);
+  if (rc == 0)
+    rc = mdb_stat(txn, s->dbi[base], &base_stat);
+  mdb_txn_abort(txn);
+  if (rc != 0)
+    return lmdb_fail(s, rc, "count entries");
+  *entries = (uint64_t)log_stat.ms_entries + base_stat.ms_entries;
+  return 0;
+}
+
 typedef int (*state_fn)(void *arg, uint16_t key_group, const void *key,
                         uint32_t key_bytes, const void *value,
                         uint32_t value_bytes);

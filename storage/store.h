@@ -246,6 +246,11 @@ void sl_store_set_cancel(sl_store *store, const _Atomic int *cancel);
  * test can kill one in the middle of its write transaction. */
 void sl_store_test_crash_after(uint64_t appends);
 
+/** An upper bound of the keyed-state entries of every operator: base plus
+ * log entries (log entries may repeat or delete keys), from LMDB's counts,
+ * without reading any entry.  Errors: LMDB codes. */
+int sl_store_entry_bound(sl_store *store, uint64_t *entries);
+
 /** The blob of (op, instance) as a malloc'd copy (*data, *bytes; never
  * NULL on success, also for 0 bytes).  Errors: SL_ENOTFOUND, SL_ECORRUPT,
  * ENOMEM, LMDB codes. */

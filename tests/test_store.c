@@ -1543,9 +1543,14 @@ Test(store, compaction_can_be_cancelled) {
   sl_store_compaction stats;
   cr_expect_eq(sl_store_compact(st, 0, &stats), ECANCELED);
   cr_expect_eq(stats.entries_written, 0);
+  uint64_t bound = 0;
+  cr_assert_eq(sl_store_entry_bound(st, &bound), 0);
+  cr_expect_eq(bound, 20000, "all in the log before the compaction");
   atomic_store(&cancel, 0);
   cr_expect_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
   cr_expect_eq(stats.entries_written, 20000);
+  cr_assert_eq(sl_store_entry_bound(st, &bound), 0);
+  cr_expect_eq(bound, 20000, "all in the base after it");
   sl_store_set_cancel(st, 0);
   sl_store_close(st);
   cr_expect_eq(raw_count(root, "log"), 0);
