@@ -14,21 +14,10 @@
 #include <unistd.h>
 
 #include "sluice.h"
+#include "stress_check.h"
 
 #define RECORDS 200000u
 #define KEYS 500u
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                     \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 static uint64_t key_of(void *user, const sl_record *in) {
   (void)user;
