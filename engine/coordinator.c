@@ -73,6 +73,7 @@
 
 #include <lmdb.h>
 
+#include "fault.h"
 #include "internal.h"
 
 #define SL_DEFAULT_INTERVAL_MS 1000u
@@ -104,7 +105,7 @@ typedef struct pending {
   /* Set by the writer before `written` is released. */
   _Atomic int written;
   int write_status;
-  char write_cause[160];
+  char write_cause[400];
   uint64_t write_us;
   uint64_t *async_us;    /* per instance */
   uint64_t *bytes;       /* per instance */
@@ -542,6 +543,12 @@ typedef struct cp_record {
 static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs) {
   sl_job *job = cp->job;
   sl_store_txn *txn = 0;
+  if (job->faults) { /* inject.c: the cause names the fault */
+    int rc = sl_inject_occurrence(job, 0, SL_FAULT_WRITE, -1, p->write_cause,
+                                  sizeof p->write_cause);
+    if (rc)
+      return rc;
+  }
   int rc = sl_store_begin(cp->store, &txn);
   if (rc)
     return rc;
@@ -550,6 +557,8 @@ static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs) {
     epochs[i] = cp->durable_epoch[i];
     rc = write_instance(cp, txn, p, i, &epochs[i]);
     p->async_us[i] = (sl_now_ns() - t0) / 1000u;
+    if (i == 0 && job->faults)
+      sl_inject_crash_point(job, SL_CRASH_MID_WRITE);
   }
   if (rc) {
     sl_store_abort(txn);
@@ -583,6 +592,15 @@ static void write_checkpoint(sl_checkpointer *cp, pending *p) {
   if (rc == 0) {
     for (int i = 0; i < job->instance_count; i++)
       cp->durable_epoch[i] = epochs[i];
+    if (job->faults) /* durable, the sinks not yet told */
+      sl_inject_crash_point(job, SL_CRASH_AFTER_COMMIT);
+  } else if (rc == SL_EINJECTED) {
+    char text[sizeof p->write_cause];
+    memcpy(text, p->write_cause, sizeof text);
+    int used = snprintf(p->write_cause, sizeof p->write_cause,
+                        "writing checkpoint %" PRIu64 " failed: ", p->id);
+    sl_copy_text(p->write_cause + used, sizeof p->write_cause - (size_t)used,
+                 text);
   } else if (rc == ECANCELED) {
     snprintf(p->write_cause, sizeof p->write_cause, "%s",
              atomic_load(&p->abort_requested) == ABORT_TIMEOUT
@@ -590,11 +608,14 @@ static void write_checkpoint(sl_checkpointer *cp, pending *p) {
                  : "subsumed by a newer checkpoint while being written");
   } else {
     snprintf(p->write_cause, sizeof p->write_cause,
-             "writing checkpoint %" PRIu64 " to %s failed: %s%s%s",
+             "writing checkpoint %" PRIu64 " to %s failed: %s%s%s%s%s%s",
              p->id, job->config.checkpoint.state_dir, sl_strerror(rc),
              sl_store_error(cp->store)[0] ? ": " : "",
-             sl_store_error(cp->store));
+             sl_store_error(cp->store),
+             job->store_fault_text[0] ? " [injected fault '" : "",
+             job->store_fault_text, job->store_fault_text[0] ? "']" : "");
   }
+  job->store_fault_text[0] = 0;
   free(epochs);
 }
 
@@ -1201,6 +1222,8 @@ static int open_store(sl_job *job) {
     return rc;
   }
   sl_store_set_cancel(cp->store, &cp->compaction_cancel);
+  if (job->faults)
+    sl_store_set_fault(cp->store, sl_inject_store_call, job);
   uint64_t latest = sl_store_latest(cp->store);
   if (latest == 0)
     return 0;
@@ -1285,17 +1308,78 @@ static int setup_instances(sl_job *job) {
   return 0;
 }
 
-/* Called by sl_job_start after compiling, before any thread starts: keyed
- * state maps for every keyed instance, and with checkpointing on, the store
- * opened (refused if foreign or holding checkpoints without a choice) and
- * the newest complete checkpoint restored. */
+/* A restart (failover.c): the store stays open and is our own, so the
+ * newest complete checkpoint in it is restored whatever store_policy says.
+ * Ids go on from the highest ever triggered: every id at or below it is now
+ * complete or aborted. */
+static int reopen_for_restart(sl_job *job) {
+  sl_checkpointer *cp = job->cp;
+  uint64_t latest = sl_store_latest(cp->store);
+  cp->restored_from = latest;
+  if (latest > cp->last_id)
+    cp->last_id = latest;
+  atomic_store(&job->cp_completed_id, latest);
+  atomic_store(&job->cp_settled_id, cp->last_id);
+  atomic_store(&job->cp_final_done, 0);
+  return 0;
+}
+
+/* After sl_checkpointer_stop(), before a restart: every checkpoint in
+ * flight is given up (the one being written was finished by the writer
+ * before it stopped: it is durable or not), and everything the attempt
+ * left behind is cleared.  The store, the history and the id counter
+ * stay. */
+void sl_checkpointer_reset(sl_job *job) {
+  sl_checkpointer *cp = job->cp;
+  if (!cp)
+    return;
+  assert(!cp->coordinator_started && !cp->writer_started);
+  uint64_t latest = sl_store_latest(cp->store);
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *p = &cp->slots[s];
+    if (p->state == CP_FREE)
+      continue;
+    if (p->id <= latest && p->state != CP_TRIGGERED)
+      history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
+    else
+      history_finish(cp, p, SL_CHECKPOINT_ABORTED, "the job failed");
+    pending_clear(cp, p);
+  }
+  cp->write_queue_count = 0;
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_ack_free(cp->final_acks[i]);
+    cp->final_acks[i] = 0;
+    cp->durable_epoch[i] = 0; /* the maps are made anew */
+  }
+  cp->final_count = 0;
+  cp->final_started = false;
+  cp->sources_finished = 0;
+  cp->consecutive_failures = 0;
+  cp->last_end_ns = 0;
+  atomic_store(&cp->shutdown, 0);
+  atomic_store(&cp->compaction_cancel, 0);
+  atomic_store(&cp->no_compaction, 0);
+  sl_parker_init(&cp->coordinator_parker);
+  sl_parker_init(&cp->writer_parker);
+}
+
+/* Called by sl_job_start after compiling, before any thread starts, and by
+ * a restart after sl_checkpointer_reset(): keyed state maps for every
+ * keyed instance, and with checkpointing on, the store opened (refused if
+ * foreign or holding checkpoints without a choice) and the newest complete
+ * checkpoint restored. */
 int sl_checkpointer_setup(sl_job *job) {
   int rc = setup_instances(job);
   if (rc || !job->config.checkpoint.state_dir)
     return rc;
-  rc = alloc_checkpointer(job);
-  if (rc == 0)
-    rc = open_store(job);
+  if (job->cp) {
+    assert(job->restarting);
+    rc = reopen_for_restart(job);
+  } else {
+    rc = alloc_checkpointer(job);
+    if (rc == 0)
+      rc = open_store(job);
+  }
   if (rc == 0 && job->cp->restored_from) {
     for (int i = 0; i < job->instance_count && rc == 0; i++) {
       job->instances[i]->cp.restored_from = job->cp->restored_from;

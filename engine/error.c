@@ -33,6 +33,8 @@ SL_EXPORT const char *sl_strerror(int status) {
     return "SL_ECHECKPOINT: too many consecutive checkpoints failed";
   case SL_ENOTFOUND:
     return "SL_ENOTFOUND: no such entry";
+  case SL_EINJECTED:
+    return "SL_EINJECTED: an injected fault fired";
   default:
     break;
   }

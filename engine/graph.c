@@ -81,6 +81,8 @@ static int config_resolve_rest(sl_job_config *c) {
       (k->store_policy != SL_STORE_REFUSE &&
        k->store_policy != SL_STORE_RESUME && k->store_policy != SL_STORE_FRESH))
     return EINVAL;
+  if (sl_restart_validate(&c->restart))
+    return EINVAL;
   if (k->state_dir && !k->state_dir[0])
     return EINVAL;
   return 0;
@@ -133,9 +135,15 @@ SL_EXPORT int sl_job_create(const sl_job_config *config, sl_job **out) {
     job->state_dir = strdup(job->config.checkpoint.state_dir);
     job->config.checkpoint.state_dir = job->state_dir;
   }
+  if (job->config.faults) { /* the same */
+    job->faults_text = strdup(job->config.faults);
+    job->config.faults = job->faults_text;
+  }
   job->ops = calloc(SL_MAX_OPERATORS, sizeof *job->ops);
-  if (!job->ops || (job->config.checkpoint.state_dir && !job->state_dir)) {
+  if (!job->ops || (job->config.checkpoint.state_dir && !job->state_dir) ||
+      (job->config.faults && !job->faults_text)) {
     free(job->ops);
+    free(job->faults_text);
     free(job->state_dir);
     free(job->cpus);
     free(job);
@@ -830,6 +838,8 @@ int sl_job_compile(sl_job *job) {
 
 void sl_job_free_compiled(sl_job *job) {
   sl_checkpointer_free(job); /* first: its writer reads the cow maps */
+  sl_failover_free(job);
+  sl_inject_free(job);
   for (int i = 0; i < job->instance_count; i++)
     sl_snapshot_instance_free(job->instances[i]);
   for (int i = 0; i < job->ring_count; i++)
@@ -877,6 +887,7 @@ SL_EXPORT void sl_job_destroy(sl_job *job) {
   free(job->ops);
   free(job->cpus);
   free(job->state_dir);
+  free(job->faults_text);
   free(job);
 }
 

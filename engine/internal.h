@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "checkpoint.h"
 #include "ring.h"
@@ -111,6 +112,8 @@ struct sl_ctx {
   sl_channel *current_channel; /* channel being drained (keyed state) */
   sl_instance_checkpoint cp;   /* checkpointing (snapshot.c) */
 
+  struct sl_fault_cursor *fault; /* per-record injected faults (inject.c),
+                                    NULL when none matches this instance */
   uint64_t records_in;  /* owner-only counters */
   uint64_t records_out;
   _Atomic uint64_t records_in_shared; /* relaxed copies for readers */
@@ -156,6 +159,25 @@ struct sl_job {
   _Atomic int cp_final_done;        /* the final checkpoint is durable */
   bool waited;
   char error[SL_ERROR_BYTES];
+
+  /* Failover (failover.c). */
+  _Atomic int user_stopped;     /* sl_job_stop() was called: no restart */
+  _Atomic uint64_t failed_ns;   /* when the current failure was detected */
+  _Atomic int awaiting_first_record; /* set at a restart, cleared by the
+                                        first instance to process a record */
+  _Atomic uint64_t first_record_ns;
+  bool restarting;              /* open_store/restore resume regardless of
+                                   store_policy: the store is our own */
+  bool supervisor_started;
+  pthread_t supervisor;
+  sl_parker supervisor_parker;  /* woken by sl_job_stop during a delay */
+  struct sl_failover *failover;
+  /* Fault injection (inject.c). */
+  struct sl_fault_plan *faults; /* NULL: none */
+  char *faults_text;            /* owned copy of config.faults */
+  _Atomic int record_fault_fired; /* a fail fault fired in this attempt */
+  char store_fault_text[256];   /* the store fault that fired last (writer
+                                   thread), for the failure message */
 };
 
 /* graph.c */
@@ -166,12 +188,48 @@ void sl_job_free_compiled(sl_job *job);
 
 /* runtime.c */
 void sl_instance_fail(sl_instance *inst, int status);
+/* Stop every instance without marking the stop as the user's (a failure
+ * does this; sl_job_stop() also records that the user asked). */
+void sl_job_stop_internal(sl_job *job);
+/* Start every instance thread; on failure fails the job and returns the
+ * status (threads already started keep running until stopped). */
+int sl_job_start_threads(sl_job *job);
+void sl_job_join_threads(sl_job *job);
+
+/* failover.c */
+int sl_failover_setup(sl_job *job);     /* sl_job_start, before threads */
+int sl_failover_start(sl_job *job);     /* the supervisor thread, if any */
+bool sl_failover_wait(sl_job *job);     /* join it; false if there is none */
+void sl_failover_free(sl_job *job);
+void sl_failover_note_failure(sl_job *job); /* the first claim of failed */
+void sl_failover_first_record(sl_job *job); /* after a restart */
+int sl_restart_validate(const struct sl_restart_config *r);
+
+/* inject.c: the engine's side of fault injection (fault.h) */
+int sl_inject_setup(sl_job *job);
+void sl_inject_free(sl_job *job);
+void sl_inject_restart(sl_job *job); /* per-attempt counters restart */
+int sl_inject_records(sl_instance *inst, uint64_t n); /* n records processed
+                                     next; 0, or a failure (cause set) */
+/* An occurrence of kind (sub: call or point, or -1) at inst (NULL: none):
+ * 0, or the failure status with the cause in inst->cause when inst. */
+int sl_inject_occurrence(sl_job *job, sl_instance *inst, int kind, int sub,
+                         char *cause, size_t cause_bytes);
+void sl_inject_crash_point(sl_job *job, int point); /* may not return */
+int sl_inject_store_call(void *arg, enum sl_store_call call);
 /* Fail the whole job with status (returned by sl_job_wait) and a message,
  * unless it failed already; then stop it. */
 void sl_job_fail(sl_job *job, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int sl_instance_write_barrier(sl_instance *inst, uint64_t id);
 uint64_t sl_now_ns(void);
+
+/* Copy the text src into dst of dst_bytes (> 0), cut if need be. */
+static inline void sl_copy_text(char *dst, size_t dst_bytes, const char *src) {
+  size_t n = strnlen(src, dst_bytes - 1);
+  memcpy(dst, src, n);
+  dst[n] = 0;
+}
 
 /* Big-endian 64-bit integers in keys (byte order = numeric order). */
 static inline void sl_store_be64(uint8_t *out, uint64_t v) {

@@ -38,6 +38,22 @@ void sl_ring_destroy(sl_ring *r) {
   r->buffer = 0;
 }
 
+void sl_ring_reset(sl_ring *r) {
+  sl_ring saved = *r; /* only the constant part is kept */
+  memset(r, 0, sizeof *r);
+  r->batch_records = saved.batch_records;
+  r->open_key = SL_RING_NO_ENTRY;
+  r->buffer = saved.buffer;
+  r->capacity_bytes = saved.capacity_bytes;
+  r->mask = saved.mask;
+  r->wake_threshold_bytes = saved.wake_threshold_bytes;
+  r->consumer_parker = saved.consumer_parker;
+  r->producer_parker = saved.producer_parker;
+  atomic_init(&r->head, 0);
+  atomic_init(&r->tail, 0);
+  assert(sl_ring_check(r));
+}
+
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 uint8_t *sl_ring_append_record_slow(sl_ring *r, uint32_t record_bytes,

@@ -159,6 +159,11 @@ int sl_ring_init(sl_ring *r, uint64_t capacity_bytes, sl_parker *consumer,
                  sl_parker *producer, uint32_t batch_records);
 void sl_ring_destroy(sl_ring *r);
 
+/* Empty r as if just initialised, keeping its buffer and parkers: whatever
+ * it held is discarded (failover: in-flight records of a failed attempt are
+ * replayed from the restored checkpoint).  Neither side may be using it. */
+void sl_ring_reset(sl_ring *r);
+
 /* Whole-ring checker for asserts: counters ordered, entries well formed
  * from head to tail.  Call only when neither side runs concurrently (or
  * from the consumer, which walks only published bytes). */

@@ -42,6 +42,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "fault.h"
 #include "internal.h"
 
 /* Records processed between two looks at job->stopping inside an entry. */
@@ -353,9 +354,54 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
   return rc < 0 ? rc : 0;
 }
 
+/* process_records with injected per-record faults: one record at a time,
+ * each announced to the fault layer first (failover tests, not speed). */
+static __attribute__((noinline)) int
+process_records_injected(sl_instance *inst, int input, const sl_entry *e) {
+  uint32_t stride = sl_record_stride(e->record_bytes, e->flags);
+  const uint8_t *at = (const uint8_t *)e + 8;
+  sl_record rec = {.size_bytes = e->record_bytes,
+                   .timestamp = SL_NO_TIMESTAMP};
+  enum sl_op_kind kind = inst->op->kind == SL_OP_SINK ? SL_OP_PROCESS
+                                                       : inst->op->kind;
+  int rc = 0;
+  inst->current = &rec;
+  for (uint32_t i = 0; i < e->count && rc >= 0; i++, at += stride) {
+    rc = sl_inject_records(inst, 1);
+    if (rc)
+      break;
+    if (e->flags & SL_ENTRY_HAS_TS) {
+      memcpy(&rec.timestamp, at, 8);
+      rec.data = at + 8;
+    } else {
+      rec.data = at;
+    }
+    switch (kind) { /* constant arguments keep process_one's switch cheap */
+    case SL_OP_MAP:
+      rc = process_one(inst, SL_OP_MAP, input, &rec);
+      break;
+    case SL_OP_FILTER:
+      rc = process_one(inst, SL_OP_FILTER, input, &rec);
+      break;
+    case SL_OP_FLAT_MAP:
+      rc = process_one(inst, SL_OP_FLAT_MAP, input, &rec);
+      break;
+    default:
+      rc = process_one(inst, SL_OP_PROCESS, input, &rec);
+      break;
+    }
+    if (rc >= 0 && job_stopping(inst->job))
+      rc = SL_ESTOPPED;
+  }
+  inst->current = 0;
+  return rc < 0 ? rc : 0;
+}
+
 /* Run the operator on every record of one RECORDS entry. */
 static int process_records(sl_instance *inst, int input, const sl_entry *e) {
   inst->records_in += e->count;
+  if (unlikely(inst->fault != 0))
+    return process_records_injected(inst, input, e);
   switch (inst->op->kind) {
   case SL_OP_MAP:
     return records_loop(inst, SL_OP_MAP, input, e);
@@ -381,6 +427,9 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
   while (r->consumer_position < end) {
     const sl_entry *e = sl_ring_peek_consumer(r);
     if (likely(e->kind == SL_ENTRY_RECORDS)) {
+      if (unlikely(atomic_load_explicit(&inst->job->awaiting_first_record,
+                                        memory_order_relaxed)))
+        sl_failover_first_record(inst->job);
       int rc = process_records(inst, ch->input, e);
       if (unlikely(rc))
         return rc;
@@ -471,6 +520,7 @@ static int run_source(sl_instance *inst) {
       if (rc)
         return rc;
     }
+    uint64_t emitted = inst->records_out;
     int rc = inst->op->fn.source.next(inst, inst->state);
     /* Each call ends a batch (note 2): a source that blocks inside next()
      * must not hold back what it emitted before. */
@@ -478,6 +528,13 @@ static int run_source(sl_instance *inst) {
     publish_counters(inst);
     if (rc < 0)
       return rc;
+    /* A source's records are those it emitted; an injected fault fires
+     * after the call that emitted its record. */
+    if (unlikely(inst->fault != 0)) {
+      int injected = sl_inject_records(inst, inst->records_out - emitted);
+      if (injected)
+        return injected;
+    }
     if (rc == SL_SOURCE_END)
       return sl_snapshot_source_poll(inst); /* a trigger that came last */
     if (rc != 0) {
@@ -527,6 +584,7 @@ static bool final_done(sl_instance *inst, void *arg) {
 void sl_job_fail(sl_job *job, int status, const char *fmt, ...) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&job->failed, &expected, 1)) {
+    sl_failover_note_failure(job);
     char message[SL_ERROR_BYTES];
     va_list ap;
     va_start(ap, fmt);
@@ -535,13 +593,14 @@ void sl_job_fail(sl_job *job, int status, const char *fmt, ...) {
     job->fail_status = status;
     sl_job_set_error(job, "%s", message);
   }
-  sl_job_stop(job);
+  sl_job_stop_internal(job);
 }
 
 void sl_instance_fail(sl_instance *inst, int status) {
   sl_job *job = inst->job;
   int expected = 0;
   if (atomic_compare_exchange_strong(&job->failed, &expected, 1)) {
+    sl_failover_note_failure(job);
     /* Only the first failure writes the message: later ones are usually
      * consequences of it. */
     char code[64];
@@ -554,7 +613,7 @@ void sl_instance_fail(sl_instance *inst, int status) {
                      inst->cause, inst->cause[0] ? ": " : "",
                      sl_strerror(status), code);
   }
-  sl_job_stop(job);
+  sl_job_stop_internal(job);
 }
 
 SL_EXPORT void sl_ctx_fail(sl_ctx *ctx, const char *fmt, ...) {
@@ -623,10 +682,22 @@ static void *instance_main(void *arg) {
     sl_instance_fail(inst, rc);
     return 0;
   }
-  rc = sl_snapshot_restore_hook(inst);
+  if (inst->cp.restored_from && unlikely(inst->job->faults != 0)) {
+    rc = sl_inject_occurrence(inst->job, inst, SL_FAULT_RESTORE, -1,
+                              inst->cause, sizeof inst->cause);
+    if (rc) {
+      size_t used = strlen(inst->cause);
+      snprintf(inst->cause + used, sizeof inst->cause - used,
+               " while restoring checkpoint %" PRIu64, inst->cp.restored_from);
+    }
+  }
+  if (rc == 0)
+    rc = sl_snapshot_restore_hook(inst);
   if (rc && !inst->cause[0])
     sl_ctx_fail(inst, "restore from checkpoint %" PRIu64 " failed",
                 inst->cp.restored_from);
+  if (rc == 0 && inst->cp.restored_from && unlikely(inst->job->faults != 0))
+    sl_inject_crash_point(inst->job, SL_CRASH_AFTER_RESTORE);
   if (rc == 0)
     rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
   if (rc == 0 && (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
@@ -664,7 +735,7 @@ static void *instance_main(void *arg) {
 
 /* ----------------------------------------------------------- job control */
 
-static void join_started(sl_job *job) {
+void sl_job_join_threads(sl_job *job) {
   for (int i = 0; i < job->instance_count; i++) {
     sl_instance *inst = job->instances[i];
     if (inst->thread_started) {
@@ -692,6 +763,22 @@ static int start_thread(sl_instance *inst) {
   return rc;
 }
 
+int sl_job_start_threads(sl_job *job) {
+  for (int i = 0; i < job->instance_count; i++) {
+    int rc = start_thread(job->instances[i]);
+    if (rc) {
+      sl_instance *inst = job->instances[i];
+      /* Instances already running may fail too: the first one writes. */
+      sl_job_fail(job, rc,
+                  "cannot start the thread of operator '%s' instance %d "
+                  "(cpu %d): %s",
+                  inst->op->name, inst->index, inst->cpu, sl_strerror(rc));
+      return rc;
+    }
+  }
+  return 0;
+}
+
 SL_EXPORT int sl_job_start(sl_job *job) {
   if (!job)
     return EINVAL;
@@ -706,6 +793,13 @@ SL_EXPORT int sl_job_start(sl_job *job) {
     return rc;
   }
   job->error[0] = 0;
+  rc = sl_inject_setup(job); /* a malformed fault spec: EINVAL, message */
+  if (rc == 0)
+    rc = sl_failover_setup(job);
+  if (rc) {
+    sl_job_free_compiled(job);
+    return rc;
+  }
   rc = sl_checkpointer_setup(job);
   if (rc == 0)
     rc = sl_checkpointer_start(job);
@@ -717,26 +811,19 @@ SL_EXPORT int sl_job_start(sl_job *job) {
     return rc;
   }
   job->state = SL_JOB_RUNNING;
-  for (int i = 0; i < job->instance_count; i++) {
-    rc = start_thread(job->instances[i]);
-    if (rc) {
-      sl_instance *inst = job->instances[i];
-      int expected = 0;
-      /* Instances already running may fail too: the first writes. */
-      if (atomic_compare_exchange_strong(&job->failed, &expected, 1))
-        sl_job_set_error(job,
-                         "cannot start the thread of operator '%s' instance "
-                         "%d (cpu %d): %s",
-                         inst->op->name, inst->index, inst->cpu,
-                         sl_strerror(rc));
-      sl_job_stop(job);
-      join_started(job);
-      sl_checkpointer_stop(job);
-      job->state = SL_JOB_FINISHED;
-      job->waited = true;
-      job->result = rc;
-      return rc;
-    }
+  rc = sl_job_start_threads(job);
+  if (rc == 0)
+    rc = sl_failover_start(job);
+  if (rc) {
+    if (!atomic_load(&job->failed))
+      sl_job_fail(job, rc, "cannot start the supervisor thread: %s",
+                  sl_strerror(rc));
+    sl_job_join_threads(job);
+    sl_checkpointer_stop(job);
+    job->state = SL_JOB_FINISHED;
+    job->waited = true;
+    job->result = rc;
+    return rc;
   }
   return 0;
 }
@@ -748,8 +835,10 @@ SL_EXPORT int sl_job_wait(sl_job *job) {
     return SL_ENOTSTARTED;
   if (job->waited)
     return job->result;
-  join_started(job);
-  sl_checkpointer_stop(job);
+  if (!sl_failover_wait(job)) { /* no supervisor: join them here */
+    sl_job_join_threads(job);
+    sl_checkpointer_stop(job);
+  }
   job->state = SL_JOB_FINISHED;
   job->waited = true;
   if (atomic_load(&job->failed)) {
@@ -769,9 +858,7 @@ SL_EXPORT int sl_job_run(sl_job *job) {
   return rc ? rc : sl_job_wait(job);
 }
 
-SL_EXPORT void sl_job_stop(sl_job *job) {
-  if (!job)
-    return;
+void sl_job_stop_internal(sl_job *job) {
   /* Sequentially consistent: pairs with the fence in sl_parker_prepare, so
    * an instance about to park either sees stopping or is woken below. */
   atomic_store(&job->stopping, 1);
@@ -779,6 +866,17 @@ SL_EXPORT void sl_job_stop(sl_job *job) {
     return;
   for (int i = 0; i < job->instance_count; i++)
     sl_parker_wake(&job->instances[i]->parker);
+}
+
+SL_EXPORT void sl_job_stop(sl_job *job) {
+  if (!job)
+    return;
+  /* Before stopping: the supervisor reads it after it sees the stop, so a
+   * stop by the user is never taken for a failure's (failover.c note 2). */
+  atomic_store(&job->user_stopped, 1);
+  sl_job_stop_internal(job);
+  if (atomic_load(&job->state) == SL_JOB_RUNNING)
+    sl_parker_wake(&job->supervisor_parker);
 }
 
 SL_EXPORT uint64_t sl_job_progress(const sl_job *job) {

@@ -47,7 +47,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "internal.h"
+
+#define unlikely(x) __builtin_expect(!!(x), 0)
 
 /* Entries of deferred reclaiming done per pass of the instance loop. */
 #define SL_MAINTAIN_BUDGET 512u
@@ -161,6 +164,11 @@ static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
     ack->delta_count = count;
   }
   int rc = call_snapshot_hook(inst, id);
+  if (rc == 0 && unlikely(inst->job->faults != 0)) { /* inject.c */
+    sl_inject_crash_point(inst->job, SL_CRASH_SNAPSHOT);
+    rc = sl_inject_occurrence(inst->job, inst, SL_FAULT_SNAPSHOT, -1,
+                              inst->cause, sizeof inst->cause);
+  }
   if (rc) {
     ack->status = rc;
     snprintf(ack->cause, sizeof ack->cause, "%.100s%s(%.50s)", inst->cause,

@@ -121,7 +121,9 @@ extern "C" {
 #define SL_ECHECKPOINT (-30889)
 /** No such entry (keyed state lookups). */
 #define SL_ENOTFOUND (-30888)
-#define SL_ERRCODE_LAST (-30888)
+/** An injected fault fired (sl_job_config.faults); the message names it. */
+#define SL_EINJECTED (-30887)
+#define SL_ERRCODE_LAST (-30887)
 
 /** Return a static description of a status code (ours or an errno). */
 const char *sl_strerror(int status);
@@ -226,7 +228,52 @@ typedef struct sl_job_config {
      * Default (0): 64 MiB. */
     uint64_t initial_map_bytes;
   } checkpoint;
+  /** What happens when an instance fails: restart the job in-process from
+   * the newest complete checkpoint, or not (the default).  See
+   * sl_restart_defaults(). */
+  struct sl_restart_config {
+    /** SL_RESTART_NONE (default), SL_RESTART_FIXED_DELAY,
+     * SL_RESTART_EXPONENTIAL_DELAY or SL_RESTART_FAILURE_RATE. */
+    int strategy;
+    /** Fixed delay: restarts allowed in all.  Exponential delay: restarts
+     * allowed in all, 0 for no limit.  Unused by failure rate. */
+    uint32_t attempts;
+    /** Fixed delay and failure rate: wait before each restart. */
+    uint32_t delay_ms;
+    /** Exponential delay: the first wait, the largest, the factor from one
+     * wait to the next (>= 1), the random spread of each wait (0 .. 1: a
+     * wait of d becomes d * (1 +- jitter)), and the quiet time after which
+     * the wait starts again from initial_delay_ms. */
+    uint32_t initial_delay_ms;
+    uint32_t max_delay_ms;
+    double multiplier;
+    double jitter;
+    uint32_t reset_after_ms;
+    /** Failure rate: no restart once more than max_failures failures fell
+     * within the last interval_ms. */
+    uint32_t max_failures;
+    uint32_t interval_ms;
+  } restart;
+  /** Faults to inject, for failure-injection tests (the syntax is in the
+   * README, "Failure injection").  NULL: none.  The environment variable
+   * SLUICE_FAULTS, when set, adds its faults to these.  A malformed spec
+   * makes sl_job_start() fail with EINVAL and the reason. */
+  const char *faults;
 } sl_job_config;
+
+enum sl_restart_strategy {
+  SL_RESTART_NONE = 0,
+  SL_RESTART_FIXED_DELAY = 1,
+  SL_RESTART_EXPONENTIAL_DELAY = 2,
+  SL_RESTART_FAILURE_RATE = 3,
+};
+
+/** A restart configuration with Flink's defaults for strategy: fixed delay
+ * 1 attempt after 1 s; exponential delay from 1 s up to 60 s, multiplier
+ * 1.5, jitter 0.1, reset after 1 h quiet, no attempt limit; failure rate at
+ * most 1 failure per 60 s, 1 s delay.  Adjust fields, then put it in
+ * sl_job_config.restart. */
+struct sl_restart_config sl_restart_defaults(int strategy);
 
 enum sl_checkpoint_mode { SL_EXACTLY_ONCE = 0, SL_AT_LEAST_ONCE = 1 };
 enum sl_store_policy {
@@ -420,8 +467,35 @@ int sl_job_run(sl_job *job);
 void sl_job_stop(sl_job *job);
 
 /** The message of the job's first failure ("" if none).  Valid until the
- * job is destroyed. */
+ * job is destroyed.  After restarts, the message of the failure that ended
+ * the job, followed by the restart count; the failures that were recovered
+ * are in sl_job_recovery_stats(). */
 const char *sl_job_error(const sl_job *job);
+
+/** Restarts done so far (failovers; see sl_job_config.restart). */
+uint32_t sl_job_restarts(const sl_job *job);
+
+/** Injected faults that fired so far (sl_job_config.faults). */
+uint64_t sl_job_faults_fired(const sl_job *job);
+
+/** One failover.  Times are microseconds after the failure was detected
+ * (the first failing instance or checkpoint reported it). */
+typedef struct sl_recovery_stats {
+  uint32_t restart;         /* 1 for the first restart */
+  int status;               /* the failure's status */
+  char cause[256];          /* the failure's message */
+  uint64_t restored_from;   /* checkpoint restored; 0: none yet, from the
+                               beginning */
+  uint64_t delay_us;        /* waited by the restart strategy */
+  uint64_t stopped_us;      /* every thread of the failed attempt joined */
+  uint64_t restored_us;     /* state restored, threads started */
+  uint64_t first_record_us; /* the first record processed after the
+                               restore, or 0 if none yet */
+} sl_recovery_stats;
+
+/** The k-th newest failover (k = 0 is the newest), of the last 16.
+ * Errors: EINVAL (no such failover). */
+int sl_job_recovery_stats(const sl_job *job, int k, sl_recovery_stats *stats);
 
 /** Counters of one operator, summed over its instances. */
 typedef struct sl_op_stats {
@@ -626,6 +700,55 @@ typedef struct sl_tuple {
  * timestamp.  Errors: as the builders. */
 int sl_source_sequence(sl_job *job, const char *name, int parallelism,
                        uint64_t count, uint64_t key_count, sl_op **op);
+
+/** A source of `count` sl_tuple records {key = i % keys, value = i},
+ * i = 0 .. count-1, in which instance k of `parallelism` emits the records
+ * whose key % parallelism == k, in order.  Each key thus has one producer,
+ * and its records arrive anywhere downstream in sequence (the j-th record of
+ * a key has value j * keys + key), which is what sl_sink_verify() checks.
+ * Replayable (the position is checkpointed).  Errors: EINVAL (keys 0), as
+ * the builders. */
+int sl_source_keyed(sl_job *job, const char *name, int parallelism,
+                    uint64_t count, uint64_t keys, sl_op **op);
+
+/** What a verifying sink found, per key against the keyed source's order,
+ * summed over its instances (operators/verify.c has the definitions). */
+typedef struct sl_verify_counts {
+  uint64_t records;      /* received */
+  uint64_t in_order;     /* the next one expected for its key */
+  uint64_t duplicates;   /* a sequence number already passed */
+  uint64_t out_of_order; /* ahead of the next expected: a gap opened */
+  uint64_t lost;         /* expected, and neither in order nor ahead */
+  int complete;          /* every instance reached the end of input */
+  uint64_t pending_files; /* sl_verify_output_dir: uncommitted parts */
+} sl_verify_counts;
+
+/** A verifying sink for failure-injection tests: it partitions input (the
+ * records of sl_source_keyed() with `count` and `keys`, or of any operator
+ * that forwards them) by key with a key_by named NAME.key, and counts lost,
+ * duplicated and out-of-order records per key.  Its counts are checkpointed
+ * state, so after failures and restarts they describe the committed run:
+ * exactly-once means lost = duplicates = out_of_order = 0.  A record that is
+ * not such a tuple fails the job.  Errors: EINVAL, as the builders. */
+int sl_sink_verify(sl_job *job, const char *name, sl_op *input,
+                   int parallelism, uint64_t count, uint64_t keys, sl_op **op);
+
+/** The counts of a verifying sink (after sl_job_wait(); complete says
+ * whether the run reached its end).  Errors: EINVAL (not a verifying
+ * sink). */
+int sl_verify_result(const sl_op *op, sl_verify_counts *counts);
+
+/** The checker of committed output files: reads the committed files of a
+ * file sink's directory (part-K-SEQ* in (K, SEQ) order, and out-K*), whose
+ * lines begin "KEY,VALUE" (decimal; more fields may follow), and counts as
+ * the verifying sink does against sl_source_keyed(count, keys); so it
+ * assumes each key's lines are in one instance's files, as a keyed sink
+ * writes them.  Also counts uncommitted (.part-*) files.  Returns 0, or
+ * EINVAL for a malformed line or a key >= keys (err says which file and
+ * line), an errno for an unreadable directory or file, ENOMEM. */
+int sl_verify_output_dir(const char *dir, uint64_t count, uint64_t keys,
+                         sl_verify_counts *counts, char *err,
+                         size_t err_bytes);
 
 /** What a checksum sink saw, summed over its instances when they close.
  * Order-independent, so two runs that deliver the same multiset of records

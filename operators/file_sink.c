@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "internal.h"
 
 #define FILE_SINK_MAX_PENDING 4096 /* parts awaiting commit per instance */
@@ -179,6 +180,9 @@ static int commit_parts(sl_ctx *ctx, file_sink_instance *f, uint64_t id,
       struct stat st;
       if (!(e == ENOENT && restoring && stat(to, &st) == 0))
         rc = fail_errno(ctx, e, "cannot commit", from);
+    } else if (ctx->job->faults) {
+      /* inject.c: a crash between the renames of one commit */
+      sl_inject_crash_point(ctx->job, SL_CRASH_SINK_COMMIT);
     }
   }
   bool any = kept != f->pending_count;

@@ -46,6 +46,17 @@ typedef struct memory_source {
   uint64_t next; /* parallelism is 1: one instance, one cursor */
 } memory_source;
 
+/* The cursor lives in the operator's data (parallelism 1), so each start,
+ * a restart after a failure too, sets it back to the beginning; restore
+ * then moves it to the checkpoint's position. */
+static int memory_open(sl_ctx *ctx, void *user, void **state) {
+  (void)ctx;
+  memory_source *m = user;
+  m->next = 0;
+  *state = m;
+  return 0;
+}
+
 static int memory_next(sl_ctx *ctx, void *state) {
   memory_source *m = state;
   uint64_t left = m->count - m->next;
@@ -92,7 +103,8 @@ SL_EXPORT int sl_source_memory(sl_job *job, const char *name,
   m->records = records;
   m->record_bytes = record_bytes;
   m->count = count;
-  static const sl_source_ops ops = {.next = memory_next,
+  static const sl_source_ops ops = {.open = memory_open,
+                                    .next = memory_next,
                                     .snapshot = memory_snapshot,
                                     .restore = memory_restore};
   int rc = sl_op_source(job, name, 1, &ops, m, op);

@@ -203,6 +203,8 @@ struct sl_store {
   size_t merge_run_capacity;
   bool merging; /* the buffers are in use: a callback may not read again */
   const _Atomic int *cancel; /* sl_store_set_cancel: stops a compaction */
+  sl_store_fault_fn fault;   /* sl_store_set_fault: the fault layer */
+  void *fault_arg;
   char error[STORE_ERROR_BYTES];
 };
 
@@ -378,6 +380,11 @@ static int value_put(sl_store *s, MDB_txn *txn, int db, MDB_val *key,
   size_t payload_bytes = head_bytes + body_bytes;
   MDB_val value = {.mv_size = payload_bytes + SL_STORE_CHECKSUM_BYTES,
                    .mv_data = 0};
+  if (s->fault) {
+    int injected = s->fault(s->fault_arg, SL_STORE_CALL_PUT);
+    if (injected)
+      return injected; /* nothing was put */
+  }
   int rc = mdb_put(txn, s->dbi[db], key, &value, MDB_RESERVE | flags);
   if (rc != 0)
     return rc;
@@ -1323,16 +1330,30 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
     return rc;
   }
   assert(id > s->latest);
-  rc = mdb_txn_commit(txn->mdb); /* frees the LMDB transaction either way */
+  int injected = s->fault ? s->fault(s->fault_arg, SL_STORE_CALL_COMMIT) : 0;
+  if (injected)
+    mdb_txn_abort(txn->mdb); /* the fault layer: nothing is committed */
+  else
+    rc = mdb_txn_commit(txn->mdb); /* frees the LMDB transaction either way */
   txn->mdb = 0;
   txn->state = TXN_IDLE;
   txn->blob_count = 0;
   assert(txn_check(txn));
+  if (injected)
+    return lmdb_fail(s, injected, "commit (injected fault)");
   if (rc != 0)
     return lmdb_fail(s, rc, "commit");
   s->latest = id;
   s->next_seq++;
+  injected = s->fault ? s->fault(s->fault_arg, SL_STORE_CALL_SYNC) : 0;
+  if (injected) /* committed, but reported as a failed fsync */
+    return lmdb_fail(s, injected, "commit's sync (injected fault)");
   return 0;
+}
+
+void sl_store_set_fault(sl_store *s, sl_store_fault_fn fn, void *arg) {
+  s->fault = fn;
+  s->fault_arg = arg;
 }
 
 void sl_store_abort(sl_store_txn *txn) {

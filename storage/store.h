@@ -241,6 +241,21 @@ int sl_store_compact(sl_store *store, uint64_t min_log_entries,
  * cancel (may be NULL) must outlive the store or be reset. */
 void sl_store_set_cancel(sl_store *store, const _Atomic int *cancel);
 
+/* The fault layer (failure injection, in the manner of SQLite's test_vfs):
+ * before each put and each commit, and after each commit's sync, the store
+ * asks fn; a nonzero answer (an errno value or an LMDB code such as
+ * MDB_MAP_FULL) becomes that call's result as if LMDB had returned it.  A
+ * failed put or commit changes nothing (the transaction is aborted); a
+ * failed sync comes after a commit that did happen, as when fsync reports
+ * an error: the checkpoint is durable, but its writer is told it failed. */
+enum sl_store_call {
+  SL_STORE_CALL_PUT,
+  SL_STORE_CALL_COMMIT,
+  SL_STORE_CALL_SYNC,
+};
+typedef int (*sl_store_fault_fn)(void *arg, enum sl_store_call call);
+void sl_store_set_fault(sl_store *store, sl_store_fault_fn fn, void *arg);
+
 /* For tests only: the next compactions of this process raise SIGKILL
  * right after their appends-th put into the new base (0: never), so a
  * test can kill one in the middle of its write transaction. */
