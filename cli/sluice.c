@@ -5,6 +5,9 @@
  *   sluice run keyed [options]      source -> key_by -> count -> sink
  *   sluice run count [options]      the same with keyed state, checkpoints
  *                                   and an exactly-once file sink
+ *   sluice run window [options]     keyed count windows (sums) with
+ *                                   checkpoints, faults, failover and a
+ *                                   verdict on the committed output
  *   sluice jobs | --help | --version
  *
  * Exit status: 0 success, 1 the job failed or its result did not verify,
@@ -43,7 +46,9 @@ typedef struct options {
   int cpus[MAX_CPUS];
   bool quiet;
   bool json;
-  const char *output_dir; /* count: file sink directory */
+  const char *output_dir; /* count, window: file sink directory */
+  uint64_t window;        /* window: records per count window */
+  char faults[4096];      /* --fault specs joined by ';' */
 } options;
 
 static void usage(FILE *out) {
@@ -60,6 +65,11 @@ static void usage(FILE *out) {
           "  count      the keyed job with the counts in checkpointed keyed state and\n"
           "             an exactly-once file sink (--output); checks the committed\n"
           "             files, also after a stop or kill and --resume\n"
+          "  window     keyed source (each key's records in order) -> key_by -> a\n"
+          "             count window of --window records per key (sum of values) ->\n"
+          "             exactly-once file sink (--output), plus a verifying sink on\n"
+          "             the source; prints a verdict on the committed output, the\n"
+          "             restarts and recovery times\n"
           "\n"
           "Options:\n"
           "  --records N          records the source emits (default 50000000)\n"
@@ -84,7 +94,16 @@ static void usage(FILE *out) {
           "  --tolerable-failures N  consecutive failed checkpoints tolerated (0)\n"
           "  --at-least-once      unaligned barriers: no blocking, duplicates on resume\n"
           "  --no-sync            commit checkpoints without fsync (benchmarks)\n"
-          "  --output DIR         count: write key,count lines to part files in DIR\n"
+          "  --output DIR         count: key,count lines; window: key,window,sum\n"
+          "                       lines; part files in DIR\n"
+          "  --window N           window: records per count window (default 100)\n"
+          "  --fault SPEC         inject faults (repeatable; README \"Failure\n"
+          "                       injection\"); SLUICE_FAULTS adds more\n"
+          "  --restart STRATEGY   after a failure: none (default),\n"
+          "                       fixed-delay[:ATTEMPTS[:DELAY_MS]],\n"
+          "                       exponential-delay[:INITIAL_MS[:MAX_MS[:MULT[:JITTER]]]],\n"
+          "                       failure-rate[:MAX[:INTERVAL_MS[:DELAY_MS]]]\n"
+          "                       (omitted fields: Flink's defaults)\n"
           "  --quiet              no live status line\n"
           "  --json               print the summary as one JSON object\n"
           "  -h, --help           this text\n");
@@ -140,6 +159,59 @@ static int parse_cpus(const char *text, int *cpus) {
   return n;
 }
 
+/* --restart: a strategy name and colon-separated fields; the fields not
+ * given keep Flink's defaults (sl_restart_defaults). */
+static void parse_restart(const char *text, struct sl_restart_config *r) {
+  if (!text)
+    die_usage("--restart needs a value");
+  char copy[256];
+  if (strlen(text) >= sizeof copy)
+    die_usage("--restart: '%s' is too long", text);
+  strcpy(copy, text);
+  char *fields[6] = {0};
+  int n = 0;
+  char *save = 0;
+  char *name = strtok_r(copy, ":", &save);
+  for (char *f; n < 6 && (f = strtok_r(0, ":", &save));)
+    fields[n++] = f;
+  if (!name)
+    die_usage("--restart: empty");
+  if (strcmp(name, "none") == 0 && n == 0) {
+    *r = sl_restart_defaults(SL_RESTART_NONE);
+  } else if (strcmp(name, "fixed-delay") == 0 && n <= 2) {
+    *r = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
+    if (n > 0)
+      r->attempts = (uint32_t)parse_u64("--restart attempts", fields[0], 0, 1000000000);
+    if (n > 1)
+      r->delay_ms = (uint32_t)parse_u64("--restart delay", fields[1], 0, 86400000);
+  } else if (strcmp(name, "exponential-delay") == 0 && n <= 5) {
+    *r = sl_restart_defaults(SL_RESTART_EXPONENTIAL_DELAY);
+    if (n > 0)
+      r->initial_delay_ms = (uint32_t)parse_u64("--restart initial", fields[0], 0, 86400000);
+    if (n > 1)
+      r->max_delay_ms = (uint32_t)parse_u64("--restart max", fields[1], 0, 86400000);
+    for (int i = 2; i < n; i++) {
+      char *end;
+      double v = strtod(fields[i], &end);
+      if (end == fields[i] || *end)
+        die_usage("--restart: '%s' is not a number", fields[i]);
+      *(i == 2 ? &r->multiplier : &r->jitter) = v;
+    }
+  } else if (strcmp(name, "failure-rate") == 0 && n <= 3) {
+    *r = sl_restart_defaults(SL_RESTART_FAILURE_RATE);
+    if (n > 0)
+      r->max_failures = (uint32_t)parse_u64("--restart max failures", fields[0], 0, 1000000);
+    if (n > 1)
+      r->interval_ms = (uint32_t)parse_u64("--restart interval", fields[1], 1, 86400000);
+    if (n > 2)
+      r->delay_ms = (uint32_t)parse_u64("--restart delay", fields[2], 0, 86400000);
+  } else {
+    die_usage("--restart: '%s' is not none, fixed-delay[:A[:D]], "
+              "exponential-delay[:I[:M[:X[:J]]]] or failure-rate[:M[:I[:D]]]",
+              text);
+  }
+}
+
 static void parse_options(int argc, char **argv, int first, options *o) {
   for (int i = first; i < argc; i++) {
     const char *a = argv[i];
@@ -190,7 +262,21 @@ static void parse_options(int argc, char **argv, int first, options *o) {
       if (!v)
         die_usage("%s needs a value", a);
       o->output_dir = v, i++;
-    } else if (strcmp(a, "--quiet") == 0)
+    } else if (strcmp(a, "--window") == 0)
+      o->window = parse_u64(a, v, 1, UINT32_MAX), i++;
+    else if (strcmp(a, "--fault") == 0) {
+      if (!v)
+        die_usage("%s needs a value", a);
+      size_t used = strlen(o->faults);
+      if (used + strlen(v) + 2 > sizeof o->faults)
+        die_usage("--fault: the specs are longer than %zu bytes in all",
+                  sizeof o->faults - 1);
+      snprintf(o->faults + used, sizeof o->faults - used, "%s%s",
+               used ? ";" : "", v);
+      o->config.faults = o->faults, i++;
+    } else if (strcmp(a, "--restart") == 0)
+      parse_restart(v, &o->config.restart), i++;
+    else if (strcmp(a, "--quiet") == 0)
       o->quiet = true;
     else if (strcmp(a, "--json") == 0)
       o->json = true;
@@ -369,9 +455,159 @@ static bool verify_output(const options *o, char *why, size_t why_size) {
   return ok;
 }
 
-static int build_job(const options *o, sl_job *job, sl_checksum *sum) {
+/* ------------------------------------------------------------ window */
+
+/* Keyed state of the window job, per key: the window being filled. */
+typedef struct window_state {
+  uint64_t window; /* its number, from 0 */
+  uint64_t count;  /* records in it so far */
+  uint64_t sum;    /* of their values */
+} window_state;
+
+/* What the window job emits when a window is full. */
+typedef struct window_result {
+  uint64_t key, window, sum;
+} window_result;
+
+/* A count window (as Flink's countWindow): every `window` records of a key
+ * emit their sum; a last, partial window is not emitted. */
+static int window_process(sl_ctx *ctx, void *state, int input,
+                          const sl_record *in) {
+  (void)input;
+  const options *o = state;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  const void *value;
+  uint32_t bytes;
+  window_state w = {0};
+  int rc = sl_state_get(ctx, 0, &value, &bytes);
+  if (rc == 0 && bytes == sizeof w)
+    memcpy(&w, value, sizeof w);
+  else if (rc != SL_ENOTFOUND) {
+    sl_ctx_fail(ctx, "window state of key %" PRIu64 ": %s", t.key,
+                rc ? sl_strerror(rc) : "wrong size");
+    return rc ? rc : -EINVAL;
+  }
+  w.count++;
+  w.sum += t.value;
+  if (w.count == o->window) {
+    window_result r = {t.key, w.window, w.sum};
+    rc = sl_emit(ctx, &r, sizeof r);
+    if (rc)
+      return rc;
+    w = (window_state){.window = w.window + 1};
+  }
+  return sl_state_put(ctx, 0, &w, sizeof w, 0);
+}
+
+static int format_window(void *user, const sl_record *in, char *buffer,
+                         uint32_t buffer_bytes) {
+  (void)user;
+  window_result r;
+  memcpy(&r, in->data, sizeof r);
+  int n = snprintf(buffer, buffer_bytes, "%" PRIu64 ",%" PRIu64 ",%" PRIu64,
+                   r.key, r.window, r.sum);
+  return (uint32_t)n < buffer_bytes ? n : n + 1;
+}
+
+typedef struct window_check {
+  uint64_t expected, lines, lost, duplicated, out_of_order, wrong_sums,
+      pending, malformed;
+} window_check;
+
+/* Check the window job's committed files against the closed form: key k
+ * has c_k = records / keys (+1 for k < records % keys) records, whose j-th
+ * has value j * keys + k; window w holds j = wW .. wW+W-1, so its sum is
+ * keys * W * (2wW + W - 1) / 2 + W * k.  Every full window must appear
+ * once, in order within its instance's files, with that sum. */
+static window_check check_windows(const options *o) {
+  window_check c = {0};
+  uint64_t W = o->window, K = o->keys;
+  uint64_t full = o->records / K, rest = o->records % K;
+  uint64_t *next = calloc(K, sizeof *next);
+  DIR *d = opendir(o->output_dir);
+  char **names = 0;
+  size_t count = 0;
+  struct dirent *e;
+  while (d && next && (e = readdir(d))) {
+    if (strncmp(e->d_name, ".part-", 6) == 0)
+      c.pending++;
+    if (strncmp(e->d_name, "part-", 5) != 0)
+      continue;
+    char **more = realloc(names, sizeof *names * (count + 1));
+    if (!more)
+      break;
+    names = more;
+    names[count++] = strdup(e->d_name);
+  }
+  if (d)
+    closedir(d);
+  qsort(names, count, sizeof *names, compare_names);
+  for (size_t i = 0; i < count; i++) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", o->output_dir, names[i]);
+    FILE *f = fopen(path, "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+      unsigned long long k, w, s;
+      c.lines++;
+      if (sscanf(line, "%llu,%llu,%llu", &k, &w, &s) != 3 || k >= K) {
+        c.malformed++;
+        continue;
+      }
+      if (w < next[k]) {
+        c.duplicated++;
+        continue;
+      }
+      if (w > next[k])
+        c.out_of_order++;
+      uint64_t sum = K * (W * (2 * w * W + W - 1) / 2) + W * k;
+      c.wrong_sums += s != sum;
+      next[k] = w + 1;
+    }
+    if (f)
+      fclose(f);
+    free(names[i]);
+  }
+  free(names);
+  for (uint64_t k = 0; k < K && next; k++) {
+    uint64_t windows = (full + (k < rest)) / W;
+    c.expected += windows;
+    c.lost += windows > next[k] ? windows - next[k] : 0;
+  }
+  if (!next)
+    c.malformed = UINT64_MAX;
+  free(next);
+  return c;
+}
+
+static int build_window(const options *o, sl_job *job, sl_op **verify) {
+  sl_op *src, *by, *win, *sink;
+  int p = o->parallelism;
+  int rc = sl_source_keyed(job, "source", p, o->records, o->keys, &src);
+  if (!rc)
+    rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &by);
+  static const sl_process_ops window_ops = {.process = window_process};
+  if (!rc)
+    rc = sl_op_process(job, "window", &by, 1, p, &window_ops, (void *)o, &win);
+  sl_file_sink_config fc = {.dir = o->output_dir,
+                            .exactly_once = o->config.checkpoint.mode ==
+                                            SL_EXACTLY_ONCE,
+                            .format = format_window,
+                            .suffix = ".csv"};
+  if (!rc)
+    rc = sl_sink_file(job, "sink", win, p, &fc, &sink);
+  if (!rc)
+    rc = sl_sink_verify(job, "verify", src, p, o->records, o->keys, verify);
+  return rc;
+}
+
+static int build_job(const options *o, sl_job *job, sl_checksum *sum,
+                     sl_op **verify) {
   sl_op *src, *mid, *mid2, *sink;
   int p = o->parallelism;
+  if (strcmp(o->job_name, "window") == 0)
+    return build_window(o, job, verify);
   int rc = sl_source_sequence(job, "source", p, o->records, o->keys, &src);
   if (rc)
     return rc;
@@ -540,25 +776,117 @@ static void print_summary(const options *o, sl_job *job, int rc, double secs,
     printf("  %-10s x%-3d in %12" PRIu64 "  out %12" PRIu64 "\n", st.name,
            st.parallelism, st.records_in, st.records_out);
   }
-  if (rc == 0)
+  if (rc == 0 && strcmp(o->job_name, "window") == 0)
+    printf("verdict: %s\n", why);
+  else if (rc == 0)
     printf("verification: %s (%s)\n", verified ? "PASSED" : "FAILED", why);
 }
 
+/* The window job's verdict: the committed files against the closed form,
+ * and the verifying sink's counts (restored with the state, so they are
+ * about the committed run). */
+static bool window_verdict(const options *o, const sl_op *verify_op,
+                           char *why, size_t why_size) {
+  window_check c = check_windows(o);
+  sl_verify_counts v = {0};
+  sl_verify_result(verify_op, &v);
+  bool exactly = o->config.checkpoint.mode == SL_EXACTLY_ONCE;
+  bool files_ok = c.malformed == 0 && c.lost == 0 && c.wrong_sums == 0 &&
+                  (exactly ? c.duplicated == 0 && c.out_of_order == 0 &&
+                                 c.pending == 0 && c.lines == c.expected
+                           : true);
+  bool sink_ok = v.complete && v.lost == 0 &&
+                 (exactly ? v.duplicates == 0 && v.out_of_order == 0 : true);
+  snprintf(why, why_size,
+           "%s: committed %" PRIu64 " windows of %" PRIu64 " expected, %"
+           PRIu64 " lost, %" PRIu64 " duplicated, %" PRIu64 " out of order, %"
+           PRIu64 " wrong sums, %" PRIu64 " malformed, %" PRIu64
+           " uncommitted parts; verifying sink: %" PRIu64 " records, %" PRIu64
+           " lost, %" PRIu64 " duplicates, %" PRIu64 " out of order",
+           files_ok && sink_ok ? (exactly ? "EXACTLY-ONCE" : "AT-LEAST-ONCE")
+                               : "VIOLATED",
+           c.lines, c.expected, c.lost, c.duplicated, c.out_of_order,
+           c.wrong_sums, c.malformed, c.pending, v.records, v.lost,
+           v.duplicates, v.out_of_order);
+  return files_ok && sink_ok;
+}
+
+static int compare_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Restarts with their recovery times, and the checkpoints of the run. */
+static void print_failover(sl_job *job, const options *o) {
+  uint32_t restarts = sl_job_restarts(job);
+  if (restarts || o->config.faults)
+    printf("failover: %" PRIu32 " restart%s, %" PRIu64 " injected fault%s "
+           "fired\n", restarts, restarts == 1 ? "" : "s",
+           sl_job_faults_fired(job), sl_job_faults_fired(job) == 1 ? "" : "s");
+  for (int k = (int)(restarts < 16 ? restarts : 16) - 1; k >= 0; k--) {
+    sl_recovery_stats r;
+    if (sl_job_recovery_stats(job, k, &r))
+      continue;
+    printf("  restart %" PRIu32 ": %s\n"
+           "    restored checkpoint %" PRIu64 "; after the failure: threads "
+           "stopped %.1f ms, waited %.1f ms, state restored %.1f ms, first "
+           "record %.1f ms\n",
+           r.restart, r.cause, r.restored_from, (double)r.stopped_us / 1e3,
+           (double)r.delay_us / 1e3, (double)r.restored_us / 1e3,
+           (double)r.first_record_us / 1e3);
+  }
+  if (!o->config.checkpoint.state_dir)
+    return;
+  uint64_t durations[64];
+  int completed = 0, aborted = 0;
+  for (int k = 0; k < 64; k++) {
+    sl_checkpoint_stats cs;
+    if (sl_job_checkpoint_stats(job, k, &cs))
+      break;
+    if (cs.status == SL_CHECKPOINT_COMPLETED)
+      durations[completed++] = cs.duration_us;
+    aborted += cs.status == SL_CHECKPOINT_ABORTED;
+  }
+  if (completed) {
+    qsort(durations, (size_t)completed, sizeof durations[0], compare_u64);
+    printf("checkpoints (the last %d): %d complete, %d aborted; trigger to "
+           "durable p50 %.1f ms, max %.1f ms\n",
+           completed + aborted, completed, aborted,
+           (double)durations[completed / 2] / 1e3,
+           (double)durations[completed - 1] / 1e3);
+  }
+}
+
 static int run_job(options *o) {
+  bool window = strcmp(o->job_name, "window") == 0;
+  bool count = strcmp(o->job_name, "count") == 0;
   if (strcmp(o->job_name, "pipeline") != 0 && strcmp(o->job_name, "keyed") != 0 &&
-      strcmp(o->job_name, "count") != 0)
+      !count && !window)
     die_usage("unknown job '%s' (sluice jobs lists them)", o->job_name);
-  if (o->output_dir && strcmp(o->job_name, "count") != 0)
-    die_usage("--output is for the count job");
+  if (o->output_dir && !count && !window)
+    die_usage("--output is for the count and window jobs");
+  if (window && !o->output_dir)
+    die_usage("the window job needs --output: its committed files are what "
+              "the verdict is about");
+  if (window && !o->config.checkpoint.state_dir)
+    die_usage("the window job needs --state-dir: it is the checkpointed job");
+  if (o->window && !window)
+    die_usage("--window is for the window job");
+  if (!o->window)
+    o->window = 100;
   if (o->config.checkpoint.store_policy && !o->config.checkpoint.state_dir)
     die_usage("--resume and --fresh need --state-dir");
   /* pipeline and keyed keep their results outside checkpointed state (a
    * checksum, a plain counter array): they may take checkpoints, for
    * measurements, but a resumed run could not verify. */
-  if (o->config.checkpoint.store_policy == SL_STORE_RESUME &&
-      strcmp(o->job_name, "count") != 0)
-    die_usage("--resume is for the count job (pipeline and keyed keep their "
-              "results outside checkpointed state)");
+  if (o->config.checkpoint.store_policy == SL_STORE_RESUME && !count &&
+      !window)
+    die_usage("--resume is for the count and window jobs (pipeline and keyed "
+              "keep their results outside checkpointed state)");
+  if (o->config.restart.strategy != SL_RESTART_NONE && !count && !window)
+    die_usage("--restart is for the count and window jobs (a restart of "
+              "pipeline or keyed could not verify: their results are not "
+              "checkpointed)");
   if (o->config.checkpoint.store_policy == SL_STORE_RESUME && !o->output_dir)
     die_usage("--resume needs --output: the committed files are what a "
               "resumed run is checked by");
@@ -571,7 +899,8 @@ static int run_job(options *o) {
     return 2;
   }
   sl_checksum sum = {0};
-  rc = build_job(o, job, &sum);
+  sl_op *verify_op = 0;
+  rc = build_job(o, job, &sum, &verify_op);
   if (rc) {
     fprintf(stderr, "sluice: cannot build job %s: %s\n", o->job_name,
             rc == SL_EGRAPH ? sl_job_error(job) : sl_strerror(rc));
@@ -610,15 +939,20 @@ static int run_job(options *o) {
     pthread_join(status_thread, 0);
   }
   running_job = 0;
-  char why[256] = "";
-  bool verified = rc == 0 && (o->output_dir
-                                  ? verify_output(o, why, sizeof why)
-                                  : verify(o, &sum, why, sizeof why));
+  char why[512] = "";
+  bool verified = false;
+  if (rc == 0 && window)
+    verified = window_verdict(o, verify_op, why, sizeof why);
+  else if (rc == 0)
+    verified = o->output_dir ? verify_output(o, why, sizeof why)
+                             : verify(o, &sum, why, sizeof why);
+  if (!o->json)
+    print_failover(job, o);
   if (rc == 0 && o->config.checkpoint.state_dir && !o->json) {
     sl_checkpoint_stats cs;
     uint64_t from = 0;
     uint64_t last = sl_job_last_checkpoint(job, &from);
-    if (from)
+    if (from && sl_job_restarts(job) == 0) /* else: a failover's restore */
       printf("resumed from checkpoint %" PRIu64 "\n", from);
     if (sl_job_checkpoint_stats(job, 0, &cs) == 0)
       printf("checkpoints: newest complete %" PRIu64 "; last one %" PRIu64
@@ -652,13 +986,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "jobs") == 0) {
-    printf("pipeline\nkeyed\ncount\n");
+    printf("pipeline\nkeyed\ncount\nwindow\n");
     return 0;
   }
   if (strcmp(cmd, "run") != 0)
     die_usage("unknown command '%s'", cmd);
   if (argc < 3 || argv[2][0] == '-')
-    die_usage("run needs a job name: pipeline, keyed or count");
+    die_usage("run needs a job name: pipeline, keyed, count or window");
   options o = {.job_name = argv[2], .records = 50000000, .keys = 10000,
                .parallelism = 1};
   parse_options(argc, argv, 3, &o);
