@@ -1129,11 +1129,11 @@ static int restore_entry(void *arg, uint16_t key_group, const void *key,
 static int restore_failed(sl_job *job, const sl_instance *inst,
                           const char *what, int rc) {
   const char *detail = rc == ENOMEM ? "" : sl_store_error(job->cp->store);
-  sl_job_set_error(job, "restoring %s of operator '%s' instance %d from %s "
-                   "failed: %s%s%s",
-                   what, inst->op->name, inst->index,
-                   job->config.checkpoint.state_dir, sl_strerror(rc),
-                   detail[0] ? ": " : "", detail);
+  sl_job_fail(job, rc, "restoring %s of operator '%s' instance %d from "
+              "checkpoint %" PRIu64 " in %s failed: %s%s%s",
+              what, inst->op->name, inst->index, inst->cp.restored_from,
+              job->config.checkpoint.state_dir, sl_strerror(rc),
+              detail[0] ? ": " : "", detail);
   return rc;
 }
 
@@ -1380,12 +1380,25 @@ int sl_checkpointer_setup(sl_job *job) {
     if (rc == 0)
       rc = open_store(job);
   }
-  if (rc == 0 && job->cp->restored_from) {
-    for (int i = 0; i < job->instance_count && rc == 0; i++) {
-      job->instances[i]->cp.restored_from = job->cp->restored_from;
-      rc = restore_instance(job, job->instances[i]);
-    }
-  }
+  /* Each instance restores its own state on its thread, in parallel
+   * (sl_checkpointer_restore_instance). */
+  for (int i = 0; i < job->instance_count && rc == 0; i++)
+    job->instances[i]->cp.restored_from = job->cp->restored_from;
+  atomic_store(&job->restores_pending,
+               job->cp->restored_from ? job->instance_count : 0);
+  return rc;
+}
+
+/* On the instance's thread, after open and before its restore hook: its
+ * keyed state and operator state from the checkpoint being restored.  A
+ * failure fails the job with the store's status and message. */
+int sl_checkpointer_restore_instance(sl_instance *inst) {
+  sl_job *job = inst->job;
+  if (!inst->cp.restored_from || !job->cp)
+    return 0;
+  int rc = restore_instance(job, inst);
+  if (atomic_fetch_sub(&job->restores_pending, 1) == 1)
+    atomic_store(&job->restored_ns, sl_now_ns());
   return rc;
 }
 

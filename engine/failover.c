@@ -30,9 +30,9 @@
  *    from their start, sinks with their output so far (at-least-once).
  * 5. Times: a failure is "detected" when its first report claims
  *    job->failed (sl_failover_note_failure); "stopped" when every thread of
- *    the attempt is joined; "restored" when the state is loaded and the
- *    threads started; "first record" when any instance begins to process a
- *    record after that.
+ *    the attempt is joined; "restored" when the last instance has loaded
+ *    its state (each loads its own, on its thread, in parallel); "first
+ *    record" when any instance begins to process a record after that.
  *
  * Supervisor states:
  *
@@ -222,11 +222,15 @@ static void note_first_record(sl_failover *f, const sl_job *job) {
     return;
   uint32_t slot = (f->history_count - 1) % RECOVERY_HISTORY;
   sl_recovery_stats *h = &f->history[slot];
+  uint64_t failed = f->history_failed_ns[slot];
+  uint64_t restored = atomic_load(&job->restored_ns);
+  if (!h->restored_us && restored > failed)
+    h->restored_us = (restored - failed) / 1000u;
   if (h->first_record_us || atomic_load(&job->awaiting_first_record))
     return;
   uint64_t first = atomic_load(&job->first_record_ns);
-  if (first > f->history_failed_ns[slot])
-    h->first_record_us = (first - f->history_failed_ns[slot]) / 1000u;
+  if (first > failed)
+    h->first_record_us = (first - failed) / 1000u;
 }
 
 SL_EXPORT uint32_t sl_job_restarts(const sl_job *job) {
@@ -287,6 +291,8 @@ static int restart(sl_job *job) {
   job->error[0] = 0;
   job->fail_status = 0;
   job->restarting = true;
+  atomic_store(&job->restored_ns, 0);
+  atomic_store(&job->restores_pending, 0);
   atomic_store(&job->failed, 0);
   atomic_store(&job->stopping, 0);
   /* A stop that came during the reset (note 2) must still stop the new
@@ -336,13 +342,11 @@ static void record_recovery(sl_failover *f, const sl_recovery_stats *r,
 }
 
 static void update_recovery(sl_failover *f, uint32_t restart_number,
-                            uint64_t restored_from, uint64_t restored_us) {
+                            uint64_t restored_from) {
   pthread_mutex_lock(&f->lock);
   sl_recovery_stats *h = &f->history[(f->history_count - 1) % RECOVERY_HISTORY];
-  if (h->restart == restart_number) {
+  if (h->restart == restart_number)
     h->restored_from = restored_from;
-    h->restored_us = restored_us;
-  }
   pthread_mutex_unlock(&f->lock);
 }
 
@@ -392,8 +396,9 @@ static void *supervisor_main(void *arg) {
     int rc = restart(job);
     uint64_t restored_from = 0;
     sl_job_last_checkpoint(job, &restored_from);
-    update_recovery(f, r.restart, restored_from,
-                    since_failure_us(job, sl_now_ns()));
+    update_recovery(f, r.restart, restored_from);
+    if (rc == 0 && atomic_load(&job->restores_pending) == 0)
+      atomic_store(&job->restored_ns, sl_now_ns()); /* nothing to load */
     if (rc == 0) {
       atomic_store(&job->awaiting_first_record, 1);
       sl_job_start_threads(job); /* a failure here is handled as any */

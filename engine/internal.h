@@ -166,6 +166,8 @@ struct sl_job {
   _Atomic int awaiting_first_record; /* set at a restart, cleared by the
                                         first instance to process a record */
   _Atomic uint64_t first_record_ns;
+  _Atomic int restores_pending;  /* instances still restoring their state */
+  _Atomic uint64_t restored_ns;  /* when the last one finished */
   bool restarting;              /* open_store/restore resume regardless of
                                    store_policy: the store is our own */
   bool supervisor_started;

@@ -682,6 +682,12 @@ static void *instance_main(void *arg) {
     sl_instance_fail(inst, rc);
     return 0;
   }
+  rc = sl_checkpointer_restore_instance(inst); /* fails the job itself */
+  if (rc) {
+    inst->emit_closed = true;
+    instance_close(inst);
+    return 0;
+  }
   if (inst->cp.restored_from && unlikely(inst->job->faults != 0)) {
     rc = sl_inject_occurrence(inst->job, inst, SL_FAULT_RESTORE, -1,
                               inst->cause, sizeof inst->cause);

@@ -488,7 +488,8 @@ typedef struct sl_recovery_stats {
                                beginning */
   uint64_t delay_us;        /* waited by the restart strategy */
   uint64_t stopped_us;      /* every thread of the failed attempt joined */
-  uint64_t restored_us;     /* state restored, threads started */
+  uint64_t restored_us;     /* every instance has restored its state
+                               (each on its own thread, in parallel) */
   uint64_t first_record_us; /* the first record processed after the
                                restore, or 0 if none yet */
 } sl_recovery_stats;

@@ -179,6 +179,17 @@ struct sl_store_txn {
   size_t copy_capacity_bytes;
 };
 
+/* The buffers of a merged view (note 8): the log entries of its range and
+ * their runs.  A compaction uses the store's, kept for the next one (a
+ * fresh page costs a fault); a read of state has its own, so instances
+ * restore in parallel, each on its thread. */
+typedef struct merge_buffers {
+  struct log_entry *entries;
+  size_t entry_capacity;
+  struct log_run *runs;
+  size_t run_capacity;
+} merge_buffers;
+
 struct sl_store {
   MDB_env *env;
   MDB_dbi dbi[DB_COUNT]; /* indexed by database number */
@@ -194,14 +205,10 @@ struct sl_store {
   ino_t dir_inode;
   sl_store *registry_next;
   sl_store_txn txn;
-  /* The merged view's buffers (note 8), kept for the next read or
-   * compaction: a fresh page costs a fault, and a restore reads several
-   * ranges, the writer compacts again and again. */
-  struct log_entry *merge_entries;
-  size_t merge_entry_capacity;
-  struct log_run *merge_runs;
-  size_t merge_run_capacity;
-  bool merging; /* the buffers are in use: a callback may not read again */
+  /* The merged view's buffers of compactions (note 8), kept for the next
+   * one: a fresh page costs a fault, and the writer compacts again and
+   * again.  Malloc'd when first used. */
+  struct merge_buffers *merge;
   const _Atomic int *cancel; /* sl_store_set_cancel: stops a compaction */
   sl_store_fault_fn fault;   /* sl_store_set_fault: the fault layer */
   void *fault_arg;
@@ -995,8 +1002,11 @@ void sl_store_close(sl_store *s) {
   registry_remove(s);
   free(s->txn.blob_keys);
   free(s->txn.copy);
-  free(s->merge_entries);
-  free(s->merge_runs);
+  if (s->merge) {
+    free(s->merge->entries);
+    free(s->merge->runs);
+    free(s->merge);
+  }
   free(s->dir);
   free(s);
 }
@@ -1476,6 +1486,7 @@ typedef struct log_run {
 /* The log entries of a merged view's range, and their merge (note 8).
  * entries and runs are the store's buffers, grown as needed. */
 typedef struct log_range {
+  merge_buffers *buffers; /* where entries and runs live */
   log_entry *entries;
   size_t count;
   size_t capacity; /* the log's entries: no range holds more */
@@ -1535,11 +1546,11 @@ static int log_add_run(sl_store *s, log_range *range, size_t start) {
   assert(start < range->count);
   assert(range->run_count == 0 ||
          range->runs[range->run_count - 1].end <= start);
-  void *runs = s->merge_runs;
-  int rc = buffer_room(s, &runs, &s->merge_run_capacity, range->run_count,
+  void *runs = range->buffers->runs;
+  int rc = buffer_room(s, &runs, &range->buffers->run_capacity, range->run_count,
                        sizeof *range->runs, range->capacity);
-  s->merge_runs = runs;
-  range->runs = s->merge_runs;
+  range->buffers->runs = runs;
+  range->runs = runs;
   if (rc != 0)
     return rc;
   range->runs[range->run_count++] = (log_run){.at = start,
@@ -1567,11 +1578,11 @@ static int log_collect_run(sl_store *s, MDB_cursor *cursor, MDB_val *key,
       return store_fail(s, SL_ECORRUPT,
                         "read the log: more entries than the %zu counted",
                         range->capacity);
-    void *entries = s->merge_entries;
-    rc = buffer_room(s, &entries, &s->merge_entry_capacity, range->count,
+    void *entries = range->buffers->entries;
+    rc = buffer_room(s, &entries, &range->buffers->entry_capacity, range->count,
                      sizeof *range->entries, range->capacity);
-    s->merge_entries = entries;
-    range->entries = s->merge_entries;
+    range->buffers->entries = entries;
+    range->entries = entries;
     if (rc == 0)
       rc = log_entry_open(s, key, value, &range->entries[range->count]);
     if (rc != 0)
@@ -1819,21 +1830,17 @@ static int merge_join(sl_store *s, MDB_cursor *cursor, int db,
  * key group) in [first, last] into fn, in key order.  Returns fn's
  * nonzero value or an error. */
 static int merged_view(sl_store *s, MDB_txn *txn, int base_db,
-                       uint32_t first, uint32_t last, merged_fn fn,
-                       void *arg) {
+                       uint32_t first, uint32_t last, merge_buffers *buffers,
+                       merged_fn fn, void *arg) {
   assert(base_db == DB_STATE || base_db == DB_STATE2);
   assert(first <= last);
-  if (s->merging)
-    return store_fail(s, EBUSY, "read state: called from the function of "
-                      "another read of this store");
   MDB_stat log_stat, base_stat;
   int rc = mdb_stat(txn, s->dbi[DB_LOG], &log_stat);
   if (rc == 0)
     rc = mdb_stat(txn, s->dbi[base_db], &base_stat);
   if (rc != 0)
     return lmdb_fail(s, rc, "read state: count the entries");
-  log_range range = {.capacity = log_stat.ms_entries};
-  s->merging = true;
+  log_range range = {.buffers = buffers, .capacity = log_stat.ms_entries};
   rc = log_gather(s, txn, first, last, &range);
   MDB_cursor *cursor = 0;
   if (rc == 0 && (rc = mdb_cursor_open(txn, s->dbi[base_db], &cursor)) != 0)
@@ -1844,7 +1851,6 @@ static int merged_view(sl_store *s, MDB_txn *txn, int base_db,
   if (cursor)
     mdb_cursor_close(cursor);
   free(range.heap);
-  s->merging = false;
   return rc;
 }
 
@@ -1875,11 +1881,15 @@ int sl_store_read_state(sl_store *s, uint16_t op, uint16_t group_first,
     return rc;
   int base_db = DB_STATE;
   read_target target = {.fn = fn, .arg = arg};
+  merge_buffers buffers = {0}; /* this read's own: note on merge_buffers */
   rc = meta_get_base(s, txn, &base_db);
   if (rc == 0)
     rc = merged_view(s, txn, base_db, (uint32_t)op << 16 | group_first,
-                     (uint32_t)op << 16 | group_last, read_emit, &target);
+                     (uint32_t)op << 16 | group_last, &buffers, read_emit,
+                     &target);
   mdb_txn_abort(txn);
+  free(buffers.entries);
+  free(buffers.runs);
   return rc;
 }
 
@@ -1954,7 +1964,10 @@ static int compact_in(sl_store *s, MDB_txn *txn, uint64_t min_log_entries,
   /* Empty since the last compaction; emptied again, as MDB_APPEND needs. */
   if ((rc = mdb_drop(txn, s->dbi[new_db], 0)) != 0)
     return lmdb_fail(s, rc, "compact: empty the new base");
-  rc = merged_view(s, txn, old_db, 0, UINT32_MAX, compaction_emit, &target);
+  if (!s->merge && !(s->merge = calloc(1, sizeof *s->merge)))
+    return store_fail(s, ENOMEM, "compact: out of memory");
+  rc = merged_view(s, txn, old_db, 0, UINT32_MAX, s->merge, compaction_emit,
+                   &target);
   if (rc != 0)
     return rc;
   rc = mdb_drop(txn, s->dbi[DB_LOG], 0);
@@ -1990,9 +2003,6 @@ int sl_store_compact(sl_store *s, uint64_t min_log_entries,
     return store_fail(s, EACCES, "compact: the store is open read-only");
   if (s->txn.state != TXN_IDLE)
     return store_fail(s, EBUSY, "compact: a transaction is open");
-  if (s->merging) /* the merge buffers are a read's (merged_view) */
-    return store_fail(s, EBUSY, "compact: called from the function of a "
-                      "read of this store");
   uint64_t start_us = now_us();
   MDB_txn *txn;
   int rc = mdb_txn_begin(s->env, 0, 0, &txn);

@@ -196,12 +196,14 @@ int sl_store_grow(sl_store *store);
  * into the map: valid during the call only.  Cost: one pass over the
  * range in the base and, per logged transaction, a seek and a pass over
  * its part of the range; the range's log entries are indexed in memory
- * (24 bytes each, a buffer the handle keeps for its next read or
- * compaction) and merged with a heap of the transactions.  fn may read
- * blobs and records but not state: a nested sl_store_read_state or
- * sl_store_compact of the same store returns EBUSY.  Errors: SL_ECORRUPT
+ * (24 bytes each, in buffers of this read's own, freed when it returns)
+ * and merged with a heap of the transactions.  Several threads may read
+ * one store at once (each read has its own transaction and buffers), also
+ * while its writer writes or compacts: restores run in parallel, one per
+ * instance thread.  Only the message of sl_store_error() is shared, so of
+ * two reads failing at once one message may be lost.  Errors: SL_ECORRUPT
  * (checksum, with the key in the message), EINVAL (group_first >
- * group_last), EBUSY, ENOMEM, LMDB codes. */
+ * group_last), ENOMEM, LMDB codes. */
 int sl_store_read_state(sl_store *store, uint16_t op, uint16_t group_first,
                         uint16_t group_last,
                         int (*fn)(void *arg, uint16_t key_group,
