@@ -32,7 +32,7 @@
  *    job->failed (sl_failover_note_failure); "stopped" when every thread of
  *    the attempt is joined; "restored" when the last instance has loaded
  *    its state (each loads its own, on its thread, in parallel); "first
- *    record" when any instance begins to process a record after that.
+ *    record" when an instance begins to process a record after that.
  *
  * Supervisor states:
  *
@@ -203,6 +203,10 @@ void sl_failover_note_failure(sl_job *job) {
 }
 
 void sl_failover_first_record(sl_job *job) {
+  /* Note 5: the first record once every instance has its state (before,
+   * an instance with little state may already run while others load). */
+  if (atomic_load(&job->restores_pending) > 0)
+    return;
   int expected = 1;
   if (atomic_compare_exchange_strong(&job->awaiting_first_record, &expected,
                                      0))
