@@ -423,7 +423,8 @@ static bool verify_output(const options *o, char *why, size_t why_size) {
     names[count++] = strdup(e->d_name);
   }
   closedir(d);
-  qsort(names, count, sizeof *names, compare_names);
+  if (count > 0) /* names is NULL when empty */
+    qsort(names, count, sizeof *names, compare_names);
   for (size_t i = 0; i < count && seen; i++) {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", o->output_dir, names[i]);
@@ -542,7 +543,8 @@ static window_check check_windows(const options *o) {
   }
   if (d)
     closedir(d);
-  qsort(names, count, sizeof *names, compare_names);
+  if (count > 0) /* names is NULL when empty */
+    qsort(names, count, sizeof *names, compare_names);
   for (size_t i = 0; i < count; i++) {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", o->output_dir, names[i]);

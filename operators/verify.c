@@ -502,7 +502,7 @@ SL_EXPORT int sl_verify_output_dir(const char *dir, uint64_t count,
   uint64_t *next = rc == 0 ? calloc(keys, sizeof *next) : 0;
   if (rc == 0 && !next)
     rc = ENOMEM;
-  if (rc == 0)
+  if (rc == 0 && n > 0)
     qsort(files, n, sizeof *files, compare_files);
   for (size_t i = 0; i < n && rc == 0; i++)
     rc = check_file(dir, files[i].name, keys, next, counts, err, err_bytes);

@@ -126,7 +126,8 @@ static char **read_output(const char *dir, size_t *count, uint64_t *pending) {
     fclose(f);
   }
   closedir(d);
-  qsort(lines, n, sizeof *lines, compare_lines);
+  if (n > 0) /* lines is NULL when empty */
+    qsort(lines, n, sizeof *lines, compare_lines);
   *count = n;
   return lines;
 }

@@ -548,9 +548,16 @@ Test(failover, memory_does_not_grow_across_restarts, .timeout = 300) {
   cr_assert_eq(sl_job_wait(job), 0, "%s", sl_job_error(job));
   cr_assert_eq(sl_job_restarts(job), 60);
   cr_assert(at20 && at60);
+#ifndef __SANITIZE_ADDRESS__
   cr_expect_leq(at60, at20 + at20 / 5 + 8192,
                 "resident %" PRIu64 " KiB after 60 restarts, %" PRIu64
                 " KiB after 20", at60, at20);
+#else
+  /* ASan holds freed memory in its quarantine, so the resident size grows
+   * with every free; its leak check at exit covers this build instead. */
+  cr_log_info("resident %" PRIu64 " KiB after 60 restarts, %" PRIu64
+              " KiB after 20 (not compared under ASan)", at60, at20);
+#endif
   sl_verify_counts v;
   cr_assert_eq(sl_verify_result(verify, &v), 0);
   cr_expect_eq(v.lost + v.duplicates + v.out_of_order, 0);
