@@ -1116,11 +1116,13 @@ static char *graph_fingerprint(const sl_job *job) {
   return text;
 }
 
+/* The store delivers entries in (key group, key) order, so the map's bulk
+ * load skips its duplicate probe (cow_map.h). */
 static int restore_entry(void *arg, uint16_t key_group, const void *key,
                          uint32_t key_bytes, const void *value,
                          uint32_t value_bytes) {
-  (void)key_group;
-  return sl_cow_map_load(arg, key, key_bytes, value, value_bytes);
+  return sl_cow_map_load_add(arg, key_group, key, key_bytes, value,
+                             value_bytes);
 }
 
 
@@ -1151,10 +1153,17 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
     uint64_t share = entries * groups / job->config.max_parallelism;
     rc = sl_cow_map_reserve(inst->cp.keyed, share + share / 4);
   }
-  if (rc == 0)
+  bool read = rc == 0;
+  if (read)
     rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
                              inst->cp.group_last, restore_entry,
                              inst->cp.keyed);
+  if (read) { /* always ends the bulk load, also after an error */
+    int finished = sl_cow_map_load_finish(inst->cp.keyed);
+    /* The store's keys are unique: a duplicate means a damaged store. */
+    if (rc == 0 && finished)
+      rc = finished == EINVAL ? SL_ECORRUPT : finished;
+  }
   return rc ? restore_failed(job, inst, "keyed state", rc) : 0;
 }
 

@@ -1,14 +1,16 @@
 /* cow_map.c — the copy-on-write hash map of an instance's keyed state
  * (cow_map.h).
  *
- * NOTES ON THE IMPLEMENTATION (the header's notes 1-8 hold as well)
+ * NOTES ON THE IMPLEMENTATION (the header's notes 1-9 hold as well)
  *
  * 1. A version's state follows from its epoch; each state has one list:
  *
  *      epoch == map->epoch          CURRENT   on the current dirty list
  *      epoch of a pending delta     FROZEN    on that delta's list
  *      released, not yet walked     RELEASED  on the reclaim chain
- *      epoch == 0                   CLEAN     on no list
+ *      epoch == 0                   CLEAN     on no list (bulk-loaded
+ *                                             ones may wait, not yet in
+ *                                             the table, note 10)
  *
  *      CURRENT  --sl_cow_map_freeze()-->   FROZEN
  *      FROZEN   --sl_cow_map_release()-->  RELEASED
@@ -25,11 +27,15 @@
  *    live version CLEAN (epoch 0); from then on the version is on no list
  *    and may be re-dirtied in place.  The cost is one extra copy for keys
  *    written between a release and the walk reaching them.
- * 3. Every version is freed exactly once: a retired version that is on a
- *    list by the reclaim walk (or by destroy), a CLEAN one at once when a
- *    put of another size replaces it (it is on no list), a live one by
- *    destroy.  Retired CURRENT versions (superseded, deleted in place) stay
- *    on the current list, so they are reclaimed like any other.
+ * 3. Every version is freed exactly once, by entry_free(): a retired
+ *    version that is on a list by the reclaim walk (or by destroy), a CLEAN
+ *    one at once when a put of another size replaces it (it is on no list),
+ *    a live one by destroy, a bulk-loaded duplicate when it is found.
+ *    Retired CURRENT versions (superseded, deleted in place) stay on the
+ *    current list, so they are reclaimed like any other.  For an arena
+ *    version, freeing means one version fewer in its chunk (note 9); destroy
+ *    does not even that, it frees the chunks whole, and stops walking the
+ *    table once heap_versions (the malloc'd versions) reaches 0.
  * 4. The threading contract (header note 5) holds because the only writes
  *    to a FROZEN version are to chain_next (rehash, unlinking a neighbour,
  *    replacing it in its chain) and retired; value, epoch and dirty_next
@@ -37,6 +43,9 @@
  *    the reclaim walk, which the writer no longer reads (header note 7).
  *    tombstone, superseded and retired are separate bytes, hence separate
  *    memory locations in C11: writing one never races with reading another.
+ *    An arena version is freed at exactly the points a malloc'd one would
+ *    be, and its chunk only when all of them are, so the writer never reads
+ *    a freed chunk; chunk headers are the owner's alone.
  * 5. sl_cow_map_pending()'s array may move only in freeze and release, and
  *    freeze cannot fail, so freeze grows the array ahead of need (doubling
  *    when full).  If that growth failed, a write that would open a
@@ -55,15 +64,57 @@
  * 7. Memory accounting is exact, so sl_cow_map_check() can verify it.  A
  *    version deleted in place keeps its value storage; its size is kept in
  *    the first 4 bytes of the (unused) value area, which is why every
- *    version has a value area of at least 8 bytes.
+ *    version has a value area of at least 8 bytes.  Arena memory is counted
+ *    by the chunk, ARENA_CHUNK_BYTES from its allocation to its free, and
+ *    arena versions not at all: that is what the map holds from the
+ *    allocator.
  * 8. Every put and delete reclaims up to RECLAIM_PER_WRITE versions.  A
  *    write adds at most one version to a list, so the reclaim chain drains
  *    even if sl_cow_map_maintain() is never called.
+ * 9. The load arena.  A restore inserts millions of small versions at once,
+ *    and one malloc each was about half the cost of sl_cow_map_load() (and
+ *    of destroying the map).  So loaded
+ *    versions up to ARENA_VERSION_MAX_BYTES are carved one after another
+ *    out of chunks of ARENA_CHUNK_BYTES, aligned to their size, and marked
+ *    `arena`.  Such a version is never passed to free(): entry_free() finds
+ *    its chunk by masking the address and counts one version fewer there;
+ *    the chunk is freed when its count reaches 0 (also the chunk being
+ *    carved, which just makes the next load start a new one), or by
+ *    destroy.  Nothing else changes for arena versions: they are updated in
+ *    place, frozen, copied on write, deleted and reclaimed like any other.
+ *    Only loads carve, so arena memory never exceeds what was restored
+ *    (plus the ends of chunks a version did not fit in: under 1/64, as
+ *    larger versions are malloc'd); it shrinks by whole chunks only, so a
+ *    chunk with one surviving version keeps all 4 MiB.
+ * 10. The bulk load.  Linking a loaded entry costs a cache miss on a
+ *    random bucket, and the duplicate probe (find_link()) another on the
+ *    entry the bucket points to, if any.  sl_cow_map_load_add() copies the
+ *    entry into the arena, prefetches its bucket and puts it in a ring of
+ *    SL_COW_LOAD_WINDOW entries; when the ring is full the oldest entry is
+ *    linked as sl_cow_map_load() would link it (rehash step, probe,
+ *    insert), its bucket in cache by then.  So up to SL_COW_LOAD_WINDOW
+ *    misses are in flight instead of one.  Entries are linked in the order
+ *    they were added, so the later of two duplicates is the one found, as
+ *    with sl_cow_map_load().
+ *    The probe's miss is skipped where order proves there is no duplicate:
+ *    a restore reads the store in (key group, key) order, and keys that
+ *    strictly ascend cannot repeat.  So while every entry follows the one
+ *    before it (load_follows(): one comparison with a key still in cache)
+ *    and the map held no key when the load began, entries are linked
+ *    unprobed (asserted in debug builds).  The first entry out of order
+ *    ends that for the rest of the load: it and every later one are probed,
+ *    against everything linked before, which keeps the duplicate check
+ *    exact.  Probed entries get their bucket read half way through the
+ *    ring and the entry it points to prefetched.  On this machine the
+ *    probe's miss, even prefetched, cost as much as everything else.
+ *    The ring holds CLEAN versions in no table and on no list; destroy and
+ *    the checker know them.
  */
 #include "cow_map.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +130,21 @@
 #define REHASH_EMPTY_VISITS (REHASH_BUCKETS_PER_STEP * 10u)
 #define RECLAIM_PER_WRITE 4u
 #define INITIAL_PENDING 4u
+/* Load arena (note 9): 4 MiB holds about 58K versions of the usual 72
+ * bytes, so chunks are few (one allocation per 58K loads), yet a chunk is
+ * small next to a restored state, so chunks whose versions were all
+ * replaced or deleted do go back to the allocator. */
+#define ARENA_CHUNK_BYTES (UINT32_C(4) << 20)
+/* Larger loaded versions are malloc'd: a version that does not fit the rest
+ * of a chunk wastes that rest, so this bounds the waste to 1/64. */
+#define ARENA_VERSION_MAX_BYTES (ARENA_CHUNK_BYTES / 64u)
+
+/* A hint only: the line is wanted soon, for writing when write is 1. */
+#if defined(__GNUC__)
+#define PREFETCH(address, write) __builtin_prefetch((address), (write))
+#else
+#define PREFETCH(address, write) ((void)(address))
+#endif
 
 _Static_assert(sizeof(sl_cow_entry) == 40, "header size of cow_map.h's note");
 _Static_assert((INITIAL_BUCKETS & (INITIAL_BUCKETS - 1)) == 0,
@@ -88,6 +154,25 @@ _Static_assert(REHASH_BUCKETS_PER_STEP + REHASH_EMPTY_VISITS ==
                "the header quotes the per-operation bound");
 _Static_assert(SL_COW_MAX_BYTES <= UINT32_MAX - 7u,
                "sl_cow_value_offset cannot overflow");
+_Static_assert((ARENA_CHUNK_BYTES & (ARENA_CHUNK_BYTES - 1)) == 0,
+               "chunks are found by masking: a power of two");
+_Static_assert((SL_COW_LOAD_WINDOW & (SL_COW_LOAD_WINDOW - 1)) == 0 &&
+                   SL_COW_LOAD_WINDOW >= 2,
+               "the load ring is indexed with a mask, its middle is used");
+
+/* The header of a load arena chunk (note 9); versions follow it. */
+typedef struct arena_chunk {
+  struct arena_chunk *prev; /* the map's chunks, newest first */
+  struct arena_chunk *next;
+  const struct sl_cow_map *owner; /* for sl_cow_map_check() */
+  uint32_t used_bytes; /* carved so far, this header included */
+  uint32_t versions;   /* carved and not yet freed */
+} arena_chunk;
+
+_Static_assert(sizeof(arena_chunk) % 8 == 0, "versions are 8-byte aligned");
+_Static_assert(ARENA_VERSION_MAX_BYTES <=
+                   ARENA_CHUNK_BYTES - sizeof(arena_chunk),
+               "an arena version fits an empty chunk");
 
 typedef struct cow_table {
   sl_cow_entry **buckets;
@@ -113,6 +198,23 @@ struct sl_cow_map {
   uint64_t reclaim_entries;
   uint64_t memory_bytes;
   uint64_t step_buckets_max; /* most buckets one rehash step visited */
+  uint64_t heap_versions;     /* malloc'd versions, wherever they are */
+  arena_chunk *arena_chunks;  /* every chunk, newest first (note 9) */
+  arena_chunk *arena_carving; /* where loads carve next; NULL: none yet */
+  uint64_t arena_chunk_count;
+  /* The bulk load (note 10).  The ring: load_count versions added and not
+   * yet linked, the oldest at load_first; the oldest load_unprobed of them
+   * are linked without the duplicate probe. */
+  sl_cow_entry *load_window[SL_COW_LOAD_WINDOW];
+  uint32_t load_first;
+  uint32_t load_count;
+  uint32_t load_unprobed;
+  bool loading;     /* from the first sl_cow_map_load_add() to finish */
+  bool load_sorted; /* every entry so far followed the one before it */
+  uint32_t load_previous_group;
+  const sl_cow_entry *load_previous; /* the last entry added, if sorted */
+  int load_error; /* the bulk load's first error; never cleared */
+  uint64_t load_probes; /* bulk-loaded entries probed, for tests */
 };
 
 /* ------------------------------------------------------------ versions */
@@ -143,45 +245,6 @@ static uint32_t entry_capacity(const sl_cow_entry *e) {
   return capacity;
 }
 
-static sl_cow_entry *entry_new(sl_cow_map *m, uint64_t hash, const void *key,
-                               uint32_t key_bytes, uint32_t value_bytes) {
-  assert(key_bytes <= SL_COW_MAX_BYTES);
-  assert(value_bytes <= SL_COW_MAX_BYTES);
-  uint64_t bytes = entry_alloc_bytes(key_bytes, value_bytes);
-  if (bytes > SIZE_MAX)
-    return 0;
-  sl_cow_entry *e = malloc((size_t)bytes);
-  if (!e)
-    return 0;
-  memset(e, 0, sizeof *e);
-  e->hash = hash;
-  e->epoch = m->epoch;
-  e->key_bytes = key_bytes;
-  e->value_bytes = value_bytes;
-  if (key_bytes)
-    memcpy(e->data, key, key_bytes);
-  m->memory_bytes += bytes;
-  return e;
-}
-
-static void entry_free(sl_cow_map *m, sl_cow_entry *e) {
-  uint64_t bytes = entry_alloc_bytes(e->key_bytes, entry_capacity(e));
-  assert(m->memory_bytes >= bytes);
-  m->memory_bytes -= bytes;
-  free(e);
-}
-
-/* Turn a version (out of the table, not frozen) into a tombstone in place,
- * keeping the size of its value storage for entry_capacity(). */
-static void entry_make_tombstone(sl_cow_entry *e) {
-  assert(!e->tombstone);
-  uint32_t capacity = e->value_bytes;
-  memcpy(value_area(e), &capacity, 4);
-  e->value_bytes = 0;
-  e->tombstone = 1;
-  e->retired = 1;
-}
-
 /* Fill value storage: a copy of value, or (value NULL) the previous value's
  * bytes as far as they fit and zeros after them. */
 static void fill_value(uint8_t *dst, uint32_t bytes, const void *value,
@@ -195,6 +258,151 @@ static void fill_value(uint8_t *dst, uint32_t bytes, const void *value,
   if (kept && dst != previous)
     memcpy(dst, previous, kept);
   memset(dst + kept, 0, bytes - kept);
+}
+
+/* Header and key of a new version; no list, no table, no marks. */
+static void entry_init(sl_cow_entry *e, uint64_t hash, uint32_t epoch,
+                       const void *key, uint32_t key_bytes,
+                       uint32_t value_bytes) {
+  memset(e, 0, sizeof *e);
+  e->hash = hash;
+  e->epoch = epoch;
+  e->key_bytes = key_bytes;
+  e->value_bytes = value_bytes;
+  if (key_bytes)
+    memcpy(e->data, key, key_bytes);
+}
+
+/* A malloc'd version in the current epoch.  NULL on ENOMEM. */
+static sl_cow_entry *entry_new(sl_cow_map *m, uint64_t hash, const void *key,
+                               uint32_t key_bytes, uint32_t value_bytes) {
+  assert(key_bytes <= SL_COW_MAX_BYTES);
+  assert(value_bytes <= SL_COW_MAX_BYTES);
+  uint64_t bytes = entry_alloc_bytes(key_bytes, value_bytes);
+  if (bytes > SIZE_MAX)
+    return 0;
+  sl_cow_entry *e = malloc((size_t)bytes);
+  if (!e)
+    return 0;
+  entry_init(e, hash, m->epoch, key, key_bytes, value_bytes);
+  m->memory_bytes += bytes;
+  m->heap_versions++;
+  return e;
+}
+
+/* ------------------------------------------------------------ arena */
+
+static arena_chunk *chunk_of(const sl_cow_entry *e) {
+  assert(e->arena);
+  return (arena_chunk *)((uintptr_t)e & ~(uintptr_t)(ARENA_CHUNK_BYTES - 1));
+}
+
+/* Make a new, empty chunk the one loads carve from (the previous one stays
+ * until its versions are freed).  false on ENOMEM, nothing changed. */
+static bool arena_chunk_new(sl_cow_map *m) {
+  /* Aligned to its size, so chunk_of() finds it from any version in it. */
+  arena_chunk *c = aligned_alloc(ARENA_CHUNK_BYTES, ARENA_CHUNK_BYTES);
+  if (!c)
+    return false;
+  c->prev = 0;
+  c->next = m->arena_chunks;
+  c->owner = m;
+  c->used_bytes = sizeof *c;
+  c->versions = 0;
+  if (m->arena_chunks)
+    m->arena_chunks->prev = c;
+  m->arena_chunks = c;
+  m->arena_carving = c;
+  m->arena_chunk_count++;
+  m->memory_bytes += ARENA_CHUNK_BYTES; /* the chunk, whole (note 7) */
+  return true;
+}
+
+/* bytes (a multiple of 8, at most ARENA_VERSION_MAX_BYTES) for a version,
+ * carved after the previous one.  NULL on ENOMEM. */
+static sl_cow_entry *arena_carve(sl_cow_map *m, uint64_t bytes) {
+  assert(bytes % 8 == 0);
+  assert(bytes <= ARENA_VERSION_MAX_BYTES);
+  arena_chunk *c = m->arena_carving;
+  if (!c || ARENA_CHUNK_BYTES - c->used_bytes < bytes) {
+    if (!arena_chunk_new(m))
+      return 0;
+    c = m->arena_carving;
+  }
+  sl_cow_entry *e = (sl_cow_entry *)((uint8_t *)c + c->used_bytes);
+  c->used_bytes += (uint32_t)bytes;
+  c->versions++;
+  return e;
+}
+
+static void arena_chunk_free(sl_cow_map *m, arena_chunk *c) {
+  assert(m->arena_chunk_count > 0);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    m->arena_chunks = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  if (m->arena_carving == c)
+    m->arena_carving = 0; /* the next load starts a new chunk */
+  m->arena_chunk_count--;
+  assert(m->memory_bytes >= ARENA_CHUNK_BYTES);
+  m->memory_bytes -= ARENA_CHUNK_BYTES;
+  free(c);
+}
+
+/* A new CLEAN version (epoch 0, in no table, on no list) holding key and a
+ * copy of value: carved out of the arena unless it is large (note 9).
+ * NULL on ENOMEM. */
+static sl_cow_entry *clean_version_new(sl_cow_map *m, uint64_t hash,
+                                       const void *key, uint32_t key_bytes,
+                                       const void *value,
+                                       uint32_t value_bytes) {
+  uint64_t bytes = entry_alloc_bytes(key_bytes, value_bytes);
+  sl_cow_entry *e;
+  if (bytes <= ARENA_VERSION_MAX_BYTES) {
+    e = arena_carve(m, bytes);
+    if (!e)
+      return 0;
+    entry_init(e, hash, 0, key, key_bytes, value_bytes);
+    e->arena = 1;
+  } else {
+    e = entry_new(m, hash, key, key_bytes, value_bytes);
+    if (!e)
+      return 0;
+    e->epoch = 0;
+  }
+  fill_value(value_area(e), value_bytes, value, 0, 0);
+  return e;
+}
+
+/* Free a version (note 3); an arena one only leaves its chunk (note 9). */
+static void entry_free(sl_cow_map *m, sl_cow_entry *e) {
+  if (e->arena) {
+    arena_chunk *c = chunk_of(e);
+    assert(c->owner == m);
+    assert(c->versions > 0);
+    if (--c->versions == 0)
+      arena_chunk_free(m, c);
+    return;
+  }
+  uint64_t bytes = entry_alloc_bytes(e->key_bytes, entry_capacity(e));
+  assert(m->memory_bytes >= bytes);
+  assert(m->heap_versions > 0);
+  m->memory_bytes -= bytes;
+  m->heap_versions--;
+  free(e);
+}
+
+/* Turn a version (out of the table, not frozen) into a tombstone in place,
+ * keeping the size of its value storage for entry_capacity(). */
+static void entry_make_tombstone(sl_cow_entry *e) {
+  assert(!e->tombstone);
+  uint32_t capacity = e->value_bytes;
+  memcpy(value_area(e), &capacity, 4);
+  e->value_bytes = 0;
+  e->tombstone = 1;
+  e->retired = 1;
 }
 
 /* Append to the current dirty list (the version is CURRENT from now on). */
@@ -381,6 +589,12 @@ int sl_cow_map_create(sl_cow_map **map) {
   return 0;
 }
 
+/* Free a version at destroy: arena ones go with their chunks (note 3). */
+static void destroy_version(sl_cow_map *m, sl_cow_entry *e) {
+  if (!e->arena)
+    entry_free(m, e);
+}
+
 /* Free the retired versions of one list (live ones are freed from the
  * table).  bound: the list's length. */
 static void free_retired_on_list(sl_cow_map *m, sl_cow_entry *e,
@@ -388,7 +602,7 @@ static void free_retired_on_list(sl_cow_map *m, sl_cow_entry *e,
   for (uint64_t i = 0; e && i < bound; i++) {
     sl_cow_entry *next = e->dirty_next;
     if (e->retired)
-      entry_free(m, e);
+      destroy_version(m, e);
     e = next;
   }
   assert(e == 0);
@@ -401,19 +615,33 @@ void sl_cow_map_destroy(sl_cow_map *m) {
   for (uint32_t i = 0; i < m->pending_count; i++)
     free_retired_on_list(m, m->pending[i].head, m->pending[i].entries);
   free_retired_on_list(m, m->reclaim_head, m->reclaim_entries);
+  /* A bulk load not finished: its ring's versions are in no table. */
+  for (uint32_t i = 0; i < m->load_count; i++)
+    destroy_version(m, m->load_window[(m->load_first + i) &
+                                      (SL_COW_LOAD_WINDOW - 1)]);
+  /* The table's malloc'd versions; the walk ends with the last of them, so
+   * a map of loaded versions only is not walked at all (each visit is a
+   * cache miss: 50 ms for 1M entries). */
   for (int t = 0; t < 2; t++) {
     cow_table *table = &m->tables[t];
-    for (uint64_t b = 0; b < table->size; b++) {
+    for (uint64_t b = 0; b < table->size && m->heap_versions > 0; b++) {
       sl_cow_entry *e = table->buckets[b];
       for (uint64_t i = 0; e && i < table->used; i++) {
         sl_cow_entry *next = e->chain_next;
-        entry_free(m, e);
+        destroy_version(m, e);
         e = next;
       }
       assert(e == 0);
     }
     free(table->buckets);
   }
+  assert(m->heap_versions == 0);
+  for (uint64_t i = 0; m->arena_chunks && i < m->arena_chunk_count; i++) {
+    arena_chunk *next = m->arena_chunks->next;
+    free(m->arena_chunks);
+    m->arena_chunks = next;
+  }
+  assert(m->arena_chunks == 0);
   free(m->pending);
   free(m->pending_tails);
   free(m);
@@ -424,6 +652,7 @@ void sl_cow_map_destroy(sl_cow_map *m) {
 const void *sl_cow_map_get(sl_cow_map *m, const void *key, uint32_t key_bytes,
                            uint32_t *value_bytes) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   assert(key || key_bytes == 0);
   rehash_step(m);
   int table_index;
@@ -436,12 +665,14 @@ const void *sl_cow_map_get(sl_cow_map *m, const void *key, uint32_t key_bytes,
 
 uint64_t sl_cow_map_count(const sl_cow_map *m) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   return m->tables[0].used + m->tables[1].used;
 }
 
 int sl_cow_map_foreach(sl_cow_map *m, int (*fn)(void *arg, const sl_cow_entry *e),
                        void *arg) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   assert(fn);
   for (int t = 0; t < 2; t++) {
     const cow_table *table = &m->tables[t];
@@ -465,6 +696,11 @@ uint64_t sl_cow_map_memory_bytes(const sl_cow_map *m) {
 uint64_t sl_cow_map_max_step_buckets(const sl_cow_map *m) {
   assert(m);
   return m->step_buckets_max;
+}
+
+uint64_t sl_cow_map_load_probes(const sl_cow_map *m) {
+  assert(m);
+  return m->load_probes;
 }
 
 /* ------------------------------------------------------------ writes */
@@ -502,6 +738,7 @@ static sl_cow_entry *put_new_version(sl_cow_map *m, sl_cow_entry **link,
 void *sl_cow_map_put(sl_cow_map *m, const void *key, uint32_t key_bytes,
                      const void *value, uint32_t value_bytes) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   assert(key_bytes <= SL_COW_MAX_BYTES && value_bytes <= SL_COW_MAX_BYTES);
   if (key_bytes > SL_COW_MAX_BYTES || value_bytes > SL_COW_MAX_BYTES)
     return 0;
@@ -538,6 +775,7 @@ void *sl_cow_map_put(sl_cow_map *m, const void *key, uint32_t key_bytes,
 
 int sl_cow_map_delete(sl_cow_map *m, const void *key, uint32_t key_bytes) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   assert(key || key_bytes == 0);
   write_background(m);
   int table_index;
@@ -570,10 +808,13 @@ int sl_cow_map_delete(sl_cow_map *m, const void *key, uint32_t key_bytes) {
   return 0;
 }
 
+/* ------------------------------------------------------------ loads */
+
 int sl_cow_map_load(sl_cow_map *m, const void *key, uint32_t key_bytes,
                     const void *value, uint32_t value_bytes) {
   assert(m);
   assert(key || key_bytes == 0);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   if (key_bytes > SL_COW_MAX_BYTES || value_bytes > SL_COW_MAX_BYTES)
     return EINVAL;
   rehash_step(m);
@@ -581,18 +822,156 @@ int sl_cow_map_load(sl_cow_map *m, const void *key, uint32_t key_bytes,
   int table_index;
   if (find_link(m, hash, key, key_bytes, &table_index))
     return EINVAL;
-  sl_cow_entry *e = entry_new(m, hash, key, key_bytes, value_bytes);
+  /* CLEAN: already durable, on no list. */
+  sl_cow_entry *e =
+      clean_version_new(m, hash, key, key_bytes, value, value_bytes);
   if (!e)
     return ENOMEM;
-  e->epoch = 0; /* CLEAN: already durable, on no list */
-  fill_value(value_area(e), value_bytes, value, 0, 0);
   rehash_start_if_full(m);
   table_insert(m, e);
   return 0;
 }
 
+/* The bulk load fails for good with its first error (header). */
+static int load_fail(sl_cow_map *m, int rc) {
+  assert(rc != 0);
+  if (m->load_error == 0)
+    m->load_error = rc;
+  return m->load_error;
+}
+
+/* The bucket of table t a hash belongs to. */
+static sl_cow_entry *const *bucket_of(const sl_cow_map *m, int t,
+                                      uint64_t hash) {
+  const cow_table *table = &m->tables[t];
+  assert(table->size > 0);
+  return &table->buckets[hash & (table->size - 1)];
+}
+
+/* Whether (key_group, key) sorts after the entry added before it: key
+ * groups ascending, then keys as LMDB's default comparison orders them
+ * (bytes over the shorter length, then the shorter first).  The previous
+ * key is in the arena just behind, so this costs no cache miss. */
+static bool load_follows(const sl_cow_map *m, uint32_t key_group,
+                         const void *key, uint32_t key_bytes) {
+  const sl_cow_entry *previous = m->load_previous;
+  if (!previous)
+    return true;
+  if (key_group != m->load_previous_group)
+    return key_group > m->load_previous_group;
+  uint32_t common = key_bytes < previous->key_bytes ? key_bytes
+                                                    : previous->key_bytes;
+  int order = common ? memcmp(key, previous->data, common) : 0;
+  return order > 0 || (order == 0 && key_bytes > previous->key_bytes);
+}
+
+/* Link the oldest version of the ring into the table as sl_cow_map_load()
+ * would.  If it must be probed and its key is there already, free it
+ * instead and fail the load. */
+static void load_link_oldest(sl_cow_map *m) {
+  assert(m->load_count > 0);
+  assert(m->load_unprobed <= m->load_count);
+  sl_cow_entry *e = m->load_window[m->load_first];
+  m->load_first = (m->load_first + 1) & (SL_COW_LOAD_WINDOW - 1);
+  m->load_count--;
+  bool probe = m->load_unprobed == 0;
+  if (!probe)
+    m->load_unprobed--;
+  m->load_probes += probe;
+  assert(e->epoch == 0 && !e->retired);
+  rehash_step(m);
+  int table_index;
+  if (probe && find_link(m, e->hash, e->data, e->key_bytes, &table_index)) {
+    entry_free(m, e); /* the later copy; the first one stays */
+    load_fail(m, EINVAL);
+    return;
+  }
+  /* Unprobed: keys in strictly ascending order cannot repeat (note 10). */
+  assert(probe || !find_link(m, e->hash, e->data, e->key_bytes, &table_index));
+  rehash_start_if_full(m);
+  table_insert(m, e);
+}
+
+/* Put e in the ring; prefetch what linking it will read (note 10). */
+static void load_enqueue(sl_cow_map *m, sl_cow_entry *e) {
+  /* The prefetches are written here, not in a helper: GCC deems a function
+   * that only prefetches free of effects and, at -O2, drops its calls. */
+  int to = m->rehashing ? 1 : 0; /* where table_insert() will put e */
+  PREFETCH(bucket_of(m, to, e->hash), 1);
+  if (m->rehashing) /* find_link() reads the old table's bucket as well */
+    PREFETCH(bucket_of(m, 0, e->hash), 0);
+  uint32_t mask = SL_COW_LOAD_WINDOW - 1;
+  assert(m->load_count < SL_COW_LOAD_WINDOW);
+  m->load_window[(m->load_first + m->load_count) & mask] = e;
+  m->load_count++;
+  uint32_t half = SL_COW_LOAD_WINDOW / 2;
+  if (m->load_count > half && m->load_count - 1 - half >= m->load_unprobed) {
+    /* Half way through the ring, an entry to be probed: its bucket was
+     * prefetched that many adds ago, so reading it rarely waits; the entry
+     * it points to is the one the probe will read (chain_next, hash). */
+    const sl_cow_entry *waiting =
+        m->load_window[(m->load_first + m->load_count - 1 - half) & mask];
+    const sl_cow_entry *head = *bucket_of(m, to, waiting->hash);
+    if (head) {
+      PREFETCH(head, 0);
+      PREFETCH(&head->hash, 0); /* another line when head ends a line */
+    }
+  }
+}
+
+int sl_cow_map_load_add(sl_cow_map *m, uint32_t key_group, const void *key,
+                        uint32_t key_bytes, const void *value,
+                        uint32_t value_bytes) {
+  assert(m);
+  assert(key || key_bytes == 0);
+  if (m->load_error)
+    return m->load_error;
+  if (!m->loading) {
+    /* Order proves uniqueness only among the loaded keys: the map must
+     * hold no other (note 10). */
+    m->loading = true;
+    m->load_sorted = m->tables[0].used + m->tables[1].used == 0;
+    m->load_previous = 0;
+  }
+  if (key_bytes > SL_COW_MAX_BYTES || value_bytes > SL_COW_MAX_BYTES)
+    return load_fail(m, EINVAL);
+  if (m->load_count == SL_COW_LOAD_WINDOW) {
+    load_link_oldest(m); /* first: the ring has room for e after it */
+    if (m->load_error)
+      return m->load_error;
+  }
+  if (m->load_sorted && !load_follows(m, key_group, key, key_bytes))
+    m->load_sorted = false; /* this entry and all later ones are probed */
+  uint64_t hash = key_hash(key, key_bytes);
+  sl_cow_entry *e =
+      clean_version_new(m, hash, key, key_bytes, value, value_bytes);
+  if (!e)
+    return load_fail(m, ENOMEM);
+  if (m->load_sorted) {
+    assert(m->load_unprobed == m->load_count); /* a prefix of the ring */
+    m->load_unprobed++;
+    m->load_previous = e;
+    m->load_previous_group = key_group;
+  }
+  load_enqueue(m, e);
+  return 0;
+}
+
+int sl_cow_map_load_finish(sl_cow_map *m) {
+  assert(m);
+  /* Bounded: the ring holds at most SL_COW_LOAD_WINDOW. */
+  while (m->load_count > 0)
+    load_link_oldest(m);
+  assert(m->load_unprobed == 0);
+  m->loading = false;
+  m->load_sorted = false;
+  m->load_previous = 0;
+  return m->load_error;
+}
+
 int sl_cow_map_reserve(sl_cow_map *m, uint64_t entries) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   if (m->rehashing || sl_cow_map_count(m) != 0)
     return 0; /* only an empty map: nothing to move */
   uint64_t size = INITIAL_BUCKETS;
@@ -637,6 +1016,7 @@ static void pending_grow(sl_cow_map *m) {
 
 sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   assert(m->epoch < UINT32_MAX); /* 4e9 checkpoints: not in this lifetime */
   sl_cow_delta delta = {.epoch = m->epoch,
                         .head = m->dirty_head,
@@ -660,6 +1040,7 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
 void sl_cow_map_pending(const sl_cow_map *m, const sl_cow_delta **deltas,
                         int *count) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   assert(deltas && count);
   *deltas = m->pending;
   *count = (int)m->pending_count;
@@ -667,6 +1048,7 @@ void sl_cow_map_pending(const sl_cow_map *m, const sl_cow_delta **deltas,
 
 void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   uint32_t n = 0;
   for (; n < m->pending_count && m->pending[n].epoch <= epoch; n++) {
     const sl_cow_delta *d = &m->pending[n];
@@ -688,6 +1070,7 @@ void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
 
 bool sl_cow_map_maintain(sl_cow_map *m, uint32_t budget) {
   assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
   return reclaim_steps(m, budget);
 }
 
@@ -701,16 +1084,44 @@ bool sl_cow_map_maintain(sl_cow_map *m, uint32_t budget) {
     }                                                                      \
   } while (0)
 
+/* What the checker adds up while it walks the map. */
+typedef struct check_tally {
+  uint64_t bytes;          /* memory the map must account for (note 7) */
+  uint64_t dirty_live;     /* table versions of a non-zero epoch */
+  uint64_t live_on_lists;  /* live versions met on the lists */
+  uint64_t arena_versions; /* arena versions met, each once */
+  uint64_t heap_versions;  /* malloc'd versions met, each once */
+} check_tally;
+
+/* Where a version's memory is counted: its own allocation, or (arena) a
+ * place inside a chunk of this map, counted with the chunk (note 7). */
+static bool check_version_memory(const sl_cow_map *m, const sl_cow_entry *e,
+                                 check_tally *tally) {
+  CHECK(e->arena <= 1);
+  uint64_t bytes = entry_alloc_bytes(e->key_bytes, entry_capacity(e));
+  if (!e->arena) {
+    tally->bytes += bytes;
+    tally->heap_versions++;
+    return true;
+  }
+  const arena_chunk *c = chunk_of(e);
+  const uint8_t *at = (const uint8_t *)e, *base = (const uint8_t *)c;
+  CHECK(c->owner == m);
+  CHECK(at >= base + sizeof *c);
+  CHECK(at + bytes <= base + c->used_bytes);
+  tally->arena_versions++;
+  return true;
+}
+
 /* Every table entry: in its bucket, live, found by lookup (so no duplicate
- * shadows it), hash right.  Adds live bytes and dirty live entries. */
-static bool check_tables(const sl_cow_map *m, uint64_t *bytes,
-                         uint64_t *dirty_live) {
+ * shadows it), hash right. */
+static bool check_tables(const sl_cow_map *m, check_tally *tally) {
   CHECK(m->tables[0].size >= INITIAL_BUCKETS);
   CHECK(m->rehashing == (m->tables[1].size != 0));
   for (int t = 0; t < 2; t++) {
     const cow_table *table = &m->tables[t];
     CHECK((table->size & (table->size - 1)) == 0);
-    *bytes += table->size * sizeof *table->buckets;
+    tally->bytes += table->size * sizeof *table->buckets;
     uint64_t seen = 0;
     for (uint64_t b = 0; b < table->size; b++) {
       CHECK(t == 1 || !m->rehashing || b >= m->rehash_index || !table->buckets[b]);
@@ -724,8 +1135,9 @@ static bool check_tables(const sl_cow_map *m, uint64_t *bytes,
         CHECK(*find_link(m, e->hash, e->data, e->key_bytes, &found_in) == e);
         CHECK(found_in == t);
         CHECK(e->epoch <= m->epoch);
-        *bytes += entry_alloc_bytes(e->key_bytes, e->value_bytes);
-        *dirty_live += e->epoch != 0;
+        if (!check_version_memory(m, e, tally))
+          return false;
+        tally->dirty_live += e->epoch != 0;
       }
       CHECK(e == 0);
     }
@@ -736,11 +1148,12 @@ static bool check_tables(const sl_cow_map *m, uint64_t *bytes,
 
 /* One list: length, tail, bytes (unless expected_bytes is UINT64_MAX),
  * epochs in [epoch_min, epoch_max] and not decreasing, marks consistent,
- * live versions in the table.  Adds retired bytes and live entries. */
+ * live versions in the table.  Retired versions are counted here, live
+ * ones by check_tables(). */
 static bool check_list(const sl_cow_map *m, const sl_cow_entry *head,
                        const sl_cow_entry *tail, uint64_t entries,
                        uint64_t expected_bytes, uint32_t epoch_min,
-                       uint32_t epoch_max, uint64_t *bytes, uint64_t *live) {
+                       uint32_t epoch_max, check_tally *tally) {
   const sl_cow_entry *e = head, *last = 0;
   uint64_t n = 0, list_bytes = 0;
   uint32_t epoch = epoch_min;
@@ -750,12 +1163,13 @@ static bool check_list(const sl_cow_map *m, const sl_cow_entry *head,
     CHECK(!e->tombstone || (e->retired && e->value_bytes == 0));
     CHECK(!e->superseded || e->retired);
     if (e->retired) {
-      *bytes += entry_alloc_bytes(e->key_bytes, entry_capacity(e));
+      if (!check_version_memory(m, e, tally))
+        return false;
     } else {
       int found_in;
       sl_cow_entry **link = find_link(m, e->hash, e->data, e->key_bytes, &found_in);
       CHECK(link && *link == e);
-      (*live)++;
+      tally->live_on_lists++;
     }
     list_bytes += (uint64_t)e->key_bytes + e->value_bytes;
   }
@@ -766,16 +1180,62 @@ static bool check_list(const sl_cow_map *m, const sl_cow_entry *head,
   return true;
 }
 
+/* The bulk load's ring: CLEAN versions in no table and on no list. */
+static bool check_load_window(const sl_cow_map *m, check_tally *tally) {
+  CHECK(m->load_count <= SL_COW_LOAD_WINDOW);
+  CHECK(m->load_first < SL_COW_LOAD_WINDOW);
+  CHECK(m->load_unprobed <= m->load_count);
+  CHECK(m->loading || m->load_count == 0);
+  CHECK(!m->load_sorted || m->loading);
+  for (uint32_t i = 0; i < m->load_count; i++) {
+    const sl_cow_entry *e =
+        m->load_window[(m->load_first + i) & (SL_COW_LOAD_WINDOW - 1)];
+    CHECK(e->epoch == 0);
+    CHECK(!e->retired && !e->tombstone && !e->superseded);
+    CHECK(e->hash == key_hash(e->data, e->key_bytes));
+    if (!check_version_memory(m, e, tally))
+      return false;
+  }
+  return true;
+}
+
+/* The chunk list, and every carved version not yet freed met exactly once
+ * (in the table, retired on a list, or in the ring). */
+static bool check_arena(const sl_cow_map *m, check_tally *tally) {
+  const arena_chunk *c = m->arena_chunks, *prev = 0;
+  uint64_t chunks = 0, versions = 0;
+  bool carving_listed = m->arena_carving == 0;
+  for (; c && chunks < m->arena_chunk_count; prev = c, c = c->next, chunks++) {
+    CHECK(((uintptr_t)c & (ARENA_CHUNK_BYTES - 1)) == 0);
+    CHECK(c->owner == m);
+    CHECK(c->prev == prev);
+    CHECK(c->used_bytes >= sizeof *c && c->used_bytes <= ARENA_CHUNK_BYTES);
+    CHECK(c->used_bytes % 8 == 0);
+    CHECK(c->versions > 0); /* an empty chunk is freed at once */
+    /* The smallest version: a header and an 8-byte value area. */
+    CHECK((uint64_t)c->versions * (sizeof(sl_cow_entry) + 8) <=
+          c->used_bytes - sizeof *c);
+    versions += c->versions;
+    carving_listed |= c == m->arena_carving;
+  }
+  CHECK(c == 0);
+  CHECK(chunks == m->arena_chunk_count);
+  CHECK(carving_listed);
+  CHECK(versions == tally->arena_versions);
+  tally->bytes += chunks * ARENA_CHUNK_BYTES;
+  return true;
+}
+
 bool sl_cow_map_check(const sl_cow_map *m) {
   CHECK(m);
   CHECK(m->epoch >= 1);
-  uint64_t bytes = sizeof *m + (uint64_t)m->pending_capacity *
-                                   (sizeof *m->pending + sizeof *m->pending_tails);
-  uint64_t dirty_live = 0, live_on_lists = 0;
-  if (!check_tables(m, &bytes, &dirty_live))
+  check_tally tally = {
+      .bytes = sizeof *m + (uint64_t)m->pending_capacity *
+                               (sizeof *m->pending + sizeof *m->pending_tails)};
+  if (!check_tables(m, &tally))
     return false;
   if (!check_list(m, m->dirty_head, m->dirty_tail, m->dirty_entries,
-                  m->dirty_bytes, m->epoch, m->epoch, &bytes, &live_on_lists))
+                  m->dirty_bytes, m->epoch, m->epoch, &tally))
     return false;
   CHECK(m->pending_count <= m->pending_capacity);
   uint32_t after = 0; /* pending epochs strictly increase, below current */
@@ -784,15 +1244,18 @@ bool sl_cow_map_check(const sl_cow_map *m) {
     CHECK(d->epoch > after && d->epoch < m->epoch);
     after = d->epoch;
     if (!check_list(m, d->head, m->pending_tails[i], d->entries, d->bytes,
-                    d->epoch, d->epoch, &bytes, &live_on_lists))
+                    d->epoch, d->epoch, &tally))
       return false;
   }
   uint32_t reclaim_max = m->pending_count ? m->pending[0].epoch - 1 : m->epoch - 1;
   if (!check_list(m, m->reclaim_head, m->reclaim_tail, m->reclaim_entries,
-                  UINT64_MAX, 1, reclaim_max, &bytes, &live_on_lists))
+                  UINT64_MAX, 1, reclaim_max, &tally))
     return false;
   /* Every live version of a non-zero epoch is on exactly one list. */
-  CHECK(live_on_lists == dirty_live);
-  CHECK(bytes == m->memory_bytes);
+  CHECK(tally.live_on_lists == tally.dirty_live);
+  if (!check_load_window(m, &tally) || !check_arena(m, &tally))
+    return false;
+  CHECK(tally.bytes == m->memory_bytes);
+  CHECK(tally.heap_versions == m->heap_versions);
   return true;
 }
