@@ -658,7 +658,10 @@ static void compact_if_due(sl_checkpointer *cp) {
   if ((queued && !forced) || atomic_load(&cp->no_compaction) ||
       atomic_load(&cp->shutdown) || atomic_load(&cp->job->stopping))
     return;
-  sl_store_set_cancel(cp->store, forced ? 0 : &cp->compaction_cancel);
+  /* A forced one ignores waiting checkpoints, not a shutdown: a stop or a
+   * failover must not wait for a whole compaction (up to a second at 1M
+   * keys). */
+  sl_store_set_cancel(cp->store, forced ? &cp->shutdown : &cp->compaction_cancel);
   for (int attempt = 0; attempt < SL_MAP_FULL_RETRIES; attempt++) {
     sl_store_compaction stats;
     int rc = sl_store_compact(cp->store, SL_COMPACT_MIN_LOG_ENTRIES, &stats);
