@@ -829,13 +829,19 @@ static void print_failover(sl_job *job, const options *o) {
     sl_recovery_stats r;
     if (sl_job_recovery_stats(job, k, &r))
       continue;
+    char restored[32] = "none", first[32] = "none";
+    if (r.restored_us)
+      snprintf(restored, sizeof restored, "%.1f ms",
+               (double)r.restored_us / 1e3);
+    if (r.first_record_us)
+      snprintf(first, sizeof first, "%.1f ms",
+               (double)r.first_record_us / 1e3);
     printf("  restart %" PRIu32 ": %s\n"
            "    restored checkpoint %" PRIu64 "; after the failure: threads "
-           "stopped %.1f ms, waited %.1f ms, state restored %.1f ms, first "
-           "record %.1f ms\n",
+           "stopped %.1f ms, waited %.1f ms, state restored %s, first "
+           "record %s\n",
            r.restart, r.cause, r.restored_from, (double)r.stopped_us / 1e3,
-           (double)r.delay_us / 1e3, (double)r.restored_us / 1e3,
-           (double)r.first_record_us / 1e3);
+           (double)r.delay_us / 1e3, restored, first);
   }
   if (!o->config.checkpoint.state_dir)
     return;
@@ -885,10 +891,11 @@ static int run_job(options *o) {
       !window)
     die_usage("--resume is for the count and window jobs (pipeline and keyed "
               "keep their results outside checkpointed state)");
-  if (o->config.restart.strategy != SL_RESTART_NONE && !count && !window)
-    die_usage("--restart is for the count and window jobs (a restart of "
-              "pipeline or keyed could not verify: their results are not "
-              "checkpointed)");
+  if (o->config.restart.strategy != SL_RESTART_NONE &&
+      !(window || (count && o->output_dir)))
+    die_usage("--restart is for the window job and the count job with "
+              "--output (elsewhere the results are not checkpointed, so a "
+              "restarted run could not verify)");
   if (o->config.checkpoint.store_policy == SL_STORE_RESUME && !o->output_dir)
     die_usage("--resume needs --output: the committed files are what a "
               "resumed run is checked by");

@@ -106,6 +106,7 @@ int sl_checkpointer_start(struct sl_job *job);   /* coordinator + writer */
 void sl_checkpointer_stop(struct sl_job *job);   /* join them */
 void sl_checkpointer_reset(struct sl_job *job);  /* failover: after stop */
 int sl_checkpointer_restore_instance(struct sl_ctx *inst); /* its thread */
+void sl_checkpointer_restore_skip(struct sl_ctx *inst); /* open failed */
 void sl_checkpointer_free(struct sl_job *job);
 void sl_checkpointer_ack(struct sl_job *job, sl_ack *ack);
 void sl_checkpointer_wake(struct sl_job *job);

@@ -179,7 +179,8 @@ struct sl_checkpointer {
   sl_checkpoint_stats history[SL_CHECKPOINT_HISTORY];
   sl_checkpoint_instance_stats *history_instances[SL_CHECKPOINT_HISTORY];
   int history_count; /* entries ever added */
-  uint64_t restored_from;
+  _Atomic uint64_t restored_from; /* read by sl_job_last_checkpoint() while
+                                     a restart writes it */
 };
 
 uint64_t sl_now_ns(void) {
@@ -321,11 +322,11 @@ SL_EXPORT int sl_job_checkpoint_instance_stats(
 SL_EXPORT uint64_t sl_job_last_checkpoint(const sl_job *job,
                                           uint64_t *restored_from) {
   if (restored_from)
-    *restored_from = job && job->cp ? job->cp->restored_from : 0;
+    *restored_from = job && job->cp ? atomic_load(&job->cp->restored_from) : 0;
   if (!job || !job->cp)
     return 0;
   uint64_t id = atomic_load(&job->cp_completed_id);
-  return id == job->cp->restored_from ? 0 : id;
+  return id == atomic_load(&job->cp->restored_from) ? 0 : id;
 }
 
 /* ----------------------------------------------------------- the writer */
@@ -1371,8 +1372,9 @@ void sl_checkpointer_reset(sl_job *job) {
   atomic_store(&cp->shutdown, 0);
   atomic_store(&cp->compaction_cancel, 0);
   atomic_store(&cp->no_compaction, 0);
-  sl_parker_init(&cp->coordinator_parker);
-  sl_parker_init(&cp->writer_parker);
+  /* The parkers are left as they are: a waker (sl_job_trigger_checkpoint)
+   * may touch them at any time, and a stale wake only makes the first
+   * sleep return at once. */
 }
 
 /* Called by sl_job_start after compiling, before any thread starts, and by
@@ -1394,10 +1396,10 @@ int sl_checkpointer_setup(sl_job *job) {
   }
   /* Each instance restores its own state on its thread, in parallel
    * (sl_checkpointer_restore_instance). */
+  uint64_t from = rc == 0 ? atomic_load(&job->cp->restored_from) : 0;
   for (int i = 0; i < job->instance_count && rc == 0; i++)
-    job->instances[i]->cp.restored_from = job->cp->restored_from;
-  atomic_store(&job->restores_pending,
-               job->cp->restored_from ? job->instance_count : 0);
+    job->instances[i]->cp.restored_from = from;
+  atomic_store(&job->restores_pending, from ? job->instance_count : 0);
   return rc;
 }
 
@@ -1409,9 +1411,18 @@ int sl_checkpointer_restore_instance(sl_instance *inst) {
   if (!inst->cp.restored_from || !job->cp)
     return 0;
   int rc = restore_instance(job, inst);
+  sl_checkpointer_restore_skip(inst);
+  return rc;
+}
+
+/* The instance is done with restoring (or will not restore: its open
+ * failed), so the count of instances still restoring goes down. */
+void sl_checkpointer_restore_skip(sl_instance *inst) {
+  sl_job *job = inst->job;
+  if (!inst->cp.restored_from || !job->cp)
+    return;
   if (atomic_fetch_sub(&job->restores_pending, 1) == 1)
     atomic_store(&job->restored_ns, sl_now_ns());
-  return rc;
 }
 
 int sl_checkpointer_start(sl_job *job) {

@@ -288,7 +288,8 @@ static void reset_instance(sl_instance *inst) {
   inst->emit_closed = false;
   inst->cause[0] = 0;
   inst->current_channel = 0;
-  sl_parker_init(&inst->parker);
+  /* The parker stays as it is: sl_job_stop() may wake it at any time, and
+   * a stale wake only makes one sleep return at once. */
 }
 
 /* Free the failed attempt's keyed state (note 6). */

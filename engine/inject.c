@@ -18,6 +18,18 @@
  *   crash        the named points: SIGKILL at once.
  * Every fault that fires is logged on stderr with its spec, and the spec is
  * part of the failure's message.
+ *
+ * One failure per attempt.  A fault that fails the job claims the attempt
+ * (attempt_fault_fired); a second one that would fail the same attempt
+ * before it stopped gives its turn back, and no fault fires in an attempt
+ * that is already failing or stopping.  So with the default
+ * tolerable_failures of 0 every fault that fires costs exactly one restart.
+ * Faults that do not fail the job take no claim: a store MAP_FULL (the
+ * writer grows the map and writes again), a slow instance, and snapshot,
+ * write and store faults while tolerable_failures > 0 (a few aborted
+ * checkpoints are tolerated).  Compactions are not faulted: a failed
+ * compaction loses nothing and fails nothing (store faults hit checkpoint
+ * writes only).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <lmdb.h>
 
 #include "fault.h"
 #include "internal.h"
@@ -97,10 +111,33 @@ void sl_inject_free(sl_job *job) {
 }
 
 void sl_inject_restart(sl_job *job) {
-  atomic_store(&job->record_fault_fired, 0);
+  atomic_store(&job->attempt_fault_fired, 0);
   for (int i = 0; i < job->instance_count; i++)
     if (job->instances[i]->fault)
       sl_fault_cursor_restart(job->instances[i]->fault);
+}
+
+static bool attempt_failing(const sl_job *job) {
+  return atomic_load(&job->failed) || atomic_load(&job->stopping) ||
+         atomic_load(&job->attempt_fault_fired);
+}
+
+/* Claim the attempt for fault f, which fails the job; false (f's firing
+ * given back) if the attempt is already failing or another fault claimed
+ * it first. */
+static bool claim_attempt(sl_job *job, sl_fault *f) {
+  int expected = 0;
+  if (!atomic_load(&job->failed) && !atomic_load(&job->stopping) &&
+      atomic_compare_exchange_strong(&job->attempt_fault_fired, &expected, 1))
+    return true;
+  atomic_fetch_sub(&f->fired, 1);
+  return false;
+}
+
+/* Whether a checkpoint fault (snapshot, write, store) fails the job. */
+static bool checkpoint_fault_fails(const sl_job *job, const sl_fault *f) {
+  return job->config.checkpoint.tolerable_failures == 0 &&
+         !(f->kind == SL_FAULT_STORE && f->error == MDB_MAP_FULL);
 }
 
 SL_EXPORT uint64_t sl_job_faults_fired(const sl_job *job) {
@@ -141,12 +178,8 @@ int sl_inject_records(sl_instance *inst, uint64_t n) {
        * job stopped would be the same failover, so its fault gives back
        * its claim and stays for a later attempt ("restarts = faults
        * injected" holds exactly). */
-      int expected = 0;
-      if (!atomic_compare_exchange_strong(&inst->job->record_fault_fired,
-                                          &expected, 1)) {
-        atomic_fetch_sub(&step.fail->fired, 1);
+      if (!claim_attempt(inst->job, step.fail))
         continue;
-      }
       sl_fault_log(step.fail, "operator '%s' instance %d, record %" PRIu64,
                    inst->op->name, inst->index, c->record);
       char text[SL_FAULT_TEXT_BYTES + 32];
@@ -162,10 +195,15 @@ int sl_inject_occurrence(sl_job *job, sl_instance *inst, int kind, int sub,
                          char *cause, size_t cause_bytes) {
   if (!job->faults || !sl_fault_plan_has(job->faults, (enum sl_fault_kind)kind))
     return 0;
+  if (attempt_failing(job))
+    return 0; /* one failure per attempt (the note at the top) */
   sl_fault *f = sl_fault_occur(job->faults, (enum sl_fault_kind)kind, sub,
                                inst ? inst->op->name : 0,
                                inst ? inst->index : -1);
   if (!f)
+    return 0;
+  bool fails = kind == SL_FAULT_RESTORE || checkpoint_fault_fails(job, f);
+  if (fails && !claim_attempt(job, f))
     return 0;
   char text[SL_FAULT_TEXT_BYTES + 32];
   sl_fault_describe(f, text, sizeof text);
@@ -190,8 +228,12 @@ void sl_inject_crash_point(sl_job *job, int point) {
  * the restoring thread, which only reads). */
 int sl_inject_store_call(void *arg, enum sl_store_call call) {
   sl_job *job = arg;
+  if (attempt_failing(job))
+    return 0;
   sl_fault *f = sl_fault_occur(job->faults, SL_FAULT_STORE, (int)call, 0, -1);
   if (!f)
+    return 0;
+  if (checkpoint_fault_fails(job, f) && !claim_attempt(job, f))
     return 0;
   sl_fault_log(f, "store %s", sl_fault_call_name((enum sl_fault_call)call));
   /* Kept for the writer's failure message, which names the fault. */

@@ -177,7 +177,8 @@ struct sl_job {
   /* Fault injection (inject.c). */
   struct sl_fault_plan *faults; /* NULL: none */
   char *faults_text;            /* owned copy of config.faults */
-  _Atomic int record_fault_fired; /* a fail fault fired in this attempt */
+  _Atomic int attempt_fault_fired; /* a fault that fails the job fired in
+                                      this attempt (inject.c) */
   char store_fault_text[256];   /* the store fault that fired last (writer
                                    thread), for the failure message */
 };

@@ -680,6 +680,7 @@ static void *instance_main(void *arg) {
     if (!inst->cause[0])
       sl_ctx_fail(inst, "open callback returned %d", rc);
     sl_instance_fail(inst, rc);
+    sl_checkpointer_restore_skip(inst); /* it will not restore */
     return 0;
   }
   rc = sl_checkpointer_restore_instance(inst); /* fails the job itself */

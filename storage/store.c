@@ -98,6 +98,8 @@
 
 #include "sluice.h"
 
+/* Readers at once (open_env): a job's instances restore in parallel. */
+#define STORE_MAX_READERS 4096
 #define STORE_MAGIC "sluice-store"
 #define STORE_MAGIC_BYTES (sizeof STORE_MAGIC - 1)
 #define STORE_ERROR_BYTES 1024
@@ -211,6 +213,7 @@ struct sl_store {
   struct merge_buffers *merge;
   const _Atomic int *cancel; /* sl_store_set_cancel: stops a compaction */
   sl_store_fault_fn fault;   /* sl_store_set_fault: the fault layer */
+  bool compacting;           /* compactions are not faulted */
   void *fault_arg;
   char error[STORE_ERROR_BYTES];
 };
@@ -387,7 +390,7 @@ static int value_put(sl_store *s, MDB_txn *txn, int db, MDB_val *key,
   size_t payload_bytes = head_bytes + body_bytes;
   MDB_val value = {.mv_size = payload_bytes + SL_STORE_CHECKSUM_BYTES,
                    .mv_data = 0};
-  if (s->fault) {
+  if (s->fault && !s->compacting) { /* store.h: checkpoint writes only */
     int injected = s->fault(s->fault_arg, SL_STORE_CALL_PUT);
     if (injected)
       return injected; /* nothing was put */
@@ -651,6 +654,11 @@ static int open_env(sl_store *s, bool writemap) {
   rc = mdb_env_set_maxdbs(s->env, DB_COUNT - 1);
   if (rc != 0)
     return lmdb_fail(s, rc, "mdb_env_set_maxdbs");
+  /* Every instance restores on its own thread, each with a read
+   * transaction: room for more than LMDB's default 126 readers. */
+  rc = mdb_env_set_maxreaders(s->env, STORE_MAX_READERS);
+  if (rc != 0)
+    return lmdb_fail(s, rc, "mdb_env_set_maxreaders");
   /* NOTLS: a read transaction is not tied to its thread (the store moves
    * between the restoring thread and the writer thread).  No map size is
    * set yet, so LMDB adopts the stored one (open_map_size). */
@@ -2009,7 +2017,9 @@ int sl_store_compact(sl_store *s, uint64_t min_log_entries,
   if (rc != 0)
     return lmdb_fail(s, rc, "compact: begin");
   bool done = false;
+  s->compacting = true;
   rc = compact_in(s, txn, min_log_entries, &result, &done);
+  s->compacting = false;
   if (rc != 0 || !done) {
     mdb_txn_abort(txn); /* nothing changed */
     return rc;

@@ -249,7 +249,9 @@ void sl_store_set_cancel(sl_store *store, const _Atomic int *cancel);
  * MDB_MAP_FULL) becomes that call's result as if LMDB had returned it.  A
  * failed put or commit changes nothing (the transaction is aborted); a
  * failed sync comes after a commit that did happen, as when fsync reports
- * an error: the checkpoint is durable, but its writer is told it failed. */
+ * an error: the checkpoint is durable, but its writer is told it failed.
+ * Compactions are not faulted (a failed one loses nothing and fails
+ * nothing, so a fault there would only go unseen). */
 enum sl_store_call {
   SL_STORE_CALL_PUT,
   SL_STORE_CALL_COMMIT,

@@ -350,6 +350,8 @@ static const fault_case every_kind[] = {
     {"snapshot:op=count,nth=2", 1},
     {"write:nth=2", 1},
     {"fail:op=source,instance=0,record=3000;restore:op=count", 2},
+    /* every count instance restores at once: one failure per attempt */
+    {"fail:op=source,instance=0,record=3000;restore:op=count,times=2", 3},
     {"store:call=put,error=EIO,nth=3", 1},
     {"store:call=commit,error=ENOSPC,nth=2", 1},
     {"store:call=sync,error=EIO,nth=2", 1},

@@ -109,6 +109,8 @@ static void *watch(void *arg) {
     (void)sl_job_restarts(w->job);
     (void)sl_job_faults_fired(w->job);
     (void)sl_job_progress(w->job);
+    uint64_t from;
+    (void)sl_job_last_checkpoint(w->job, &from);
     w->reads++;
     struct timespec t = {.tv_sec = 0, .tv_nsec = 200000};
     nanosleep(&t, 0);
