@@ -22,6 +22,11 @@
  *    this instance — output after n, which the replay writes again.
  * 5. Without checkpointing the sink commits its single part at the end of
  *    input (finish).
+ * 6. A start with no checkpoint to restore (a first run, a fresh store, a
+ *    restart before any checkpoint completed, a resume of a run killed
+ *    before its first checkpoint) deletes the instance's pending parts: no
+ *    checkpoint refers to them, so none could ever commit them, and left
+ *    alone they would outlive the run as uncommitted files.
  *
  * The plain sink appends to DIR/out-K.SUFFIX and flushes on each snapshot;
  * after a resume the records since the restored checkpoint appear again
@@ -253,6 +258,23 @@ static int64_t pending_seq(const char *name, int index) {
   return (int64_t)seq;
 }
 
+/* Delete every pending part of instance index in dir (output of a run
+ * whose checkpoints never completed: note 4 and file_sink_open). */
+static void delete_pending(const char *dir, int index) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (pending_seq(e->d_name, index) < 0)
+      continue;
+    char path[4096 + 256 + 2];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  closedir(d);
+}
+
 /* Note 4. */
 static int file_sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
   file_sink_instance *f = state;
@@ -282,15 +304,9 @@ static int file_sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
   DIR *d = opendir(f->sink->dir);
   if (!d)
     return fail_errno(ctx, errno, "cannot read directory", f->sink->dir);
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (pending_seq(e->d_name, f->index) < 0)
-      continue;
-    char path[4096 + 256 + 2];
-    snprintf(path, sizeof path, "%s/%s", f->sink->dir, e->d_name);
-    unlink(path); /* after n: the replay writes it again */
-  }
   closedir(d);
+  delete_pending(f->sink->dir, f->index); /* after n: the replay writes it
+                                             again */
   return 0;
 }
 
@@ -303,6 +319,11 @@ static int file_sink_open(sl_ctx *ctx, void *user, void **state) {
     return -ENOMEM;
   f->sink = sink;
   f->index = sl_ctx_instance(ctx);
+  /* Note 6: nothing to restore, so any pending part of this instance is
+   * the output of an earlier run (or attempt) none of whose checkpoints
+   * completed: no checkpoint can ever commit it. */
+  if (sink->config.exactly_once && ctx->cp.restored_from == 0)
+    delete_pending(sink->dir, f->index);
   if (!sink->config.exactly_once) {
     char path[4200];
     snprintf(path, sizeof path, "%s/out-%d%s", sink->dir, f->index,

@@ -684,3 +684,27 @@ Test(failover, crash_at_each_point_then_resume, .timeout = 300) {
     remove_tree(out);
   }
 }
+
+/* A run killed inside its first checkpoint write leaves pre-committed
+ * parts (and parts opened after the barrier) that no checkpoint refers to;
+ * the resumed run has nothing to restore and, here, takes only its final
+ * checkpoint, so it writes fewer parts than the killed run left.  It must
+ * leave no uncommitted part behind (file_sink.c note 6). */
+Test(failover, killed_before_the_first_checkpoint_leaves_nothing_pending,
+     .timeout = 120) {
+  char *state = temp_dir(), *out = temp_dir();
+  uint64_t records = sl_test_scaled(60000, 12000);
+  run_spec s = {.records = records, .keys = 53, .parallelism = 3,
+                .state_dir = state, .out_dir = out,
+                .policy = SL_STORE_RESUME, .gate = records,
+                .faults = "crash:point=mid-write,nth=1"};
+  int status = run_in_child(&s);
+  cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+            "the child was not killed (status %d)", status);
+  s.faults = 0;
+  s.interval_ms = 600000; /* only the final checkpoint */
+  run_result r = run(&s);
+  expect_exactly_once(&r, records, "resume after a kill in the first write");
+  remove_tree(state);
+  remove_tree(out);
+}
