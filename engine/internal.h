@@ -199,6 +199,12 @@ void sl_job_stop_internal(sl_job *job);
 int sl_job_start_threads(sl_job *job);
 void sl_job_join_threads(sl_job *job);
 
+/* operators/sources.c: restored operator state as count 64-bit words;
+ * SL_ENOTFOUND if none was saved, -EINVAL (instance failed, naming what)
+ * for another size. */
+int sl_operator_state_words(sl_ctx *ctx, uint64_t id, const char *what,
+                            uint64_t *words, uint32_t count);
+
 /* failover.c */
 int sl_failover_setup(sl_job *job);     /* sl_job_start, before threads */
 int sl_failover_start(sl_job *job);     /* the supervisor thread, if any */

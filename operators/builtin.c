@@ -75,20 +75,12 @@ static int sequence_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 
 static int sequence_restore(sl_ctx *ctx, void *state, uint64_t id) {
   sequence_instance *s = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  uint64_t next;
+  int rc = sl_operator_state_words(ctx, id, "sequence position", &next, 1);
   if (rc == SL_ENOTFOUND)
     return 0; /* no position saved: start from the beginning */
   if (rc)
     return rc;
-  uint64_t next;
-  if (bytes != sizeof next) {
-    sl_ctx_fail(ctx, "checkpoint %llu: sequence position is %u bytes, not 8",
-                (unsigned long long)id, bytes);
-    return -EINVAL;
-  }
-  memcpy(&next, data, sizeof next);
   if (next > s->end) {
     sl_ctx_fail(ctx, "checkpoint %llu: position %llu is past the end %llu "
                 "(was the job changed?)", (unsigned long long)id,

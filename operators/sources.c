@@ -18,23 +18,32 @@ static int save_position(sl_ctx *ctx, uint64_t position) {
   return sl_operator_state_set(ctx, &position, sizeof position);
 }
 
-static int load_position(sl_ctx *ctx, uint64_t id, uint64_t *position) {
+/* The operator state restored for checkpoint id as `count` 64-bit words
+ * (internal.h).  A state of another size fails the instance with a
+ * message naming `what`. */
+int sl_operator_state_words(sl_ctx *ctx, uint64_t id, const char *what,
+                            uint64_t *words, uint32_t count) {
   const void *data;
   uint32_t bytes;
   int rc = sl_operator_state_get(ctx, &data, &bytes);
+  if (rc)
+    return rc; /* SL_ENOTFOUND: nothing was saved */
+  if (bytes != count * 8u) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": saved %s is %" PRIu32
+                " bytes, not %" PRIu32, id, what, bytes, count * 8u);
+    return -EINVAL;
+  }
+  memcpy(words, data, bytes);
+  return 0;
+}
+
+static int load_position(sl_ctx *ctx, uint64_t id, uint64_t *position) {
+  int rc = sl_operator_state_words(ctx, id, "position", position, 1);
   if (rc == SL_ENOTFOUND) {
     *position = 0;
     return 0;
   }
-  if (rc)
-    return rc;
-  if (bytes != sizeof *position) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": saved position is %" PRIu32
-                " bytes, not 8", id, bytes);
-    return -EINVAL;
-  }
-  memcpy(position, data, sizeof *position);
-  return 0;
+  return rc;
 }
 
 /* ------------------------------------------------------------ memory */
@@ -186,20 +195,12 @@ static int lines_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 
 static int lines_restore(sl_ctx *ctx, void *state, uint64_t id) {
   lines_instance *l = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  uint64_t position[2];
+  int rc = sl_operator_state_words(ctx, id, "file position", position, 2);
   if (rc == SL_ENOTFOUND)
     return 0;
   if (rc)
     return rc;
-  uint64_t position[2];
-  if (bytes != sizeof position) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": saved file position is %" PRIu32
-                " bytes, not 16", id, bytes);
-    return -EINVAL;
-  }
-  memcpy(position, data, sizeof position);
   if (fseeko(l->file, (off_t)position[0], SEEK_SET) != 0) {
     int e = errno;
     sl_ctx_fail(ctx, "%s: cannot seek to byte %" PRIu64 ": %s", l->path,

@@ -107,20 +107,9 @@ static int keyed_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 
 static int keyed_restore(sl_ctx *ctx, void *state, uint64_t id) {
   keyed_instance *s = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0; /* saved nothing yet: from the beginning */
-  if (rc)
-    return rc;
-  if (bytes != sizeof s->emitted) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": keyed source position is %"
-                PRIu32 " bytes, not 8", id, bytes);
-    return -EINVAL;
-  }
-  memcpy(&s->emitted, data, sizeof s->emitted);
-  return 0;
+  int rc = sl_operator_state_words(ctx, id, "keyed source position",
+                                   &s->emitted, 1);
+  return rc == SL_ENOTFOUND ? 0 : rc; /* none: from the beginning */
 }
 
 static void keyed_close(sl_ctx *ctx, void *state) {
@@ -238,20 +227,13 @@ static int verify_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 
 static int verify_restore(sl_ctx *ctx, void *state, uint64_t id) {
   verify_instance *v = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  uint64_t words[VERIFY_STATE_WORDS];
+  int rc = sl_operator_state_words(ctx, id, "verifying sink state", words,
+                                   VERIFY_STATE_WORDS);
   if (rc == SL_ENOTFOUND)
     return 0;
   if (rc)
     return rc;
-  uint64_t words[VERIFY_STATE_WORDS];
-  if (bytes != sizeof words) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": verifying sink state is %"
-                PRIu32 " bytes, not %zu", id, bytes, sizeof words);
-    return -EINVAL;
-  }
-  memcpy(words, data, sizeof words);
   v->counts.records = words[0];
   v->counts.in_order = words[1];
   v->counts.duplicates = words[2];
