@@ -1410,6 +1410,10 @@ int sl_checkpointer_restore_instance(sl_instance *inst) {
   sl_job *job = inst->job;
   if (!inst->cp.restored_from || !job->cp)
     return 0;
+  /* DESIGN.md invariant 6: every instance restores the same checkpoint,
+   * the newest complete one. */
+  assert(inst->cp.restored_from == atomic_load(&job->cp->restored_from));
+  assert(inst->cp.restored_from == sl_store_latest(job->cp->store));
   int rc = restore_instance(job, inst);
   sl_checkpointer_restore_skip(inst);
   return rc;

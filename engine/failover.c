@@ -319,13 +319,16 @@ static int restart(sl_job *job) {
   sl_checkpointer_reset(job); /* frees the acks that point into the maps */
   for (int i = 0; i < job->instance_count; i++) {
     sl_instance *inst = job->instances[i];
+    assert(!inst->thread_started); /* note 3: every thread was joined */
     assert(!f->old_state[i]);
     f->old_state[i] = inst->cp.keyed; /* note 6: freed later */
     inst->cp.keyed = 0;
     reset_instance(inst);
   }
-  for (int i = 0; i < job->ring_count; i++)
-    sl_ring_reset(&job->rings[i]);
+  for (int i = 0; i < job->ring_count; i++) {
+    sl_ring_reset(&job->rings[i]); /* in-flight records are discarded */
+    assert(sl_ring_readable_consumer(&job->rings[i]) == 0);
+  }
   sl_inject_restart(job);
   job->error[0] = 0;
   job->fail_status = 0;
