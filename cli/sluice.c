@@ -732,9 +732,10 @@ static void *status_main(void *arg) {
     if (s->o->config.checkpoint.state_dir &&
         sl_job_checkpoint_stats(s->job, 0, &cs) == 0)
       snprintf(checkpoint, sizeof checkpoint,
-               ", checkpoint %" PRIu64 " %s (%.1f ms)",
-               sl_job_last_checkpoint(s->job, 0),
-               cs.status == SL_CHECKPOINT_ABORTED ? "aborted" : "complete",
+               ", checkpoint %" PRIu64 " %s (%.1f ms)", cs.id,
+               cs.status == SL_CHECKPOINT_ABORTED     ? "aborted"
+               : cs.status == SL_CHECKPOINT_COMPLETED ? "complete"
+                                                      : "in progress",
                (double)cs.duration_us / 1e3);
     fprintf(stderr, "%s[sluice] %s: %.1fM records, %.1fM records/s, %.1f s%s%s",
             tty ? "\r" : "", s->o->job_name, (double)records / 1e6, rate / 1e6,
