@@ -458,47 +458,35 @@ static bool verify_output(const options *o, char *why, size_t why_size) {
 
 /* ------------------------------------------------------------ window */
 
-/* Keyed state of the window job, per key: the window being filled. */
-typedef struct window_state {
-  uint64_t window; /* its number, from 0 */
-  uint64_t count;  /* records in it so far */
-  uint64_t sum;    /* of their values */
-} window_state;
-
 /* What the window job emits when a window is full. */
 typedef struct window_result {
   uint64_t key, window, sum;
 } window_result;
 
-/* A count window (as Flink's countWindow): every `window` records of a key
- * emit their sum; a last, partial window is not emitted. */
-static int window_process(sl_ctx *ctx, void *state, int input,
-                          const sl_record *in) {
-  (void)input;
-  const options *o = state;
+/* The job's count window (sl_op_window, SL_WINDOW_COUNT: Flink's
+ * countWindow): every --window records of a key emit their sum; a last,
+ * partial window is not emitted.  The accumulator is the sum. */
+static void sum_init(void *user, void *acc) {
+  (void)user;
+  memset(acc, 0, sizeof(uint64_t));
+}
+
+static void sum_add(void *user, void *acc, const sl_record *in) {
+  (void)user;
   sl_tuple t;
   memcpy(&t, in->data, sizeof t);
-  const void *value;
-  uint32_t bytes;
-  window_state w = {0};
-  int rc = sl_state_get(ctx, 0, &value, &bytes);
-  if (rc == 0 && bytes == sizeof w)
-    memcpy(&w, value, sizeof w);
-  else if (rc != SL_ENOTFOUND) {
-    sl_ctx_fail(ctx, "window state of key %" PRIu64 ": %s", t.key,
-                rc ? sl_strerror(rc) : "wrong size");
-    return rc ? rc : -EINVAL;
-  }
-  w.count++;
-  w.sum += t.value;
-  if (w.count == o->window) {
-    window_result r = {t.key, w.window, w.sum};
-    rc = sl_emit(ctx, &r, sizeof r);
-    if (rc)
-      return rc;
-    w = (window_state){.window = w.window + 1};
-  }
-  return sl_state_put(ctx, 0, &w, sizeof w, 0);
+  uint64_t sum;
+  memcpy(&sum, acc, sizeof sum);
+  sum += t.value;
+  memcpy(acc, &sum, sizeof sum);
+}
+
+static int sum_emit(void *user, sl_ctx *ctx, uint64_t key,
+                    const sl_window *w, const void *acc) {
+  const options *o = user;
+  window_result r = {.key = key, .window = (uint64_t)w->start / o->window};
+  memcpy(&r.sum, acc, sizeof r.sum);
+  return sl_emit(ctx, &r, sizeof r);
 }
 
 static int format_window(void *user, const sl_record *in, char *buffer,
@@ -589,9 +577,15 @@ static int build_window(const options *o, sl_job *job, sl_op **verify) {
   int rc = sl_source_keyed(job, "source", p, o->records, o->keys, &src);
   if (!rc)
     rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &by);
-  static const sl_process_ops window_ops = {.process = window_process};
+  sl_window_config wc = {.type = SL_WINDOW_COUNT,
+                         .size = (int64_t)o->window,
+                         .acc_bytes = sizeof(uint64_t),
+                         .init = sum_init,
+                         .add = sum_add,
+                         .emit = sum_emit,
+                         .user = (void *)o};
   if (!rc)
-    rc = sl_op_process(job, "window", &by, 1, p, &window_ops, (void *)o, &win);
+    rc = sl_op_window(job, "window", by, p, &wc, &win);
   sl_file_sink_config fc = {.dir = o->output_dir,
                             .exactly_once = o->config.checkpoint.mode ==
                                             SL_EXACTLY_ONCE,

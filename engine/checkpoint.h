@@ -21,6 +21,45 @@ typedef struct sl_checkpointer sl_checkpointer;
 #define SL_CHECKPOINT_HISTORY 64
 /* Checkpoint id -> cow-map epoch pairs an instance remembers (note 9). */
 #define SL_EPOCH_SLOTS 32
+/* Row batches an instance may hold that no completed checkpoint has
+ * written yet (snapshot.c note 10): one per snapshot, so this many
+ * snapshots in a row without a completion. */
+#define SL_ROW_BATCHES_MAX 1024
+
+/* Table rows (operators/table_sink.c; snapshot.c note 10, coordinator.c
+ * note 10).  One row: key_bytes of key, then value_bytes of value (none
+ * for a tombstone) at arena + offset. */
+typedef struct sl_row {
+  uint64_t offset;
+  uint32_t key_bytes;
+  uint32_t value_bytes;
+  bool tombstone;
+} sl_row;
+
+/* The rows a table sink instance received between two snapshots, one per
+ * key (the last write): built by the sink, handed to the engine in its
+ * snapshot hook (sl_snapshot_add_rows), immutable from then on, applied
+ * by the writer inside a checkpoint's transaction, freed by the instance
+ * once a completed checkpoint has written it. */
+typedef struct sl_row_batch {
+  struct sl_row_batch *next; /* the instance's list, oldest first */
+  uint64_t seq;              /* 1, 2, ... per instance life (the engine's) */
+  uint64_t checkpoint_id;    /* the snapshot that took it; UINT64_MAX: the
+                                final one (the engine's) */
+  char table[SL_STORE_TABLE_NAME_MAX + 1];
+  sl_row *rows; /* malloc'd, freed with the batch */
+  uint64_t row_count;
+  uint8_t *arena; /* malloc'd, freed with the batch */
+  uint64_t arena_bytes;
+} sl_row_batch;
+
+/* A batch as an ack carries it.  The seq is a copy: the writer compares
+ * it with what is durable before it touches the batch, which the
+ * instance may have freed once a checkpoint wrote it. */
+typedef struct sl_ack_batch {
+  uint64_t seq;
+  const sl_row_batch *batch;
+} sl_ack_batch;
 
 /* One instance's snapshot for one checkpoint, handed to the coordinator
  * through the wait-free queue (an MPSC hand-off: every instance enqueues,
@@ -43,6 +82,15 @@ typedef struct sl_ack {
   void *blob;
   uint32_t blob_bytes;
   bool has_blob;
+  /* Table rows: the instance's batches not yet freed, oldest first; in
+   * inline_batches unless there are more (then malloc'd).  Not owned. */
+  sl_ack_batch *batches;
+  int batch_count;
+  sl_ack_batch inline_batches[2];
+  /* Event time (timer.c): the instance's watermark and the largest
+   * timestamp it emitted, stored after the blob (flag bit 1). */
+  bool has_event_time;
+  int64_t event_time[2];
   /* Statistics.  barrier_ns: when the first barrier reached the instance
    * (a source: when it saw the trigger); the coordinator turns it into
    * start_delay_us. */
@@ -92,6 +140,18 @@ typedef struct sl_instance_checkpoint {
   uint32_t blob_restored_bytes;
   bool has_blob_restored;
   uint64_t restored_from; /* checkpoint restored, 0 if none */
+  bool has_event_time_restored; /* the watermark state in the blob */
+  int64_t event_time_restored[2];
+
+  /* Table rows (snapshot.c note 10): batches handed over by the snapshot
+   * hook and not yet written by a completed checkpoint, oldest first;
+   * row_seq: the seq of the newest; row_tag: the checkpoint id the hook
+   * that is running tags its batches with. */
+  sl_row_batch *rows_head;
+  sl_row_batch *rows_tail;
+  int row_batch_count;
+  uint64_t row_seq;
+  uint64_t row_tag;
 
   sl_ack *next_ack; /* allocated ahead, outside the synchronous part */
   void *key_buffer; /* state key being built (state.c) */
@@ -110,6 +170,9 @@ void sl_checkpointer_restore_skip(struct sl_ctx *inst); /* open failed */
 void sl_checkpointer_free(struct sl_job *job);
 void sl_checkpointer_ack(struct sl_job *job, sl_ack *ack);
 void sl_checkpointer_wake(struct sl_job *job);
+/* The job's open store (table reads), or NULL: no checkpointing, or not
+ * started.  Valid until sl_job_destroy. */
+sl_store *sl_checkpointer_store(const struct sl_job *job);
 
 /* snapshot.c (called from runtime.c on the instance's thread) */
 int sl_snapshot_barrier(struct sl_ctx *inst, struct sl_channel *ch,
@@ -123,5 +186,13 @@ bool sl_snapshot_wait_final(struct sl_ctx *inst);
 int sl_snapshot_restore_hook(struct sl_ctx *inst);
 void sl_snapshot_instance_free(struct sl_ctx *inst);
 void sl_ack_free(sl_ack *ack);
+/* Inside a snapshot hook only: hand batch (malloc'd, its rows and arena
+ * too) to this snapshot; the engine owns it from then on and sets its seq
+ * and checkpoint_id.  On error the caller keeps it, unchanged.  Errors:
+ * SL_EUSAGE (outside a snapshot hook, or no checkpointing), ENOSPC
+ * (SL_ROW_BATCHES_MAX batches await a completed checkpoint; the
+ * instance's cause says so). */
+int sl_snapshot_add_rows(struct sl_ctx *inst, sl_row_batch *batch);
+void sl_row_batch_free(sl_row_batch *batch);
 
 #endif /* SL_CHECKPOINT_H */

@@ -52,7 +52,17 @@
  *    a normal one with the next id; cp_final_done then lets the instances
  *    (waiting after their END) commit their sinks and close.
  * 8. Only the writer touches the store while the job runs; restoring (in
- *    sl_checkpointer_setup) happens before any thread starts.
+ *    sl_checkpointer_setup) happens before any thread starts.  The
+ *    exception: table reads (sl_job_table_reader) from any thread, in read
+ *    transactions of their own (store.h CONCURRENCY).
+ * 10. Table rows (operators/table_sink.c, snapshot.c note 10) are written
+ *    like keyed-state deltas: each instance's part of checkpoint n puts
+ *    the row batches of its ack, oldest first, skipping those whose seq
+ *    is at or below durable_row_seq (written by an earlier commit), into
+ *    n's one write transaction, before its blob and the record of n.  So
+ *    a table changes only with a complete checkpoint, and exactly by the
+ *    rows of the records before n's barrier; rows of an aborted
+ *    checkpoint stay in the instance and go with the next.
  *
  * States of a checkpoint (function making the transition in brackets):
  *
@@ -159,9 +169,11 @@ struct sl_checkpointer {
   _Atomic uint64_t manual_served;
   _Atomic uint64_t manual_served_id;
 
-  /* Writer-only: per instance, the newest cow-map epoch durably written;
-   * the sort buffers of collect_sorted. */
+  /* Writer-only: per instance, the newest cow-map epoch and the newest
+   * row batch seq durably written (note 10); the sort buffers of
+   * collect_sorted. */
   uint32_t *durable_epoch;
+  uint64_t *durable_row_seq;
   uint32_t compaction_deferrals; /* cancelled in a row */
   uint64_t compactions; /* store compactions done, and their time */
   uint64_t compaction_us;
@@ -173,6 +185,8 @@ struct sl_checkpointer {
   struct sorted_entry *sort_a;
   struct sorted_entry *sort_b;
   uint64_t sort_capacity;
+  uint32_t *row_order; /* write_rows: a batch's rows in key order */
+  uint64_t row_order_capacity;
 
   /* History for sl_job_checkpoint_stats (readers take the lock). */
   pthread_mutex_t history_lock;
@@ -200,6 +214,10 @@ static void wake_instances(sl_job *job) {
     sl_parker_wake(&job->instances[i]->parker);
 }
 
+sl_store *sl_checkpointer_store(const sl_job *job) {
+  return job && job->cp ? job->cp->store : 0;
+}
+
 void sl_checkpointer_wake(sl_job *job) {
   if (job->cp)
     sl_parker_wake(&job->cp->coordinator_parker);
@@ -210,6 +228,8 @@ void sl_ack_free(sl_ack *ack) {
     return;
   if (ack->deltas != ack->inline_deltas)
     free(ack->deltas);
+  if (ack->batches != ack->inline_batches)
+    free(ack->batches); /* the batches are the instance's (note 10) */
   free(ack->blob);
   free(ack);
 }
@@ -473,9 +493,77 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
   return (int64_t)count;
 }
 
+/* qsort_r: two rows of the batch arg in LMDB's key order (memcmp, then
+ * the shorter first); a batch's keys are distinct. */
+static int row_compare(const void *x, const void *y, void *arg) {
+  const sl_row_batch *batch = arg;
+  const sl_row *a = &batch->rows[*(const uint32_t *)x];
+  const sl_row *b = &batch->rows[*(const uint32_t *)y];
+  uint32_t n = a->key_bytes < b->key_bytes ? a->key_bytes : b->key_bytes;
+  int c = n ? memcmp(batch->arena + a->offset, batch->arena + b->offset, n)
+            : 0;
+  return c ? c : (a->key_bytes > b->key_bytes) - (a->key_bytes < b->key_bytes);
+}
+
+/* The rows of batch in key order, in the writer's buffer: LMDB takes
+ * ordered puts about 2x faster (store_rows, 1M rows: 0.78 s vs 1.78 s),
+ * and sorting here keeps O(n log n) off the barrier's path.  NULL (no
+ * memory): write them as they are, which changes nothing but speed. */
+static const uint32_t *row_order(sl_checkpointer *cp,
+                                 const sl_row_batch *batch) {
+  if (batch->row_count > cp->row_order_capacity) {
+    free(cp->row_order);
+    cp->row_order = malloc(sizeof *cp->row_order * batch->row_count);
+    cp->row_order_capacity = cp->row_order ? batch->row_count : 0;
+    if (!cp->row_order)
+      return 0;
+  }
+  for (uint64_t r = 0; r < batch->row_count; r++)
+    cp->row_order[r] = (uint32_t)r; /* a batch has < 2^32 rows */
+  qsort_r(cp->row_order, batch->row_count, sizeof *cp->row_order,
+          row_compare, (void *)batch);
+  return cp->row_order;
+}
+
+/* Note 10: the row batches of ack a (instance i) not yet durable, oldest
+ * first, into txn; *row_seq receives the newest seq written.  Adds to
+ * *entries and *bytes.  Returns 0, ECANCELED or a store error. */
+static int write_rows(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
+                      const sl_ack *a, int i, uint64_t *row_seq,
+                      uint64_t *entries, uint64_t *bytes) {
+  for (int b = 0; b < a->batch_count; b++) {
+    if (a->batches[b].seq <= cp->durable_row_seq[i])
+      continue; /* written, perhaps freed: not to be touched */
+    const sl_row_batch *batch = a->batches[b].batch;
+    assert(batch->seq == a->batches[b].seq);
+    assert(batch->seq > *row_seq); /* oldest first */
+    int table;
+    int rc = sl_store_txn_table(txn, batch->table, &table);
+    const uint32_t *order = rc == 0 ? row_order(cp, batch) : 0;
+    for (uint64_t r = 0; r < batch->row_count && rc == 0; r++) {
+      const sl_row *row = &batch->rows[order ? order[r] : r];
+      assert(row->offset + row->key_bytes + row->value_bytes <=
+             batch->arena_bytes);
+      const uint8_t *key = batch->arena + row->offset;
+      rc = row->tombstone
+               ? sl_store_delete_row(txn, table, key, row->key_bytes)
+               : sl_store_put_row(txn, table, key, row->key_bytes,
+                                  key + row->key_bytes, row->value_bytes);
+      *bytes += row->key_bytes + row->value_bytes;
+      if (++*entries % SL_WRITER_ABORT_CHECK == 0 && rc == 0 &&
+          (atomic_load(&p->abort_requested) || atomic_load(&cp->shutdown)))
+        rc = ECANCELED;
+    }
+    if (rc)
+      return rc;
+    *row_seq = batch->seq;
+  }
+  return 0;
+}
+
 /* Put one instance's part of p into txn.  Returns 0 or a store error. */
 static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
-                          int i, uint32_t *max_epoch) {
+                          int i, uint32_t *max_epoch, uint64_t *row_seq) {
   sl_job *job = cp->job;
   sl_instance *inst = job->instances[i];
   const sl_ack *a = p->acks[i] ? p->acks[i] : cp->final_acks[i];
@@ -513,16 +601,25 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
         (atomic_load(&p->abort_requested) || atomic_load(&cp->shutdown)))
       return ECANCELED;
   }
+  uint64_t row_entries = 0;
+  int rows_rc = write_rows(cp, txn, p, a, i, row_seq, &row_entries, &bytes);
+  if (rows_rc)
+    return rows_rc;
   /* Every instance gets a blob, with a flag byte, so a snapshot that saved
-   * nothing replaces an older one (a restore must not see stale state). */
-  uint32_t blob_bytes = 1 + (a->has_blob ? a->blob_bytes : 0);
+   * nothing replaces an older one (a restore must not see stale state).
+   * Flag bit 0: operator state follows; bit 1: the event-time state
+   * (watermark, largest timestamp: 16 bytes) comes last. */
+  uint32_t user_bytes = a->has_blob ? a->blob_bytes : 0;
+  uint32_t blob_bytes = 1 + user_bytes + (a->has_event_time ? 16u : 0u);
   uint8_t small[64];
   uint8_t *blob = blob_bytes <= sizeof small ? small : malloc(blob_bytes);
   if (!blob)
     return ENOMEM;
-  blob[0] = a->has_blob;
-  if (a->has_blob && a->blob_bytes)
-    memcpy(blob + 1, a->blob, a->blob_bytes);
+  blob[0] = (uint8_t)((a->has_blob ? 1u : 0u) | (a->has_event_time ? 2u : 0u));
+  if (user_bytes)
+    memcpy(blob + 1, a->blob, user_bytes);
+  if (a->has_event_time)
+    memcpy(blob + 1 + user_bytes, a->event_time, 16);
   int rc = sl_store_put_blob(txn, op, (uint16_t)inst->index, blob, blob_bytes);
   if (blob != small)
     free(blob);
@@ -539,9 +636,10 @@ typedef struct cp_record {
   uint64_t instance_count;
 } cp_record;
 
-/* One attempt at writing p.  *epochs receives, per instance, the newest
- * epoch written. */
-static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs) {
+/* One attempt at writing p.  *epochs and *row_seqs receive, per
+ * instance, the newest epoch and row batch written. */
+static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs,
+                      uint64_t *row_seqs) {
   sl_job *job = cp->job;
   sl_store_txn *txn = 0;
   if (job->faults) { /* inject.c: the cause names the fault */
@@ -556,7 +654,8 @@ static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs) {
   for (int i = 0; i < job->instance_count && rc == 0; i++) {
     uint64_t t0 = sl_now_ns();
     epochs[i] = cp->durable_epoch[i];
-    rc = write_instance(cp, txn, p, i, &epochs[i]);
+    row_seqs[i] = cp->durable_row_seq[i];
+    rc = write_instance(cp, txn, p, i, &epochs[i], &row_seqs[i]);
     p->async_us[i] = (sl_now_ns() - t0) / 1000u;
     if (i == 0 && job->faults)
       sl_inject_crash_point(job, SL_CRASH_MID_WRITE);
@@ -576,13 +675,14 @@ static void write_checkpoint(sl_checkpointer *cp, pending *p) {
   sl_job *job = cp->job;
   uint64_t t0 = sl_now_ns();
   uint32_t *epochs = calloc((size_t)job->instance_count, sizeof *epochs);
-  int rc = epochs ? 0 : ENOMEM;
+  uint64_t *row_seqs = calloc((size_t)job->instance_count, sizeof *row_seqs);
+  int rc = epochs && row_seqs ? 0 : ENOMEM;
   /* Note 9: given up, or a newer one is already durable. */
   if (atomic_load(&p->abort_requested) ||
       p->id <= sl_store_latest(cp->store))
     rc = ECANCELED;
   for (int attempt = 0; rc == 0; attempt++) {
-    rc = write_once(cp, p, epochs);
+    rc = write_once(cp, p, epochs, row_seqs);
     if (rc != MDB_MAP_FULL || attempt == SL_MAP_FULL_RETRIES)
       break;
     /* Note 4: nothing was committed; grow and write it all again. */
@@ -591,8 +691,10 @@ static void write_checkpoint(sl_checkpointer *cp, pending *p) {
   p->write_us = (sl_now_ns() - t0) / 1000u;
   p->write_status = rc;
   if (rc == 0) {
-    for (int i = 0; i < job->instance_count; i++)
+    for (int i = 0; i < job->instance_count; i++) {
       cp->durable_epoch[i] = epochs[i];
+      cp->durable_row_seq[i] = row_seqs[i];
+    }
     if (job->faults) /* durable, the sinks not yet told */
       sl_inject_crash_point(job, SL_CRASH_AFTER_COMMIT);
   } else if (rc == SL_EINJECTED) {
@@ -618,6 +720,7 @@ static void write_checkpoint(sl_checkpointer *cp, pending *p) {
   }
   job->store_fault_text[0] = 0;
   free(epochs);
+  free(row_seqs);
 }
 
 static pending *writer_take(sl_checkpointer *cp) {
@@ -1180,13 +1283,19 @@ static int restore_blob(sl_job *job, sl_instance *inst) {
                              (uint16_t)inst->index, &blob, &bytes);
   if (rc == SL_ENOTFOUND)
     return 0;
-  if (rc == 0 && (bytes < 1 || ((uint8_t *)blob)[0] > 1))
+  uint8_t flags = rc == 0 && bytes >= 1 ? ((uint8_t *)blob)[0] : 0;
+  if (rc == 0 && (bytes < 1 || flags > 3 || ((flags & 2) && bytes < 17)))
     rc = SL_ECORRUPT;
   if (rc) {
     free(blob);
     return restore_failed(job, inst, "operator state", rc);
   }
-  if (((uint8_t *)blob)[0] == 0) {
+  if (flags & 2) { /* the event-time trailer (write_instance) */
+    bytes -= 16;
+    memcpy(inst->cp.event_time_restored, (uint8_t *)blob + bytes, 16);
+    inst->cp.has_event_time_restored = true;
+  }
+  if ((flags & 1) == 0) {
     free(blob);
     return 0;
   }
@@ -1282,7 +1391,8 @@ static int alloc_checkpointer(sl_job *job) {
   size_t n = (size_t)job->instance_count;
   cp->final_acks = calloc(n, sizeof *cp->final_acks);
   cp->durable_epoch = calloc(n, sizeof *cp->durable_epoch);
-  if (!cp->final_acks || !cp->durable_epoch)
+  cp->durable_row_seq = calloc(n, sizeof *cp->durable_row_seq);
+  if (!cp->final_acks || !cp->durable_epoch || !cp->durable_row_seq)
     return ENOMEM;
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
     pending *p = &cp->slots[s];
@@ -1363,6 +1473,7 @@ void sl_checkpointer_reset(sl_job *job) {
     sl_ack_free(cp->final_acks[i]);
     cp->final_acks[i] = 0;
     cp->durable_epoch[i] = 0; /* the maps are made anew */
+    cp->durable_row_seq[i] = 0; /* and the row batches (note 10) */
   }
   cp->final_count = 0;
   cp->final_started = false;
@@ -1481,8 +1592,10 @@ void sl_checkpointer_free(sl_job *job) {
     sl_ack_free(cp->final_acks[i]);
   free(cp->final_acks);
   free(cp->durable_epoch);
+  free(cp->durable_row_seq);
   free(cp->sort_a);
   free(cp->sort_b);
+  free(cp->row_order);
   for (int h = 0; h < SL_CHECKPOINT_HISTORY; h++)
     free(cp->history_instances[h]);
   sl_store_close(cp->store);

@@ -282,6 +282,8 @@ static void reset_instance(sl_instance *inst) {
   inst->channels_ended = 0;
   for (int o = 0; o < inst->output_count; o++)
     inst->outputs[o].next = 0;
+  sl_event_reset(inst); /* watermarks, idleness; timers come back with the
+                           restored state */
   inst->state = 0;
   inst->current = 0;
   inst->stopped_early = false;

@@ -157,8 +157,9 @@ SL_EXPORT int sl_job_create(const sl_job_config *config, sl_job **out) {
 /* ------------------------------------------------------------ builders */
 
 static const char *kind_name(enum sl_op_kind k) {
-  static const char *names[] = {"source", "map",     "filter", "flat_map",
-                                "process", "sink",   "key_by", "union"};
+  static const char *names[] = {"source",  "map",    "filter",
+                                "flat_map", "process", "sink",
+                                "key_by",  "union",  "side_output"};
   return names[k];
 }
 
@@ -342,6 +343,45 @@ SL_EXPORT int sl_op_union(sl_job *job, const char *name, sl_op *const *inputs,
   return op_new(job, SL_OP_UNION, name, 0, inputs, n_inputs, op);
 }
 
+SL_EXPORT int sl_op_side_output(sl_job *job, const char *name, sl_op *op,
+                                int port, sl_op **side) {
+  if (op && (op->kind != SL_OP_PROCESS))
+    return refuse(job, "a side output needs a process (or window) operator "
+                       "as its input", name);
+  if (port < 1 || port > SL_MAX_SIDE_OUTPUTS)
+    return refuse(job, "side output port must be 1..SL_MAX_SIDE_OUTPUTS", name);
+  int rc = op_new(job, SL_OP_SIDE, name, 0, &op, 1, side);
+  if (rc)
+    return rc;
+  (*side)->port = port;
+  return 0;
+}
+
+SL_EXPORT int sl_op_watermarks(sl_op *source,
+                               const sl_watermark_config *config) {
+  if (!source || !config)
+    return EINVAL;
+  sl_job *job = source->job;
+  if (job->state != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  if (source->kind != SL_OP_SOURCE) {
+    sl_job_set_error(job, "operator '%s': watermarks are generated at "
+                     "sources, and it is a %s", source->name,
+                     kind_name(source->kind));
+    return EINVAL;
+  }
+  if (config->out_of_orderness < 0) {
+    sl_job_set_error(job, "operator '%s': out_of_orderness %lld is negative",
+                     source->name, (long long)config->out_of_orderness);
+    return EINVAL;
+  }
+  source->watermarks = *config;
+  if (source->watermarks.interval_ms == 0)
+    source->watermarks.interval_ms = 200;
+  source->has_watermarks = true;
+  return 0;
+}
+
 static int process_new(sl_job *job, enum sl_op_kind kind, const char *name,
                        sl_op *const *inputs, int n_inputs, int parallelism,
                        const sl_process_ops *ops, void *user, sl_op **op) {
@@ -509,6 +549,7 @@ typedef struct sl_edge {
   enum sl_partition partition;
   sl_key_fn key;
   void *key_user;
+  int port; /* side output port of the producer, 0 for the main output */
   int first_ring;
 } sl_edge;
 
@@ -521,20 +562,24 @@ typedef struct edge_list {
 /* Follow from (logical input `input` of consumer) back through virtual
  * operators to physical producers, adding one edge per producer. */
 static int resolve_edges(edge_list *list, sl_op *consumer, int input,
-                         sl_op *from, sl_key_fn key, void *key_user) {
+                         sl_op *from, sl_key_fn key, void *key_user,
+                         int port) {
+  if (from->kind == SL_OP_SIDE)
+    return resolve_edges(list, consumer, input, from->inputs[0], key,
+                         key_user, from->port);
   if (from->kind == SL_OP_KEY_BY) {
     /* The key_by nearest the consumer decides: an inner key_by that an
      * outer one re-keys has no say over this edge. */
     if (key)
       return resolve_edges(list, consumer, input, from->inputs[0], key,
-                           key_user);
+                           key_user, port);
     return resolve_edges(list, consumer, input, from->inputs[0], from->fn.key,
-                         from->user);
+                         from->user, port);
   }
   if (from->kind == SL_OP_UNION) {
     for (int i = 0; i < from->input_count; i++) {
-      int rc =
-          resolve_edges(list, consumer, input, from->inputs[i], key, key_user);
+      int rc = resolve_edges(list, consumer, input, from->inputs[i], key,
+                             key_user, port);
       if (rc)
         return rc;
     }
@@ -554,6 +599,7 @@ static int resolve_edges(edge_list *list, sl_op *consumer, int input,
   e->input = input;
   e->key = key;
   e->key_user = key_user;
+  e->port = port;
   if (key)
     e->partition = SL_PARTITION_HASH;
   else if (from->parallelism == consumer->parallelism)
@@ -633,6 +679,7 @@ static int instances_create(sl_job *job) {
       inst->cpu = -1;
       inst->in_sink = op->kind == SL_OP_SINK;
       sl_parker_init(&inst->parker);
+      sl_event_reset(inst);
       if (op->kind == SL_OP_MAP) {
         inst->scratch = aligned_alloc(8, sl_round8(op->out_max_bytes));
         if (!inst->scratch)
@@ -746,6 +793,7 @@ static int wire_edges(sl_job *job, const edge_list *list) {
       out->partition = e->partition;
       out->key = e->key;
       out->key_user = e->key_user;
+      out->port = e->port;
       out->ring_count =
           e->partition == SL_PARTITION_FORWARD ? 1 : C->parallelism;
       /* Spread the producers' round-robin starting points. */
@@ -776,6 +824,7 @@ static int wire_edges(sl_job *job, const edge_list *list) {
         sl_channel *ch = &consumer->channels[consumer->channel_count++];
         ch->ring = ring;
         ch->input = e->input;
+        ch->watermark = SL_WATERMARK_MIN;
         if (e->partition == SL_PARTITION_HASH) {
           ch->key = e->key;
           ch->key_user = e->key_user;
@@ -785,7 +834,8 @@ static int wire_edges(sl_job *job, const edge_list *list) {
   }
   for (int i = 0; i < job->instance_count; i++) {
     sl_instance *inst = job->instances[i];
-    if (inst->output_count == 1 && inst->outputs[0].ring_count == 1)
+    if (inst->output_count == 1 && inst->outputs[0].ring_count == 1 &&
+        inst->outputs[0].port == 0)
       inst->forward_ring = inst->outputs[0].rings[0];
   }
   return 0;
@@ -807,7 +857,7 @@ int sl_job_compile(sl_job *job) {
   for (int i = 0; i < job->physical_count && rc == 0; i++) {
     sl_op *op = job->physical[i];
     for (int k = 0; k < op->input_count && rc == 0; k++)
-      rc = resolve_edges(&list, op, k, op->inputs[k], 0, 0);
+      rc = resolve_edges(&list, op, k, op->inputs[k], 0, 0, 0);
   }
   if (rc == 0) {
     for (int i = 0; i < list.count; i++) {
@@ -858,6 +908,7 @@ void sl_job_free_compiled(sl_job *job) {
     free(inst->outputs);
     free(inst->channels);
     free(inst->scratch);
+    sl_event_free(inst);
   }
   for (int i = 0; i < job->physical_count; i++) {
     free(job->physical[i]->instances);

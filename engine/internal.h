@@ -25,10 +25,11 @@ enum sl_op_kind {
   SL_OP_SINK,
   SL_OP_KEY_BY, /* virtual: partitions the stream, no thread */
   SL_OP_UNION,  /* virtual: merges streams, no thread */
+  SL_OP_SIDE,   /* virtual: one side-output port of its input */
 };
 
 static inline bool sl_op_kind_is_virtual(enum sl_op_kind k) {
-  return k == SL_OP_KEY_BY || k == SL_OP_UNION;
+  return k == SL_OP_KEY_BY || k == SL_OP_UNION || k == SL_OP_SIDE;
 }
 
 /* How records are routed along one edge. */
@@ -59,6 +60,9 @@ struct sl_op {
   void *user;
   void (*user_free)(void *); /* built-ins that own their user data */
   uint32_t out_max_bytes; /* map only */
+  int port;               /* side output: the port of inputs[0] */
+  bool has_watermarks;    /* source: sl_op_watermarks was called */
+  sl_watermark_config watermarks;
   struct sl_ctx *instances;
 };
 
@@ -71,6 +75,8 @@ typedef struct sl_channel { /* struct tag used by checkpoint.h */
   bool barrier_seen; /* delivered the barrier being aligned */
   sl_key_fn key; /* key function of a key-partitioned edge, else NULL */
   void *key_user;
+  bool idle;         /* the producer said it is idle (timer.c) */
+  int64_t watermark; /* newest watermark from this channel */
 } sl_channel;
 
 /* One outgoing edge of an instance: rings to every consumer instance it
@@ -83,6 +89,7 @@ typedef struct sl_output {
   sl_ring **rings; /* ring_count entries, consumer instance order */
   uint32_t next;   /* rebalance cursor */
   uint16_t *group_instance; /* HASH: key group -> consumer instance */
+  int port; /* 0: main output; else a side output port */
 } sl_output;
 
 /* One running instance; also the sl_ctx handed to callbacks. */
@@ -118,6 +125,20 @@ struct sl_ctx {
   uint64_t records_out;
   _Atomic uint64_t records_in_shared; /* relaxed copies for readers */
   _Atomic uint64_t records_out_shared;
+  /* Event time (timer.c), owner-only.  watermark: the combined input
+   * watermark (a source: the last it emitted); watermark_out: the last
+   * sent downstream. */
+  int64_t watermark;
+  int64_t watermark_out;
+  int64_t max_timestamp;   /* largest timestamp emitted (sources) */
+  uint64_t watermark_due_ns; /* source: next periodic watermark */
+  uint64_t last_active_ns;   /* source: last time it emitted something */
+  uint64_t records_at_tick;  /* source: records_out at the last tick */
+  bool output_idle;          /* IDLE was sent and not revoked */
+  struct sl_timers *timers;  /* NULL until a timer is registered */
+  uint64_t counters[2]; /* enum sl_counter, owner-only */
+  _Atomic uint64_t counters_shared[2];
+  _Atomic int64_t watermark_shared; /* relaxed copy of the event time */
 };
 typedef struct sl_ctx sl_instance;
 
@@ -204,6 +225,29 @@ void sl_job_join_threads(sl_job *job);
  * for another size. */
 int sl_operator_state_words(sl_ctx *ctx, uint64_t id, const char *what,
                             uint64_t *words, uint32_t count);
+
+/* timer.c: event time and timers */
+void sl_event_reset(sl_instance *inst);   /* created state (also failover) */
+void sl_event_free(sl_instance *inst);
+int sl_event_restore(sl_instance *inst);  /* rebuild timers from the state */
+int sl_event_channel_watermark(sl_instance *inst, sl_channel *ch,
+                               int64_t watermark);
+int sl_event_channel_idle(sl_instance *inst, sl_channel *ch, bool idle);
+int sl_event_channel_ended(sl_instance *inst);
+int sl_event_source_tick(sl_instance *inst); /* after each next() */
+int sl_event_source_end(sl_instance *inst);  /* SL_WATERMARK_MAX */
+int sl_event_input_end(sl_instance *inst);   /* every input ended */
+bool sl_event_processing_due(sl_instance *inst);
+uint64_t sl_event_processing_wait_ns(sl_instance *inst); /* UINT64_MAX: none */
+int sl_event_fire_processing(sl_instance *inst);
+static inline void sl_event_record_channel(sl_channel *ch) {
+  ch->idle = false; /* a record makes an idle input active again */
+}
+
+/* runtime.c, for timer.c */
+int sl_instance_write_control(sl_instance *inst, unsigned kind,
+                              uint64_t value);
+int64_t sl_wall_ms(void);
 
 /* failover.c */
 int sl_failover_setup(sl_job *job);     /* sl_job_start, before threads */

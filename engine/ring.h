@@ -24,7 +24,7 @@
  *    batch_records records; when an entry closes and the closed, unpublished
  *    entries hold batch_records records or more, they are published without
  *    a forced wake (the output batch), whatever their sizes.
- * 6. Control entries (END, BARRIER, WATERMARK) carry one 64-bit value and
+ * 6. Control entries (END, BARRIER, WATERMARK, IDLE) carry one 64-bit value and
  *    are ordered with the records around them (invariant 2).
  * 7. The producer writes entries privately and makes a whole batch visible
  *    with one store-release of tail (sl_ring_publish_producer).  An entry is
@@ -79,6 +79,7 @@ enum sl_entry_kind {
   SL_ENTRY_END = 3,       /* end of stream from this producer */
   SL_ENTRY_BARRIER = 4,   /* checkpoint barrier, value = checkpoint id */
   SL_ENTRY_WATERMARK = 5, /* watermark, value = event time */
+  SL_ENTRY_IDLE = 6,      /* input status, value 1 = idle, 0 = active */
 };
 
 #define SL_ENTRY_HAS_TS 0x01u /* each record starts with an int64 timestamp */
@@ -293,7 +294,7 @@ static inline uint8_t *sl_ring_append_records_producer(sl_ring *r,
 static inline bool sl_ring_write_control_producer(sl_ring *r, unsigned kind,
                                                   uint64_t value) {
   assert(kind == SL_ENTRY_END || kind == SL_ENTRY_BARRIER ||
-         kind == SL_ENTRY_WATERMARK);
+         kind == SL_ENTRY_WATERMARK || kind == SL_ENTRY_IDLE);
   sl_ring_close_entry_producer(r); /* records after it start a new entry */
   uint8_t *p = sl_ring_reserve_producer(r, 16);
   if (!p)
@@ -378,7 +379,7 @@ static inline const sl_entry *sl_ring_peek_consumer(sl_ring *r) {
     assert(r->consumer_position < r->consumer_tail_cache);
     e = (const sl_entry *)r->buffer;
   }
-  assert(e->kind >= SL_ENTRY_RECORDS && e->kind <= SL_ENTRY_WATERMARK);
+  assert(e->kind >= SL_ENTRY_RECORDS && e->kind <= SL_ENTRY_IDLE);
   return e;
 }
 

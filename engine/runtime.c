@@ -92,6 +92,16 @@ static void publish_counters(sl_instance *inst) {
                         memory_order_relaxed);
   atomic_store_explicit(&inst->records_out_shared, inst->records_out,
                         memory_order_relaxed);
+  for (int k = 0; k < 2; k++)
+    atomic_store_explicit(&inst->counters_shared[k], inst->counters[k],
+                          memory_order_relaxed);
+  atomic_store_explicit(&inst->watermark_shared, inst->watermark,
+                        memory_order_relaxed);
+}
+
+SL_EXPORT void sl_ctx_count(sl_ctx *ctx, int counter, uint64_t n) {
+  if (counter == SL_COUNT_LATE || counter == SL_COUNT_DEAD_LETTER)
+    ctx->counters[counter] += n;
 }
 
 /* ----------------------------------------------------------- waiting */
@@ -123,7 +133,14 @@ static bool wait_until(sl_instance *inst, bool (*ready)(sl_instance *, void *),
       sl_parker_cancel(&inst->parker);
       return false;
     }
-    sl_parker_sleep(&inst->parker);
+    /* A pending processing-time timer bounds the sleep (timer.c). */
+    uint64_t timeout_ns =
+        unlikely(inst->timers != 0) ? sl_event_processing_wait_ns(inst)
+                                    : UINT64_MAX;
+    if (timeout_ns == UINT64_MAX)
+      sl_parker_sleep(&inst->parker);
+    else
+      sl_parker_sleep_ns(&inst->parker, timeout_ns ? timeout_ns : 1);
   }
 }
 
@@ -135,6 +152,8 @@ static bool any_input_readable(sl_instance *inst, void *arg) {
     if (!ch->ended && !ch->blocked && sl_ring_readable_consumer(ch->ring) > 0)
       return true;
   }
+  if (unlikely(inst->timers != 0) && sl_event_processing_due(inst))
+    return true;
   return sl_snapshot_notification_pending(inst);
 }
 
@@ -195,10 +214,12 @@ static inline int write_record(sl_instance *inst, sl_ring *ring,
   return 0;
 }
 
-static int emit_general(sl_instance *inst, const void *data, uint32_t size,
-                        int64_t ts) {
+static int emit_port(sl_instance *inst, int port, const void *data,
+                     uint32_t size, int64_t ts) {
   for (int o = 0; o < inst->output_count; o++) {
     sl_output *out = &inst->outputs[o];
+    if (out->port != port)
+      continue; /* another port's consumers */
     sl_ring *ring;
     if (out->partition == SL_PARTITION_FORWARD) {
       ring = out->rings[0];
@@ -220,6 +241,11 @@ static int emit_general(sl_instance *inst, const void *data, uint32_t size,
   return 0;
 }
 
+static int emit_general(sl_instance *inst, const void *data, uint32_t size,
+                        int64_t ts) {
+  return emit_port(inst, 0, data, size, ts);
+}
+
 /* The common case, one forward output ring, stays inline. */
 static inline int emit(sl_instance *inst, const void *data, uint32_t size,
                        int64_t ts) {
@@ -238,7 +264,22 @@ SL_EXPORT int sl_emit_ts(sl_ctx *ctx, const void *data, uint32_t size_bytes,
     return SL_EUSAGE;
   if (unlikely(size_bytes > ctx->job->config.max_record_bytes))
     return SL_ETOOBIG;
+  if (timestamp > ctx->max_timestamp) /* for the source's watermarks */
+    ctx->max_timestamp = timestamp;
   return emit(ctx, data, size_bytes, timestamp);
+}
+
+SL_EXPORT int sl_emit_side(sl_ctx *ctx, int port, const void *data,
+                           uint32_t size_bytes, int64_t timestamp) {
+  if (port == 0)
+    return sl_emit_ts(ctx, data, size_bytes, timestamp);
+  if (port < 0 || port > SL_MAX_SIDE_OUTPUTS)
+    return EINVAL;
+  if (unlikely(ctx->in_sink || ctx->emit_closed))
+    return SL_EUSAGE;
+  if (unlikely(size_bytes > ctx->job->config.max_record_bytes))
+    return SL_ETOOBIG;
+  return emit_port(ctx, port, data, size_bytes, timestamp);
 }
 
 SL_EXPORT int sl_emit_batch(sl_ctx *ctx, const void *records,
@@ -351,6 +392,7 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
       rc = SL_ESTOPPED;
   }
   inst->current = 0;
+  inst->cp.key_valid = false; /* no state access outside a record */
   return rc < 0 ? rc : 0;
 }
 
@@ -394,6 +436,7 @@ process_records_injected(sl_instance *inst, int input, const sl_entry *e) {
       rc = SL_ESTOPPED;
   }
   inst->current = 0;
+  inst->cp.key_valid = false; /* no state access outside a record */
   return rc < 0 ? rc : 0;
 }
 
@@ -430,6 +473,8 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
       if (unlikely(atomic_load_explicit(&inst->job->awaiting_first_record,
                                         memory_order_relaxed)))
         sl_failover_first_record(inst->job);
+      if (unlikely(ch->idle))
+        sl_event_record_channel(ch);
       int rc = process_records(inst, ch->input, e);
       if (unlikely(rc))
         return rc;
@@ -440,7 +485,8 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
       sl_ring_advance_consumer(r, sl_entry_bytes(e));
       /* END is the producer's last entry on this ring. */
       assert(sl_ring_readable_consumer(r) == 0);
-      return sl_snapshot_channel_ended(inst);
+      int rc = sl_snapshot_channel_ended(inst);
+      return rc ? rc : sl_event_channel_ended(inst);
     } else if (e->kind == SL_ENTRY_BARRIER) {
       uint64_t id = sl_entry_value(e);
       sl_ring_advance_consumer(r, sl_entry_bytes(e));
@@ -449,8 +495,18 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
       if (rc || block)
         return rc; /* aligned: nothing more from this channel for now */
       continue;
+    } else if (e->kind == SL_ENTRY_WATERMARK || e->kind == SL_ENTRY_IDLE) {
+      uint64_t v = sl_entry_value(e);
+      unsigned kind = e->kind;
+      sl_ring_advance_consumer(r, sl_entry_bytes(e));
+      int rc = kind == SL_ENTRY_WATERMARK
+                   ? sl_event_channel_watermark(inst, ch, (int64_t)v)
+                   : sl_event_channel_idle(inst, ch, v != 0);
+      if (rc)
+        return rc;
+      continue;
     }
-    /* Past the records; WATERMARK (not produced yet) is skipped. */
+    /* Past the records. */
     sl_ring_advance_consumer(r, sl_entry_bytes(e));
     /* A stop is noticed within one entry (one output batch), not after the
      * whole backlog. */
@@ -485,6 +541,12 @@ static int run_inputs(sl_instance *inst) {
     publish_counters(inst);
     if (unlikely(job_stopping(job)))
       return SL_ESTOPPED;
+    if (unlikely(inst->timers != 0) && sl_event_processing_due(inst)) {
+      int rc = sl_event_fire_processing(inst);
+      if (rc)
+        return rc;
+      progressed = true;
+    }
     if (unlikely(sl_snapshot_notification_pending(inst))) {
       int rc = sl_snapshot_notifications(inst);
       if (rc)
@@ -524,6 +586,11 @@ static int run_source(sl_instance *inst) {
     int rc = inst->op->fn.source.next(inst, inst->state);
     /* Each call ends a batch (note 2): a source that blocks inside next()
      * must not hold back what it emitted before. */
+    if (inst->op->has_watermarks && rc >= 0) {
+      int wrc = sl_event_source_tick(inst);
+      if (wrc)
+        return wrc;
+    }
     flush_outputs(inst, true);
     publish_counters(inst);
     if (rc < 0)
@@ -563,6 +630,17 @@ static int write_control_all(sl_instance *inst, unsigned kind,
   }
   flush_outputs(inst, true);
   return 0;
+}
+
+int sl_instance_write_control(sl_instance *inst, unsigned kind,
+                              uint64_t value) {
+  return write_control_all(inst, kind, value);
+}
+
+int64_t sl_wall_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 static int send_end(sl_instance *inst) {
@@ -698,6 +776,8 @@ static void *instance_main(void *arg) {
                " while restoring checkpoint %" PRIu64, inst->cp.restored_from);
     }
   }
+  if (rc == 0 && inst->cp.restored_from)
+    rc = sl_event_restore(inst); /* timers from the restored state */
   if (rc == 0)
     rc = sl_snapshot_restore_hook(inst);
   if (rc && !inst->cause[0])
@@ -707,6 +787,11 @@ static void *instance_main(void *arg) {
     sl_inject_crash_point(inst->job, SL_CRASH_AFTER_RESTORE);
   if (rc == 0)
     rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
+  /* End of input: the final watermark fires every event-time timer still
+   * pending, and the processing-time ones too (timer.c note 5). */
+  if (rc == 0)
+    rc = op->kind == SL_OP_SOURCE ? sl_event_source_end(inst)
+                                  : sl_event_input_end(inst);
   if (rc == 0 && (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
       op->fn.process.finish) {
     inst->current = 0;
@@ -914,6 +999,7 @@ SL_EXPORT int sl_job_stats(const sl_job *job, int i, sl_op_stats *stats) {
   assert(op);
   stats->name = op->name;
   stats->parallelism = op->parallelism;
+  stats->watermark = SL_WATERMARK_MIN;
   if (!op->instances)
     return 0;
   for (int k = 0; k < op->parallelism; k++) {
@@ -921,6 +1007,16 @@ SL_EXPORT int sl_job_stats(const sl_job *job, int i, sl_op_stats *stats) {
         &op->instances[k].records_in_shared, memory_order_relaxed);
     stats->records_out += atomic_load_explicit(
         &op->instances[k].records_out_shared, memory_order_relaxed);
+    stats->late_records += atomic_load_explicit(
+        &op->instances[k].counters_shared[SL_COUNT_LATE],
+        memory_order_relaxed);
+    stats->dead_letters += atomic_load_explicit(
+        &op->instances[k].counters_shared[SL_COUNT_DEAD_LETTER],
+        memory_order_relaxed);
+    int64_t wm = atomic_load_explicit(&op->instances[k].watermark_shared,
+                                      memory_order_relaxed);
+    if (k == 0 || wm < stats->watermark)
+      stats->watermark = wm;
   }
   return 0;
 }

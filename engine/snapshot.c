@@ -40,6 +40,22 @@
  * 9. Each snapshot remembers (checkpoint id, epoch); releasing n releases
  *    the epoch of the newest remembered id <= n.  When the table is full the
  *    oldest pair is dropped: releasing a later epoch covers it.
+ * 10. Table rows follow the rule of keyed-state deltas (a table sink's
+ *    rows are its output, committed by the checkpoint transaction itself,
+ *    coordinator.c note 10).  The sink's snapshot hook hands the rows it
+ *    received since its previous snapshot to sl_snapshot_add_rows, as one
+ *    batch tagged with the checkpoint id (UINT64_MAX for the final
+ *    snapshot) and the next seq of the instance.  The instance keeps
+ *    every batch until a completed checkpoint >= its tag, and each ack
+ *    carries all batches kept (by pointer, with their seqs), oldest first:
+ *    so the rows of an aborted checkpoint go with the next one, as its
+ *    deltas do.  A completed checkpoint c was written from acks taken at
+ *    or after every batch tagged <= c (snapshots run in id order; a final
+ *    ack standing in was taken after all of them), so freeing those
+ *    batches on "c complete" frees only written rows; the writer, told
+ *    of the commit first, skips them by seq without reading them.  A
+ *    restart frees every batch with the instance (rows not yet durable
+ *    are replayed from the restored source positions).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -122,10 +138,83 @@ static int call_snapshot_hook(sl_instance *inst, uint64_t id) {
   if (!hook)
     return 0;
   inst->cp.in_snapshot = true;
+  inst->cp.row_tag = id ? id : UINT64_MAX; /* note 10: 0 is the final */
   inst->cause[0] = 0;
   int rc = hook(inst, inst->state, id);
   inst->cp.in_snapshot = false;
   return rc < 0 ? rc : 0;
+}
+
+int sl_snapshot_add_rows(sl_instance *inst, sl_row_batch *batch) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (!batch || !cp->in_snapshot || !inst->job->cp)
+    return SL_EUSAGE;
+  if (cp->row_batch_count == SL_ROW_BATCHES_MAX) {
+    snprintf(inst->cause, sizeof inst->cause,
+             "%d row batches await a completed checkpoint",
+             SL_ROW_BATCHES_MAX);
+    return ENOSPC;
+  }
+  assert(!cp->rows_tail || cp->rows_tail->checkpoint_id <= cp->row_tag);
+  batch->next = 0;
+  batch->seq = ++cp->row_seq;
+  batch->checkpoint_id = cp->row_tag;
+  if (cp->rows_tail)
+    cp->rows_tail->next = batch;
+  else
+    cp->rows_head = batch;
+  cp->rows_tail = batch;
+  cp->row_batch_count++;
+  return 0;
+}
+
+void sl_row_batch_free(sl_row_batch *batch) {
+  if (!batch)
+    return;
+  free(batch->rows);
+  free(batch->arena);
+  free(batch);
+}
+
+/* Note 10: every batch kept, into the ack (after the hook, so this
+ * snapshot's own batch is in).  Returns 0 or ENOMEM. */
+static int ack_rows(sl_instance *inst, sl_ack *ack) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  int n = cp->row_batch_count;
+  if (n == 0)
+    return 0;
+  int inline_slots = (int)(sizeof ack->inline_batches /
+                           sizeof ack->inline_batches[0]);
+  ack->batches = n <= inline_slots ? ack->inline_batches
+                                   : malloc(sizeof *ack->batches * (size_t)n);
+  if (!ack->batches)
+    return ENOMEM;
+  int k = 0;
+  for (const sl_row_batch *b = cp->rows_head; b; b = b->next) {
+    assert(k < n);
+    assert(k == 0 || ack->batches[k - 1].seq < b->seq);
+    ack->batches[k].seq = b->seq;
+    ack->batches[k].batch = b;
+    k++;
+  }
+  assert(k == n);
+  ack->batch_count = n;
+  return 0;
+}
+
+/* Note 10: "completed" wrote every batch tagged <= it. */
+static void release_rows(sl_instance *inst, uint64_t completed) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  while (cp->rows_head && cp->rows_head->checkpoint_id <= completed) {
+    sl_row_batch *b = cp->rows_head;
+    cp->rows_head = b->next;
+    if (!cp->rows_head)
+      cp->rows_tail = 0;
+    cp->row_batch_count--;
+    sl_row_batch_free(b);
+  }
+  assert(cp->row_batch_count >= 0);
+  assert((cp->row_batch_count == 0) == (cp->rows_head == 0));
 }
 
 /* The synchronous part (note 4).  id is 0 for the final snapshot. */
@@ -164,6 +253,8 @@ static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
     ack->delta_count = count;
   }
   int rc = call_snapshot_hook(inst, id);
+  if (rc == 0)
+    rc = ack_rows(inst, ack);
   if (rc == 0 && unlikely(inst->job->faults != 0)) { /* inject.c */
     sl_inject_crash_point(inst->job, SL_CRASH_SNAPSHOT);
     rc = sl_inject_occurrence(inst->job, inst, SL_FAULT_SNAPSHOT, -1,
@@ -177,6 +268,12 @@ static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
   ack->blob = cp->blob_new;
   ack->blob_bytes = cp->blob_new_bytes;
   ack->has_blob = cp->has_blob_new;
+  /* Event time goes with the snapshot, so that a restored job judges
+   * lateness as the failed one did (timer.c note 7). */
+  ack->has_event_time = inst->watermark != SL_WATERMARK_MIN ||
+                        inst->max_timestamp != SL_NO_TIMESTAMP;
+  ack->event_time[0] = inst->watermark;
+  ack->event_time[1] = inst->max_timestamp;
   cp->blob_new = 0;
   cp->blob_new_bytes = 0;
   cp->has_blob_new = false;
@@ -305,6 +402,7 @@ int sl_snapshot_notifications(sl_instance *inst) {
     cp->seen_completed = completed;
     if (cp->keyed)
       release_epochs(inst, completed);
+    release_rows(inst, completed);
     call_complete_hook(inst, completed);
   }
   uint64_t settled = atomic_load_explicit(&job->cp_settled_id,
@@ -338,6 +436,7 @@ int sl_snapshot_restore_hook(sl_instance *inst) {
 }
 
 void sl_snapshot_instance_free(sl_instance *inst) {
+  release_rows(inst, UINT64_MAX); /* note 10: the writer has stopped */
   free(inst->cp.next_ack);
   sl_cow_map_destroy(inst->cp.keyed);
   inst->cp.keyed = 0;

@@ -46,9 +46,13 @@ static int state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
                      const void *user_key, uint32_t user_key_bytes,
                      uint32_t *key_bytes) {
   sl_instance_checkpoint *cp = &ctx->cp;
-  if (!cp->keyed || !ctx->current || !ctx->current_channel)
+  if (!cp->keyed)
     return SL_EUSAGE;
   if (!cp->key_valid) {
+    /* A timer sets its key directly (timer.c); a record's key is computed
+     * on the first state call. */
+    if (!ctx->current || !ctx->current_channel)
+      return SL_EUSAGE;
     /* The key function of the channel the record came through; records of
      * a keyed edge always have one (setup_instances). */
     const sl_channel *ch = ctx->current_channel;

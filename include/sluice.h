@@ -382,6 +382,16 @@ typedef struct sl_process_ops {
   void (*checkpoint_complete)(sl_ctx *ctx, void *instance_state,
                               uint64_t checkpoint_id);
   int (*restore)(sl_ctx *ctx, void *instance_state, uint64_t checkpoint_id);
+  /** Event time, optional.  on_timer() runs for each timer that is due
+   * (sl_timer_register), in time order, with the timer's key current (keyed
+   * state reaches it) and records emitted stamped with the timer's time.
+   * domain is SL_EVENT_TIME or SL_PROCESSING_TIME.  on_watermark() runs
+   * when the input watermark advances to watermark, after the event-time
+   * timers it made due; the engine forwards the watermark downstream after
+   * it returns.  Return 0, or negative to fail the job. */
+  int (*on_timer)(sl_ctx *ctx, void *instance_state, int domain,
+                  int64_t time);
+  int (*on_watermark)(sl_ctx *ctx, void *instance_state, int64_t watermark);
 } sl_process_ops;
 
 /* ------------------------------------------------------------------------ */
@@ -504,6 +514,11 @@ typedef struct sl_op_stats {
   int parallelism;
   uint64_t records_in;
   uint64_t records_out;
+  uint64_t late_records; /* behind the watermark: dropped, or sent to a
+                            side output (SL_COUNT_LATE) */
+  uint64_t dead_letters; /* malformed input set aside (SL_COUNT_DEAD_LETTER) */
+  int64_t watermark;     /* lowest current input watermark among the
+                            instances (SL_WATERMARK_MIN: none yet) */
 } sl_op_stats;
 
 /** Progress while running: records emitted by all sources so far (relaxed
@@ -554,6 +569,109 @@ const char *sl_ctx_name(const sl_ctx *ctx);
 
 /** Nonzero once the job is stopping; long-running callbacks should return. */
 int sl_ctx_stopping(const sl_ctx *ctx);
+
+
+/* ------------------------------------------------------------------------ */
+/* Event time (engine/timer.c, runtime.c).
+ *
+ * A record's timestamp is its event time, in units the job chooses
+ * (milliseconds since the epoch by convention; window sizes, bounds and
+ * timer times use the same units).  Watermarks travel in-band with the
+ * records: a watermark W says that no more records with timestamp <= W are
+ * expected.  Sources generate them (sl_op_watermarks); every other operator
+ * tracks one watermark per input channel, takes the minimum over the
+ * channels that are neither idle nor ended, fires the event-time timers it
+ * makes due, and forwards it.  A source that emits nothing for the idle
+ * timeout marks its outputs idle, so one quiet input does not stall event
+ * time downstream; its next record or watermark makes them active again.
+ * At the end of input every source sends SL_WATERMARK_MAX, which fires
+ * every event-time timer (and so every window) still open.
+ *
+ * Processing time is the wall clock in milliseconds since the epoch
+ * (CLOCK_REALTIME). */
+
+#define SL_WATERMARK_MIN INT64_MIN /* no watermark yet */
+#define SL_WATERMARK_MAX INT64_MAX /* end of input: everything is due */
+
+enum sl_time_domain { SL_EVENT_TIME = 0, SL_PROCESSING_TIME = 1 };
+
+typedef struct sl_watermark_config {
+  /** Bounded out-of-orderness: the watermark trails the largest timestamp
+   * the source instance emitted by this much (W = max - bound - 1, as in
+   * Flink's BoundedOutOfOrdernessWatermarks); 0 for ordered input. */
+  int64_t out_of_orderness;
+  /** How often (wall clock) a new watermark is emitted if it advanced.
+   * Default (0): 200 ms. */
+  uint32_t interval_ms;
+  /** 1: check after every next() call instead (a watermark per batch the
+   * source emits).  Which records are late then depends only on the
+   * input and the source's batches, not on timing: the same in every run,
+   * and after a restore (the watermark state is checkpointed). */
+  int every_call;
+  /** A source instance that emitted nothing for this long marks its
+   * outputs idle.  0: never. */
+  uint32_t idle_timeout_ms;
+} sl_watermark_config;
+
+/** Generate watermarks at source (from the timestamps it emits with
+ * sl_emit_ts).  A source without this sends no watermarks, except
+ * SL_WATERMARK_MAX at its end.  Errors: EINVAL (not a source, negative
+ * bound), SL_ESTARTED. */
+int sl_op_watermarks(sl_op *source, const sl_watermark_config *config);
+
+/** Emit a watermark from a source or process callback (a custom
+ * generator).  Watermarks only move forward: a lower one is ignored.  In a
+ * process operator this holds back nothing: the engine still forwards the
+ * input watermark after on_watermark.  Errors: SL_EUSAGE (in a sink or a
+ * close callback), SL_ESTOPPED. */
+int sl_emit_watermark(sl_ctx *ctx, int64_t watermark);
+
+/** The instance's current input watermark (a source: the last it emitted);
+ * SL_WATERMARK_MIN before the first. */
+int64_t sl_ctx_watermark(const sl_ctx *ctx);
+
+/** Processing time now: wall clock, milliseconds since the epoch. */
+int64_t sl_ctx_processing_time(const sl_ctx *ctx);
+
+/** The key of the record being processed (or of the timer firing), in a
+ * keyed operator.  Errors: SL_EUSAGE (not keyed, or no current record). */
+int sl_ctx_key(sl_ctx *ctx, uint64_t *key);
+
+/** Timers, per key, in keyed process operators (every input through
+ * sl_op_key_by) with an on_timer callback.  Register a timer for the
+ * current key at time in domain; registering the same (key, domain, time)
+ * twice keeps one.  An event-time timer fires when the watermark reaches
+ * time (>= time), a processing-time timer when the wall clock does.
+ * Timers are keyed state: checkpointed and restored with it.  Errors:
+ * SL_EUSAGE (not keyed, no current key, no on_timer), EINVAL (domain),
+ * ENOMEM.  Delete: SL_ENOTFOUND if there is no such timer. */
+int sl_timer_register(sl_ctx *ctx, int domain, int64_t time);
+int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time);
+
+/* ------------------------------------------------------------------------ */
+/* Side outputs.  An operator has one main output and up to
+ * SL_MAX_SIDE_OUTPUTS side outputs (ports 1 ..); sl_op_side_output returns
+ * a stream of one port that other operators consume like any other; the
+ * records a callback sends there with sl_emit_side go to its consumers
+ * only.  Watermarks and barriers go to every port. */
+#define SL_MAX_SIDE_OUTPUTS 7
+
+/** A stream of port (1 .. SL_MAX_SIDE_OUTPUTS) of op, which must be a
+ * process or window operator.  Like key_by, not a thread of its own.
+ * Errors: SL_EGRAPH, as the builders. */
+int sl_op_side_output(sl_job *job, const char *name, sl_op *op, int port,
+                      sl_op **side);
+
+/** Emit to side output port (0 is the main output), with an explicit
+ * timestamp.  A port nobody consumes discards the record.  Errors: as
+ * sl_emit, EINVAL (port out of range). */
+int sl_emit_side(sl_ctx *ctx, int port, const void *data, uint32_t size_bytes,
+                 int64_t timestamp);
+
+/** Counters that operators (built-in or user) keep in their statistics. */
+enum sl_counter { SL_COUNT_LATE = 0, SL_COUNT_DEAD_LETTER = 1 };
+/** Add n to a counter of this instance (read through sl_job_stats). */
+void sl_ctx_count(sl_ctx *ctx, int counter, uint64_t n);
 
 /* ------------------------------------------------------------------------ */
 /* State.  Keyed state is reached through the key of the record being
@@ -687,6 +805,93 @@ uint64_t sl_hash_bytes(const void *data, size_t size_bytes);
 int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
 
 /* ------------------------------------------------------------------------ */
+/* Windows (operators/window.c).  A window operator consumes a keyed stream
+ * (the output of sl_op_key_by) and groups each key's records into windows:
+ *
+ *   tumbling  [start, start + size) with start = ts - ts mod size
+ *             (aligned to the epoch, i.e. to timestamp 0)
+ *   sliding   every window [start, start + size) with start a multiple of
+ *             slide and start <= ts < start + size (size / slide windows
+ *             per record when slide divides size)
+ *   session   [first ts, last ts + gap) of a run of records whose gaps are
+ *             under gap; sessions that come to overlap merge
+ *   count     every `size` records of a key: window k holds its records
+ *             k*size .. (k+1)*size - 1 in arrival order (start and end are
+ *             those indices); a last, partial window never fires (Flink's
+ *             countWindow)
+ *
+ * A time window fires when the watermark reaches end - 1 (event time) or
+ * the wall clock does (processing time), and at the end of input.  Its
+ * result is emitted with timestamp end - 1.  With allowed_lateness L an
+ * event-time window is kept until the watermark reaches end - 1 + L; a
+ * record that arrives for it meanwhile is added and the window fires again
+ * with the updated result.  A record whose every window is past that point
+ * is late: dropped and counted (sl_op_stats.late_records), or sent to the
+ * side output late_port.  Window contents and pending timers are keyed
+ * state: checkpointed and restored exactly.
+ *
+ * Results are computed either incrementally (acc_bytes, init, add, emit;
+ * merge too for session windows), keeping one accumulator per window, or
+ * by a full-window function (process) that sees every record of the window
+ * in arrival order. */
+
+enum sl_window_type {
+  SL_WINDOW_TUMBLING = 0,
+  SL_WINDOW_SLIDING = 1,
+  SL_WINDOW_SESSION = 2,
+  SL_WINDOW_COUNT = 3,
+};
+
+typedef struct sl_window {
+  int64_t start; /* inclusive (count windows: index of the first record) */
+  int64_t end;   /* exclusive */
+} sl_window;
+
+/** The records of a window, for a full-window function. */
+typedef struct sl_window_contents sl_window_contents;
+
+/** Number of records in the window. */
+uint32_t sl_window_count(const sl_window_contents *contents);
+/** Record i (0 .. count-1, arrival order) in *out; its data is valid until
+ * the next call of this function or of a state function.  Errors: EINVAL
+ * (i out of range), SL_ECORRUPT. */
+int sl_window_record(const sl_window_contents *contents, uint32_t i,
+                     sl_record *out);
+
+typedef struct sl_window_config {
+  int type;   /* enum sl_window_type */
+  int domain; /* SL_EVENT_TIME (default) or SL_PROCESSING_TIME; unused by
+                 count windows */
+  int64_t size;  /* tumbling, sliding: length (> 0); count: records */
+  int64_t slide; /* sliding: step, 0 < slide <= size */
+  int64_t gap;   /* session: the largest gap inside a session (> 0) */
+  int64_t allowed_lateness; /* event time only; >= 0 */
+  int late_port; /* 0: drop late records; 1 .. SL_MAX_SIDE_OUTPUTS: emit
+                    them there (consume with sl_op_side_output) */
+  /* Incremental aggregation: an accumulator of acc_bytes (1 .. 64 KiB)
+   * per window.  init sets a fresh one; add folds a record in; merge folds
+   * other into acc (session windows only, required there); emit produces
+   * the result with sl_emit (it may emit any number of records). */
+  uint32_t acc_bytes;
+  void (*init)(void *user, void *acc);
+  void (*add)(void *user, void *acc, const sl_record *in);
+  void (*merge)(void *user, void *acc, const void *other);
+  int (*emit)(void *user, sl_ctx *ctx, uint64_t key, const sl_window *window,
+              const void *acc);
+  /* Full-window function (instead of the four above). */
+  int (*process)(void *user, sl_ctx *ctx, uint64_t key,
+                 const sl_window *window, const sl_window_contents *contents);
+  void *user; /* passed to the callbacks; shared by all instances */
+} sl_window_config;
+
+/** A window operator on keyed_input (an sl_op_key_by stream).  The config
+ * is copied.  Callbacks return 0, or negative to fail the job.  Errors:
+ * EINVAL (an inconsistent config; sl_job_error() says which field),
+ * SL_EGRAPH (input not keyed), as the builders. */
+int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
+                 int parallelism, const sl_window_config *config, sl_op **op);
+
+/* ------------------------------------------------------------------------ */
 /* Built-in operators (operators/builtin.c). */
 
 /** The record of the built-in sequence source: 16 bytes. */
@@ -818,4 +1023,11 @@ int sl_sink_file(sl_job *job, const char *name, sl_op *input, int parallelism,
 #ifdef __cplusplus
 }
 #endif
+
+/* Sources, sinks and operator library, declared in their own headers. */
+#include "sluice_io.h"    /* file, stdin and stdout: CSV and JSON lines */
+#include "sluice_embed.h" /* generator, push source, callback sink */
+#include "sluice_table.h" /* LMDB table sink */
+#include "sluice_join.h"  /* windowed, interval and unbounded joins */
+
 #endif /* SLUICE_H */

@@ -72,6 +72,28 @@
  *    later transactions) and flips "base".  Both bases use the checksum
  *    seed of "state", so a base value is checked when read and rewritten
  *    with the same checksum.
+ * 10. Tables (store.h note 6).  A row key is [n][name][key]; the row count
+ *    of a table is under [0][name], which no row key can equal (n >= 1).
+ *    A put first tries MDB_NOOVERWRITE: success means a new row (+1 to the
+ *    transaction's delta for the table), MDB_KEYEXIST means a replacement,
+ *    done by a second put at the cursor (MDB_CURRENT); a delete that finds
+ *    the row is -1.  Puts and deletes go through one cursor of the
+ *    transaction: the writer gives the rows in key order, and LMDB skips
+ *    the descent from the root when a key falls on the cursor's page
+ *    (store_rows, 1M sorted rows: inserts 0.62 s against 0.68 s with
+ *    mdb_put, replacements 0.30 s against 0.73 s, medians of 5).  The commit
+ *    adds each table's delta to its stored count before the checkpoint
+ *    record, so counts and rows change in the same transaction.  Table
+ *    reads come from threads other than the writer's, while it runs: they
+ *    never touch the handle's error buffer (their messages go to the
+ *    caller's) nor the write transaction, and hold map_lock's read side
+ *    for their read transaction, because mdb_env_set_mapsize (grow) must
+ *    not run while a transaction of this process is open.  The handle of
+ *    "tables" is opened before the store is handed out (a writer creates
+ *    the database if an older store lacks it), so concurrent reads never
+ *    call mdb_dbi_open, which LMDB allows in one transaction at a time;
+ *    the one exception, a read-only handle of an older store opening it
+ *    once a writer elsewhere has made it, holds tables_lock for that.
  */
 #include "store.h"
 
@@ -151,10 +173,11 @@ enum {
   DB_STATE = 4,
   DB_LOG = 5,
   DB_STATE2 = 6,
+  DB_TABLES = 7, /* optional in stores made before it (store.h note 6) */
   DB_COUNT
 };
 static const char *const db_names[DB_COUNT] = {
-    "", "meta", "checkpoints", "blobs", "state", "log", "state2"};
+    "", "meta", "checkpoints", "blobs", "state", "log", "state2", "tables"};
 /* The two bases, by the value of meta "base". */
 static const int base_dbs[2] = {DB_STATE, DB_STATE2};
 
@@ -162,6 +185,19 @@ static const int base_dbs[2] = {DB_STATE, DB_STATE2};
 enum { LOG_PUT = 1, LOG_TOMBSTONE = 2 };
 
 enum txn_state { TXN_IDLE, TXN_ACTIVE, TXN_FAILED };
+
+/* A table written by the open transaction (sl_store_txn_table), and the
+ * rows its puts added less those its deletes removed, for the commit's
+ * update of the table's row count (note 10). */
+typedef struct txn_table {
+  char name[SL_STORE_TABLE_NAME_MAX + 1];
+  uint8_t name_bytes;
+  int64_t row_delta;
+} txn_table;
+
+_Static_assert(1 + SL_STORE_TABLE_NAME_MAX + SL_STORE_TABLE_KEY_MAX == 511,
+               "a table key fills LMDB's default largest key exactly");
+_Static_assert(SL_STORE_TABLE_NAME_MAX < 255, "a name's length fits a u8");
 
 struct sl_store_txn {
   sl_store *store;
@@ -179,6 +215,12 @@ struct sl_store_txn {
   size_t blob_capacity;
   uint8_t *copy; /* a blob's bytes while the commit rewrites it */
   size_t copy_capacity_bytes;
+  txn_table tables[SL_STORE_TXN_TABLES]; /* note 10 */
+  int table_count;
+  /* Note 10: the rows' cursor, opened by the first row put or delete,
+   * freed by LMDB when the transaction ends.  Sorted rows then mostly
+   * land on the page the cursor is on, skipping the descent. */
+  MDB_cursor *rows;
 };
 
 /* The buffers of a merged view (note 8): the log entries of its range and
@@ -215,6 +257,14 @@ struct sl_store {
   sl_store_fault_fn fault;   /* sl_store_set_fault: the fault layer */
   bool compacting;           /* compactions are not faulted */
   void *fault_arg;
+  /* Tables (note 10).  tables_open: dbi[DB_TABLES] is a handle (always
+   * for a writer; a read-only open of an older store may lack it until a
+   * writer adds it).  map_lock: read side held by every table read,
+   * write side by sl_store_grow.  tables_lock: serialises the late
+   * mdb_dbi_open of "tables" by read-only handles. */
+  _Atomic bool tables_open;
+  pthread_rwlock_t map_lock;
+  pthread_mutex_t tables_lock;
   char error[STORE_ERROR_BYTES];
 };
 
@@ -331,6 +381,14 @@ static void key_text(int db, const MDB_val *key, char *out, size_t out_bytes) {
              get_be16(k + 2));
   } else if (db == DB_CHECKPOINTS && key->mv_size == CHECKPOINT_KEY_BYTES) {
     snprintf(out, out_bytes, "checkpoint %" PRIu64, get_be64(k));
+  } else if (db == DB_TABLES && key->mv_size >= 1 && k[0] == 0) {
+    snprintf(out, out_bytes, "the row count of table \"%.*s\"",
+             (int)(key->mv_size - 1), (const char *)k + 1);
+  } else if (db == DB_TABLES && key->mv_size >= 1 &&
+             key->mv_size >= 1u + k[0]) {
+    hex_text(k + 1 + k[0], key->mv_size - 1 - k[0], hex, sizeof hex);
+    snprintf(out, out_bytes, "table \"%.*s\" key %s (%zu bytes)", (int)k[0],
+             (const char *)k + 1, hex, key->mv_size - 1 - k[0]);
   } else if (db == DB_META && key->mv_size <= MESSAGE_KEY_BYTES) {
     snprintf(out, out_bytes, "\"%.*s\"", (int)key->mv_size, (const char *)k);
   } else {
@@ -748,9 +806,10 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
                     bytes > (size_t)shown ? "..." : "");
 }
 
-/* Opens the named databases (they exist: meta_init made them together). */
+/* Opens the named databases (they exist: meta_init made them together),
+ * and "tables" if it exists (store.h note 6: older stores lack it). */
 static int meta_open_databases(sl_store *s, MDB_txn *txn) {
-  for (int db = DB_CHECKPOINTS; db < DB_COUNT; db++) {
+  for (int db = DB_CHECKPOINTS; db < DB_TABLES; db++) {
     int rc = mdb_dbi_open(txn, db_names[db], 0, &s->dbi[db]);
     if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
       return store_fail(s, SL_ECORRUPT, "the database %s is missing",
@@ -758,6 +817,34 @@ static int meta_open_databases(sl_store *s, MDB_txn *txn) {
     if (rc != 0)
       return lmdb_fail(s, rc, "open a database");
   }
+  int rc = mdb_dbi_open(txn, db_names[DB_TABLES], 0, &s->dbi[DB_TABLES]);
+  if (rc == MDB_NOTFOUND)
+    return 0;
+  if (rc == MDB_INCOMPATIBLE)
+    return store_fail(s, SL_ECORRUPT, "the database tables is not one");
+  if (rc != 0)
+    return lmdb_fail(s, rc, "open the database tables");
+  atomic_store(&s->tables_open, true);
+  return 0;
+}
+
+/* A writer of a store made before tables existed adds the (empty)
+ * database, so that no later transaction needs to create it (note 10). */
+static int tables_create(sl_store *s) {
+  assert(!s->read_only);
+  MDB_txn *txn;
+  int rc = mdb_txn_begin(s->env, 0, 0, &txn);
+  if (rc != 0)
+    return lmdb_fail(s, rc, "begin the transaction that adds tables");
+  rc = mdb_dbi_open(txn, db_names[DB_TABLES], MDB_CREATE, &s->dbi[DB_TABLES]);
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return lmdb_fail(s, rc, "add the database tables");
+  }
+  rc = mdb_txn_commit(txn); /* durable unless no_sync, like a checkpoint */
+  if (rc != 0)
+    return lmdb_fail(s, rc, "commit the database tables");
+  atomic_store(&s->tables_open, true);
   return 0;
 }
 
@@ -885,6 +972,7 @@ static int meta_init(sl_store *s, const char *fingerprint) {
     return lmdb_fail(s, rc, "commit the initial transaction");
   s->latest = 0;
   s->next_seq = 1;
+  atomic_store(&s->tables_open, true);
   /* data.mdb and lock are new entries of the directory. */
   return fsync_directory(s, s->dir);
 }
@@ -903,6 +991,7 @@ static int open_store(sl_store *s, const sl_store_options *options,
     mdb_env_close(s->env);
     s->env = 0;
     memset(s->dbi, 0, sizeof s->dbi);
+    atomic_store(&s->tables_open, false);
     if (rc != 0)
       return rc;
   }
@@ -917,6 +1006,8 @@ static int open_store(sl_store *s, const sl_store_options *options,
     rc = open_map_size(s, options->initial_map_bytes);
   if (rc == 0 && fresh)
     rc = meta_init(s, options->graph_fingerprint);
+  if (rc == 0 && !s->read_only && !atomic_load(&s->tables_open))
+    rc = tables_create(s);
   return rc;
 }
 
@@ -983,6 +1074,9 @@ int sl_store_open(const char *dir, const sl_store_options *options,
   s->no_sync = options->no_sync != 0;
   s->txn.store = s;
   s->txn.state = TXN_IDLE;
+  atomic_init(&s->tables_open, false);
+  pthread_rwlock_init(&s->map_lock, 0);
+  pthread_mutex_init(&s->tables_lock, 0);
   int rc = open_steps(s, options);
   if (rc != 0) {
     if (err && err_bytes > 0)
@@ -1015,6 +1109,8 @@ void sl_store_close(sl_store *s) {
     free(s->merge->runs);
     free(s->merge);
   }
+  pthread_rwlock_destroy(&s->map_lock);
+  pthread_mutex_destroy(&s->tables_lock);
   free(s->dir);
   free(s);
 }
@@ -1063,6 +1159,7 @@ static int txn_fail(sl_store_txn *t, int rc) {
   assert(rc != 0);
   mdb_txn_abort(t->mdb);
   t->mdb = 0;
+  t->rows = 0;
   t->state = TXN_FAILED;
   t->failure = rc;
   assert(txn_check(t));
@@ -1077,6 +1174,8 @@ static void txn_end(sl_store_txn *t) {
   t->state = TXN_IDLE;
   t->failure = 0;
   t->blob_count = 0;
+  t->table_count = 0;
+  t->rows = 0; /* LMDB freed it with the transaction */
   assert(txn_check(t));
 }
 
@@ -1098,6 +1197,8 @@ int sl_store_begin(sl_store *s, sl_store_txn **txn) {
   s->txn.mdb = mdb;
   s->txn.state = TXN_ACTIVE;
   s->txn.blob_count = 0;
+  s->txn.table_count = 0;
+  s->txn.rows = 0;
   s->txn.seq = s->next_seq;
   s->txn.last_key_bytes = 0;
   assert(txn_check(&s->txn));
@@ -1297,6 +1398,212 @@ static int commit_blob_ids(sl_store_txn *t, uint64_t id) {
   return 0;
 }
 
+/* ------------------------------------------------------------ tables */
+
+int sl_store_table_name_check(const char *name) {
+  if (!name)
+    return EINVAL;
+  size_t n = strnlen(name, SL_STORE_TABLE_NAME_MAX + 1);
+  if (n == 0 || n > SL_STORE_TABLE_NAME_MAX)
+    return EINVAL;
+  for (size_t i = 0; i < n; i++) {
+    char c = name[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+    if (!ok)
+      return EINVAL;
+  }
+  return 0;
+}
+
+/* [n][name][key] into out (KEY_BUFFER_BYTES bytes), a row key of note
+ * 10; with key_bytes 0 it is the prefix shared by every row of the table. */
+static MDB_val row_key(uint8_t *out, const char *name, size_t name_bytes,
+                       const void *key, uint32_t key_bytes) {
+  assert(name_bytes >= 1 && name_bytes <= SL_STORE_TABLE_NAME_MAX);
+  assert(key_bytes <= SL_STORE_TABLE_KEY_MAX);
+  out[0] = (uint8_t)name_bytes;
+  memcpy(out + 1, name, name_bytes);
+  if (key_bytes > 0)
+    memcpy(out + 1 + name_bytes, key, key_bytes);
+  return (MDB_val){.mv_size = 1 + name_bytes + key_bytes, .mv_data = out};
+}
+
+/* [0][name]: where a table's row count is kept (note 10). */
+static MDB_val count_key(uint8_t *out, const char *name, size_t name_bytes) {
+  assert(name_bytes >= 1 && name_bytes <= SL_STORE_TABLE_NAME_MAX);
+  out[0] = 0;
+  memcpy(out + 1, name, name_bytes);
+  return (MDB_val){.mv_size = 1 + name_bytes, .mv_data = out};
+}
+
+int sl_store_txn_table(sl_store_txn *txn, const char *name, int *table) {
+  int rc = txn_usable(txn);
+  if (rc != 0)
+    return rc;
+  sl_store *s = txn->store;
+  if (sl_store_table_name_check(name) != 0)
+    return store_fail(s, EINVAL, "table name \"%.60s\" is not 1..%u bytes "
+                      "of A-Z a-z 0-9 _ - .", name ? name : "(null)",
+                      SL_STORE_TABLE_NAME_MAX);
+  for (int i = 0; i < txn->table_count; i++) /* at most SL_STORE_TXN_TABLES */
+    if (strcmp(txn->tables[i].name, name) == 0) {
+      *table = i;
+      return 0;
+    }
+  if (txn->table_count == SL_STORE_TXN_TABLES)
+    return store_fail(s, ENOSPC, "table \"%s\": one checkpoint writes at "
+                      "most %d tables", name, SL_STORE_TXN_TABLES);
+  txn_table *t = &txn->tables[txn->table_count];
+  t->name_bytes = (uint8_t)strlen(name);
+  memcpy(t->name, name, t->name_bytes + 1u);
+  t->row_delta = 0;
+  *table = txn->table_count++;
+  return 0;
+}
+
+/* The transaction's rows cursor (note 10), opened if need be.  Returns 0
+ * or an LMDB code. */
+static int rows_cursor(sl_store_txn *t) {
+  if (t->rows)
+    return 0;
+  int rc = mdb_cursor_open(t->mdb, t->store->dbi[DB_TABLES], &t->rows);
+  if (rc != 0)
+    t->rows = 0;
+  return rc;
+}
+
+/* value_put through the rows cursor; flags MDB_NOOVERWRITE, or
+ * MDB_CURRENT with the cursor on key. */
+static int row_value_put(sl_store_txn *t, MDB_val *key, const void *body,
+                         size_t body_bytes, unsigned flags) {
+  sl_store *s = t->store;
+  assert(flags == MDB_NOOVERWRITE || flags == MDB_CURRENT);
+  int rc = rows_cursor(t);
+  if (rc != 0)
+    return rc;
+  if (s->fault) { /* store.h: every put asks the fault layer */
+    int injected = s->fault(s->fault_arg, SL_STORE_CALL_PUT);
+    if (injected)
+      return injected;
+  }
+  MDB_val value = {.mv_size = body_bytes + SL_STORE_CHECKSUM_BYTES,
+                   .mv_data = 0};
+  rc = mdb_cursor_put(t->rows, key, &value, MDB_RESERVE | flags);
+  if (rc != 0)
+    return rc;
+  uint8_t *at = value.mv_data;
+  if (body_bytes > 0)
+    memcpy(at, body, body_bytes);
+  put_le64(at + body_bytes, checksum(DB_TABLES, key, at, body_bytes));
+  return 0;
+}
+
+/* 0 if a row of key_bytes may go into table of txn; else fails txn. */
+static int row_check(sl_store_txn *txn, int table, uint32_t key_bytes,
+                     const char *what) {
+  int rc = txn_usable(txn);
+  if (rc != 0)
+    return rc;
+  sl_store *s = txn->store;
+  if (table < 0 || table >= txn->table_count)
+    return txn_fail(txn, store_fail(s, EINVAL, "%s: no table %d in this "
+                                    "transaction", what, table));
+  if (key_bytes > SL_STORE_TABLE_KEY_MAX)
+    return txn_fail(txn, store_fail(s, EINVAL,
+                                    "%s: table \"%s\": a key of %" PRIu32
+                                    " bytes is too long (at most %u)",
+                                    what, txn->tables[table].name, key_bytes,
+                                    SL_STORE_TABLE_KEY_MAX));
+  assert(atomic_load(&s->tables_open)); /* a writer has it (note 10) */
+  return 0;
+}
+
+int sl_store_put_row(sl_store_txn *txn, int table, const void *key,
+                     uint32_t key_bytes, const void *value,
+                     uint32_t value_bytes) {
+  int rc = row_check(txn, table, key_bytes, "put row");
+  if (rc != 0)
+    return rc;
+  sl_store *s = txn->store;
+  txn_table *t = &txn->tables[table];
+  if (value_bytes > UINT32_MAX - SL_STORE_CHECKSUM_BYTES ||
+      (value_bytes > 0 && !value))
+    return txn_fail(txn, store_fail(s, EINVAL, "put row: table \"%s\": bad "
+                                    "value of %" PRIu32 " bytes", t->name,
+                                    value_bytes));
+  MDB_val k = row_key(txn->key, t->name, t->name_bytes, key, key_bytes);
+  /* Note 10: a new row, or (MDB_KEYEXIST: nothing written, the cursor on
+   * the row) a replacement. */
+  rc = row_value_put(txn, &k, value, value_bytes, MDB_NOOVERWRITE);
+  if (rc == 0) {
+    t->row_delta++;
+    return 0;
+  }
+  if (rc == MDB_KEYEXIST)
+    rc = row_value_put(txn, &k, value, value_bytes, MDB_CURRENT);
+  return rc != 0 ? txn_fail(txn, lmdb_fail(s, rc, "put row")) : 0;
+}
+
+int sl_store_delete_row(sl_store_txn *txn, int table, const void *key,
+                        uint32_t key_bytes) {
+  int rc = row_check(txn, table, key_bytes, "delete row");
+  if (rc != 0)
+    return rc;
+  sl_store *s = txn->store;
+  txn_table *t = &txn->tables[table];
+  if (s->fault) { /* store.h: a delete counts as a put */
+    int injected = s->fault(s->fault_arg, SL_STORE_CALL_PUT);
+    if (injected)
+      return txn_fail(txn, lmdb_fail(s, injected, "delete row"));
+  }
+  MDB_val k = row_key(txn->key, t->name, t->name_bytes, key, key_bytes);
+  MDB_val found;
+  rc = rows_cursor(txn);
+  if (rc == 0)
+    rc = mdb_cursor_get(txn->rows, &k, &found, MDB_SET);
+  if (rc == 0)
+    rc = mdb_cursor_del(txn->rows, 0);
+  if (rc == 0)
+    t->row_delta--;
+  else if (rc != MDB_NOTFOUND)
+    return txn_fail(txn, lmdb_fail(s, rc, "delete row"));
+  return 0;
+}
+
+/* Note 10: each table's delta into its stored row count. */
+static int commit_table_counts(sl_store_txn *t) {
+  sl_store *s = t->store;
+  for (int i = 0; i < t->table_count; i++) { /* at most SL_STORE_TXN_TABLES */
+    const txn_table *table = &t->tables[i];
+    if (table->row_delta == 0)
+      continue;
+    uint8_t key_bytes[1 + SL_STORE_TABLE_NAME_MAX];
+    MDB_val key = count_key(key_bytes, table->name, table->name_bytes);
+    MDB_val stored, payload;
+    uint64_t rows = 0;
+    int rc = mdb_get(t->mdb, s->dbi[DB_TABLES], &key, &stored);
+    if (rc == 0 && (rc = value_open(s, DB_TABLES, &key, &stored,
+                                    &payload)) != 0)
+      return rc;
+    if (rc == 0 && payload.mv_size != sizeof rows)
+      return corrupt(s, DB_TABLES, &key, "not a u64");
+    if (rc == 0)
+      rows = get_le64(payload.mv_data);
+    else if (rc != MDB_NOTFOUND)
+      return lmdb_fail(s, rc, "commit: read a row count");
+    if (table->row_delta < 0 && rows < (uint64_t)-table->row_delta)
+      return corrupt(s, DB_TABLES, &key, "fewer rows counted than deleted");
+    rows += (uint64_t)table->row_delta; /* modular: adds a negative delta */
+    uint8_t value[sizeof rows];
+    put_le64(value, rows);
+    rc = value_put(s, t->mdb, DB_TABLES, &key, 0, 0, value, sizeof value, 0);
+    if (rc != 0)
+      return lmdb_fail(s, rc, "commit: write a row count");
+  }
+  return 0;
+}
+
 /* The record of checkpoint id, "latest" = id and "next_seq" (store.h note
  * 2); "latest" is read back before the commit sends them to disk. */
 static int commit_record(sl_store_txn *t, uint64_t id, const void *record,
@@ -1342,6 +1649,8 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
   if (rc == 0)
     rc = commit_blob_ids(txn, id);
   if (rc == 0)
+    rc = commit_table_counts(txn);
+  if (rc == 0)
     rc = commit_record(txn, id, record, record_bytes);
   if (rc != 0) {
     txn_end(txn);
@@ -1356,6 +1665,8 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
   txn->mdb = 0;
   txn->state = TXN_IDLE;
   txn->blob_count = 0;
+  txn->table_count = 0;
+  txn->rows = 0;
   assert(txn_check(txn));
   if (injected)
     return lmdb_fail(s, injected, "commit (injected fault)");
@@ -1390,7 +1701,10 @@ int sl_store_grow(sl_store *s) {
                       "grow: the map of %" PRIu64 " bytes may not double "
                       "past %llu",
                       now_bytes, SL_STORE_MAX_MAP_BYTES);
+  /* Note 10: waits for the table reads of other threads to end. */
+  pthread_rwlock_wrlock(&s->map_lock);
   int rc = mdb_env_set_mapsize(s->env, (size_t)(2 * now_bytes));
+  pthread_rwlock_unlock(&s->map_lock);
   if (rc != 0)
     return lmdb_fail(s, rc, "grow: mdb_env_set_mapsize");
   assert(sl_store_map_bytes(s) >= 2 * now_bytes);
@@ -1406,8 +1720,9 @@ int sl_store_wipe(sl_store *s) {
   int rc = mdb_txn_begin(s->env, 0, 0, &txn);
   if (rc != 0)
     return lmdb_fail(s, rc, "wipe: begin");
-  /* Every database but meta: the log and both bases too.  "next_seq"
-   * stays: seqs only grow. */
+  /* Every database but meta: the log, both bases and the tables too.
+   * "next_seq" stays: seqs only grow. */
+  assert(atomic_load(&s->tables_open)); /* a writer has it (note 10) */
   for (int db = DB_CHECKPOINTS; db < DB_COUNT && rc == 0; db++)
     rc = mdb_drop(txn, s->dbi[db], 0); /* empty it, keep the database */
   if (rc == 0)
@@ -2163,4 +2478,284 @@ int sl_store_list_checkpoints(sl_store *s, uint64_t **ids, size_t *count) {
   }
   *ids = list;
   return 0;
+}
+
+/* ------------------------------------------------------------ table reads */
+
+/* "<dir>: message" into err (note 10: never into the handle's buffer,
+ * which the writer thread uses meanwhile).  Returns rc. */
+__attribute__((format(printf, 5, 6))) static int
+table_fail(const sl_store *s, char *err, size_t err_bytes, int rc,
+           const char *format, ...) {
+  assert(rc != 0);
+  if (!err || err_bytes == 0)
+    return rc;
+  int at = snprintf(err, err_bytes, "%s: ", s->dir);
+  if (at < 0 || (size_t)at >= err_bytes)
+    return rc;
+  va_list args;
+  va_start(args, format);
+  vsnprintf(err + at, err_bytes - (size_t)at, format, args);
+  va_end(args);
+  return rc;
+}
+
+/* A read-only handle of a store made before tables: a writer (of another
+ * process) may have added "tables" since the open.  Opened in a read
+ * transaction of its own, committed to keep the handle (note 10). */
+static int tables_open_late(sl_store *s, char *err, size_t err_bytes) {
+  pthread_mutex_lock(&s->tables_lock);
+  int rc = 0;
+  if (!atomic_load(&s->tables_open)) {
+    MDB_txn *txn;
+    rc = mdb_txn_begin(s->env, 0, MDB_RDONLY, &txn);
+    if (rc == 0) {
+      rc = mdb_dbi_open(txn, db_names[DB_TABLES], 0, &s->dbi[DB_TABLES]);
+      if (rc == 0) {
+        rc = mdb_txn_commit(txn);
+        if (rc == 0)
+          atomic_store(&s->tables_open, true);
+      } else {
+        mdb_txn_abort(txn);
+      }
+    }
+    if (rc == MDB_NOTFOUND)
+      rc = 0; /* still none: every table is empty */
+    else if (rc != 0)
+      rc = table_fail(s, err, err_bytes, rc, "open the database tables: %s",
+                      mdb_strerror(rc));
+  }
+  pthread_mutex_unlock(&s->tables_lock);
+  return rc;
+}
+
+/* The read side of map_lock, then a read transaction (note 10).  A map
+ * grown by a writer in another process (MDB_MAP_RESIZED, read-only
+ * handles only) is adopted under the write side.  End with
+ * table_read_end. */
+static int locked_read_begin(sl_store *s, MDB_txn **txn, char *err,
+                             size_t err_bytes) {
+  pthread_rwlock_rdlock(&s->map_lock);
+  int rc = mdb_txn_begin(s->env, 0, MDB_RDONLY, txn);
+  if (rc == MDB_MAP_RESIZED) {
+    pthread_rwlock_unlock(&s->map_lock);
+    pthread_rwlock_wrlock(&s->map_lock);
+    rc = mdb_env_set_mapsize(s->env, 0); /* no transaction is open here */
+    pthread_rwlock_unlock(&s->map_lock);
+    pthread_rwlock_rdlock(&s->map_lock);
+    if (rc == 0)
+      rc = mdb_txn_begin(s->env, 0, MDB_RDONLY, txn);
+  }
+  if (rc != 0) {
+    pthread_rwlock_unlock(&s->map_lock);
+    *txn = 0;
+    return table_fail(s, err, err_bytes, rc, "begin a read transaction: %s",
+                      mdb_strerror(rc));
+  }
+  return 0;
+}
+
+/* Begin a table read (locked_read_begin).  *txn NULL with 0: the store
+ * has no tables yet. */
+static int table_read_begin(sl_store *s, MDB_txn **txn, char *err,
+                            size_t err_bytes) {
+  *txn = 0;
+  int rc = atomic_load(&s->tables_open) ? 0
+                                         : tables_open_late(s, err, err_bytes);
+  if (rc != 0 || !atomic_load(&s->tables_open))
+    return rc;
+  return locked_read_begin(s, txn, err, err_bytes);
+}
+
+static void table_read_end(sl_store *s, MDB_txn *txn) {
+  if (!txn)
+    return;
+  mdb_txn_abort(txn);
+  pthread_rwlock_unlock(&s->map_lock);
+}
+
+/* A table value read back: checked, its payload in *payload. */
+static int table_value_open(const sl_store *s, const char *table,
+                            const MDB_val *key, const MDB_val *value,
+                            MDB_val *payload, char *err, size_t err_bytes) {
+  const uint8_t *stored = (const uint8_t *)value->mv_data +
+                          value->mv_size - SL_STORE_CHECKSUM_BYTES;
+  if (value->mv_size >= SL_STORE_CHECKSUM_BYTES) {
+    payload->mv_data = value->mv_data;
+    payload->mv_size = value->mv_size - SL_STORE_CHECKSUM_BYTES;
+    if (get_le64(stored) ==
+        checksum(DB_TABLES, key, payload->mv_data, payload->mv_size))
+      return 0;
+  }
+  char text[3 * MESSAGE_KEY_BYTES + 128];
+  key_text(DB_TABLES, key, text, sizeof text);
+  return table_fail(s, err, err_bytes, SL_ECORRUPT,
+                    "database tables, %s: value fails its checksum (table "
+                    "\"%s\")", text, table);
+}
+
+/* The checks every table read makes of its arguments. */
+static int table_args(const sl_store *s, const char *table, uint32_t key_bytes,
+                      char *err, size_t err_bytes) {
+  if (sl_store_table_name_check(table) != 0)
+    return table_fail(s, err, err_bytes, EINVAL,
+                      "table name \"%.60s\" is not 1..%u bytes of A-Z a-z "
+                      "0-9 _ - .", table ? table : "(null)",
+                      SL_STORE_TABLE_NAME_MAX);
+  if (key_bytes > SL_STORE_TABLE_KEY_MAX)
+    return table_fail(s, err, err_bytes, EINVAL,
+                      "table \"%s\": a key of %" PRIu32 " bytes is too long "
+                      "(at most %u)", table, key_bytes,
+                      SL_STORE_TABLE_KEY_MAX);
+  return 0;
+}
+
+int sl_store_table_get(sl_store *s, const char *table, const void *key,
+                       uint32_t key_bytes, void **value,
+                       uint32_t *value_bytes, char *err, size_t err_bytes) {
+  *value = 0;
+  *value_bytes = 0;
+  int rc = table_args(s, table, key_bytes, err, err_bytes);
+  if (rc == 0 && key_bytes > 0 && !key)
+    rc = table_fail(s, err, err_bytes, EINVAL, "table \"%s\": key is NULL",
+                    table);
+  MDB_txn *txn = 0;
+  if (rc == 0)
+    rc = table_read_begin(s, &txn, err, err_bytes);
+  if (rc != 0)
+    return rc;
+  uint8_t key_buffer[KEY_BUFFER_BYTES];
+  MDB_val k = row_key(key_buffer, table, strlen(table), key, key_bytes);
+  MDB_val stored, payload;
+  rc = txn ? mdb_get(txn, s->dbi[DB_TABLES], &k, &stored) : MDB_NOTFOUND;
+  if (rc == MDB_NOTFOUND)
+    rc = table_fail(s, err, err_bytes, SL_ENOTFOUND,
+                    "table \"%s\" has no row with that key", table);
+  else if (rc != 0)
+    rc = table_fail(s, err, err_bytes, rc, "table \"%s\": read: %s", table,
+                    mdb_strerror(rc));
+  else
+    rc = table_value_open(s, table, &k, &stored, &payload, err, err_bytes);
+  void *copy = 0;
+  if (rc == 0 && !(copy = malloc(payload.mv_size ? payload.mv_size : 1)))
+    rc = table_fail(s, err, err_bytes, ENOMEM, "table \"%s\": out of memory",
+                    table);
+  if (rc == 0) {
+    if (payload.mv_size > 0)
+      memcpy(copy, payload.mv_data, payload.mv_size);
+    *value = copy;
+    *value_bytes = (uint32_t)payload.mv_size;
+  }
+  table_read_end(s, txn);
+  return rc;
+}
+
+/* The rows of table in txn into fn (sl_store_table_scan). */
+static int table_walk(const sl_store *s, MDB_txn *txn, const char *table,
+                      sl_store_row_fn fn, void *arg, char *err,
+                      size_t err_bytes) {
+  MDB_stat st;
+  MDB_cursor *cursor;
+  int rc = mdb_stat(txn, s->dbi[DB_TABLES], &st);
+  if (rc == 0)
+    rc = mdb_cursor_open(txn, s->dbi[DB_TABLES], &cursor);
+  if (rc != 0)
+    return table_fail(s, err, err_bytes, rc, "table \"%s\": read: %s", table,
+                      mdb_strerror(rc));
+  size_t name_bytes = strlen(table);
+  uint8_t prefix[KEY_BUFFER_BYTES];
+  MDB_val seek = row_key(prefix, table, name_bytes, 0, 0), key = seek, value;
+  size_t prefix_bytes = seek.mv_size;
+  int step = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE);
+  /* Bounded by the database's entries: each turn takes one. */
+  rc = 0;
+  for (size_t turn = 0; step == 0 && rc == 0 && turn < st.ms_entries;
+       turn++) {
+    if (key.mv_size < prefix_bytes ||
+        memcmp(key.mv_data, prefix, prefix_bytes) != 0)
+      break; /* past the table's range */
+    MDB_val payload;
+    rc = table_value_open(s, table, &key, &value, &payload, err, err_bytes);
+    if (rc == 0) /* nonzero: fn's value, which stops the walk */
+      rc = fn(arg, (const uint8_t *)key.mv_data + prefix_bytes,
+              (uint32_t)(key.mv_size - prefix_bytes), payload.mv_data,
+              (uint32_t)payload.mv_size);
+    if (rc == 0)
+      step = mdb_cursor_get(cursor, &key, &value, MDB_NEXT);
+  }
+  mdb_cursor_close(cursor);
+  if (rc == 0 && step != 0 && step != MDB_NOTFOUND)
+    rc = table_fail(s, err, err_bytes, step, "table \"%s\": read: %s", table,
+                    mdb_strerror(step));
+  return rc;
+}
+
+int sl_store_table_scan(sl_store *s, const char *table, sl_store_row_fn fn,
+                        void *arg, char *err, size_t err_bytes) {
+  int rc = table_args(s, table, 0, err, err_bytes);
+  if (rc == 0 && !fn)
+    rc = table_fail(s, err, err_bytes, EINVAL, "table \"%s\": no function",
+                    table);
+  MDB_txn *txn = 0;
+  if (rc == 0)
+    rc = table_read_begin(s, &txn, err, err_bytes);
+  if (rc != 0 || !txn)
+    return rc; /* !txn: no tables yet, nothing to walk */
+  rc = table_walk(s, txn, table, fn, arg, err, err_bytes);
+  table_read_end(s, txn);
+  return rc;
+}
+
+int sl_store_table_count(sl_store *s, const char *table, uint64_t *rows,
+                         char *err, size_t err_bytes) {
+  *rows = 0;
+  int rc = table_args(s, table, 0, err, err_bytes);
+  MDB_txn *txn = 0;
+  if (rc == 0)
+    rc = table_read_begin(s, &txn, err, err_bytes);
+  if (rc != 0 || !txn)
+    return rc;
+  uint8_t key_buffer[1 + SL_STORE_TABLE_NAME_MAX];
+  MDB_val key = count_key(key_buffer, table, strlen(table)), stored, payload;
+  rc = mdb_get(txn, s->dbi[DB_TABLES], &key, &stored);
+  if (rc == MDB_NOTFOUND) {
+    rc = 0; /* never written: empty */
+  } else if (rc != 0) {
+    rc = table_fail(s, err, err_bytes, rc, "table \"%s\": read the row "
+                    "count: %s", table, mdb_strerror(rc));
+  } else {
+    rc = table_value_open(s, table, &key, &stored, &payload, err, err_bytes);
+    if (rc == 0 && payload.mv_size != sizeof(uint64_t))
+      rc = table_fail(s, err, err_bytes, SL_ECORRUPT,
+                      "table \"%s\": the row count is %zu bytes, not 8",
+                      table, payload.mv_size);
+    if (rc == 0)
+      *rows = get_le64(payload.mv_data);
+  }
+  table_read_end(s, txn);
+  return rc;
+}
+
+int sl_store_read_latest(sl_store *s, uint64_t *id, char *err,
+                         size_t err_bytes) {
+  *id = 0;
+  MDB_txn *txn;
+  int rc = locked_read_begin(s, &txn, err, err_bytes);
+  if (rc != 0)
+    return rc;
+  MDB_val key = meta_key("latest"), stored;
+  rc = mdb_get(txn, s->dbi[DB_META], &key, &stored);
+  if (rc != 0) {
+    rc = table_fail(s, err, err_bytes, rc == MDB_NOTFOUND ? SL_ECORRUPT : rc,
+                    "read meta \"latest\": %s", mdb_strerror(rc));
+  } else if (stored.mv_size != 8 + SL_STORE_CHECKSUM_BYTES ||
+             get_le64((const uint8_t *)stored.mv_data + 8) !=
+                 checksum(DB_META, &key, stored.mv_data, 8)) {
+    rc = table_fail(s, err, err_bytes, SL_ECORRUPT,
+                    "meta \"latest\" fails its checksum");
+  } else {
+    *id = get_le64(stored.mv_data);
+  }
+  table_read_end(s, txn);
+  return rc;
 }

@@ -3,7 +3,7 @@
  * NOTES ON THE DESIGN
  *
  * 1. One LMDB environment per state directory (data.mdb, lock.mdb), with
- *    six named databases:
+ *    seven named databases:
  *      meta         "magic" -> "sluice-store", "format" -> u32 format
  *                   version, "graph" -> the job graph fingerprint,
  *                   "latest" -> u64 id of the newest complete checkpoint,
@@ -21,12 +21,16 @@
  *      state,       u16 op, u16 key group (big-endian), key bytes -> value:
  *      state2       the base, keyed state as of the last compaction; one
  *                   of the two is current, the other empty (note 3)
+ *      tables       u8 n, n bytes of table name, key bytes -> value: the
+ *                   rows of table sinks (note 6); u8 0, table name -> u64
+ *                   row count of that table (little-endian)
  *    Big-endian prefixes keep each operator's key groups contiguous and in
  *    order, in the log within each transaction.  Every stored value ends
  *    with an 8-byte checksum of the key and the value, little-endian:
  *    XXH3_64bits_withSeed(value, seed) with seed = XXH3_64bits_withSeed(key,
  *    database number), the numbers being meta 1, checkpoints 2, blobs 3,
- *    state and state2 both 4 (they are one logical database), log 5.  It is
+ *    state and state2 both 4 (they are one logical database), log 5,
+ *    tables 7.  It is
  *    checked on every read: a mismatch is SL_ECORRUPT naming the database
  *    and the key.  Meta values are "sluice-store" (no NUL), u32 and u64
  *    little-endian, the fingerprint's bytes (no NUL); a blob value starts
@@ -72,11 +76,31 @@
  *    LMDB allows one handle per environment per process, so a second open
  *    of the same directory in one process is refused (SL_ESTORE "in use:
  *    already open in this process"), read-only or not.
+ * 6. Tables (operators/table_sink.c) are the committed output of table
+ *    sinks: plain key -> value maps, one per table name, all in the
+ *    database "tables", each table's keys prefixed with its name's length
+ *    and bytes (so a table is one contiguous key range), and beside them
+ *    a row count per table, under u8 0 and the name.  Rows are put and
+ *    deleted inside a checkpoint's write transaction (sl_store_put_row,
+ *    sl_store_delete_row), so a table always reads as of the newest
+ *    complete checkpoint, in step with the keyed state and the source
+ *    positions.  The row counts are updated by the commit from what the
+ *    transaction's puts and deletes added and removed.  Compaction does
+ *    not touch tables (they are not a log); sl_store_wipe empties them.
+ *    A store made before tables existed gets an empty "tables" database
+ *    when a writer opens it; a read-only open of such a store reads every
+ *    table as empty.  The format version is unchanged: the database is an
+ *    addition that older code ignores.
  *
  * CONCURRENCY: a store handle is used by one thread at a time (the engine's
  * writer thread, or the restoring thread before the job runs).  A write
  * transaction is begun and ended (commit, abort, close) on one thread:
- * LMDB's write lock is a mutex.
+ * LMDB's write lock is a mutex.  The exception are the table reads
+ * (sl_store_table_*), which any number of threads may call at once, also
+ * while the writer writes, compacts or grows the map: each runs in a read
+ * transaction of its own, reports into its caller's message buffer, and
+ * holds the read side of a lock whose write side sl_store_grow takes
+ * (LMDB remaps the file when the map grows: no read may be open then).
  */
 #ifndef SL_STORE_H
 #define SL_STORE_H
@@ -134,9 +158,9 @@ uint64_t sl_store_latest(const sl_store *store);
 uint64_t sl_store_map_bytes(const sl_store *store);
 
 /** Delete every checkpoint, blob and state entry (the log and both
- * bases; start fresh), in one durable transaction; keeps meta with
- * latest = 0 (and "next_seq": seqs only grow).  Errors: EBUSY (a
- * transaction is open), EACCES (read-only), LMDB codes. */
+ * bases; start fresh) and every table row, in one durable transaction;
+ * keeps meta with latest = 0 (and "next_seq": seqs only grow).  Errors:
+ * EBUSY (a transaction is open), EACCES (read-only), LMDB codes. */
 int sl_store_wipe(sl_store *store);
 
 /** Begin the write transaction of one checkpoint.  One at a time: the
@@ -183,8 +207,9 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
 void sl_store_abort(sl_store_txn *txn);
 
 /** Double the map size.  No transaction may be open (a failed one may:
- * it holds nothing).  Errors: EBUSY, EACCES (read-only), ENOMEM (past
- * SL_STORE_MAX_MAP_BYTES), LMDB codes. */
+ * it holds nothing); table reads of other threads are waited for.
+ * Errors: EBUSY, EACCES (read-only), ENOMEM (past SL_STORE_MAX_MAP_BYTES),
+ * LMDB codes. */
 int sl_store_grow(sl_store *store);
 
 /* Reading: each call runs in its own read transaction, so it sees
@@ -283,5 +308,77 @@ int sl_store_get_checkpoint(sl_store *store, uint64_t id, void **record,
 /** Ids of all stored checkpoint records, ascending, as a malloc'd array
  * (never NULL on success).  Errors: ENOMEM, SL_ECORRUPT, LMDB codes. */
 int sl_store_list_checkpoints(sl_store *store, uint64_t **ids, size_t *count);
+
+/* Tables (note 6). */
+
+/** Longest table name in bytes (without NUL).  A name is 1 ..
+ * SL_STORE_TABLE_NAME_MAX bytes of A-Z a-z 0-9 '_' '-' '.'. */
+#define SL_STORE_TABLE_NAME_MAX 40u
+/** Longest row key in bytes: LMDB's 511-byte keys less the table prefix
+ * (a length byte and the longest name). */
+#define SL_STORE_TABLE_KEY_MAX (511u - 1u - SL_STORE_TABLE_NAME_MAX)
+/** Tables one write transaction may write. */
+#define SL_STORE_TXN_TABLES 64
+
+/** 0 if name is a valid table name, else EINVAL (NULL, empty, too long, or
+ * a byte outside the allowed set). */
+int sl_store_table_name_check(const char *name);
+
+/** The handle (*table) under which txn writes rows of the table name; the
+ * same name gives the same handle until the transaction ends.  Errors:
+ * EINVAL (bad name; the transaction is not failed by it), ENOSPC (more
+ * than SL_STORE_TXN_TABLES tables in one transaction; it is not failed
+ * either), and the errors of a failed or ended transaction. */
+int sl_store_txn_table(sl_store_txn *txn, const char *name, int *table);
+
+/** Put (insert or replace) one row of table (a handle of
+ * sl_store_txn_table).  Errors: EINVAL (key over SL_STORE_TABLE_KEY_MAX
+ * bytes, value too long, bad handle), and otherwise as
+ * sl_store_put_state, which also says what a failure leaves. */
+int sl_store_put_row(sl_store_txn *txn, int table, const void *key,
+                     uint32_t key_bytes, const void *value,
+                     uint32_t value_bytes);
+
+/** Delete one row; absent is not an error.  The fault layer sees it as a
+ * put.  Errors as sl_store_put_row. */
+int sl_store_delete_row(sl_store_txn *txn, int table, const void *key,
+                        uint32_t key_bytes);
+
+/* Table reads: see CONCURRENCY above.  Each call is one read transaction,
+ * so it sees one complete checkpoint.  On failure err (err_bytes > 0, or
+ * NULL) gets a message naming the directory, the table and the problem.
+ * A table that no committed checkpoint has written reads as empty.
+ * Errors of all: EINVAL (bad name or key, NULL argument), SL_ECORRUPT (a
+ * value fails its checksum; the message names the key), ENOMEM, LMDB
+ * codes. */
+
+/** One row of table as a malloc'd copy (*value, never NULL on success,
+ * also for 0 bytes; the caller frees it).  Errors: SL_ENOTFOUND (no such
+ * row). */
+int sl_store_table_get(sl_store *store, const char *table, const void *key,
+                       uint32_t key_bytes, void **value,
+                       uint32_t *value_bytes, char *err, size_t err_bytes);
+
+typedef int (*sl_store_row_fn)(void *arg, const void *key, uint32_t key_bytes,
+                               const void *value, uint32_t value_bytes);
+
+/** Call fn for every row of table in key order (bytes, then length), with
+ * key and value pointing into the map (valid during the call only).
+ * Stops and returns fn's value if nonzero.  The read transaction stays
+ * open for the whole walk (the map cannot grow meanwhile: keep fn short).
+ * Errors: as above. */
+int sl_store_table_scan(sl_store *store, const char *table,
+                        sl_store_row_fn fn, void *arg, char *err,
+                        size_t err_bytes);
+
+/** The number of rows of table (a stored count: no walk).  Errors: as
+ * above. */
+int sl_store_table_count(sl_store *store, const char *table, uint64_t *rows,
+                         char *err, size_t err_bytes);
+
+/** The newest complete checkpoint, read now (sl_store_latest of a
+ * read-only handle is as of its open).  Errors: SL_ECORRUPT, LMDB codes. */
+int sl_store_read_latest(sl_store *store, uint64_t *id, char *err,
+                         size_t err_bytes);
 
 #endif /* SL_STORE_H */

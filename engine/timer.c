@@ -1,0 +1,526 @@
+/* timer.c — event time: watermarks at sources and through operators, idle
+ * inputs, and per-key timers in event and processing time.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * 1. Watermarks are control entries in the rings (ring.h note 6), so they
+ *    stay in order with the records around them.  Each channel remembers
+ *    the newest watermark it delivered; an instance's input watermark is
+ *    the minimum over the channels that are neither ended nor idle, and it
+ *    only moves forward.  When it advances the instance fires the
+ *    event-time timers it made due (in time order), calls on_watermark,
+ *    and then writes the watermark on every output ring: records a timer
+ *    emits reach the next operator before the watermark that caused them,
+ *    so they are never late there.  Operators without timers (map, filter,
+ *    flat_map) just forward.
+ * 2. Sources generate watermarks from what they emit (sl_op_watermarks):
+ *    W = (largest timestamp emitted) - out_of_orderness - 1, checked after
+ *    each next() call and sent at most every interval_ms when it advanced.
+ *    A source instance that emitted nothing for idle_timeout_ms sends IDLE;
+ *    its channels then drop out of the minimum downstream.  The next record
+ *    or watermark on such a channel makes it active again (a record only
+ *    clears the flag; the channel's watermark is what it was).  An
+ *    instance whose live inputs are all idle forwards IDLE itself, and
+ *    ACTIVE when one of them becomes active again.
+ * 3. At the end of input a source sends SL_WATERMARK_MAX; an ended channel
+ *    counts as +infinity, so when the last one ends the instance advances
+ *    to SL_WATERMARK_MAX before finish(): every event-time timer fires and
+ *    every window closes, and the final checkpoint holds none of them.
+ * 4. Timers are keyed state.  A timer is an entry of the instance's
+ *    copy-on-write map with the key
+ *        [record key: u64 BE][0xFFFF][kind 5][domain: u8][time: u64 BE,
+ *         sign bit flipped so that byte order is numeric order]
+ *    and a one-byte value, so it is checkpointed, restored and rescaled
+ *    (by key group) with the rest of the state, at no extra cost in the
+ *    snapshot.  Beside the map, each domain has an in-memory binary heap of
+ *    (time, key) for finding what is due.  Deleting removes only the map
+ *    entry; a heap item whose entry is gone is skipped when it surfaces,
+ *    and so is a duplicate (the map entry is deleted by the first).  After
+ *    a restore the heaps are rebuilt by one scan of the map.
+ * 5. Processing-time timers fire when the wall clock (CLOCK_REALTIME, ms)
+ *    passes them: checked after each pass over the inputs, and a waiting
+ *    instance with such timers parks with a timeout instead of
+ *    indefinitely.  At the end of input the pending ones fire as well
+ *    (after the final watermark), so a bounded job loses no window to the
+ *    clock; Flink would drop them.
+ * 6. A timer's callback runs with its key current (cp.current_key set,
+ *    key_valid true: state.c uses it without a record) and with a record
+ *    of no data whose timestamp is the timer's time, so sl_emit stamps the
+ *    output with it.
+ * 7. Each snapshot saves the instance's watermark and (for sources) the
+ *    largest timestamp emitted, after its operator state (coordinator.c,
+ *    write_instance).  A restored instance starts from them, with every
+ *    input channel at the saved watermark, instead of from no watermark:
+ *    so the records replayed after a restore are judged late or not
+ *    exactly as they were before the failure, and a source's next
+ *    watermark is computed from the same maximum.  Flink starts from
+ *    nothing, and a replay can then keep a record its first run dropped.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define TIMER_STATE_ID 0xFFFFu
+#define TIMER_KIND 5u
+#define TIMER_KEY_BYTES 20u
+
+typedef struct timer_item {
+  int64_t time;
+  uint64_t key;
+} timer_item;
+
+typedef struct timer_heap {
+  timer_item *items;
+  uint32_t count;
+  uint32_t capacity;
+} timer_heap;
+
+struct sl_timers {
+  timer_heap heap[2]; /* enum sl_time_domain */
+};
+
+static int send_watermark(sl_instance *inst, int64_t watermark);
+
+static inline bool item_before(const timer_item *a, const timer_item *b) {
+  return a->time < b->time || (a->time == b->time && a->key < b->key);
+}
+
+static int heap_push(timer_heap *h, int64_t time, uint64_t key) {
+  if (h->count == h->capacity) {
+    uint32_t capacity = h->capacity ? h->capacity * 2 : 64;
+    timer_item *grown = realloc(h->items, sizeof *grown * capacity);
+    if (!grown)
+      return ENOMEM;
+    h->items = grown;
+    h->capacity = capacity;
+  }
+  uint32_t i = h->count++;
+  timer_item it = {.time = time, .key = key};
+  while (i > 0) {
+    uint32_t parent = (i - 1) / 2;
+    if (!item_before(&it, &h->items[parent]))
+      break;
+    h->items[i] = h->items[parent];
+    i = parent;
+  }
+  h->items[i] = it;
+  return 0;
+}
+
+static timer_item heap_pop(timer_heap *h) {
+  assert(h->count > 0);
+  timer_item top = h->items[0];
+  timer_item last = h->items[--h->count];
+  uint32_t i = 0;
+  for (;;) {
+    uint32_t child = 2 * i + 1;
+    if (child >= h->count)
+      break;
+    if (child + 1 < h->count && item_before(&h->items[child + 1],
+                                            &h->items[child]))
+      child++;
+    if (!item_before(&h->items[child], &last))
+      break;
+    h->items[i] = h->items[child];
+    i = child;
+  }
+  if (h->count > 0)
+    h->items[i] = last;
+  return top;
+}
+
+static void timer_key(uint8_t *k, uint64_t key, int domain, int64_t time) {
+  sl_store_be64(k, key);
+  k[8] = (uint8_t)(TIMER_STATE_ID >> 8);
+  k[9] = (uint8_t)TIMER_STATE_ID;
+  k[10] = TIMER_KIND;
+  k[11] = (uint8_t)domain;
+  sl_store_be64(k + 12, (uint64_t)time ^ (1ull << 63));
+}
+
+static bool is_timer_key(const uint8_t *k, uint32_t bytes) {
+  return bytes == TIMER_KEY_BYTES && k[8] == (uint8_t)(TIMER_STATE_ID >> 8) &&
+         k[9] == (uint8_t)TIMER_STATE_ID && k[10] == TIMER_KIND && k[11] <= 1;
+}
+
+static int timers_get(sl_instance *inst, struct sl_timers **out) {
+  if (!inst->timers) {
+    inst->timers = calloc(1, sizeof *inst->timers);
+    if (!inst->timers)
+      return ENOMEM;
+  }
+  *out = inst->timers;
+  return 0;
+}
+
+/* ----------------------------------------------------------- lifecycle */
+
+void sl_event_reset(sl_instance *inst) {
+  inst->watermark = SL_WATERMARK_MIN;
+  inst->watermark_out = SL_WATERMARK_MIN;
+  inst->max_timestamp = SL_NO_TIMESTAMP;
+  inst->watermark_due_ns = 0;
+  inst->last_active_ns = 0;
+  inst->records_at_tick = 0;
+  inst->output_idle = false;
+  atomic_store_explicit(&inst->watermark_shared, SL_WATERMARK_MIN,
+                        memory_order_relaxed);
+  if (inst->timers)
+    for (int d = 0; d < 2; d++)
+      inst->timers->heap[d].count = 0;
+  for (int c = 0; c < inst->channel_count && inst->channels; c++) {
+    inst->channels[c].watermark = SL_WATERMARK_MIN;
+    inst->channels[c].idle = false;
+  }
+}
+
+void sl_event_free(sl_instance *inst) {
+  if (!inst->timers)
+    return;
+  for (int d = 0; d < 2; d++)
+    free(inst->timers->heap[d].items);
+  free(inst->timers);
+  inst->timers = 0;
+}
+
+typedef struct restore_scan {
+  struct sl_timers *timers;
+  int rc;
+} restore_scan;
+
+static int restore_entry(void *arg, const sl_cow_entry *e) {
+  restore_scan *scan = arg;
+  const uint8_t *k = sl_cow_entry_key(e);
+  if (!is_timer_key(k, e->key_bytes))
+    return 0;
+  int64_t time = (int64_t)(sl_load_be64(k + 12) ^ (1ull << 63));
+  scan->rc = heap_push(&scan->timers->heap[k[11]], time, sl_load_be64(k));
+  return scan->rc;
+}
+
+/* Note 7: the watermark state the checkpoint saved. */
+static int restore_event_time(sl_instance *inst) {
+  if (!inst->cp.has_event_time_restored)
+    return 0;
+  int64_t watermark = inst->cp.event_time_restored[0];
+  inst->max_timestamp = inst->cp.event_time_restored[1];
+  if (watermark == SL_WATERMARK_MIN)
+    return 0;
+  inst->watermark = watermark;
+  atomic_store_explicit(&inst->watermark_shared, watermark,
+                        memory_order_relaxed);
+  for (int c = 0; c < inst->channel_count; c++)
+    inst->channels[c].watermark = watermark;
+  /* Downstream instances restore their own; sending it again costs one
+   * entry and makes a source's consumers current at once. */
+  return inst->op->kind == SL_OP_SINK ? 0 : send_watermark(inst, watermark);
+}
+
+int sl_event_restore(sl_instance *inst) {
+  int rc = restore_event_time(inst);
+  if (rc)
+    return rc;
+  if (!inst->cp.keyed || !inst->op->fn.process.on_timer ||
+      (inst->op->kind != SL_OP_PROCESS && inst->op->kind != SL_OP_SINK))
+    return 0;
+  struct sl_timers *timers;
+  rc = timers_get(inst, &timers);
+  if (rc)
+    return rc;
+  for (int d = 0; d < 2; d++)
+    timers->heap[d].count = 0;
+  restore_scan scan = {.timers = timers};
+  rc = sl_cow_map_foreach(inst->cp.keyed, restore_entry, &scan);
+  if (rc == 0)
+    rc = scan.rc;
+  if (rc)
+    sl_ctx_fail(inst, "rebuilding the timers from checkpoint %" PRIu64
+                " failed", inst->cp.restored_from);
+  return rc;
+}
+
+/* ----------------------------------------------------------- public calls */
+
+SL_EXPORT int sl_ctx_key(sl_ctx *ctx, uint64_t *key) {
+  sl_instance_checkpoint *cp = &ctx->cp;
+  if (!cp->keyed || !key)
+    return SL_EUSAGE;
+  if (!cp->key_valid) {
+    if (!ctx->current || !ctx->current_channel || !ctx->current_channel->key)
+      return SL_EUSAGE;
+    const sl_channel *ch = ctx->current_channel;
+    cp->current_key = ch->key(ch->key_user, ctx->current);
+    cp->key_valid = true;
+  }
+  *key = cp->current_key;
+  return 0;
+}
+
+SL_EXPORT int64_t sl_ctx_watermark(const sl_ctx *ctx) {
+  return ctx->watermark;
+}
+
+SL_EXPORT int64_t sl_ctx_processing_time(const sl_ctx *ctx) {
+  (void)ctx;
+  return sl_wall_ms();
+}
+
+static int timer_check(sl_ctx *ctx, int domain, uint64_t *key) {
+  if (domain != SL_EVENT_TIME && domain != SL_PROCESSING_TIME)
+    return EINVAL;
+  if (!ctx->op->fn.process.on_timer ||
+      (ctx->op->kind != SL_OP_PROCESS && ctx->op->kind != SL_OP_SINK))
+    return SL_EUSAGE;
+  return sl_ctx_key(ctx, key);
+}
+
+SL_EXPORT int sl_timer_register(sl_ctx *ctx, int domain, int64_t time) {
+  uint64_t key;
+  int rc = timer_check(ctx, domain, &key);
+  if (rc)
+    return rc;
+  struct sl_timers *timers;
+  rc = timers_get(ctx, &timers);
+  if (rc)
+    return rc;
+  uint8_t k[TIMER_KEY_BYTES];
+  timer_key(k, key, domain, time);
+  if (sl_cow_map_get(ctx->cp.keyed, k, sizeof k, 0))
+    return 0; /* already registered */
+  uint8_t one = 1;
+  if (!sl_cow_map_put(ctx->cp.keyed, k, sizeof k, &one, 1))
+    return ENOMEM;
+  rc = heap_push(&timers->heap[domain], time, key);
+  if (rc)
+    sl_cow_map_delete(ctx->cp.keyed, k, sizeof k);
+  return rc;
+}
+
+SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
+  uint64_t key;
+  int rc = timer_check(ctx, domain, &key);
+  if (rc)
+    return rc;
+  uint8_t k[TIMER_KEY_BYTES];
+  timer_key(k, key, domain, time);
+  return sl_cow_map_delete(ctx->cp.keyed, k, sizeof k);
+}
+
+/* ----------------------------------------------------------- firing */
+
+/* Fire every timer of domain due at `upto` (note 4, 6). */
+static int fire(sl_instance *inst, int domain, int64_t upto) {
+  struct sl_timers *timers = inst->timers;
+  if (!timers)
+    return 0;
+  timer_heap *h = &timers->heap[domain];
+  sl_instance_checkpoint *cp = &inst->cp;
+  const sl_record *saved = inst->current;
+  sl_channel *saved_channel = inst->current_channel;
+  int rc = 0;
+  while (rc == 0 && h->count > 0 && h->items[0].time <= upto) {
+    timer_item t = heap_pop(h);
+    uint8_t k[TIMER_KEY_BYTES];
+    timer_key(k, t.key, domain, t.time);
+    if (!sl_cow_map_get(cp->keyed, k, sizeof k, 0))
+      continue; /* deleted, or a duplicate already fired */
+    rc = sl_cow_map_delete(cp->keyed, k, sizeof k);
+    if (rc)
+      break;
+    sl_record rec = {.data = 0, .size_bytes = 0, .timestamp = t.time};
+    inst->current = &rec;
+    inst->current_channel = 0;
+    cp->current_key = t.key;
+    cp->key_valid = true;
+    rc = inst->op->fn.process.on_timer(inst, inst->state, domain, t.time);
+    cp->key_valid = false;
+    if (rc > 0)
+      rc = 0;
+    if (rc == 0 && atomic_load_explicit(&inst->job->stopping,
+                                        memory_order_relaxed))
+      rc = SL_ESTOPPED;
+  }
+  inst->current = saved;
+  inst->current_channel = saved_channel;
+  if (rc < 0 && rc != SL_ESTOPPED && !inst->cause[0])
+    sl_ctx_fail(inst, "on_timer (%s time %" PRId64 ") returned %d",
+                domain == SL_EVENT_TIME ? "event" : "processing", upto, rc);
+  return rc;
+}
+
+bool sl_event_processing_due(sl_instance *inst) {
+  const timer_heap *h = &inst->timers->heap[SL_PROCESSING_TIME];
+  return h->count > 0 && h->items[0].time <= sl_wall_ms();
+}
+
+uint64_t sl_event_processing_wait_ns(sl_instance *inst) {
+  const timer_heap *h = &inst->timers->heap[SL_PROCESSING_TIME];
+  if (h->count == 0)
+    return UINT64_MAX;
+  int64_t now = sl_wall_ms();
+  if (h->items[0].time <= now)
+    return 0;
+  int64_t wait_ms = h->items[0].time - now;
+  return wait_ms > 1000000 ? 1000000000000ull : (uint64_t)wait_ms * 1000000u;
+}
+
+int sl_event_fire_processing(sl_instance *inst) {
+  return fire(inst, SL_PROCESSING_TIME, sl_wall_ms());
+}
+
+/* ----------------------------------------------------------- watermarks */
+
+static int send_watermark(sl_instance *inst, int64_t watermark) {
+  if (watermark <= inst->watermark_out || inst->output_count == 0)
+    return 0;
+  inst->watermark_out = watermark;
+  inst->output_idle = false; /* a watermark makes the outputs active */
+  return sl_instance_write_control(inst, SL_ENTRY_WATERMARK,
+                                   (uint64_t)watermark);
+}
+
+/* The input watermark advanced to watermark (note 1). */
+static int advance(sl_instance *inst, int64_t watermark) {
+  assert(watermark > inst->watermark);
+  inst->watermark = watermark;
+  atomic_store_explicit(&inst->watermark_shared, watermark,
+                        memory_order_relaxed);
+  const sl_op *op = inst->op;
+  int rc = 0;
+  if (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) {
+    rc = fire(inst, SL_EVENT_TIME, watermark);
+    if (rc == 0 && op->fn.process.on_watermark) {
+      const sl_record *saved = inst->current;
+      inst->current = 0;
+      rc = op->fn.process.on_watermark(inst, inst->state, watermark);
+      inst->current = saved;
+      if (rc > 0)
+        rc = 0;
+      if (rc < 0 && !inst->cause[0])
+        sl_ctx_fail(inst, "on_watermark (%" PRId64 ") returned %d", watermark,
+                    rc);
+    }
+  }
+  if (rc == 0 && op->kind != SL_OP_SINK)
+    rc = send_watermark(inst, watermark);
+  return rc;
+}
+
+/* Recompute the input watermark and idleness from the channels (note 1, 2,
+ * 3). */
+static int combine(sl_instance *inst) {
+  int64_t low = SL_WATERMARK_MAX;
+  bool all_ended = true, any_active = false;
+  for (int c = 0; c < inst->channel_count; c++) {
+    const sl_channel *ch = &inst->channels[c];
+    if (ch->ended)
+      continue;
+    all_ended = false;
+    if (ch->idle)
+      continue;
+    any_active = true;
+    if (ch->watermark < low)
+      low = ch->watermark;
+  }
+  if (!all_ended && !any_active) {
+    /* Every live input is idle: so are we, downstream. */
+    if (!inst->output_idle && inst->output_count > 0 &&
+        inst->op->kind != SL_OP_SINK) {
+      inst->output_idle = true;
+      return sl_instance_write_control(inst, SL_ENTRY_IDLE, 1);
+    }
+    return 0;
+  }
+  if (inst->output_idle && inst->op->kind != SL_OP_SINK) {
+    inst->output_idle = false;
+    int rc = sl_instance_write_control(inst, SL_ENTRY_IDLE, 0);
+    if (rc)
+      return rc;
+  }
+  if (low > inst->watermark && low != SL_WATERMARK_MIN)
+    return advance(inst, low);
+  return 0;
+}
+
+int sl_event_channel_watermark(sl_instance *inst, sl_channel *ch,
+                               int64_t watermark) {
+  ch->idle = false;
+  if (watermark > ch->watermark)
+    ch->watermark = watermark;
+  return combine(inst);
+}
+
+int sl_event_channel_idle(sl_instance *inst, sl_channel *ch, bool idle) {
+  ch->idle = idle;
+  return combine(inst);
+}
+
+int sl_event_channel_ended(sl_instance *inst) { return combine(inst); }
+
+int sl_event_input_end(sl_instance *inst) {
+  int rc = 0;
+  if (inst->watermark < SL_WATERMARK_MAX)
+    rc = advance(inst, SL_WATERMARK_MAX);
+  /* Note 5: what the clock has not reached yet fires now. */
+  if (rc == 0 && inst->timers)
+    rc = fire(inst, SL_PROCESSING_TIME, INT64_MAX);
+  return rc;
+}
+
+/* ----------------------------------------------------------- sources */
+
+int sl_event_source_tick(sl_instance *inst) {
+  const sl_watermark_config *w = &inst->op->watermarks;
+  uint64_t now = sl_now_ns();
+  if (inst->records_out != inst->records_at_tick || inst->last_active_ns == 0) {
+    inst->records_at_tick = inst->records_out;
+    inst->last_active_ns = now;
+    /* Records already made the channels active downstream (note 2). */
+    inst->output_idle = false;
+  }
+  if (w->every_call || now >= inst->watermark_due_ns) {
+    inst->watermark_due_ns = now + (uint64_t)w->interval_ms * 1000000u;
+    if (inst->max_timestamp != SL_NO_TIMESTAMP) {
+      /* W = max - bound - 1, saturating at the low end. */
+      int64_t candidate =
+          inst->max_timestamp < SL_WATERMARK_MIN + w->out_of_orderness + 2
+              ? SL_WATERMARK_MIN + 1
+              : inst->max_timestamp - w->out_of_orderness - 1;
+      if (candidate > inst->watermark) {
+        inst->watermark = candidate;
+        atomic_store_explicit(&inst->watermark_shared, candidate,
+                              memory_order_relaxed);
+        int rc = send_watermark(inst, candidate);
+        if (rc)
+          return rc;
+      }
+    }
+  }
+  if (w->idle_timeout_ms && !inst->output_idle &&
+      now - inst->last_active_ns >= (uint64_t)w->idle_timeout_ms * 1000000u) {
+    inst->output_idle = true;
+    return sl_instance_write_control(inst, SL_ENTRY_IDLE, 1);
+  }
+  return 0;
+}
+
+int sl_event_source_end(sl_instance *inst) {
+  inst->watermark = SL_WATERMARK_MAX;
+  atomic_store_explicit(&inst->watermark_shared, SL_WATERMARK_MAX,
+                        memory_order_relaxed);
+  return send_watermark(inst, SL_WATERMARK_MAX);
+}
+
+SL_EXPORT int sl_emit_watermark(sl_ctx *ctx, int64_t watermark) {
+  if (ctx->in_sink || ctx->emit_closed)
+    return SL_EUSAGE;
+  if (ctx->op->kind == SL_OP_SOURCE && watermark > ctx->watermark) {
+    ctx->watermark = watermark;
+    atomic_store_explicit(&ctx->watermark_shared, watermark,
+                          memory_order_relaxed);
+  }
+  return send_watermark(ctx, watermark);
+}

@@ -1,0 +1,245 @@
+/* sluice_embed.h — generator source, push source, callback sink
+ * (operators/generator.c, operators/push.c).  Included by sluice.h.
+ *
+ * OVERVIEW
+ *
+ * - sl_source_generator(): a deterministic, replayable source of sl_event
+ *   records for event-time tests and benchmarks.  Event i is a pure
+ *   function of (config, i): its key, value and timestamp, out of order
+ *   within a bound or late beyond it, as configured.  sl_generator_event()
+ *   computes the same event outside the engine, so a test can check what a
+ *   job produced against an independent reference.
+ * - sl_source_push(): a source fed by the application's own threads
+ *   (sl_push_record()) while the job runs; the way to embed sluice in a
+ *   service that receives its input elsewhere.
+ * - sl_sink_callback(): a sink that hands every record to an application
+ *   function, with optional checkpoint notifications so the application
+ *   can commit exactly-once.
+ *
+ * CAVEATS
+ *
+ * - The push source is not replayable: records it emitted before a failure
+ *   and that were still travelling through the job are not delivered again
+ *   after an in-process restart (at-most-once for them), and a job resumed
+ *   from its state directory starts with an empty queue.  Records still in
+ *   its queue survive an in-process restart.
+ * - The sl_push handle belongs to the job: valid from sl_source_push() until
+ *   sl_job_destroy().  Every sl_push_* call must have returned before the
+ *   job is destroyed, and none may be made after.
+ * - The callback sink calls its function on the sink's instance threads:
+ *   with parallelism above 1, calls from different instances run
+ *   concurrently (calls for one instance never overlap).
+ *
+ * CONCURRENCY
+ *
+ *   call                          may be called from
+ *   ----------------------------  -------------------------------------------
+ *   sl_source_generator,          the building thread, before the job starts
+ *   sl_source_push,
+ *   sl_sink_callback,
+ *   sl_sink_callback_checkpoints
+ *   sl_generator_event,           any thread, any time (pure functions)
+ *   sl_generator_range,
+ *   sl_generator_validate
+ *   sl_push_record, sl_push_batch any number of threads at once, before and
+ *                                 while the job runs and after it ended
+ *   sl_push_close                 any thread, any number of times
+ */
+#ifndef SLUICE_EMBED_H
+#define SLUICE_EMBED_H
+
+#include "sluice.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Generator source (operators/generator.c). */
+
+/** One generated event: 32 bytes.  ts is also the record's timestamp. */
+typedef struct sl_event {
+  uint64_t key;
+  uint64_t value;
+  int64_t ts;   /* event time */
+  uint64_t seq; /* the event's index i, 0 .. count-1 */
+} sl_event;
+
+/** What a generator emits.  Zero-initialise, then set what you need.
+ *
+ * Event i (0 .. count-1):
+ * - key: i % keys when sequential_keys, else a seeded hash of i reduced to
+ *   0 .. keys-1 (every key about equally often);
+ * - value: i, or a seeded 64-bit hash of i when random_values;
+ * - seq: i;
+ * - ts: base_i - delay_i, with base_i = start_ts + i * step (the
+ *   generator's event-time clock) and delay_i drawn from the seed:
+ *     with probability late_fraction, uniform in
+ *       [late_delay_min, late_delay_max] (late: behind the bound);
+ *     with probability disorder, uniform in [0, max_delay] (out of order,
+ *       within the bound);
+ *     otherwise 0.
+ *
+ * Guarantees, per generator instance (each emits its range in index order):
+ * - an event that is not late is never more than max_delay behind the
+ *   largest timestamp the instance emitted before it, so a watermark with
+ *   out_of_orderness = max_delay (sl_op_watermarks) never makes it late;
+ * - a late event is at least late_delay_min behind its own base, and more
+ *   than max_delay behind the largest timestamp the instance emitted before
+ *   it whenever g * step < late_delay_min - 2 * max_delay, g being how many
+ *   positions back the last event before it that was not late is (with
+ *   step 1, max_delay 50, late_delay_min 200: within 99 positions), so such
+ *   a watermark, once it caught up with that event, makes it late. */
+typedef struct sl_generator_config {
+  uint64_t count;      /* events in all, over every instance */
+  uint64_t seed;       /* any value; equal seeds give equal events */
+  uint64_t keys;       /* distinct keys, >= 1 */
+  int sequential_keys; /* 1: key = i % keys; 0: hashed (see above) */
+  int random_values;   /* 1: value = seeded hash of i; 0: value = i */
+  int64_t start_ts;    /* base of event 0 */
+  int64_t step;        /* timestamp units per event, >= 0 */
+  double disorder;     /* 0 .. 1: fraction delayed within max_delay */
+  int64_t max_delay;   /* >= 0: the out-of-orderness bound */
+  double late_fraction;   /* 0 .. 1, disorder + late_fraction <= 1 */
+  int64_t late_delay_min; /* > max_delay when late_fraction > 0 */
+  int64_t late_delay_max; /* >= late_delay_min */
+  /** Events per second per instance; 0: as fast as the job takes them.
+   * The limiter lets an instance emit at most what its schedule allows;
+   * after a stall (back pressure) it catches up by at most one batch of
+   * 1024 events, then keeps to the rate. */
+  uint64_t events_per_second;
+} sl_generator_config;
+
+/** Check a configuration.  Returns 0, or EINVAL with the first problem
+ * written to err (NUL-terminated, cut to err_bytes; err may be NULL):
+ * cfg NULL, keys 0, step or max_delay negative, a probability outside
+ * 0 .. 1 or both summing above 1, late delays not beyond max_delay or
+ * min above max, or timestamps that would not fit in int64_t (or reach
+ * SL_NO_TIMESTAMP). */
+int sl_generator_validate(const sl_generator_config *cfg, char *err,
+                          size_t err_bytes);
+
+/** A source of parallelism instances emitting the events of cfg (copied).
+ * Instance k emits the contiguous index range [count*k/P, count*(k+1)/P)
+ * in index order (sl_generator_range), up to 1024 events per next() call,
+ * each with sl_emit_ts(event.ts).  Replayable: the position (next index,
+ * with the seed and count to refuse a changed configuration) is
+ * checkpointed and restored.
+ * Errors: EINVAL (sl_generator_validate failed, op NULL; the reason is in
+ * sl_job_error()), as the builders. */
+int sl_source_generator(sl_job *job, const char *name, int parallelism,
+                        const sl_generator_config *cfg, sl_op **op);
+
+/** Event i of cfg, exactly as the generator emits it.  cfg must be valid
+ * (sl_generator_validate) and i below cfg->count. */
+void sl_generator_event(const sl_generator_config *cfg, uint64_t i,
+                        sl_event *out);
+
+/** The index range [*begin, *end) that instance (0 .. parallelism-1) of a
+ * generator of count events emits: [count*instance/parallelism,
+ * count*(instance+1)/parallelism).  An empty range (0, 0) for an instance
+ * outside 0 .. parallelism-1. */
+void sl_generator_range(uint64_t count, int parallelism, int instance,
+                        uint64_t *begin, uint64_t *end);
+
+/* ------------------------------------------------------------------------ */
+/* Push source (operators/push.c). */
+
+typedef struct sl_push sl_push;
+
+/** A source (parallelism 1) that emits what application threads push, in
+ * the order the pushes took effect; it ends once sl_push_close() was
+ * called and everything pushed before was emitted.
+ *
+ * Between the pushers and the source instance is a bounded queue of
+ * capacity_records records (0: 4096; at most 1 << 24).  The source takes
+ * the whole queue at once and emits it in batches of up to 1024, so up to
+ * 2 * capacity_records records (and their bytes) are held at a time.
+ * *push (valid until sl_job_destroy) is the handle to push with.  Not
+ * replayable (see CAVEATS).  Errors: EINVAL (capacity over 1 << 24, op or
+ * push NULL), ENOMEM, as the builders; *push is NULL on error. */
+int sl_source_push(sl_job *job, const char *name, uint32_t capacity_records,
+                   sl_op **op, sl_push **push);
+
+/** Queue one record (its bytes are copied) with timestamp (SL_NO_TIMESTAMP
+ * for none).  Thread-safe; pushes may start before sl_job_start(), they
+ * are queued.  While the queue is full the caller waits: it spins briefly,
+ * then sleeps on a condition variable until the source takes the queue.
+ * Returns 0 (queued), or:
+ *   EINVAL        p NULL, or data NULL with size_bytes above 0;
+ *   SL_ETOOBIG    size_bytes over the job's max_record_bytes;
+ *   SL_EUSAGE     sl_push_close() was called (also while this call waited);
+ *   SL_ESTOPPED   the job was stopped, or failed and will not be restarted,
+ *                 or has finished: nothing will take the record (a waiting
+ *                 pusher notices within a few milliseconds);
+ *   ENOMEM        the queue's buffer could not grow.
+ * On error the record was not queued.  With a restart strategy a pusher
+ * keeps waiting through a failover; if the strategy then gives up, it
+ * returns SL_ESTOPPED once sl_job_wait() has returned (so do not wait for
+ * the job on a thread that pushes), or at once after sl_job_stop(). */
+int sl_push_record(sl_push *p, const void *data, uint32_t size_bytes,
+                   int64_t timestamp);
+
+/** Queue count records of size_bytes each, stored back to back at
+ * records, with timestamps[i] (timestamps NULL: none).  The same as count
+ * sl_push_record() calls, with the lock taken once per run of records that
+ * fit; another pusher's records may come between runs.  *pushed (if not
+ * NULL) receives how many were queued; on error, those before the failing
+ * one were.  Errors: as sl_push_record(). */
+int sl_push_batch(sl_push *p, const void *records, uint32_t size_bytes,
+                  uint32_t count, const int64_t *timestamps, uint32_t *pushed);
+
+/** End of input: the source ends once everything pushed before this call
+ * was emitted.  Pushes after it (and pushers waiting for room) get
+ * SL_EUSAGE.  Idempotent; NULL is accepted. */
+void sl_push_close(sl_push *p);
+
+/* ------------------------------------------------------------------------ */
+/* Callback sink (operators/push.c). */
+
+/** Called for each record, on the sink instance's thread (instance: 0 ..
+ * parallelism-1).  Return 0 (or any non-negative value) to go on, a
+ * negative value to fail the job; its message names the sink, the
+ * instance, the value returned and the record's number. */
+typedef int (*sl_callback_fn)(void *user, int instance, const sl_record *rec);
+
+/** A sink calling fn(user, instance, record) for each record it receives.
+ * Records of one instance arrive in its input order; different instances
+ * call fn concurrently.  Errors: EINVAL (fn NULL), as the builders. */
+int sl_sink_callback(sl_job *job, const char *name, sl_op *input,
+                     int parallelism, sl_callback_fn fn, void *user,
+                     sl_op **op);
+
+/** Checkpoint events of a callback sink instance (jobs with checkpointing;
+ * all on the instance's thread, between record calls):
+ * - SL_CALLBACK_SNAPSHOT id: the records this instance received before now
+ *   belong to checkpoint id, those after to later ones (pre-commit).  The
+ *   final snapshot at the end of input has id UINT64_MAX.
+ * - SL_CALLBACK_COMPLETE id: checkpoint id and every earlier one are
+ *   durable: commit what was pre-committed with ids <= id.  The completion
+ *   of the final checkpoint comes with id UINT64_MAX.
+ * - SL_CALLBACK_RESTORE id: the job resumed from checkpoint id (a restart
+ *   in-process or a resume from the state directory): what was
+ *   pre-committed with ids <= id must be committed, everything else the
+ *   instance received since is replayed after this call and must be
+ *   discarded.  Not called on a start with nothing to restore.
+ * With these an application commits exactly what the job committed: an
+ * exactly-once sink.  Return 0, or negative to fail the job (for COMPLETE
+ * too: committed output must not silently lag). */
+enum sl_callback_event {
+  SL_CALLBACK_SNAPSHOT = 1,
+  SL_CALLBACK_COMPLETE = 2,
+  SL_CALLBACK_RESTORE = 3,
+};
+typedef int (*sl_callback_checkpoint_fn)(void *user, int instance, int event,
+                                         uint64_t checkpoint_id);
+
+/** Give callback sink op a checkpoint function (called with the sink's
+ * user pointer); NULL removes it.  Errors: EINVAL (op is not a callback
+ * sink), SL_ESTARTED. */
+int sl_sink_callback_checkpoints(sl_op *op, sl_callback_checkpoint_fn fn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_EMBED_H */

@@ -1,0 +1,637 @@
+/* file_source.c — sources of CSV / JSON lines records: a list of files
+ * (replayable) and standard input (not replayable), with dead letters.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * 1. One instance (parallelism 1) reads the files in list order through
+ *    one io_reader (io_reader.c: large reads, lines cut in place, parsed
+ *    by io_parse.c straight into the batch of records).
+ * 2. Position.  The reader's offset is the start of the next line.  next()
+ *    parses and emits every line it consumed before it returns, and
+ *    snapshots run between next() calls, so the saved position (file
+ *    index, offset, line number) is exactly after the last record emitted.
+ *    Restore seeks there and drops the buffer.
+ * 3. An over-long line is reported once, as malformed, with its first
+ *    max_line_bytes bytes; the reader then discards the rest of it.  That
+ *    can span next() calls and checkpoints, so `skipping` is saved too.
+ * 4. Bounded work per next(): at most batch_capacity records (1024, fewer
+ *    for big records so a batch stays near 1 MiB), IO_LINES_PER_CALL lines
+ *    and IO_BYTES_PER_CALL bytes, so a run of empty or malformed lines
+ *    does not hold up barriers.
+ * 5. Dead letters (file source).  The file is part of the job's output and
+ *    exact: a snapshot flushes and fsyncs it and saves its length; a
+ *    restore truncates it to the saved length (the replay writes the later
+ *    entries again); a start with nothing to restore empties it.  The
+ *    stdin source saves no position, so its dead-letter file is only
+ *    appended to and flushed at checkpoints.
+ * 6. A restore checks that it reads the same input: the hash of the path
+ *    being read is saved with the position, and a file shorter than the
+ *    saved offset is refused.  For a CSV file with a header, restoring
+ *    past line 1 reads line 1 again to rebuild the column map.
+ * 7. Standard input: before each read the reader polls for at most
+ *    IO_STDIN_WAIT_MS, and next() returns with what it has when nothing
+ *    comes, so sl_job_stop() and checkpoint barriers are never held up by a
+ *    quiet pipe.  Its reader, parser and line number live in the operator's
+ *    data, not the instance's, so an in-process restart (failover) goes on
+ *    with the bytes already read instead of dropping them.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "io_internal.h"
+
+#define IO_BATCH_BYTES (1u << 20)      /* records parsed per next(), in bytes */
+#define IO_RECORDS_PER_CALL 1024u      /* ... and in records */
+#define IO_LINES_PER_CALL 8192u        /* lines looked at per next() */
+#define IO_BYTES_PER_CALL (8u << 20)   /* bytes consumed per next() */
+#define IO_MAX_LINE_BYTES (256u << 20) /* largest max_line_bytes */
+#define IO_PATH_BYTES 4096             /* a path, with its NUL */
+#define IO_STDIN_NAME "<stdin>"
+#define POSITION_WORDS 6
+
+_Static_assert(IO_LINES_PER_CALL >= IO_RECORDS_PER_CALL,
+               "a call can fill its batch when every line is a record");
+
+/* ------------------------------------------------------------ source data */
+
+/* Where reading stands: the parser and reader with the current file. */
+typedef struct input {
+  io_parser parser;
+  io_reader reader;
+  int file_index; /* file being read, path_count when all are done */
+  uint64_t line;  /* number of the next line of that file, from 1 */
+  bool ready;     /* parser and reader are set up */
+} input;
+
+/* The operator's data: the configuration, copied. */
+typedef struct io_source {
+  io_schema *schema;
+  int format;
+  char delimiter;
+  uint32_t max_line_bytes;
+  char **paths; /* path_count of them; for stdin IO_STDIN_NAME */
+  int path_count;
+  char *dead_letter_path;
+  bool is_stdin;
+  input stdin_input; /* note 7: kept across restarts */
+} io_source;
+
+typedef struct io_instance {
+  io_source *source;
+  input own;     /* the files' input */
+  input *in;     /* &own, or the stdin input of the source */
+  io_dead_letter dead;
+  uint8_t *batch; /* batch_capacity records */
+  int64_t *timestamps;
+  uint32_t batch_capacity;
+} io_instance;
+
+static int input_init(input *in, const io_source *src) {
+  memset(in, 0, sizeof *in);
+  int rc = io_reader_init(&in->reader, src->max_line_bytes);
+  if (rc == 0)
+    rc = io_parser_init(&in->parser, src->schema, src->format,
+                        src->delimiter);
+  if (rc) {
+    io_reader_free(&in->reader);
+    return rc;
+  }
+  in->line = 1;
+  in->ready = true;
+  return 0;
+}
+
+static void input_free(input *in) {
+  if (!in->ready)
+    return;
+  io_parser_free(&in->parser);
+  io_reader_free(&in->reader);
+  in->ready = false;
+}
+
+static void io_source_free(void *p) {
+  io_source *src = p;
+  if (!src)
+    return;
+  if (src->is_stdin)
+    input_free(&src->stdin_input);
+  for (int i = 0; i < src->path_count && src->paths; i++)
+    free(src->paths[i]);
+  free(src->paths);
+  free(src->dead_letter_path);
+  io_schema_free(src->schema);
+  free(src);
+}
+
+static uint64_t path_hash(const char *path) {
+  return sl_hash_bytes(path, strlen(path));
+}
+
+/* ------------------------------------------------------------ files */
+
+static void close_file(input *in) {
+  if (in->reader.fd >= 0)
+    close(in->reader.fd);
+  in->reader.fd = -1;
+}
+
+/* Open file in->file_index, reading from its start. */
+static int open_file(sl_ctx *ctx, io_instance *s) {
+  input *in = s->in;
+  const char *path = s->source->paths[in->file_index];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return io_fail_errno(ctx, errno, "cannot open file", path);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* advice: may fail */
+  in->reader.fd = fd;
+  io_reader_reset(&in->reader, 0, false);
+  in->line = 1;
+  io_parser_new_file(&in->parser);
+  return 0;
+}
+
+/* A line cut in the middle of a UTF-8 byte order mark is not stripped. */
+static void strip_bom(uint64_t number, const char **line, size_t *bytes) {
+  if (number == 1 && *bytes >= 3 && memcmp(*line, "\xEF\xBB\xBF", 3) == 0) {
+    *line += 3;
+    *bytes -= 3;
+  }
+}
+
+static const char *input_name(const io_instance *s) {
+  return s->source->paths[s->source->is_stdin ? 0 : s->in->file_index];
+}
+
+/* A malformed line: set it aside, or fail the job. */
+static int malformed(sl_ctx *ctx, io_instance *s, uint64_t number,
+                     const char *reason, const char *line, size_t bytes) {
+  if (!s->dead.path) {
+    sl_ctx_fail(ctx, "file %s line %" PRIu64 ": %s", input_name(s), number,
+                reason);
+    return -EINVAL;
+  }
+  int rc = io_dead_letter_write(ctx, &s->dead, input_name(s), number, reason,
+                             line, bytes);
+  if (rc == 0)
+    sl_ctx_count(ctx, SL_COUNT_DEAD_LETTER, 1);
+  return rc;
+}
+
+/* Read a CSV header (line number of the file); a bad one fails the job
+ * even with dead letters. */
+static int read_header(sl_ctx *ctx, io_instance *s, uint64_t number,
+                       const char *line, size_t bytes) {
+  char reason[IO_REASON_BYTES];
+  int rc = bytes == 0 ? (snprintf(reason, sizeof reason, "the CSV header "
+                                  "line is empty"), IO_MALFORMED)
+                      : io_parse_header(&s->in->parser, line, bytes, reason,
+                                        sizeof reason);
+  if (rc == IO_MALFORMED) {
+    sl_ctx_fail(ctx, "file %s line %" PRIu64 ": %s", input_name(s), number,
+                reason);
+    return -EINVAL;
+  }
+  if (rc)
+    sl_ctx_fail(ctx, "file %s line %" PRIu64 ": out of memory",
+                input_name(s), number);
+  return -rc;
+}
+
+/* One line from io_reader_next(): header, record, skipped or malformed.
+ * *count grows by the records added to the batch. */
+static int handle_line(sl_ctx *ctx, io_instance *s, int status,
+                       const char *line, size_t bytes, uint32_t *count) {
+  input *in = s->in;
+  uint64_t number = in->line++;
+  strip_bom(number, &line, &bytes);
+  char reason[IO_REASON_BYTES];
+  if (status == IO_LINE_TOO_LONG) {
+    snprintf(reason, sizeof reason, "line longer than %" PRIu32 " bytes",
+             in->reader.max_line_bytes);
+    if (io_parser_wants_header(&in->parser)) { /* the file is unreadable */
+      sl_ctx_fail(ctx, "file %s line %" PRIu64 ": CSV header %s",
+                  input_name(s), number, reason);
+      return -EINVAL;
+    }
+    return malformed(ctx, s, number, reason, line, bytes);
+  }
+  if (io_parser_wants_header(&in->parser))
+    return read_header(ctx, s, number, line, bytes);
+  if (bytes == 0)
+    return 0; /* empty lines are skipped */
+  uint32_t record_bytes = s->source->schema->public_schema.record_bytes;
+  int rc = io_parse_line(&in->parser, line, bytes,
+                         s->batch + (size_t)*count * record_bytes,
+                         &s->timestamps[*count], reason, sizeof reason);
+  if (rc == IO_PARSED) {
+    (*count)++;
+    return 0;
+  }
+  if (rc == IO_MALFORMED)
+    return malformed(ctx, s, number, reason, line, bytes);
+  sl_ctx_fail(ctx, "file %s line %" PRIu64 ": out of memory", input_name(s),
+              number);
+  return -rc; /* ENOMEM */
+}
+
+/* Emit the batch: in runs without timestamps, one by one with them. */
+static int emit_batch(sl_ctx *ctx, const io_instance *s, uint32_t count) {
+  const io_schema *schema = s->source->schema;
+  uint32_t record_bytes = schema->public_schema.record_bytes;
+  if (count == 0)
+    return 0;
+  if (schema->timestamp_index < 0)
+    return sl_emit_batch(ctx, s->batch, record_bytes, count);
+  for (uint32_t i = 0; i < count; i++) {
+    int rc = sl_emit_ts(ctx, s->batch + (size_t)i * record_bytes,
+                        record_bytes, s->timestamps[i]);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* Note 4.  Reads lines until the batch is full, a bound is reached, the
+ * input ends or (stdin) nothing comes; then emits the batch. */
+static int io_next(sl_ctx *ctx, void *state) {
+  io_instance *s = state;
+  input *in = s->in;
+  const io_source *src = s->source;
+  uint32_t count = 0;
+  uint64_t bytes_taken = 0;
+  bool end = false;
+  for (uint32_t lines = 0; count < s->batch_capacity &&
+                           lines < IO_LINES_PER_CALL &&
+                           bytes_taken < IO_BYTES_PER_CALL;
+       lines++) {
+    if (!src->is_stdin && in->reader.fd < 0) {
+      if (in->file_index == src->path_count) {
+        end = true;
+        break;
+      }
+      int rc = open_file(ctx, s);
+      if (rc)
+        return rc;
+    }
+    const char *line = 0;
+    size_t bytes = 0;
+    uint64_t offset = in->reader.offset;
+    int status = io_reader_next(&in->reader, &line, &bytes);
+    bytes_taken += in->reader.offset - offset;
+    if (status < 0) {
+      sl_ctx_fail(ctx, "file %s: read error after line %" PRIu64 ": %s",
+                  input_name(s), in->line - 1, strerror(-status));
+      return status;
+    }
+    if (status == IO_LINE_WAIT)
+      break;
+    if (status == IO_LINE_END) {
+      if (src->is_stdin) {
+        end = true;
+        break;
+      }
+      close_file(in);
+      in->file_index++;
+      in->line = 1;
+      continue;
+    }
+    if (status == IO_LINE_SKIPPED)
+      continue;
+    int rc = handle_line(ctx, s, status, line, bytes, &count);
+    if (rc)
+      return rc;
+  }
+  int rc = emit_batch(ctx, s, count);
+  if (rc)
+    return rc;
+  return end ? SL_SOURCE_END : 0;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* Position: file index, offset, line, dead-letter length, path hash,
+ * skipping (notes 2, 3, 5, 6). */
+static int io_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  io_instance *s = state;
+  int rc = io_dead_letter_sync(ctx, &s->dead);
+  if (rc || s->source->is_stdin)
+    return rc; /* stdin: no position (not replayable) */
+  const input *in = s->in;
+  bool open = in->reader.fd >= 0;
+  uint64_t words[POSITION_WORDS] = {
+      (uint64_t)in->file_index,
+      open ? in->reader.offset : 0,
+      open ? in->line : 1,
+      s->dead.bytes,
+      in->file_index < s->source->path_count
+          ? path_hash(s->source->paths[in->file_index])
+          : 0,
+      open && in->reader.skipping};
+  return sl_operator_state_set(ctx, words, sizeof words);
+}
+
+/* Rebuild a CSV header's column map from line 1 of the open file (note
+ * 6).  Leaves the reader to be reset by the caller. */
+static int reread_header(sl_ctx *ctx, io_instance *s) {
+  input *in = s->in;
+  if (lseek(in->reader.fd, 0, SEEK_SET) != 0)
+    return io_fail_errno(ctx, errno, "cannot seek in file", input_name(s));
+  io_reader_reset(&in->reader, 0, false);
+  const char *line = 0;
+  size_t bytes = 0;
+  int status = io_reader_next(&in->reader, &line, &bytes);
+  if (status < 0)
+    return io_fail_errno(ctx, -status, "cannot read file", input_name(s));
+  if (status != IO_LINE_READY) {
+    sl_ctx_fail(ctx, "file %s line 1: no CSV header to restore from",
+                input_name(s));
+    return -EINVAL;
+  }
+  strip_bom(1, &line, &bytes);
+  return read_header(ctx, s, 1, line, bytes);
+}
+
+/* Open the saved file and seek to the saved offset. */
+static int seek_to(sl_ctx *ctx, io_instance *s, uint64_t id,
+                   const uint64_t *words) {
+  input *in = s->in;
+  int rc = open_file(ctx, s);
+  if (rc)
+    return rc;
+  struct stat st;
+  if (fstat(in->reader.fd, &st) != 0)
+    return io_fail_errno(ctx, errno, "cannot stat file", input_name(s));
+  if ((uint64_t)st.st_size < words[1]) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": file %s is %" PRIu64 " bytes, "
+                "shorter than the saved offset %" PRIu64, id, input_name(s),
+                (uint64_t)st.st_size, words[1]);
+    return -EINVAL;
+  }
+  if (words[1] > 0 && io_parser_wants_header(&in->parser)) {
+    rc = reread_header(ctx, s);
+    if (rc)
+      return rc;
+  }
+  if (lseek(in->reader.fd, (off_t)words[1], SEEK_SET) < 0)
+    return io_fail_errno(ctx, errno, "cannot seek in file", input_name(s));
+  io_reader_reset(&in->reader, words[1], words[5] != 0);
+  in->line = words[2];
+  return 0;
+}
+
+static int io_restore(sl_ctx *ctx, void *state, uint64_t id) {
+  io_instance *s = state;
+  const io_source *src = s->source;
+  uint64_t words[POSITION_WORDS];
+  int rc = sl_operator_state_words(ctx, id, "file source position", words,
+                                   POSITION_WORDS);
+  if (rc == SL_ENOTFOUND) /* from the beginning */
+    return io_dead_letter_truncate(ctx, &s->dead, id, 0);
+  if (rc)
+    return rc;
+  /* The hash of the path being read; 0 once every file was read. */
+  if (words[0] > (uint64_t)src->path_count ||
+      words[4] != (words[0] < (uint64_t)src->path_count
+                       ? path_hash(src->paths[words[0]])
+                       : 0)) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 " was taken reading file #%"
+                PRIu64 " of another file list (now %d files, #%" PRIu64
+                " being %s)", id, words[0], src->path_count, words[0],
+                words[0] < (uint64_t)src->path_count ? src->paths[words[0]]
+                                                     : "past the end");
+    return -EINVAL;
+  }
+  rc = io_dead_letter_truncate(ctx, &s->dead, id, words[3]);
+  if (rc)
+    return rc;
+  close_file(s->in);
+  s->in->file_index = (int)words[0];
+  if (s->in->file_index == src->path_count)
+    return 0; /* every file was read */
+  return seek_to(ctx, s, id, words);
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static void io_close(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  io_instance *s = state;
+  if (!s->source->is_stdin) {
+    close_file(&s->own);
+    input_free(&s->own);
+  }
+  io_dead_letter_close(&s->dead);
+  free(s->batch);
+  free(s->timestamps);
+  free(s);
+}
+
+static int io_open(sl_ctx *ctx, void *user, void **state) {
+  io_source *src = user;
+  io_instance *s = calloc(1, sizeof *s);
+  if (!s)
+    return -ENOMEM;
+  s->source = src;
+  uint32_t record_bytes = src->schema->public_schema.record_bytes;
+  s->batch_capacity = IO_BATCH_BYTES / record_bytes;
+  if (s->batch_capacity > IO_RECORDS_PER_CALL)
+    s->batch_capacity = IO_RECORDS_PER_CALL;
+  if (s->batch_capacity == 0)
+    s->batch_capacity = 1;
+  s->batch = malloc((size_t)s->batch_capacity * record_bytes);
+  s->timestamps = malloc(sizeof *s->timestamps * s->batch_capacity);
+  int rc = s->batch && s->timestamps ? 0 : ENOMEM;
+  if (rc == 0 && src->is_stdin && !src->stdin_input.ready) {
+    rc = input_init(&src->stdin_input, src);
+    if (rc == 0) {
+      src->stdin_input.reader.fd = STDIN_FILENO;
+      src->stdin_input.reader.poll_first = true;
+    }
+  } else if (rc == 0 && !src->is_stdin) {
+    rc = input_init(&s->own, src);
+  }
+  if (rc) {
+    free(s->batch);
+    free(s->timestamps);
+    free(s);
+    sl_ctx_fail(ctx, "out of memory");
+    return -rc;
+  }
+  s->in = src->is_stdin ? &src->stdin_input : &s->own;
+  s->dead.path = src->dead_letter_path;
+  /* Note 5: a file source with nothing to restore starts its dead letters
+   * afresh; a restore truncates them to the checkpoint's length. */
+  rc = io_dead_letter_open(ctx, &s->dead,
+                        !src->is_stdin && ctx->cp.restored_from == 0);
+  if (rc) {
+    io_close(ctx, s);
+    return rc;
+  }
+  *state = s;
+  return 0;
+}
+
+/* ------------------------------------------------------------ builders */
+
+static int refuse(sl_job *job, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int refuse(sl_job *job, const char *name, const char *fmt, ...) {
+  char what[SL_ERROR_BYTES - 64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  sl_job_set_error(job, "operator '%s': %s", name ? name : "(null)", what);
+  return EINVAL;
+}
+
+/* Checks shared by both sources; on success *out holds a new io_source
+ * with the schema copied. */
+static int make_source(sl_job *job, const char *name, int format,
+                       const sl_schema *schema, const char *dead_letter_path,
+                       io_source **out) {
+  *out = 0;
+  if (format != SL_FORMAT_JSONL && format != SL_FORMAT_CSV &&
+      format != SL_FORMAT_CSV_HEADER)
+    return refuse(job, name, "unknown format %d", format);
+  if (dead_letter_path &&
+      (!dead_letter_path[0] || strlen(dead_letter_path) >= IO_PATH_BYTES))
+    return refuse(job, name, "dead_letter_path is empty or longer than %d "
+                  "bytes", IO_PATH_BYTES - 1);
+  io_source *src = calloc(1, sizeof *src);
+  if (!src)
+    return ENOMEM;
+  char err[256];
+  int rc = io_schema_copy(schema, &src->schema, err, sizeof err);
+  if (rc) {
+    free(src);
+    return rc == EINVAL ? refuse(job, name, "schema: %s", err) : rc;
+  }
+  if (schema->record_bytes > job->config.max_record_bytes) {
+    io_source_free(src);
+    return refuse(job, name, "schema record_bytes %" PRIu32 " is over the "
+                  "job's max_record_bytes %" PRIu32, schema->record_bytes,
+                  job->config.max_record_bytes);
+  }
+  src->format = format;
+  src->delimiter = ',';
+  src->max_line_bytes = SL_IO_DEFAULT_MAX_LINE_BYTES;
+  if (dead_letter_path && !(src->dead_letter_path = strdup(dead_letter_path))) {
+    io_source_free(src);
+    return ENOMEM;
+  }
+  *out = src;
+  return 0;
+}
+
+/* Add the operator; on failure the source is freed. */
+static int add_source(sl_job *job, const char *name, io_source *src,
+                      sl_op **op) {
+  static const sl_source_ops file_ops = {.open = io_open,
+                                         .next = io_next,
+                                         .close = io_close,
+                                         .snapshot = io_snapshot,
+                                         .restore = io_restore};
+  /* No restore: not replayable.  The snapshot hook only syncs the
+   * dead-letter file. */
+  static const sl_source_ops stdin_ops = {.open = io_open,
+                                          .next = io_next,
+                                          .close = io_close,
+                                          .snapshot = io_snapshot};
+  int rc = sl_op_source(job, name, 1, src->is_stdin ? &stdin_ops : &file_ops,
+                        src, op);
+  if (rc) {
+    io_source_free(src);
+    return rc;
+  }
+  (*op)->user_free = io_source_free;
+  return 0;
+}
+
+/* The config checks of the file source.  Returns 0 or refuse()'s EINVAL. */
+static int check_file_config(sl_job *job, const char *name,
+                             const sl_file_source_config *c) {
+  if (!c)
+    return refuse(job, name, "file source config is NULL");
+  if (!c->paths || c->path_count < 1 ||
+      c->path_count > SL_FILE_SOURCE_MAX_PATHS)
+    return refuse(job, name, "file source needs 1..%d paths (has %d)",
+                  SL_FILE_SOURCE_MAX_PATHS, c->path_count);
+  for (int i = 0; i < c->path_count; i++)
+    if (!c->paths[i] || !c->paths[i][0] ||
+        strlen(c->paths[i]) >= IO_PATH_BYTES)
+      return refuse(job, name, "path %d is NULL, empty or longer than %d "
+                    "bytes", i, IO_PATH_BYTES - 1);
+  char d = c->csv_delimiter;
+  if (d == '"' || d == '\r' || d == '\n')
+    return refuse(job, name, "csv_delimiter cannot be a quote or a line "
+                  "break");
+  if (c->max_line_bytes > IO_MAX_LINE_BYTES)
+    return refuse(job, name, "max_line_bytes %" PRIu32 " is over %u",
+                  c->max_line_bytes, IO_MAX_LINE_BYTES);
+  return 0;
+}
+
+SL_EXPORT int sl_source_file(sl_job *job, const char *name,
+                             const sl_file_source_config *c, sl_op **op) {
+  if (!job || !op)
+    return EINVAL;
+  if (atomic_load(&job->state) != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  int rc = check_file_config(job, name, c);
+  if (rc)
+    return rc;
+  io_source *src;
+  rc = make_source(job, name, c->format,
+                   c->schema, c->dead_letter_path, &src);
+  if (rc)
+    return rc;
+  src->delimiter = c->csv_delimiter ? c->csv_delimiter : ',';
+  if (c->max_line_bytes)
+    src->max_line_bytes = c->max_line_bytes;
+  src->paths = calloc((size_t)c->path_count, sizeof *src->paths);
+  if (!src->paths) {
+    io_source_free(src);
+    return ENOMEM;
+  }
+  for (int i = 0; i < c->path_count; i++) {
+    if (!(src->paths[i] = strdup(c->paths[i]))) {
+      src->path_count = i;
+      io_source_free(src);
+      return ENOMEM;
+    }
+  }
+  src->path_count = c->path_count;
+  return add_source(job, name, src, op);
+}
+
+SL_EXPORT int sl_source_stdin(sl_job *job, const char *name, int format,
+                              const sl_schema *schema,
+                              const char *dead_letter_path, sl_op **op) {
+  if (!job || !op)
+    return EINVAL;
+  if (atomic_load(&job->state) != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  io_source *src;
+  int rc = make_source(job, name, format, schema, dead_letter_path, &src);
+  if (rc)
+    return rc;
+  src->is_stdin = true;
+  src->paths = calloc(1, sizeof *src->paths);
+  if (!src->paths || !(src->paths[0] = strdup(IO_STDIN_NAME))) {
+    io_source_free(src);
+    return ENOMEM;
+  }
+  src->path_count = 1;
+  return add_source(job, name, src, op);
+}

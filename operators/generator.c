@@ -1,0 +1,371 @@
+/* generator.c — the deterministic event generator: a replayable source of
+ * sl_event records whose keys, values and event times (in order, out of
+ * order within a bound, or late beyond it) are pure functions of the seed
+ * and the event's index.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * 1. Event i is computed from (config, i) alone (generator_fill): four
+ *    independent 64-bit draws, one per stream (key, value, kind of delay,
+ *    amount of delay), each a 64-bit finaliser of i mixed with a salt
+ *    derived from the seed and the stream.  No state is carried from one
+ *    event to the next, so an instance can start anywhere (a restore is a
+ *    seek), and sl_generator_event() gives a test the same events without
+ *    the engine.
+ * 2. Instances split the index range into contiguous ranges, as the
+ *    sequence source does: instance k of P emits [count*k/P,
+ *    count*(k+1)/P) in index order.  Contiguous rather than round-robin so
+ *    that an instance's base time advances by step per event.  Then an
+ *    event that is not late is within max_delay of the instance's running
+ *    maximum: every earlier timestamp is at most its base (bases only
+ *    grow, delays are not negative) and it is at most max_delay below its
+ *    base (the guarantees in sluice_embed.h).
+ * 3. The position saved in a checkpoint is three words: the next index,
+ *    the seed and the count.  A restore refuses a position outside the
+ *    instance's range or a seed or count that differ (a changed
+ *    configuration would otherwise resume silently into other events).
+ * 4. Rate limit: the instance keeps a schedule anchored at its first
+ *    next() call (after open and restore): by time t it may have emitted
+ *    (t - anchor) * rate events.  When nothing is due it sleeps until the
+ *    next event is, at most 1 ms per next() call (GENERATOR_SLEEP_MAX_NS),
+ *    and returns, so the engine checks for stop and checkpoints between
+ *    sleeps; it never spins.  After a stall the schedule is moved so that
+ *    at most one batch is due at once (no long burst at an unlimited
+ *    rate).
+ * 5. Each next() call emits up to GENERATOR_RECORDS_PER_CALL events, each
+ *    with sl_emit_ts (records carry their own timestamps, so the batched
+ *    sl_emit_batch, which gives every record the same one, does not fit).
+ */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* Events per next() call (note 5; see builtin.c for why a batch). */
+#define GENERATOR_RECORDS_PER_CALL 1024u
+/* Longest sleep of the rate limiter inside one next() call (note 4). */
+#define GENERATOR_SLEEP_MAX_NS 1000000ull
+/* Words of the saved position (note 3). */
+#define GENERATOR_STATE_WORDS 3
+
+_Static_assert(sizeof(sl_event) == 32, "sl_event is a 32-byte record");
+
+__extension__ typedef unsigned __int128 u128;
+__extension__ typedef __int128 i128;
+
+enum generator_stream {
+  STREAM_KEY = 0,
+  STREAM_VALUE = 1,
+  STREAM_KIND = 2,
+  STREAM_DELAY = 3,
+  STREAM_COUNT = 4,
+};
+
+/* ------------------------------------------------------------ events */
+
+/* Salts of the streams of a seed (note 1). */
+typedef struct generator_salts {
+  uint64_t salt[STREAM_COUNT];
+} generator_salts;
+
+static generator_salts salts_of(uint64_t seed) {
+  generator_salts s;
+  for (int k = 0; k < STREAM_COUNT; k++)
+    s.salt[k] = sl_mix64(seed ^ sl_mix64(0x243f6a8885a308d3ull * (uint64_t)(k + 1)));
+  return s;
+}
+
+static inline uint64_t draw(const generator_salts *s, int stream,
+                            uint64_t i) {
+  return sl_mix64((i + 1) * 0x9e3779b97f4a7c15ull ^ s->salt[stream]);
+}
+
+/* A draw reduced to 0 .. n-1 (n >= 1) by multiply-shift: unbiased enough
+ * for test data, and no division. */
+static inline uint64_t draw_below(uint64_t h, uint64_t n) {
+  return (uint64_t)(((u128)h * n) >> 64);
+}
+
+/* Event i (note 1); cfg is valid. */
+static void generator_fill(const sl_generator_config *cfg,
+                           const generator_salts *s, uint64_t i,
+                           sl_event *e) {
+  e->seq = i;
+  e->key = cfg->sequential_keys ? i % cfg->keys
+                                : draw_below(draw(s, STREAM_KEY, i), cfg->keys);
+  e->value = cfg->random_values ? draw(s, STREAM_VALUE, i) : i;
+  /* Unsigned arithmetic: i * step alone may leave int64_t while the sum,
+   * checked by sl_generator_validate, fits. */
+  int64_t base = (int64_t)((uint64_t)cfg->start_ts + i * (uint64_t)cfg->step);
+  /* A uniform double in [0, 1) from the top 53 bits. */
+  double u = (double)(draw(s, STREAM_KIND, i) >> 11) * 0x1.0p-53;
+  uint64_t h = draw(s, STREAM_DELAY, i);
+  int64_t delay = 0;
+  if (u < cfg->late_fraction) {
+    uint64_t span = (uint64_t)(cfg->late_delay_max - cfg->late_delay_min);
+    /* span + 1 cannot wrap: both delays are non-negative int64_t. */
+    delay = cfg->late_delay_min + (int64_t)draw_below(h, span + 1);
+  } else if (u < cfg->late_fraction + cfg->disorder) {
+    delay = (int64_t)draw_below(h, (uint64_t)cfg->max_delay + 1);
+  }
+  assert(delay >= 0);
+  assert(delay <= cfg->max_delay || delay >= cfg->late_delay_min);
+  e->ts = base - delay;
+}
+
+SL_EXPORT void sl_generator_event(const sl_generator_config *cfg, uint64_t i,
+                                  sl_event *out) {
+  generator_salts s = salts_of(cfg->seed);
+  generator_fill(cfg, &s, i, out);
+}
+
+SL_EXPORT void sl_generator_range(uint64_t count, int parallelism,
+                                  int instance, uint64_t *begin,
+                                  uint64_t *end) {
+  if (parallelism < 1 || instance < 0 || instance >= parallelism) {
+    *begin = *end = 0; /* no such instance: an empty range */
+    return;
+  }
+  /* 128-bit products so that huge counts do not overflow. */
+  *begin = (uint64_t)((u128)count * (uint64_t)instance / (uint64_t)parallelism);
+  *end = (uint64_t)((u128)count * (uint64_t)(instance + 1) /
+                    (uint64_t)parallelism);
+}
+
+/* ------------------------------------------------------------ validation */
+
+__attribute__((format(printf, 3, 4))) static int
+invalid(char *err, size_t err_bytes, const char *fmt, ...) {
+  if (err && err_bytes) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_bytes, fmt, ap);
+    va_end(ap);
+  }
+  return EINVAL;
+}
+
+static bool probability(double p) { return p >= 0.0 && p <= 1.0; } /* NaN: no */
+
+SL_EXPORT int sl_generator_validate(const sl_generator_config *cfg, char *err,
+                                    size_t err_bytes) {
+  if (err && err_bytes)
+    err[0] = 0;
+  if (!cfg)
+    return invalid(err, err_bytes, "no configuration");
+  if (cfg->keys == 0)
+    return invalid(err, err_bytes, "keys is 0 (at least 1 key)");
+  if (cfg->step < 0)
+    return invalid(err, err_bytes, "step %" PRId64 " is negative", cfg->step);
+  if (cfg->max_delay < 0)
+    return invalid(err, err_bytes, "max_delay %" PRId64 " is negative",
+                   cfg->max_delay);
+  if (!probability(cfg->disorder))
+    return invalid(err, err_bytes, "disorder %g is outside 0 .. 1",
+                   cfg->disorder);
+  if (!probability(cfg->late_fraction))
+    return invalid(err, err_bytes, "late_fraction %g is outside 0 .. 1",
+                   cfg->late_fraction);
+  /* A little slack for sums like 0.7 + 0.3 that round above 1. */
+  if (cfg->disorder + cfg->late_fraction > 1.0 + 1e-12)
+    return invalid(err, err_bytes, "disorder %g + late_fraction %g is above 1",
+                   cfg->disorder, cfg->late_fraction);
+  int64_t deepest = cfg->max_delay;
+  if (cfg->late_fraction > 0) {
+    if (cfg->late_delay_min <= cfg->max_delay)
+      return invalid(err, err_bytes, "late_delay_min %" PRId64 " is not "
+                     "beyond max_delay %" PRId64 " (late events must be "
+                     "behind the bound)", cfg->late_delay_min, cfg->max_delay);
+    if (cfg->late_delay_max < cfg->late_delay_min)
+      return invalid(err, err_bytes, "late_delay_max %" PRId64 " is below "
+                     "late_delay_min %" PRId64, cfg->late_delay_max,
+                     cfg->late_delay_min);
+    deepest = cfg->late_delay_max;
+  }
+  /* Every timestamp within int64_t and above SL_NO_TIMESTAMP (INT64_MIN). */
+  i128 last = cfg->count ? (i128)cfg->start_ts +
+                               (i128)(cfg->count - 1) * (i128)cfg->step
+                         : (i128)cfg->start_ts;
+  if (last > (i128)INT64_MAX)
+    return invalid(err, err_bytes, "the last base timestamp, start_ts + "
+                   "(count - 1) * step, is beyond INT64_MAX");
+  if ((i128)cfg->start_ts - (i128)deepest <= (i128)INT64_MIN)
+    return invalid(err, err_bytes, "start_ts %" PRId64 " minus the largest "
+                   "delay %" PRId64 " reaches SL_NO_TIMESTAMP", cfg->start_ts,
+                   deepest);
+  return 0;
+}
+
+/* ------------------------------------------------------------ source */
+
+typedef struct generator_instance {
+  const sl_generator_config *cfg;
+  generator_salts salts;
+  uint64_t begin; /* this instance's range (note 2) */
+  uint64_t end;
+  uint64_t next;  /* the position (note 3) */
+  /* Rate limit (note 4): emitted since the anchor, and when it was. */
+  uint64_t anchor_ns; /* 0: not anchored yet */
+  uint64_t anchor_emitted;
+} generator_instance;
+
+static int generator_open(sl_ctx *ctx, void *user, void **state) {
+  const sl_generator_config *cfg = user;
+  generator_instance *g = calloc(1, sizeof *g);
+  if (!g)
+    return -ENOMEM;
+  g->cfg = cfg;
+  g->salts = salts_of(cfg->seed);
+  sl_generator_range(cfg->count, sl_ctx_parallelism(ctx),
+                     sl_ctx_instance(ctx), &g->begin, &g->end);
+  g->next = g->begin;
+  *state = g;
+  return 0;
+}
+
+static uint64_t monotonic_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Events the rate limit allows now (note 4), at most `wanted`.  0 after a
+ * sleep of at most GENERATOR_SLEEP_MAX_NS when none is due yet. */
+static uint64_t generator_due(sl_ctx *ctx, generator_instance *g,
+                              uint64_t wanted) {
+  uint64_t rate = g->cfg->events_per_second;
+  if (rate == 0)
+    return wanted;
+  uint64_t now = monotonic_ns();
+  if (g->anchor_ns == 0) {
+    g->anchor_ns = now;
+    g->anchor_emitted = 0;
+  }
+  uint64_t allowed =
+      (uint64_t)((u128)(now - g->anchor_ns) * rate / 1000000000u);
+  if (allowed > g->anchor_emitted + GENERATOR_RECORDS_PER_CALL) {
+    /* Behind schedule by more than a batch: forget the rest (no burst). */
+    g->anchor_ns = now;
+    g->anchor_emitted = 0;
+    return wanted < GENERATOR_RECORDS_PER_CALL ? wanted
+                                               : GENERATOR_RECORDS_PER_CALL;
+  }
+  if (allowed > g->anchor_emitted) {
+    uint64_t due = allowed - g->anchor_emitted;
+    return due < wanted ? due : wanted;
+  }
+  if (sl_ctx_stopping(ctx))
+    return 0;
+  /* When the next event is due: anchor + (emitted + 1) / rate seconds. */
+  uint64_t due_ns = g->anchor_ns +
+                    (uint64_t)(((u128)(g->anchor_emitted + 1) * 1000000000u +
+                                rate - 1) / rate);
+  uint64_t wait_ns = due_ns > now ? due_ns - now : 0;
+  if (wait_ns > GENERATOR_SLEEP_MAX_NS)
+    wait_ns = GENERATOR_SLEEP_MAX_NS;
+  struct timespec t = {.tv_sec = 0, .tv_nsec = (long)wait_ns};
+  nanosleep(&t, 0); /* EINTR: a shorter sleep, the next call sleeps again */
+  return 0;
+}
+
+static int generator_next(sl_ctx *ctx, void *state) {
+  generator_instance *g = state;
+  uint64_t left = g->end - g->next;
+  if (left == 0)
+    return SL_SOURCE_END;
+  uint64_t n = generator_due(ctx, g, left < GENERATOR_RECORDS_PER_CALL
+                                         ? left
+                                         : GENERATOR_RECORDS_PER_CALL);
+  assert(n <= left);
+  assert(n <= GENERATOR_RECORDS_PER_CALL);
+  for (uint64_t k = 0; k < n; k++) {
+    sl_event e;
+    generator_fill(g->cfg, &g->salts, g->next, &e);
+    int rc = sl_emit_ts(ctx, &e, sizeof e, e.ts);
+    if (rc)
+      return rc; /* this event was not emitted: next stays on it */
+    g->next++;
+    g->anchor_emitted++;
+  }
+  return g->next == g->end ? SL_SOURCE_END : 0;
+}
+
+/* Note 3. */
+static int generator_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  const generator_instance *g = state;
+  uint64_t words[GENERATOR_STATE_WORDS] = {g->next, g->cfg->seed,
+                                           g->cfg->count};
+  return sl_operator_state_set(ctx, words, sizeof words);
+}
+
+static int generator_restore(sl_ctx *ctx, void *state, uint64_t id) {
+  generator_instance *g = state;
+  uint64_t words[GENERATOR_STATE_WORDS];
+  int rc = sl_operator_state_words(ctx, id, "generator position", words,
+                                   GENERATOR_STATE_WORDS);
+  if (rc == SL_ENOTFOUND)
+    return 0; /* nothing saved: from the beginning of the range */
+  if (rc)
+    return rc;
+  if (words[1] != g->cfg->seed || words[2] != g->cfg->count) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 " was written by a generator "
+                "with seed %" PRIu64 " and count %" PRIu64 ", this one has "
+                "seed %" PRIu64 " and count %" PRIu64, id, words[1], words[2],
+                g->cfg->seed, g->cfg->count);
+    return -EINVAL;
+  }
+  if (words[0] < g->begin || words[0] > g->end) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": position %" PRIu64 " is "
+                "outside this instance's range [%" PRIu64 ", %" PRIu64 ")",
+                id, words[0], g->begin, g->end);
+    return -EINVAL;
+  }
+  g->next = words[0];
+  assert(g->begin <= g->next && g->next <= g->end);
+  return 0;
+}
+
+static void generator_close(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  free(state);
+}
+
+static void free_user(void *p) { free(p); }
+
+SL_EXPORT int sl_source_generator(sl_job *job, const char *name,
+                                  int parallelism,
+                                  const sl_generator_config *cfg, sl_op **op) {
+  if (!job || !op)
+    return EINVAL;
+  if (job->state != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  char why[200];
+  int rc = sl_generator_validate(cfg, why, sizeof why);
+  if (rc) {
+    sl_job_set_error(job, "generator '%s': %s", name ? name : "(null)", why);
+    return rc;
+  }
+  sl_generator_config *copy = malloc(sizeof *copy);
+  if (!copy)
+    return ENOMEM;
+  *copy = *cfg;
+  static const sl_source_ops ops = {.open = generator_open,
+                                    .next = generator_next,
+                                    .close = generator_close,
+                                    .snapshot = generator_snapshot,
+                                    .restore = generator_restore};
+  rc = sl_op_source(job, name, parallelism, &ops, copy, op);
+  if (rc) {
+    free(copy);
+    return rc;
+  }
+  (*op)->user_free = free_user;
+  return 0;
+}

@@ -1,0 +1,908 @@
+/* window.c — keyed windows: tumbling, sliding, session and count, in event
+ * or processing time, with incremental or full-window functions.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * 1. The operator is a keyed process operator built on the public API:
+ *    map state for window contents, timers (timer.c) for firing, so
+ *    everything it holds is checkpointed and restored with the keyed state
+ *    and nothing lives outside it between two records.
+ * 2. State of one key (ids private to this operator):
+ *      HEADER  map state, user key = window id (8 bytes BE):
+ *              {count, fired, accumulator (incremental only)}
+ *      ELEMENT map state, user key = window id + sequence (12 bytes BE):
+ *              {timestamp, record bytes}  (full-window functions only)
+ *      SESSIONS value state: the key's open sessions {start, end, id},
+ *              sorted by start, and the next session id
+ *      COUNTER value state (count windows): records of the key before
+ *              the open window, then that window's header (and
+ *              accumulator); its elements are under ELEMENT
+ *    A time window's id is its end (sign bit flipped: ids of negative
+ *    times still sort); a session's id is a per-key counter, stable while
+ *    the session grows and merges (Flink's "state window"); a count
+ *    window's id is its index.
+ * 3. Firing.  A time window registers a timer at end - 1 (and, with
+ *    allowed lateness L > 0, a cleanup timer at end - 1 + L).  At end - 1
+ *    it fires; without lateness it is purged at once, with lateness it is
+ *    kept, marked fired, until the cleanup timer.  A record arriving for a
+ *    fired window is added and the window fires again at once.  Both
+ *    timers are found again from the timer's time alone: the window with
+ *    end = time + 1 (fire) and the one with end = time + 1 - L (cleanup).
+ *    Sessions look the time up among the key's sessions instead.
+ * 4. Sessions merge: a record opens [ts, ts + gap); every session it
+ *    overlaps (start < end' and start' < end) merges with it into the one
+ *    with the lowest id, whose state absorbs the others' (merge() of the
+ *    accumulators, or the elements appended).  The absorbed sessions'
+ *    timers are deleted and the merged one registers its own.  A merged
+ *    session that is already due (its end - 1 at or behind the watermark,
+ *    possible with lateness) fires at once.
+ * 5. Lateness is judged against the watermark before the record: a record
+ *    is late when every window it belongs to has end - 1 + L <= watermark.
+ *    In a sliding window some of a record's windows may be late and others
+ *    not: it is added to the live ones and only counted late if none is.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum {
+  ID_HEADER = 0xFF01,
+  ID_ELEMENT = 0xFF02,
+  ID_SESSIONS = 0xFF03,
+  ID_COUNTER = 0xFF04,
+};
+
+#define MAX_ACC_BYTES (64u << 10)
+
+typedef struct window_header {
+  uint64_t count;
+  uint64_t fired; /* 1: fired once already (kept for allowed lateness) */
+  /* accumulator follows, 8-byte aligned */
+} window_header;
+
+typedef struct session {
+  int64_t start, end;
+  uint64_t id;
+} session;
+
+typedef struct session_set {
+  uint64_t next_id;
+  uint64_t count;
+  /* sessions follow */
+} session_set;
+
+/* The operator's configuration (the user pointer of the process op). */
+typedef struct window_op {
+  sl_window_config cfg;
+  bool incremental;
+} window_op;
+
+/* Per instance. */
+typedef struct window_instance {
+  const window_op *w;
+  uint8_t *buffer; /* header + accumulator being built */
+  uint32_t buffer_bytes;
+  session *sessions; /* working copy of the key's session set */
+  uint64_t session_capacity;
+  uint8_t *element; /* element being stored */
+  uint32_t element_bytes;
+} window_instance;
+
+struct sl_window_contents {
+  sl_ctx *ctx;
+  uint64_t id;
+  uint32_t count;
+};
+
+static inline int64_t floor_mod(int64_t a, int64_t b) {
+  int64_t m = a % b;
+  return m < 0 ? m + b : m;
+}
+
+static void put_id(uint8_t *out, uint64_t id) { sl_store_be64(out, id); }
+
+static uint64_t time_id(int64_t end) { return (uint64_t)end ^ (1ull << 63); }
+
+static int grow(uint8_t **buffer, uint32_t *bytes, uint64_t need) {
+  if (need <= *bytes)
+    return 0;
+  if (need > (1u << 30))
+    return EINVAL;
+  uint64_t n = *bytes ? *bytes : 256;
+  while (n < need)
+    n *= 2;
+  uint8_t *p = realloc(*buffer, n);
+  if (!p)
+    return ENOMEM;
+  *buffer = p;
+  *bytes = (uint32_t)n;
+  return 0;
+}
+
+static uint32_t header_bytes(const window_op *w) {
+  return (uint32_t)sizeof(window_header) +
+         (w->incremental ? (w->cfg.acc_bytes + 7u) & ~7u : 0u);
+}
+
+/* ----------------------------------------------------------- window state */
+
+/* Load the header of window id into the instance buffer; *found says
+ * whether it existed (if not, a fresh one is built). */
+static int header_load(sl_ctx *ctx, window_instance *s, uint64_t id,
+                       bool *found) {
+  uint8_t k[8];
+  put_id(k, id);
+  const void *v = 0;
+  uint32_t bytes = 0;
+  uint32_t need = header_bytes(s->w);
+  int rc = grow(&s->buffer, &s->buffer_bytes, need);
+  if (rc)
+    return rc;
+  rc = sl_mapstate_get(ctx, ID_HEADER, k, 8, &v, &bytes);
+  if (rc == SL_ENOTFOUND) {
+    *found = false;
+    memset(s->buffer, 0, need);
+    if (s->w->incremental)
+      s->w->cfg.init(s->w->cfg.user, s->buffer + sizeof(window_header));
+    return 0;
+  }
+  if (rc)
+    return rc;
+  if (bytes != need) {
+    sl_ctx_fail(ctx, "window state of %" PRIu32 " bytes, expected %" PRIu32
+                " (state from another window configuration?)", bytes, need);
+    return SL_ECORRUPT;
+  }
+  memcpy(s->buffer, v, need);
+  *found = true;
+  return 0;
+}
+
+static int header_store(sl_ctx *ctx, window_instance *s, uint64_t id) {
+  uint8_t k[8];
+  put_id(k, id);
+  return sl_mapstate_put(ctx, ID_HEADER, k, 8, s->buffer,
+                         header_bytes(s->w));
+}
+
+static int element_store(sl_ctx *ctx, window_instance *s, uint64_t id,
+                         uint64_t seq, int64_t ts, const void *data,
+                         uint32_t size) {
+  uint8_t k[12];
+  put_id(k, id);
+  k[8] = (uint8_t)(seq >> 24);
+  k[9] = (uint8_t)(seq >> 16);
+  k[10] = (uint8_t)(seq >> 8);
+  k[11] = (uint8_t)seq;
+  int rc = grow(&s->element, &s->element_bytes, 8ull + size);
+  if (rc)
+    return rc;
+  memcpy(s->element, &ts, 8);
+  if (size)
+    memcpy(s->element + 8, data, size);
+  return sl_mapstate_put(ctx, ID_ELEMENT, k, 12, s->element, 8 + size);
+}
+
+static int element_get(sl_ctx *ctx, uint64_t id, uint64_t seq,
+                       const uint8_t **value, uint32_t *bytes) {
+  uint8_t k[12];
+  put_id(k, id);
+  k[8] = (uint8_t)(seq >> 24);
+  k[9] = (uint8_t)(seq >> 16);
+  k[10] = (uint8_t)(seq >> 8);
+  k[11] = (uint8_t)seq;
+  const void *v;
+  int rc = sl_mapstate_get(ctx, ID_ELEMENT, k, 12, &v, bytes);
+  if (rc == 0 && *bytes < 8)
+    rc = SL_ECORRUPT;
+  *value = v;
+  return rc;
+}
+
+static int element_delete(sl_ctx *ctx, uint64_t id, uint64_t seq) {
+  uint8_t k[12];
+  put_id(k, id);
+  k[8] = (uint8_t)(seq >> 24);
+  k[9] = (uint8_t)(seq >> 16);
+  k[10] = (uint8_t)(seq >> 8);
+  k[11] = (uint8_t)seq;
+  return sl_mapstate_delete(ctx, ID_ELEMENT, k, 12);
+}
+
+/* Add a record to window id (header in s->buffer, already loaded). */
+static int window_add(sl_ctx *ctx, window_instance *s, uint64_t id,
+                      const sl_record *in) {
+  window_header *h = (window_header *)s->buffer;
+  if (s->w->incremental) {
+    s->w->cfg.add(s->w->cfg.user, s->buffer + sizeof(window_header), in);
+  } else {
+    if (h->count >= UINT32_MAX) {
+      sl_ctx_fail(ctx, "a window holds 2^32 records already");
+      return EOVERFLOW;
+    }
+    int rc = element_store(ctx, s, id, h->count, in->timestamp, in->data,
+                           in->size_bytes);
+    if (rc)
+      return rc;
+  }
+  h->count++;
+  return 0;
+}
+
+SL_EXPORT uint32_t sl_window_count(const sl_window_contents *contents) {
+  return contents ? contents->count : 0;
+}
+
+SL_EXPORT int sl_window_record(const sl_window_contents *contents, uint32_t i,
+                     sl_record *out) {
+  if (!contents || !out || i >= contents->count)
+    return EINVAL;
+  const uint8_t *v;
+  uint32_t bytes;
+  int rc = element_get(contents->ctx, contents->id, i, &v, &bytes);
+  if (rc == SL_ENOTFOUND)
+    rc = SL_ECORRUPT; /* the header counted it */
+  if (rc)
+    return rc;
+  memcpy(&out->timestamp, v, 8);
+  out->data = v + 8;
+  out->size_bytes = bytes - 8;
+  return 0;
+}
+
+/* Emit the result of window id (header in s->buffer). */
+static int window_fire(sl_ctx *ctx, window_instance *s, uint64_t key,
+                       uint64_t id, const sl_window *win) {
+  const sl_window_config *c = &s->w->cfg;
+  window_header *h = (window_header *)s->buffer;
+  h->fired = 1;
+  if (h->count == 0)
+    return 0;
+  int rc;
+  if (s->w->incremental) {
+    rc = c->emit(c->user, ctx, key, win, s->buffer + sizeof(window_header));
+  } else {
+    sl_window_contents contents = {.ctx = ctx, .id = id,
+                                   .count = (uint32_t)h->count};
+    /* The user may make state calls: keep the header elsewhere first. */
+    window_header saved = *h;
+    rc = c->process(c->user, ctx, key, win, &contents);
+    *(window_header *)s->buffer = saved;
+  }
+  if (rc > 0)
+    rc = 0;
+  if (rc < 0 && !ctx->cause[0])
+    sl_ctx_fail(ctx, "window function for key %" PRIu64 ", window [%" PRId64
+                ", %" PRId64 ") returned %d", key, win->start, win->end, rc);
+  return rc;
+}
+
+static int window_purge_elements(sl_ctx *ctx, uint64_t id, uint64_t count) {
+  for (uint64_t i = 0; i < count; i++) {
+    int rc = element_delete(ctx, id, i);
+    if (rc && rc != SL_ENOTFOUND)
+      return rc;
+  }
+  return 0;
+}
+
+/* Delete window id's state (header and elements). */
+static int window_purge(sl_ctx *ctx, window_instance *s, uint64_t id,
+                        uint64_t count) {
+  if (!s->w->incremental) {
+    int rc = window_purge_elements(ctx, id, count);
+    if (rc)
+      return rc;
+  }
+  uint8_t k[8];
+  put_id(k, id);
+  int rc = sl_mapstate_delete(ctx, ID_HEADER, k, 8);
+  return rc == SL_ENOTFOUND ? 0 : rc;
+}
+
+/* ----------------------------------------------------------- time windows */
+
+static int64_t record_time(sl_ctx *ctx, const window_op *w,
+                           const sl_record *in, int *rc) {
+  *rc = 0;
+  if (w->cfg.domain == SL_PROCESSING_TIME)
+    return sl_ctx_processing_time(ctx);
+  if (in->timestamp == SL_NO_TIMESTAMP) {
+    sl_ctx_fail(ctx, "a record without a timestamp reached an event-time "
+                "window (emit with sl_emit_ts)");
+    *rc = EINVAL;
+  }
+  return in->timestamp;
+}
+
+static int late_record(sl_ctx *ctx, const window_op *w, const sl_record *in) {
+  sl_ctx_count(ctx, SL_COUNT_LATE, 1);
+  if (w->cfg.late_port)
+    return sl_emit_side(ctx, w->cfg.late_port, in->data, in->size_bytes,
+                        in->timestamp);
+  return 0;
+}
+
+/* One time window [start, end) receives in. */
+static int time_window_add(sl_ctx *ctx, window_instance *s, uint64_t key,
+                           int64_t start, int64_t end, const sl_record *in) {
+  const sl_window_config *c = &s->w->cfg;
+  uint64_t id = time_id(end);
+  bool found;
+  int rc = header_load(ctx, s, id, &found);
+  if (rc)
+    return rc;
+  if (!found) {
+    rc = sl_timer_register(ctx, c->domain, end - 1);
+    if (rc == 0 && c->allowed_lateness > 0)
+      rc = sl_timer_register(ctx, c->domain, end - 1 + c->allowed_lateness);
+    if (rc)
+      return rc;
+  }
+  rc = window_add(ctx, s, id, in);
+  if (rc)
+    return rc;
+  window_header *h = (window_header *)s->buffer;
+  if (h->fired) {
+    /* Late but within the allowed lateness: fire again (note 3). */
+    sl_window win = {.start = start, .end = end};
+    rc = window_fire(ctx, s, key, id, &win);
+    if (rc)
+      return rc;
+  }
+  return header_store(ctx, s, id);
+}
+
+static int time_process(sl_ctx *ctx, window_instance *s, const sl_record *in) {
+  const sl_window_config *c = &s->w->cfg;
+  int rc;
+  int64_t ts = record_time(ctx, s->w, in, &rc);
+  if (rc)
+    return rc;
+  uint64_t key;
+  rc = sl_ctx_key(ctx, &key);
+  if (rc)
+    return rc;
+  int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
+                                          : SL_WATERMARK_MIN;
+  int64_t slide = c->type == SL_WINDOW_TUMBLING ? c->size : c->slide;
+  int64_t last_start = ts - floor_mod(ts, slide);
+  bool added = false;
+  for (int64_t start = last_start; start > ts - c->size; start -= slide) {
+    int64_t end = start + c->size;
+    if (wm != SL_WATERMARK_MIN && end - 1 + c->allowed_lateness <= wm)
+      continue; /* this window is gone (note 5) */
+    rc = time_window_add(ctx, s, key, start, end, in);
+    if (rc)
+      return rc;
+    added = true;
+  }
+  return added ? 0 : late_record(ctx, s->w, in);
+}
+
+static int time_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
+  const sl_window_config *c = &s->w->cfg;
+  uint64_t key;
+  int rc = sl_ctx_key(ctx, &key);
+  if (rc)
+    return rc;
+  /* Fire: the window ending at time + 1. */
+  int64_t end = time + 1;
+  uint64_t id = time_id(end);
+  bool found;
+  rc = header_load(ctx, s, id, &found);
+  if (rc)
+    return rc;
+  if (found) {
+    sl_window win = {.start = end - c->size, .end = end};
+    window_header *h = (window_header *)s->buffer;
+    if (!h->fired) {
+      rc = window_fire(ctx, s, key, id, &win);
+      if (rc)
+        return rc;
+    }
+    if (c->allowed_lateness == 0)
+      rc = window_purge(ctx, s, id, h->count);
+    else
+      rc = header_store(ctx, s, id);
+    if (rc)
+      return rc;
+  }
+  if (c->allowed_lateness > 0) {
+    /* Cleanup: the window ending at time + 1 - L. */
+    int64_t old_end = time + 1 - c->allowed_lateness;
+    uint64_t old_id = time_id(old_end);
+    rc = header_load(ctx, s, old_id, &found);
+    if (rc == 0 && found)
+      rc = window_purge(ctx, s, old_id, ((window_header *)s->buffer)->count);
+  }
+  return rc;
+}
+
+/* ----------------------------------------------------------- sessions */
+
+static int sessions_load(sl_ctx *ctx, window_instance *s, uint64_t *count,
+                         uint64_t *next_id) {
+  const void *v;
+  uint32_t bytes;
+  int rc = sl_state_get(ctx, ID_SESSIONS, &v, &bytes);
+  if (rc == SL_ENOTFOUND) {
+    *count = 0;
+    *next_id = 1;
+    return 0;
+  }
+  if (rc)
+    return rc;
+  session_set set;
+  if (bytes < sizeof set)
+    return SL_ECORRUPT;
+  memcpy(&set, v, sizeof set);
+  if (bytes != sizeof set + set.count * sizeof(session))
+    return SL_ECORRUPT;
+  if (set.count > s->session_capacity) {
+    session *grown = realloc(s->sessions, sizeof(session) * set.count);
+    if (!grown)
+      return ENOMEM;
+    s->sessions = grown;
+    s->session_capacity = set.count;
+  }
+  if (set.count)
+    memcpy(s->sessions, (const uint8_t *)v + sizeof set,
+           sizeof(session) * set.count);
+  *count = set.count;
+  *next_id = set.next_id;
+  return 0;
+}
+
+static int sessions_store(sl_ctx *ctx, window_instance *s, uint64_t count,
+                          uint64_t next_id) {
+  if (count == 0) {
+    int rc = sl_state_delete(ctx, ID_SESSIONS);
+    return rc == SL_ENOTFOUND ? 0 : rc;
+  }
+  uint64_t bytes = sizeof(session_set) + count * sizeof(session);
+  int rc = grow(&s->element, &s->element_bytes, bytes);
+  if (rc)
+    return rc;
+  session_set set = {.next_id = next_id, .count = count};
+  memcpy(s->element, &set, sizeof set);
+  memcpy(s->element + sizeof set, s->sessions, sizeof(session) * count);
+  return sl_state_put(ctx, ID_SESSIONS, s->element, (uint32_t)bytes, 0);
+}
+
+static int session_reserve(window_instance *s, uint64_t count) {
+  if (count <= s->session_capacity)
+    return 0;
+  uint64_t n = s->session_capacity ? s->session_capacity * 2 : 8;
+  while (n < count)
+    n *= 2;
+  session *grown = realloc(s->sessions, sizeof(session) * n);
+  if (!grown)
+    return ENOMEM;
+  s->sessions = grown;
+  s->session_capacity = n;
+  return 0;
+}
+
+static int session_timers(sl_ctx *ctx, const sl_window_config *c,
+                          const session *x, bool add) {
+  int rc = add ? sl_timer_register(ctx, c->domain, x->end - 1)
+               : sl_timer_delete(ctx, c->domain, x->end - 1);
+  if (rc == SL_ENOTFOUND)
+    rc = 0;
+  if (rc == 0 && c->allowed_lateness > 0) {
+    rc = add ? sl_timer_register(ctx, c->domain, x->end - 1 +
+                                                     c->allowed_lateness)
+             : sl_timer_delete(ctx, c->domain, x->end - 1 +
+                                                   c->allowed_lateness);
+    if (rc == SL_ENOTFOUND)
+      rc = 0;
+  }
+  return rc;
+}
+
+/* Fold session `from`'s state into `into`'s (header of into in s->buffer). */
+static int session_absorb(sl_ctx *ctx, window_instance *s, uint64_t into,
+                          uint64_t from) {
+  const window_op *w = s->w;
+  uint8_t k[8];
+  put_id(k, from);
+  const void *v;
+  uint32_t bytes;
+  int rc = sl_mapstate_get(ctx, ID_HEADER, k, 8, &v, &bytes);
+  if (rc == SL_ENOTFOUND)
+    return 0;
+  if (rc)
+    return rc;
+  if (bytes != header_bytes(w))
+    return SL_ECORRUPT;
+  window_header other;
+  memcpy(&other, v, sizeof other);
+  window_header *h = (window_header *)s->buffer;
+  if (w->incremental) {
+    /* Copy: the next state call may invalidate v. */
+    uint8_t *acc = malloc(w->cfg.acc_bytes);
+    if (!acc)
+      return ENOMEM;
+    memcpy(acc, (const uint8_t *)v + sizeof(window_header), w->cfg.acc_bytes);
+    w->cfg.merge(w->cfg.user, s->buffer + sizeof(window_header), acc);
+    free(acc);
+  } else {
+    for (uint64_t i = 0; i < other.count; i++) {
+      const uint8_t *e;
+      uint32_t eb;
+      rc = element_get(ctx, from, i, &e, &eb);
+      if (rc)
+        return rc == SL_ENOTFOUND ? SL_ECORRUPT : rc;
+      int64_t ts;
+      memcpy(&ts, e, 8);
+      /* element_store copies e into its own buffer before the put. */
+      uint8_t *copy = malloc(eb);
+      if (!copy)
+        return ENOMEM;
+      memcpy(copy, e, eb);
+      rc = element_store(ctx, s, into, h->count, ts, copy + 8, eb - 8);
+      free(copy);
+      if (rc)
+        return rc;
+      h->count++;
+      rc = element_delete(ctx, from, i);
+      if (rc)
+        return rc;
+    }
+    other.count = 0;
+  }
+  if (w->incremental)
+    h->count += other.count;
+  return window_purge(ctx, s, from, 0);
+}
+
+static int session_process(sl_ctx *ctx, window_instance *s,
+                           const sl_record *in) {
+  const sl_window_config *c = &s->w->cfg;
+  int rc;
+  int64_t ts = record_time(ctx, s->w, in, &rc);
+  if (rc)
+    return rc;
+  uint64_t key;
+  rc = sl_ctx_key(ctx, &key);
+  if (rc)
+    return rc;
+  int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
+                                          : SL_WATERMARK_MIN;
+  session fresh = {.start = ts, .end = ts + c->gap};
+  if (wm != SL_WATERMARK_MIN && fresh.end - 1 + c->allowed_lateness <= wm)
+    return late_record(ctx, s->w, in);
+  uint64_t n, next_id;
+  rc = sessions_load(ctx, s, &n, &next_id);
+  if (rc)
+    return rc;
+  /* Find the sessions the new one overlaps; merge them (note 4). */
+  session merged = fresh;
+  uint64_t keep_id = 0;
+  uint64_t out = 0;
+  int overlaps = 0;
+  uint64_t absorbed[64];
+  int absorbed_count = 0;
+  bool overflow = false;
+  for (uint64_t i = 0; i < n; i++) {
+    session x = s->sessions[i];
+    if (x.start < merged.end && merged.start < x.end) {
+      /* Sorted by start and disjoint: the sessions merged are contiguous,
+       * and the merged range only grows, so one pass finds them all. */
+      overlaps++;
+      if (x.start < merged.start)
+        merged.start = x.start;
+      if (x.end > merged.end)
+        merged.end = x.end;
+      rc = session_timers(ctx, c, &x, false);
+      if (rc)
+        return rc;
+      if (keep_id == 0 || x.id < keep_id) {
+        if (keep_id != 0) {
+          if (absorbed_count == 64)
+            overflow = true;
+          else
+            absorbed[absorbed_count++] = keep_id;
+        }
+        keep_id = x.id;
+      } else if (absorbed_count == 64) {
+        overflow = true;
+      } else {
+        absorbed[absorbed_count++] = x.id;
+      }
+      continue;
+    }
+    s->sessions[out++] = x;
+  }
+  if (overflow) {
+    sl_ctx_fail(ctx, "a record merged more than 64 sessions of key %" PRIu64,
+                key);
+    return EOVERFLOW;
+  }
+  bool found = false;
+  if (overlaps == 0) {
+    keep_id = next_id++;
+  }
+  merged.id = keep_id;
+  rc = header_load(ctx, s, keep_id, &found);
+  for (int i = 0; rc == 0 && i < absorbed_count; i++)
+    rc = session_absorb(ctx, s, keep_id, absorbed[i]);
+  if (rc == 0)
+    rc = window_add(ctx, s, keep_id, in);
+  if (rc)
+    return rc;
+  /* Insert merged in start order. */
+  rc = session_reserve(s, out + 1);
+  if (rc)
+    return rc;
+  uint64_t at = out;
+  while (at > 0 && s->sessions[at - 1].start > merged.start) {
+    s->sessions[at] = s->sessions[at - 1];
+    at--;
+  }
+  s->sessions[at] = merged;
+  out++;
+  window_header *h = (window_header *)s->buffer;
+  if (wm != SL_WATERMARK_MIN && merged.end - 1 <= wm) {
+    /* Already due (within the allowed lateness): fire now; the cleanup
+     * timer still comes. */
+    sl_window win = {.start = merged.start, .end = merged.end};
+    rc = window_fire(ctx, s, key, keep_id, &win);
+    if (rc)
+      return rc;
+  } else {
+    h->fired = 0; /* it grew past the watermark: it will fire again */
+  }
+  rc = session_timers(ctx, c, &merged, true);
+  if (rc == 0)
+    rc = header_store(ctx, s, keep_id);
+  if (rc == 0)
+    rc = sessions_store(ctx, s, out, next_id);
+  return rc;
+}
+
+static int session_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
+  const sl_window_config *c = &s->w->cfg;
+  uint64_t key;
+  int rc = sl_ctx_key(ctx, &key);
+  if (rc)
+    return rc;
+  uint64_t n, next_id;
+  rc = sessions_load(ctx, s, &n, &next_id);
+  if (rc)
+    return rc;
+  uint64_t out = 0;
+  for (uint64_t i = 0; i < n && rc == 0; i++) {
+    session x = s->sessions[i];
+    bool fire_now = x.end - 1 == time;
+    bool purge = (c->allowed_lateness == 0 && fire_now) ||
+                 (c->allowed_lateness > 0 &&
+                  x.end - 1 + c->allowed_lateness == time);
+    if (fire_now || purge) {
+      bool found;
+      rc = header_load(ctx, s, x.id, &found);
+      if (rc)
+        break;
+      window_header *h = (window_header *)s->buffer;
+      if (found && fire_now && !h->fired) {
+        sl_window win = {.start = x.start, .end = x.end};
+        rc = window_fire(ctx, s, key, x.id, &win);
+      }
+      if (rc == 0 && found)
+        rc = purge ? window_purge(ctx, s, x.id, h->count)
+                   : header_store(ctx, s, x.id);
+      if (purge)
+        continue; /* dropped from the set */
+    }
+    s->sessions[out++] = x;
+  }
+  if (rc == 0 && out != n)
+    rc = sessions_store(ctx, s, out, next_id);
+  return rc;
+}
+
+/* ----------------------------------------------------------- count windows */
+
+static int count_process(sl_ctx *ctx, window_instance *s, const sl_record *in) {
+  const sl_window_config *c = &s->w->cfg;
+  /* One value state per key: [records seen before the open window]
+   * [header][accumulator] (note 2), so a record costs one get and one put. */
+  uint32_t need = 8 + header_bytes(s->w);
+  int rc = grow(&s->buffer, &s->buffer_bytes, need);
+  if (rc)
+    return rc;
+  const void *v;
+  uint32_t bytes;
+  rc = sl_state_get(ctx, ID_COUNTER, &v, &bytes);
+  if (rc == 0) {
+    if (bytes != need) {
+      sl_ctx_fail(ctx, "count window state of %" PRIu32 " bytes, expected %"
+                  PRIu32, bytes, need);
+      return SL_ECORRUPT;
+    }
+    memcpy(s->buffer, v, need);
+  } else if (rc == SL_ENOTFOUND) {
+    memset(s->buffer, 0, need);
+    if (s->w->incremental)
+      c->init(c->user, s->buffer + 8 + sizeof(window_header));
+  } else {
+    return rc;
+  }
+  uint64_t base;
+  memcpy(&base, s->buffer, 8);
+  uint64_t size = (uint64_t)c->size;
+  uint64_t index = base / size;
+  /* window_add and window_fire work on s->buffer's header: shift the view
+   * past the counter for them. */
+  uint8_t *whole = s->buffer;
+  s->buffer = whole + 8;
+  rc = window_add(ctx, s, index, in);
+  window_header *h = (window_header *)s->buffer;
+  if (rc == 0 && h->count == size) {
+    uint64_t key;
+    rc = sl_ctx_key(ctx, &key);
+    sl_window win = {.start = (int64_t)base, .end = (int64_t)(base + size)};
+    if (rc == 0)
+      rc = window_fire(ctx, s, key, index, &win);
+    if (rc == 0 && !s->w->incremental)
+      rc = window_purge_elements(ctx, index, h->count);
+    /* The next window starts empty. */
+    base += size;
+    memset(h, 0, sizeof *h);
+    if (s->w->incremental)
+      c->init(c->user, s->buffer + sizeof(window_header));
+  }
+  s->buffer = whole;
+  if (rc)
+    return rc;
+  memcpy(s->buffer, &base, 8);
+  return sl_state_put(ctx, ID_COUNTER, s->buffer, need, 0);
+}
+
+/* ----------------------------------------------------------- callbacks */
+
+static int window_open(sl_ctx *ctx, void *user, void **state) {
+  (void)ctx;
+  window_instance *s = calloc(1, sizeof *s);
+  if (!s)
+    return -ENOMEM;
+  s->w = user;
+  *state = s;
+  return 0;
+}
+
+static void window_close(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  window_instance *s = state;
+  if (!s)
+    return;
+  free(s->buffer);
+  free(s->sessions);
+  free(s->element);
+  free(s);
+}
+
+static int fail_status(sl_ctx *ctx, int rc, const char *what) {
+  if (rc > 0 || rc == SL_ENOTFOUND || rc == SL_ECORRUPT || rc == SL_EUSAGE) {
+    if (!ctx->cause[0])
+      sl_ctx_fail(ctx, "%s: %s", what, sl_strerror(rc));
+    return rc > 0 ? -rc : rc;
+  }
+  return rc;
+}
+
+static int window_process_record(sl_ctx *ctx, void *state, int input,
+                                 const sl_record *in) {
+  (void)input;
+  window_instance *s = state;
+  int rc;
+  switch (s->w->cfg.type) {
+  case SL_WINDOW_COUNT:
+    rc = count_process(ctx, s, in);
+    break;
+  case SL_WINDOW_SESSION:
+    rc = session_process(ctx, s, in);
+    break;
+  default:
+    rc = time_process(ctx, s, in);
+    break;
+  }
+  return rc ? fail_status(ctx, rc, "window") : 0;
+}
+
+static int window_on_timer(sl_ctx *ctx, void *state, int domain,
+                           int64_t time) {
+  window_instance *s = state;
+  if (domain != s->w->cfg.domain)
+    return 0;
+  int rc = s->w->cfg.type == SL_WINDOW_SESSION ? session_timer(ctx, s, time)
+                                               : time_timer(ctx, s, time);
+  return rc ? fail_status(ctx, rc, "window timer") : 0;
+}
+
+static int config_error(sl_job *job, const char *name, const char *what) {
+  sl_job_set_error(job, "window '%s': %s", name ? name : "(null)", what);
+  return EINVAL;
+}
+
+static int check_config(sl_job *job, const char *name,
+                        const sl_window_config *c) {
+  if (!c)
+    return config_error(job, name, "config is NULL");
+  if (c->type < SL_WINDOW_TUMBLING || c->type > SL_WINDOW_COUNT)
+    return config_error(job, name, "type is not an sl_window_type");
+  if (c->domain != SL_EVENT_TIME && c->domain != SL_PROCESSING_TIME)
+    return config_error(job, name, "domain must be SL_EVENT_TIME or "
+                                   "SL_PROCESSING_TIME");
+  if (c->type != SL_WINDOW_SESSION && c->size <= 0)
+    return config_error(job, name, "size must be > 0");
+  if (c->type == SL_WINDOW_SLIDING && (c->slide <= 0 || c->slide > c->size))
+    return config_error(job, name, "slide must be in 1 .. size");
+  if (c->type == SL_WINDOW_SESSION && c->gap <= 0)
+    return config_error(job, name, "gap must be > 0");
+  if (c->allowed_lateness < 0)
+    return config_error(job, name, "allowed_lateness must be >= 0");
+  if (c->allowed_lateness > 0 &&
+      (c->domain != SL_EVENT_TIME || c->type == SL_WINDOW_COUNT))
+    return config_error(job, name, "allowed_lateness applies to event-time "
+                                   "windows only");
+  if (c->late_port < 0 || c->late_port > SL_MAX_SIDE_OUTPUTS)
+    return config_error(job, name, "late_port must be 0..SL_MAX_SIDE_OUTPUTS");
+  bool incremental = c->add || c->init || c->emit || c->acc_bytes;
+  if (incremental && c->process)
+    return config_error(job, name, "give either an incremental aggregation "
+                                   "(acc_bytes, init, add, emit) or a "
+                                   "full-window process function, not both");
+  if (!incremental && !c->process)
+    return config_error(job, name, "no window function: set acc_bytes, "
+                                   "init, add and emit, or process");
+  if (incremental) {
+    if (!c->init || !c->add || !c->emit)
+      return config_error(job, name, "incremental aggregation needs init, "
+                                     "add and emit");
+    if (c->acc_bytes == 0 || c->acc_bytes > MAX_ACC_BYTES)
+      return config_error(job, name, "acc_bytes must be 1 .. 65536");
+    if (c->type == SL_WINDOW_SESSION && !c->merge)
+      return config_error(job, name, "session windows with an incremental "
+                                     "aggregation need merge");
+  }
+  return 0;
+}
+
+SL_EXPORT int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
+                           int parallelism, const sl_window_config *config,
+                           sl_op **op) {
+  if (op)
+    *op = 0;
+  if (!job)
+    return EINVAL;
+  int rc = check_config(job, name, config);
+  if (rc)
+    return rc;
+  if (keyed_input && keyed_input->kind != SL_OP_KEY_BY) {
+    sl_job_set_error(job, "window '%s': its input '%s' is not keyed (put an "
+                     "sl_op_key_by in front)", name ? name : "(null)",
+                     keyed_input->name);
+    return SL_EGRAPH;
+  }
+  window_op *w = calloc(1, sizeof *w);
+  if (!w)
+    return ENOMEM;
+  w->cfg = *config;
+  w->incremental = config->process == 0;
+  sl_process_ops ops = {.open = window_open,
+                        .process = window_process_record,
+                        .close = window_close,
+                        .on_timer = window_on_timer};
+  rc = sl_op_process(job, name, &keyed_input, 1, parallelism, &ops, w, op);
+  if (rc) {
+    free(w);
+    return rc;
+  }
+  (*op)->user_free = free;
+  return 0;
+}
