@@ -1011,12 +1011,18 @@ typedef struct sl_file_sink_config {
   sl_format_fn format;    /* NULL: the record's bytes as they are */
   void *format_user;
   const char *suffix;     /* file name suffix; NULL: ".txt" */
+  /** A first line for every file (e.g. a CSV header, from
+   * sl_format_csv_header()); NULL: none.  At most 4095 bytes, no newline.
+   * Each committed part starts with it, and a plain out file gets it when
+   * it is created (not when appended to). */
+  const char *header;
 } sl_file_sink_config;
 
 /** A file sink writing one line per record.  Committed files of instance K
  * are named part-K-SEQ<suffix> (SEQ zero-padded, increasing), so reading
  * them in name order gives the instance's output in order.  Errors: EINVAL
- * (no dir, or over 4095 bytes), as the builders. */
+ * (no dir, or over 4095 bytes; a header too long or with a newline), as
+ * the builders. */
 int sl_sink_file(sl_job *job, const char *name, sl_op *input, int parallelism,
                  const sl_file_sink_config *config, sl_op **op);
 

@@ -91,8 +91,9 @@
  * - sl_format_jsonl() needs string fields to be valid UTF-8 (JSON text
  *   is); a record with invalid UTF-8 fails the sink with EILSEQ.  CSV input
  *   is not checked for UTF-8, so CSV to CSV passes any bytes through.
- * - The formatters write no header line: the file sink has no header
- *   option.  sl_format_csv_header() gives the text of one.
+ * - The formatters write no header line themselves: give the text of
+ *   sl_format_csv_header() to the file sink as sl_file_sink_config.header
+ *   and every file starts with it.
  */
 #ifndef SLUICE_IO_H
 #define SLUICE_IO_H

@@ -51,7 +51,15 @@ typedef struct file_sink {
   sl_file_sink_config config;
   char dir[4096];
   char suffix[32];
+  char header[4096]; /* first line of every file, "" for none */
 } file_sink;
+
+/* Write the header line, if any, at the start of a new file. */
+static int write_header(const file_sink *sink, FILE *file) {
+  if (!sink->header[0])
+    return 0;
+  return fputs(sink->header, file) < 0 || fputc('\n', file) == EOF ? EIO : 0;
+}
 
 typedef struct part {
   uint64_t seq;
@@ -103,6 +111,8 @@ static int open_part(sl_ctx *ctx, file_sink_instance *f) {
   if (!f->file)
     return fail_errno(ctx, errno, "cannot create", path);
   f->written = false;
+  if (write_header(f->sink, f->file) != 0)
+    return fail_errno(ctx, errno ? errno : EIO, "cannot write", path);
   return 0;
 }
 
@@ -334,6 +344,14 @@ static int file_sink_open(sl_ctx *ctx, void *user, void **state) {
       free(f);
       return rc;
     }
+    /* A new (empty) file gets the header; appending to one does not. */
+    if (fseek(f->file, 0, SEEK_END) == 0 && ftell(f->file) == 0 &&
+        write_header(sink, f->file) != 0) {
+      int rc = fail_errno(ctx, errno ? errno : EIO, "cannot write", path);
+      fclose(f->file);
+      free(f);
+      return rc;
+    }
   }
   *state = f;
   return 0;
@@ -377,7 +395,9 @@ SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
                            sl_op **op) {
   if (!config || !config->dir || !config->dir[0] ||
       strlen(config->dir) >= sizeof(((file_sink *)0)->dir) ||
-      (config->suffix && strlen(config->suffix) >= 32))
+      (config->suffix && strlen(config->suffix) >= 32) ||
+      (config->header && (strlen(config->header) >= 4096 ||
+                          strchr(config->header, '\n'))))
     return EINVAL;
   file_sink *sink = calloc(1, sizeof *sink);
   if (!sink)
@@ -385,8 +405,11 @@ SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
   sink->config = *config;
   strcpy(sink->dir, config->dir);
   strcpy(sink->suffix, config->suffix ? config->suffix : ".txt");
+  if (config->header)
+    strcpy(sink->header, config->header);
   sink->config.dir = sink->dir;
   sink->config.suffix = sink->suffix;
+  sink->config.header = sink->header;
   static const sl_process_ops exactly_once = {
       .open = file_sink_open,
       .process = file_sink_process,

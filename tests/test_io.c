@@ -241,7 +241,17 @@ static int compare_names(const void *a, const void *b) {
 /* Everything a file sink committed in dir (part-* then out-* files in
  * name order: the instance's order), and how many pending parts are
  * left. */
+static text read_output_header(const char *dir, int *pending,
+                              const char *header, int *files);
+
 static text read_output(const char *dir, int *pending) {
+  return read_output_header(dir, pending, 0, 0);
+}
+
+/* read_output(), where every file must begin with the line `header`
+ * (not NULL), which is left out of the text; *files counts them. */
+static text read_output_header(const char *dir, int *pending,
+                               const char *header, int *files) {
   DIR *d = opendir(dir);
   cr_assert(d, "opendir %s", dir);
   char *names[4096];
@@ -264,13 +274,23 @@ static text read_output(const char *dir, int *pending) {
   for (size_t i = 0; i < count; i++) {
     char *p = path_in(dir, names[i]);
     text part = read_file(p);
-    text_add(&all, part.data, part.length);
+    size_t skip = 0;
+    if (header) {
+      size_t h = strlen(header);
+      cr_assert(part.length > h && memcmp(part.data, header, h) == 0 &&
+                    part.data[h] == '\n',
+                "%s does not start with the header line", names[i]);
+      skip = h + 1;
+    }
+    text_add(&all, part.data + skip, part.length - skip);
     free(part.data);
     free(p);
     free(names[i]);
   }
   if (pending)
     *pending = left;
+  if (files)
+    *files = (int)count;
   return all;
 }
 
@@ -320,6 +340,7 @@ typedef struct pipeline {
   int policy;
   const char *faults;         /* injected (NULL: none) */
   uint32_t restart_attempts;  /* fixed-delay restarts (0: none) */
+  const char *header;         /* file sink header line (NULL: none) */
 } pipeline;
 
 static sl_job *build_pipeline(const pipeline *p) {
@@ -351,7 +372,8 @@ static sl_job *build_pipeline(const pipeline *p) {
   sl_file_sink_config out = {.dir = p->out_dir,
                              .exactly_once = p->exactly_once,
                              .format = p->output_format,
-                             .format_user = (void *)p->schema};
+                             .format_user = (void *)p->schema,
+                             .header = p->header};
   cr_assert_eq(sl_sink_file(job, "sink", src, 1, &out, &sink), 0);
   return job;
 }
@@ -471,6 +493,56 @@ Test(io, csv_files_with_header_to_plain_csv_output) {
   free(want.data);
   free_paths(paths, 4);
   free(out);
+  remove_tree(dir);
+}
+
+/* A header line from the schema at the top of every committed part. */
+Test(io, csv_output_files_each_start_with_the_header) {
+  char *dir = temp_dir(), *out = path_in(dir, "out"),
+       *state = path_in(dir, "state");
+  text want = {0};
+  text_add(&want, "", 0);
+  char **paths = make_inputs(dir, 2, 3000, SL_FORMAT_CSV_HEADER, ',', ".csv",
+                             &want, false);
+  char header[512];
+  int n = sl_format_csv_header(&trade_schema, header, sizeof header);
+  cr_assert(n > 0 && n < (int)sizeof header);
+  header[n] = 0;
+  pipeline p = {.paths = (const char *const *)paths, .path_count = 2,
+                .format = SL_FORMAT_CSV_HEADER, .schema = &trade_schema,
+                .out_dir = out, .exactly_once = 1, .state_dir = state,
+                .output_format = sl_format_csv, .header = header};
+  run_result r = run_pipeline(&p);
+  cr_assert_eq(r.rc, 0, "%s", r.error);
+  int files = 0, pending = 0;
+  text got = read_output_header(out, &pending, header, &files);
+  cr_assert_geq(files, 1);
+  cr_assert_eq(pending, 0);
+  expect_same_lines(&got, &want, "csv -> csv with header");
+  free(got.data);
+  free(want.data);
+  /* The plain sink: the header once, when it creates the file. */
+  char *plain = path_in(dir, "plain");
+  text want2 = {0};
+  text_add(&want2, "", 0);
+  char **paths2 = make_inputs(dir, 1, 100, SL_FORMAT_CSV_HEADER, ',', ".csv",
+                              &want2, false);
+  pipeline q = {.paths = (const char *const *)paths2, .path_count = 1,
+                .format = SL_FORMAT_CSV_HEADER, .schema = &trade_schema,
+                .out_dir = plain, .output_format = sl_format_csv,
+                .header = header};
+  r = run_pipeline(&q);
+  cr_assert_eq(r.rc, 0, "%s", r.error);
+  got = read_output_header(plain, 0, header, &files);
+  cr_assert_eq(files, 1);
+  expect_same_lines(&got, &want2, "plain csv with header");
+  free(got.data);
+  free(want2.data);
+  free_paths(paths2, 1);
+  free(plain);
+  free_paths(paths, 2);
+  free(out);
+  free(state);
   remove_tree(dir);
 }
 
