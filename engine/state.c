@@ -12,7 +12,15 @@
  * B-tree writes); the kind byte keeps a value state and a map state with
  * the same id from ever colliding.  A list is stored as one value:
  * items back to back, each a u32 length and the bytes, padded to 4.
+ *
+ * Read-modify-write (sl_state_update, sl_state_fold) is one lookup
+ * (sl_cow_map_update: the value is changed in place, copied first if a
+ * checkpoint holds it).  Keys without a user key reach the map prepared
+ * (cow_map.h, sl_cow_key) with their hash and compared words computed in
+ * registers (header_key) instead of read back from the key buffer just
+ * written, which stalled on its stores (bench/pipeline_p2.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,16 +83,62 @@ static int state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
   return 0;
 }
 
-static int get(sl_ctx *ctx, uint16_t id, uint8_t kind, const void *user_key,
-               uint32_t user_key_bytes, const void **value,
-               uint32_t *size_bytes) {
+/* The key of (record key, id, kind) with no user key prepared for the
+ * map (cow_map.h, sl_cow_key): hash and words computed in registers rather
+ * than read back from the buffer just written, since such a read waits
+ * for the stores.  bytes is set by the caller. */
+static inline sl_cow_key header_key(uint64_t record_key, uint16_t id,
+                                    uint8_t kind) {
+  sl_cow_key k = {.key_bytes = KEY_HEADER_BYTES};
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  /* The words as memcpy() reads them from the key: bytes 0..7 are the
+   * big-endian record key, bytes 3..10 its last five bytes, then the id
+   * (big-endian) and the kind. */
+  k.first = __builtin_bswap64(record_key);
+  k.last = k.first >> 24 | (uint64_t)(id >> 8) << 40 |
+           (uint64_t)(id & 0xffu) << 48 | (uint64_t)kind << 56;
+#else
+  uint8_t bytes[KEY_HEADER_BYTES];
+  sl_store_be64(bytes, record_key);
+  bytes[8] = (uint8_t)(id >> 8);
+  bytes[9] = (uint8_t)id;
+  bytes[10] = kind;
+  memcpy(&k.first, bytes, 8);
+  memcpy(&k.last, bytes + 3, 8);
+#endif
+  k.hash = sl_cow_hash_words(k.first, k.last, KEY_HEADER_BYTES);
+  return k;
+}
+
+/* state_key(), prepared for the map: from registers when there is no
+ * user key (the value, list and fold states), else from the buffer. */
+static inline int state_key_prepared(sl_ctx *ctx, uint16_t id, uint8_t kind,
+                                     const void *user_key,
+                                     uint32_t user_key_bytes,
+                                     sl_cow_key *key) {
   uint32_t key_bytes;
   int rc = state_key(ctx, id, kind, user_key, user_key_bytes, &key_bytes);
   if (rc)
     return rc;
+  if (user_key_bytes == 0) {
+    assert(key_bytes == KEY_HEADER_BYTES);
+    *key = header_key(ctx->cp.current_key, id, kind);
+    key->bytes = ctx->cp.key_buffer;
+  } else {
+    *key = sl_cow_key_of(ctx->cp.key_buffer, key_bytes);
+  }
+  return 0;
+}
+
+static int get(sl_ctx *ctx, uint16_t id, uint8_t kind, const void *user_key,
+               uint32_t user_key_bytes, const void **value,
+               uint32_t *size_bytes) {
+  sl_cow_key key;
+  int rc = state_key_prepared(ctx, id, kind, user_key, user_key_bytes, &key);
+  if (rc)
+    return rc;
   uint32_t bytes = 0;
-  const void *v = sl_cow_map_get(ctx->cp.keyed, ctx->cp.key_buffer, key_bytes,
-                                 &bytes);
+  const void *v = sl_cow_map_find(ctx->cp.keyed, &key, &bytes);
   if (!v)
     return SL_ENOTFOUND;
   if (value)
@@ -99,12 +153,11 @@ static int put(sl_ctx *ctx, uint16_t id, uint8_t kind, const void *user_key,
                uint32_t size_bytes, void **stored) {
   if (size_bytes > SL_COW_MAX_BYTES)
     return EINVAL;
-  uint32_t key_bytes;
-  int rc = state_key(ctx, id, kind, user_key, user_key_bytes, &key_bytes);
+  sl_cow_key key;
+  int rc = state_key_prepared(ctx, id, kind, user_key, user_key_bytes, &key);
   if (rc)
     return rc;
-  void *v = sl_cow_map_put(ctx->cp.keyed, ctx->cp.key_buffer, key_bytes,
-                           value, size_bytes);
+  void *v = sl_cow_map_put_key(ctx->cp.keyed, &key, value, size_bytes);
   if (!v)
     return ENOMEM;
   if (stored)
@@ -129,6 +182,18 @@ SL_EXPORT int sl_state_get(sl_ctx *ctx, uint16_t state_id, const void **value,
 SL_EXPORT int sl_state_put(sl_ctx *ctx, uint16_t state_id, const void *value,
                            uint32_t size_bytes, void **stored) {
   return put(ctx, state_id, KIND_VALUE, 0, 0, value, size_bytes, stored);
+}
+
+SL_EXPORT int sl_state_update(sl_ctx *ctx, uint16_t state_id,
+                              uint32_t size_bytes, const void *init,
+                              void **value) {
+  if (!value || size_bytes > SL_COW_MAX_BYTES)
+    return EINVAL;
+  sl_cow_key key;
+  int rc = state_key_prepared(ctx, state_id, KIND_VALUE, 0, 0, &key);
+  if (rc)
+    return rc;
+  return sl_cow_map_update(ctx->cp.keyed, &key, init, size_bytes, value);
 }
 
 SL_EXPORT int sl_state_delete(sl_ctx *ctx, uint16_t state_id) {
@@ -213,28 +278,23 @@ SL_EXPORT int sl_state_fold(sl_ctx *ctx, uint16_t state_id, const void *init,
                             uint32_t acc_bytes, sl_fold_fn fold, void *user,
                             const void *value, uint32_t value_bytes,
                             const void **acc_out) {
-  if (!fold || (!init && acc_bytes))
+  if (!fold || (!init && acc_bytes) || acc_bytes > SL_COW_MAX_BYTES)
     return EINVAL;
-  const void *old = 0;
-  uint32_t old_bytes = 0;
-  int rc = get(ctx, state_id, KIND_FOLD, 0, 0, &old, &old_bytes);
-  if (rc && rc != SL_ENOTFOUND)
-    return rc;
-  if (rc == 0 && old_bytes != acc_bytes)
-    return EINVAL; /* the same id used with another accumulator size */
-  sl_instance_checkpoint *cp = &ctx->cp;
-  rc = grow(&cp->value_buffer, &cp->value_buffer_bytes, acc_bytes);
+  sl_cow_key key;
+  int rc = state_key_prepared(ctx, state_id, KIND_FOLD, 0, 0, &key);
   if (rc)
     return rc;
-  if (acc_bytes)
-    memcpy(cp->value_buffer, old ? old : init, acc_bytes);
-  fold(user, cp->value_buffer, value, value_bytes);
-  void *stored = 0;
-  rc = put(ctx, state_id, KIND_FOLD, 0, 0, cp->value_buffer, acc_bytes,
-           &stored);
-  if (rc == 0 && acc_out)
-    *acc_out = stored;
-  return rc;
+  /* One lookup: the accumulator (copied first if a checkpoint holds it, a
+   * copy of init if absent) is folded in place.  EINVAL if the id was
+   * used with another accumulator size. */
+  void *acc;
+  rc = sl_cow_map_update(ctx->cp.keyed, &key, init, acc_bytes, &acc);
+  if (rc)
+    return rc;
+  fold(user, acc, value, value_bytes);
+  if (acc_out)
+    *acc_out = acc;
+  return 0;
 }
 
 /* ----------------------------------------------------------- operator state */

@@ -729,6 +729,19 @@ int sl_state_fold(sl_ctx *ctx, uint16_t state_id, const void *init,
                   uint32_t acc_bytes, sl_fold_fn fold, void *user,
                   const void *value, uint32_t value_bytes,
                   const void **acc_out);
+/** Value state, read-modify-write in one lookup: *value receives writable
+ * storage of size_bytes bytes (8-byte aligned) holding the value of
+ * state_id for the current key, to be updated in place until the next
+ * state call of the instance.  A value that did not exist is created as a
+ * copy of init (size_bytes bytes; zeros if init is NULL).  The call counts
+ * as a write (the value is checkpointed as it is when the next checkpoint
+ * is taken); a value captured by an earlier checkpoint is copied first, so
+ * that checkpoint never sees the update.  The same value as sl_state_get
+ * and sl_state_put reach.  Errors: SL_EUSAGE, ENOMEM, EINVAL (value NULL,
+ * size over 1 GiB, or the current value has another size: nothing is
+ * changed). */
+int sl_state_update(sl_ctx *ctx, uint16_t state_id, uint32_t size_bytes,
+                    const void *init, void **value);
 
 /** Operator (non-keyed) state of this instance, for sources and sinks.
  * set: only inside a snapshot() hook (SL_EUSAGE elsewhere); the bytes are

@@ -119,6 +119,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* XXH3 hashes keys outside 8..16 bytes (cow_map.h, sl_cow_hash), compiled
+ * into this file rather than called through the PLT. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "sluice.h"
@@ -219,8 +222,16 @@ struct sl_cow_map {
 
 /* ------------------------------------------------------------ versions */
 
-static uint64_t key_hash(const void *key, uint32_t key_bytes) {
+uint64_t sl_cow_hash(const void *key, uint32_t key_bytes) {
+  return sl_cow_key_of(key, key_bytes).hash;
+}
+
+uint64_t sl_cow_hash_long(const void *key, uint32_t key_bytes) {
   return XXH3_64bits(key_bytes ? key : "", key_bytes);
+}
+
+static inline uint64_t key_hash(const void *key, uint32_t key_bytes) {
+  return sl_cow_key_of(key, key_bytes).hash;
 }
 
 static uint8_t *value_area(sl_cow_entry *e) {
@@ -427,24 +438,32 @@ static bool dirty_slot_ready(const sl_cow_map *m) {
 
 /* ------------------------------------------------------------ tables */
 
-static bool key_matches(const sl_cow_entry *e, uint64_t hash, const void *key,
-                        uint32_t key_bytes) {
-  return e->hash == hash && e->key_bytes == key_bytes &&
-         (key_bytes == 0 || memcmp(e->data, key, key_bytes) == 0);
+/* Whether e holds key k.  Keys of 8 to 16 bytes (keyed state's are 11 and
+ * up) are compared as their two words (cow_map.h), without a call to
+ * memcmp and without reading the caller's bytes. */
+static inline bool key_matches(const sl_cow_entry *e, const sl_cow_key *k) {
+  if (e->hash != k->hash || e->key_bytes != k->key_bytes)
+    return false;
+  if (k->key_bytes >= 8 && k->key_bytes <= 16) {
+    uint64_t first, last;
+    memcpy(&first, e->data, 8);
+    memcpy(&last, e->data + k->key_bytes - 8, 8);
+    return ((first ^ k->first) | (last ^ k->last)) == 0;
+  }
+  return k->key_bytes == 0 || memcmp(e->data, k->bytes, k->key_bytes) == 0;
 }
 
-/* The link (bucket slot or chain_next) that points at key's entry, and the
- * table it is in; NULL if absent. */
-static sl_cow_entry **find_link(const sl_cow_map *m, uint64_t hash,
-                                const void *key, uint32_t key_bytes,
-                                int *table_index) {
+/* The link (bucket slot or chain_next) that points at k's entry, and the
+ * table it is in; NULL if absent.  Inline: it is most of a lookup. */
+static inline sl_cow_entry **find_key(const sl_cow_map *m, const sl_cow_key *k,
+                                      int *table_index) {
   int tables = m->rehashing ? 2 : 1;
   for (int t = 0; t < tables; t++) {
     const cow_table *table = &m->tables[t];
-    sl_cow_entry **link = &table->buckets[hash & (table->size - 1)];
+    sl_cow_entry **link = &table->buckets[k->hash & (table->size - 1)];
     /* A chain holds at most every entry of its table. */
     for (uint64_t steps = 0; *link && steps <= table->used; steps++) {
-      if (key_matches(*link, hash, key, key_bytes)) {
+      if (key_matches(*link, k)) {
         *table_index = t;
         return link;
       }
@@ -453,6 +472,23 @@ static sl_cow_entry **find_link(const sl_cow_map *m, uint64_t hash,
     assert(*link == 0);
   }
   return 0;
+}
+
+/* Whether key holds the hash and words of its bytes (the promise of a
+ * caller that prepared it itself; for asserts). */
+static inline bool key_prepared(const sl_cow_key *key) {
+  sl_cow_key expected = sl_cow_key_of(key->bytes, key->key_bytes);
+  return key->hash == expected.hash && key->first == expected.first &&
+         key->last == expected.last;
+}
+
+/* find_key() of key's bytes with a hash already known. */
+static inline sl_cow_entry **find_link(const sl_cow_map *m, uint64_t hash,
+                                       const void *key, uint32_t key_bytes,
+                                       int *table_index) {
+  sl_cow_key k = sl_cow_key_of(key, key_bytes);
+  k.hash = hash;
+  return find_key(m, &k, table_index);
 }
 
 static void table_insert(sl_cow_map *m, sl_cow_entry *e) {
@@ -556,9 +592,13 @@ static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
   return m->reclaim_head != 0;
 }
 
-static void write_background(sl_cow_map *m) {
-  reclaim_steps(m, RECLAIM_PER_WRITE);
-  rehash_step(m);
+/* Inline, so a write with nothing to reclaim and no rehash under way pays
+ * two tests and no call. */
+static inline void write_background(sl_cow_map *m) {
+  if (m->reclaim_head)
+    reclaim_steps(m, RECLAIM_PER_WRITE);
+  if (m->rehashing)
+    rehash_step(m);
 }
 
 /* ------------------------------------------------------------ lifetime */
@@ -651,13 +691,21 @@ void sl_cow_map_destroy(sl_cow_map *m) {
 
 const void *sl_cow_map_get(sl_cow_map *m, const void *key, uint32_t key_bytes,
                            uint32_t *value_bytes) {
+  assert(key || key_bytes == 0);
+  sl_cow_key k = sl_cow_key_of(key, key_bytes);
+  return sl_cow_map_find(m, &k, value_bytes);
+}
+
+const void *sl_cow_map_find(sl_cow_map *m, const sl_cow_key *key,
+                            uint32_t *value_bytes) {
   assert(m);
   assert(!m->loading); /* no bulk load under way (header Caveats) */
-  assert(key || key_bytes == 0);
-  rehash_step(m);
+  assert(key && (key->bytes || key->key_bytes == 0));
+  assert(key_prepared(key));
+  if (m->rehashing)
+    rehash_step(m);
   int table_index;
-  sl_cow_entry **link =
-      find_link(m, key_hash(key, key_bytes), key, key_bytes, &table_index);
+  sl_cow_entry **link = find_key(m, key, &table_index);
   if (value_bytes)
     *value_bytes = link ? (*link)->value_bytes : 0;
   return link ? value_area(*link) : 0;
@@ -737,19 +785,28 @@ static sl_cow_entry *put_new_version(sl_cow_map *m, sl_cow_entry **link,
 
 void *sl_cow_map_put(sl_cow_map *m, const void *key, uint32_t key_bytes,
                      const void *value, uint32_t value_bytes) {
+  assert(key || key_bytes == 0);
+  sl_cow_key k = sl_cow_key_of(key, key_bytes);
+  return sl_cow_map_put_key(m, &k, value, value_bytes);
+}
+
+void *sl_cow_map_put_key(sl_cow_map *m, const sl_cow_key *key,
+                         const void *value, uint32_t value_bytes) {
   assert(m);
   assert(!m->loading); /* no bulk load under way (header Caveats) */
-  assert(key_bytes <= SL_COW_MAX_BYTES && value_bytes <= SL_COW_MAX_BYTES);
-  if (key_bytes > SL_COW_MAX_BYTES || value_bytes > SL_COW_MAX_BYTES)
+  assert(key && (key->bytes || key->key_bytes == 0));
+  assert(key->key_bytes <= SL_COW_MAX_BYTES && value_bytes <= SL_COW_MAX_BYTES);
+  if (key->key_bytes > SL_COW_MAX_BYTES || value_bytes > SL_COW_MAX_BYTES)
     return 0;
+  assert(key_prepared(key));
   if (!dirty_slot_ready(m))
     return 0; /* ENOMEM: freeze could not grow the pending array (note 5) */
   write_background(m); /* first: it moves links and turns versions CLEAN */
-  uint64_t hash = key_hash(key, key_bytes);
   int table_index;
-  sl_cow_entry **link = find_link(m, hash, key, key_bytes, &table_index);
+  sl_cow_entry **link = find_key(m, key, &table_index);
   if (!link)
-    return put_new_key(m, hash, key, key_bytes, value, value_bytes);
+    return put_new_key(m, key->hash, key->bytes, key->key_bytes, value,
+                       value_bytes);
   sl_cow_entry *old = *link;
   bool writable = old->epoch == m->epoch || old->epoch == 0; /* note 1 */
   if (writable && old->value_bytes == value_bytes) {
@@ -771,6 +828,51 @@ void *sl_cow_map_put(sl_cow_map *m, const void *key, uint32_t key_bytes,
     old->retired = 1;
   }
   return value_area(e);
+}
+
+int sl_cow_map_update(sl_cow_map *m, const sl_cow_key *key,
+                      const void *init, uint32_t value_bytes, void **value) {
+  assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
+  assert(key && (key->bytes || key->key_bytes == 0));
+  assert(value);
+  if (key->key_bytes > SL_COW_MAX_BYTES || value_bytes > SL_COW_MAX_BYTES)
+    return EINVAL;
+  assert(key_prepared(key));
+  if (!dirty_slot_ready(m))
+    return ENOMEM; /* freeze could not grow the pending array (note 5) */
+  write_background(m); /* first: it moves links and turns versions CLEAN */
+  int table_index;
+  sl_cow_entry **link = find_key(m, key, &table_index);
+  if (!link) {
+    void *stored = put_new_key(m, key->hash, key->bytes, key->key_bytes, init,
+                               value_bytes);
+    if (!stored)
+      return ENOMEM;
+    *value = stored;
+    return 0;
+  }
+  sl_cow_entry *old = *link;
+  if (old->value_bytes != value_bytes)
+    return EINVAL;
+  if (old->epoch == m->epoch) { /* CURRENT: already on the dirty list */
+    *value = value_area(old);
+    return 0;
+  }
+  if (old->epoch == 0) { /* CLEAN: on no list, written in place */
+    old->epoch = m->epoch;
+    dirty_append(m, old);
+    *value = value_area(old);
+    return 0;
+  }
+  /* FROZEN or RELEASED (note 1): the copy on write.  put_new_version()
+   * copies the old value when given none. */
+  sl_cow_entry *e = put_new_version(m, link, 0, value_bytes);
+  if (!e)
+    return ENOMEM;
+  old->retired = 1; /* stays, unchanged otherwise, on its list */
+  *value = value_area(e);
+  return 0;
 }
 
 int sl_cow_map_delete(sl_cow_map *m, const void *key, uint32_t key_bytes) {

@@ -23,7 +23,8 @@
  *    has reclaimed their delta, are updated in place and re-enter the
  *    current dirty list; entries of the current epoch are updated in place.
  *    (Until reclaimed, entries of released epochs are copied on write:
- *    cow_map.c note 2.)
+ *    cow_map.c note 2.)  sl_cow_map_update() is such a write: the storage
+ *    it hands out is never a frozen version's.
  * 5. The writer (any thread, after a happens-before hand-off, e.g. a queue)
  *    walks a frozen delta through sl_cow_entry.dirty_next and reads key,
  *    value and the tombstone/superseded marks.  Those fields are never
@@ -75,6 +76,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct sl_cow_entry {
   struct sl_cow_entry *chain_next; /* owner only: bucket chain */
@@ -104,6 +106,67 @@ static inline void *sl_cow_entry_value(sl_cow_entry *e) {
   return e->data + sl_cow_value_offset(e->key_bytes);
 }
 
+/* Keys as the table sees them.  A key of 8 to 16 bytes, as keyed state's
+ * are, is hashed and compared through two words: its first 8 bytes and its
+ * last 8 bytes (overlapping), each as memcpy() reads them into a uint64_t.
+ * Other lengths are hashed with XXH3 and compared with memcmp().  The hash
+ * lives in memory only (never stored), so it may change between versions.
+ *
+ * sl_cow_map_find(), sl_cow_map_put_key() and sl_cow_map_update() take a
+ * prepared key (sl_cow_key): the bytes with their hash and words.
+ * sl_cow_key_of() prepares one from the bytes; a caller that has the words
+ * in registers fills it with sl_cow_hash_words() instead and saves reading
+ * back a key it just wrote: a load that spans several stores still in
+ * flight (a key written piecewise) waits for them, which was a third of
+ * the time of a keyed-state update (engine/state.c). */
+typedef struct sl_cow_key {
+  const void *bytes;
+  uint32_t key_bytes;
+  uint64_t hash;  /* sl_cow_hash(bytes, key_bytes) */
+  uint64_t first; /* 8 to 16 bytes: the first 8 bytes, else 0 */
+  uint64_t last;  /* 8 to 16 bytes: the last 8 bytes, else 0 */
+} sl_cow_key;
+
+/** The hash of a key of key_bytes (8 to 16) bytes from its two words. */
+static inline uint64_t sl_cow_hash_words(uint64_t first, uint64_t last,
+                                         uint32_t key_bytes) {
+  /* XXH3's construction for 9-16 bytes with other constants: a 128-bit
+   * product folded to 64 bits, plus the words themselves (so no single
+   * word value can zero the product's contribution), then a final
+   * avalanche that spreads every input bit over the low bits the table
+   * indexes with. */
+  __extension__ typedef unsigned __int128 sl_cow_u128;
+  uint64_t a = first ^ UINT64_C(0x9e3779b97f4a7c15);
+  uint64_t b = last ^ UINT64_C(0xc2b2ae3d27d4eb4f);
+  sl_cow_u128 product = (sl_cow_u128)a * b;
+  uint64_t h = key_bytes + first + (last << 32 | last >> 32) +
+               ((uint64_t)product ^ (uint64_t)(product >> 64));
+  h ^= h >> 37;
+  h *= UINT64_C(0x165667919e3779f9);
+  h ^= h >> 32;
+  return h;
+}
+
+/** The hash of a key of another length (XXH3). */
+uint64_t sl_cow_hash_long(const void *key, uint32_t key_bytes);
+
+/** key (key_bytes bytes, which must stay valid while the result is used)
+ * prepared for a lookup. */
+static inline sl_cow_key sl_cow_key_of(const void *key, uint32_t key_bytes) {
+  sl_cow_key k = {.bytes = key, .key_bytes = key_bytes};
+  if (key_bytes >= 8 && key_bytes <= 16) {
+    memcpy(&k.first, key, 8);
+    memcpy(&k.last, (const uint8_t *)key + key_bytes - 8, 8);
+    k.hash = sl_cow_hash_words(k.first, k.last, key_bytes);
+  } else {
+    k.hash = sl_cow_hash_long(key, key_bytes);
+  }
+  return k;
+}
+
+/** The table's hash of any key. */
+uint64_t sl_cow_hash(const void *key, uint32_t key_bytes);
+
 /* A frozen delta: the versions written during one epoch, in write order. */
 typedef struct sl_cow_delta {
   uint32_t epoch;
@@ -131,6 +194,10 @@ void sl_cow_map_destroy(sl_cow_map *map);
  * NULL if absent.  The pointer is valid until the next write to the map. */
 const void *sl_cow_map_get(sl_cow_map *map, const void *key,
                            uint32_t key_bytes, uint32_t *value_bytes);
+/** sl_cow_map_get() of a prepared key (sl_cow_key_of(), or filled by the
+ * caller with the same hash and words: asserted). */
+const void *sl_cow_map_find(sl_cow_map *map, const sl_cow_key *key,
+                            uint32_t *value_bytes);
 
 /** Insert or replace.  Returns a pointer to the value storage of the
  * version now in the table (value_bytes writable bytes, already holding a
@@ -141,6 +208,26 @@ const void *sl_cow_map_get(sl_cow_map *map, const void *key,
  * NULL without asserts). */
 void *sl_cow_map_put(sl_cow_map *map, const void *key, uint32_t key_bytes,
                      const void *value, uint32_t value_bytes);
+/** sl_cow_map_put() of a prepared key (as sl_cow_map_find()). */
+void *sl_cow_map_put_key(sl_cow_map *map, const sl_cow_key *key,
+                         const void *value, uint32_t value_bytes);
+
+/** Read-modify-write of a prepared key (as sl_cow_map_find()) in one
+ * lookup.  Sets *value to writable storage of value_bytes bytes holding
+ * key's current value, valid until the next write to the map or freeze,
+ * and counts as a write of key (the version is on the current dirty list,
+ * so what the caller writes there is in the next frozen delta):
+ * - key present with value_bytes bytes: its value, in place if its version
+ *   is CURRENT or CLEAN, else (FROZEN, or RELEASED and not yet reclaimed)
+ *   in a new CURRENT version that starts as a copy; the old version is
+ *   never written (note 4);
+ * - key absent: a new version holding a copy of init (value_bytes bytes),
+ *   or zeros if init is NULL.
+ * Returns 0; EINVAL (the key holds a value of another size, or a size over
+ * SL_COW_MAX_BYTES); ENOMEM.  On error *value is untouched and the map's
+ * contents are unaltered. */
+int sl_cow_map_update(sl_cow_map *map, const sl_cow_key *key,
+                      const void *init, uint32_t value_bytes, void **value);
 
 /** Delete a key.  Returns 0, SL_ENOTFOUND (-30888) if absent, or ENOMEM
  * (the map unaltered) when a tombstone version cannot be allocated. */

@@ -237,6 +237,35 @@ static void mutate_in_place(mutator *mu, uint64_t id, const uint8_t *key,
   model_put(mu->live, id, p, bytes);
 }
 
+/* sl_cow_map_update(): the storage must hold the current value (or init,
+ * or zeros for a NULL init, when absent); a size other than the current
+ * value's is refused with nothing changed.  A new value is then written
+ * through the returned storage, as an operator updating in place does. */
+static void mutate_update(mutator *mu, uint64_t id, const uint8_t *key,
+                          uint32_t key_bytes, uint32_t bytes) {
+  model_slot *s = &mu->live->slots[id];
+  uint8_t init[VALUE_MAX_BYTES] = {0};
+  bool zero_init = mu->seed % 5 == 0;
+  value_fill(init, bytes, ++mu->seed);
+  if (zero_init)
+    memset(init, 0, sizeof init);
+  void *p = 0;
+  sl_cow_key k = sl_cow_key_of(key, key_bytes);
+  int rc = sl_cow_map_update(mu->map, &k, zero_init ? 0 : init, bytes, &p);
+  if (s->present && s->bytes != bytes) {
+    mu->errors += rc != EINVAL || p != 0;
+    return;
+  }
+  if (rc != 0 || !p) {
+    mu->errors++;
+    return;
+  }
+  const uint8_t *expected = s->present ? s->value : init;
+  mu->errors += bytes && memcmp(p, expected, bytes) != 0;
+  value_fill(p, bytes, ++mu->seed);
+  model_put(mu->live, id, p, bytes);
+}
+
 static void mutate_once(mutator *mu) {
   uint64_t id = rng_next(&mu->rng) % mu->id_range;
   uint8_t key[KEY_MAX_BYTES], value[VALUE_MAX_BYTES];
@@ -254,6 +283,14 @@ static void mutate_once(mutator *mu) {
     bytes = s->bytes; /* same size: the in-place paths */
   if (dice % 4 == 1) {
     mutate_in_place(mu, id, key, key_bytes, bytes);
+    return;
+  }
+  if (dice % 4 == 2) {
+    /* Mostly the current size (the operator's case), sometimes another
+     * (refused). */
+    if (s->present && dice % 5 != 0)
+      bytes = s->bytes;
+    mutate_update(mu, id, key, key_bytes, bytes);
     return;
   }
   value_fill(value, bytes, ++mu->seed);
@@ -853,6 +890,217 @@ Test(cow_map, reserve_sizes_the_table_once) {
     cr_expect_eq(memcmp(v, &k, sizeof k), 0);
   }
   sl_cow_map_destroy(m);
+}
+
+/* ---------------------------------------------- 6b. update in place */
+
+/* sl_cow_map_update() of id with its hash, init (may be NULL) and size;
+ * returns the status, the storage in *p. */
+static int update_id(sl_cow_map *map, uint64_t id, const void *init,
+                     uint32_t bytes, uint8_t **p) {
+  uint8_t key[KEY_MAX_BYTES];
+  uint32_t key_bytes = key_make(id, key);
+  void *value = 0;
+  sl_cow_key k = sl_cow_key_of(key, key_bytes);
+  int rc = sl_cow_map_update(map, &k, init, bytes, &value);
+  *p = value;
+  return rc;
+}
+
+/* Every state a version can be in (cow_map.c note 1) through the update
+ * path: absent (init, or zeros), CURRENT (in place), FROZEN and RELEASED
+ * (copied: the delta keeps its bytes), CLEAN (in place, dirty again), and
+ * a refused size. */
+Test(cow_map, update_in_place_copies_frozen_versions) {
+  sl_cow_map *map;
+  cr_assert_eq(sl_cow_map_create(&map), 0);
+  model *durable = model_new(32), *live = model_new(32);
+  uint8_t init[16], value[16], *p, *q;
+  uint32_t bytes;
+  value_fill(init, 16, 1);
+
+  /* Absent: a copy of init; NULL init: zeros. */
+  cr_assert_eq(update_id(map, 1, init, 16, &p), 0);
+  cr_assert_eq(memcmp(p, init, 16), 0);
+  value_fill(p, 16, 2);
+  model_put(live, 1, p, 16);
+  /* Ten more keys, so that key 2 comes late in the first delta and is not
+   * reached by the few reclaim steps of the first write after its release
+   * (below). */
+  for (uint64_t id = 10; id < 20; id++) {
+    cr_assert_eq(update_id(map, id, init, 16, &p), 0);
+    model_put(live, id, p, 16);
+  }
+  cr_assert_eq(update_id(map, 2, 0, 16, &p), 0);
+  for (int i = 0; i < 16; i++)
+    cr_assert_eq(p[i], 0);
+  value_fill(p, 16, 3);
+  model_put(live, 2, p, 16);
+  /* CURRENT: the same storage, holding what was written through it. */
+  cr_assert_eq(update_id(map, 1, init, 16, &p), 0);
+  cr_assert_eq(p, get_id(map, 1, &bytes));
+  cr_assert_eq(memcmp(p, live->slots[1].value, 16), 0);
+  /* Another size: refused, nothing changed, *value untouched. */
+  q = (uint8_t *)&bytes;
+  cr_assert_eq(update_id(map, 1, init, 8, &q), EINVAL);
+  cr_assert_null(q);
+  cr_assert_eq(model_diff_map(live, map), 0);
+  cr_assert(sl_cow_map_check(map));
+
+  /* FROZEN: a new version, starting as a copy; the delta keeps the old
+   * bytes and the updated key appears in the next delta. */
+  sl_cow_delta d1 = sl_cow_map_freeze(map);
+  cr_assert_eq(d1.entries, 12);
+  uint64_t digest1 = delta_digest(&d1);
+  const uint8_t *frozen = get_id(map, 1, &bytes);
+  cr_assert_eq(update_id(map, 1, init, 16, &p), 0);
+  cr_assert_neq(p, frozen);
+  cr_assert_eq(memcmp(p, live->slots[1].value, 16), 0);
+  value_fill(p, 16, 4);
+  model_put(live, 1, p, 16);
+  cr_assert_eq(update_id(map, 1, init, 16, &q), 0);
+  cr_assert_eq(q, p, "CURRENT again: in place");
+  cr_assert_eq(delta_digest(&d1), digest1);
+  sl_cow_delta d2 = sl_cow_map_freeze(map);
+  cr_assert_eq(d2.entries, 1);
+  cr_assert_eq(apply_delta(durable, &d1), 0);
+  cr_assert_eq(apply_delta(durable, &d2), 0);
+  cr_assert(model_equal(durable, live));
+  cr_assert(sl_cow_map_check(map));
+
+  /* RELEASED, not yet reclaimed: still copied (cow_map.c note 2). */
+  sl_cow_map_release(map, d2.epoch);
+  frozen = get_id(map, 2, &bytes);
+  cr_assert_eq(update_id(map, 2, init, 16, &p), 0);
+  cr_assert_neq(p, frozen);
+  cr_assert_eq(memcmp(p, live->slots[2].value, 16), 0);
+  value_fill(p, 16, 5);
+  model_put(live, 2, p, 16);
+  /* Reclaimed: CLEAN, updated in place and on the next delta. */
+  sl_cow_delta d3 = sl_cow_map_freeze(map);
+  cr_assert_eq(apply_delta(durable, &d3), 0);
+  sl_cow_map_release(map, d3.epoch);
+  maintain_all(map);
+  const uint8_t *clean = get_id(map, 1, &bytes);
+  cr_assert_eq(update_id(map, 1, init, 16, &p), 0);
+  cr_assert_eq(p, clean, "CLEAN: in place");
+  value_fill(p, 16, 6);
+  model_put(live, 1, p, 16);
+  sl_cow_delta d4 = sl_cow_map_freeze(map);
+  seen_entry seen[2];
+  cr_assert_eq(delta_entries(&d4, seen, 2), 1);
+  cr_assert(seen[0].id == 1 && !seen[0].tombstone && seen[0].bytes == 16);
+  cr_assert_eq(apply_delta(durable, &d4), 0);
+  cr_assert(model_equal(durable, live));
+  cr_assert_eq(model_diff_map(live, map), 0);
+
+  /* A loaded (CLEAN, arena) version, as after a restore. */
+  sl_cow_map *loaded;
+  cr_assert_eq(sl_cow_map_create(&loaded), 0);
+  uint8_t key[KEY_MAX_BYTES];
+  uint32_t key_bytes = key_make(7, key);
+  value_fill(value, 16, 7);
+  cr_assert_eq(sl_cow_map_load(loaded, key, key_bytes, value, 16), 0);
+  clean = get_id(loaded, 7, &bytes);
+  cr_assert_eq(update_id(loaded, 7, init, 16, &p), 0);
+  cr_assert_eq(p, clean);
+  cr_assert_eq(memcmp(p, value, 16), 0);
+  cr_assert_eq(sl_cow_map_freeze(loaded).entries, 1);
+  cr_assert(sl_cow_map_check(loaded));
+  sl_cow_map_destroy(loaded);
+
+  cr_assert(sl_cow_map_check(map));
+  model_free(durable);
+  model_free(live);
+  sl_cow_map_destroy(map);
+}
+
+/* The short-key hash: the same through either entry point, and spread
+ * like a random function over the buckets for keyed-state keys (record key
+ * big-endian, state id, kind) of consecutive record keys and for plain
+ * consecutive integers. */
+Test(cow_map, short_key_hash_spreads_consecutive_keys) {
+  enum { KEYS = 10000, BUCKETS = 16384 };
+  static uint16_t state_keys[BUCKETS], integers[BUCKETS];
+  for (uint64_t k = 0; k < KEYS; k++) {
+    uint8_t key[16];
+    for (int i = 0; i < 8; i++)
+      key[i] = (uint8_t)(k >> (56 - 8 * i));
+    key[8] = 0;
+    key[9] = 3;
+    key[10] = 1;
+    uint64_t first, last;
+    memcpy(&first, key, 8);
+    memcpy(&last, key + 3, 8);
+    uint64_t h = sl_cow_hash(key, 11);
+    cr_assert_eq(h, sl_cow_hash_words(first, last, 11));
+    state_keys[h % BUCKETS]++;
+    integers[sl_cow_hash(&k, 8) % BUCKETS]++;
+    for (uint32_t length = 8; length <= 16; length++) {
+      memcpy(&last, key + length - 8, 8);
+      cr_assert_eq(sl_cow_hash(key, length),
+                   sl_cow_hash_words(first, last, length));
+    }
+  }
+  /* Random placement: empty buckets 16384 e^(-10000/16384) = 8897 with a
+   * standard deviation of 64; the fullest bucket holds 6 or 7. */
+  const uint16_t *tables[2] = {state_keys, integers};
+  for (int t = 0; t < 2; t++) {
+    uint32_t empty = 0, fullest = 0;
+    for (int b = 0; b < BUCKETS; b++) {
+      empty += tables[t][b] == 0;
+      fullest = tables[t][b] > fullest ? tables[t][b] : fullest;
+    }
+    cr_expect(empty > 8500 && empty < 9300, "table %d: %u empty", t, empty);
+    cr_expect(fullest <= 10, "table %d: a bucket of %u", t, fullest);
+  }
+}
+
+/* A key prepared by the caller from its words (as engine/state.c does)
+ * reaches the same entry as the same bytes given to get, put and delete. */
+Test(cow_map, prepared_keys_match_byte_keys) {
+  sl_cow_map *map;
+  cr_assert_eq(sl_cow_map_create(&map), 0);
+  for (uint64_t k = 0; k < 3000; k++) {
+    uint8_t bytes[11];
+    for (int i = 0; i < 8; i++)
+      bytes[i] = (uint8_t)(k >> (56 - 8 * i));
+    bytes[8] = 0xFF;
+    bytes[9] = 0x04;
+    bytes[10] = (uint8_t)(1 + k % 4);
+    sl_cow_key key = {.bytes = bytes, .key_bytes = 11};
+    memcpy(&key.first, bytes, 8);
+    memcpy(&key.last, bytes + 3, 8);
+    key.hash = sl_cow_hash_words(key.first, key.last, 11);
+    uint64_t value = k * 7;
+    if (k % 2) {
+      cr_assert(sl_cow_map_put_key(map, &key, &value, 8));
+    } else {
+      void *p;
+      cr_assert_eq(sl_cow_map_update(map, &key, &value, 8, &p), 0);
+    }
+    uint32_t got_bytes = 0;
+    const void *got = sl_cow_map_get(map, bytes, 11, &got_bytes);
+    cr_assert(got);
+    cr_assert_eq(got_bytes, 8);
+    cr_assert_eq(memcmp(got, &value, 8), 0);
+    cr_assert_eq(sl_cow_map_find(map, &key, &got_bytes), got);
+  }
+  cr_assert_eq(sl_cow_map_count(map), 3000);
+  for (uint64_t k = 0; k < 3000; k += 3) {
+    uint8_t bytes[11];
+    for (int i = 0; i < 8; i++)
+      bytes[i] = (uint8_t)(k >> (56 - 8 * i));
+    bytes[8] = 0xFF;
+    bytes[9] = 0x04;
+    bytes[10] = (uint8_t)(1 + k % 4);
+    cr_assert_eq(sl_cow_map_delete(map, bytes, 11), 0);
+    sl_cow_key key = sl_cow_key_of(bytes, 11);
+    cr_assert_null(sl_cow_map_find(map, &key, 0));
+  }
+  cr_assert_eq(sl_cow_map_count(map), 2000);
+  cr_assert(sl_cow_map_check(map));
+  sl_cow_map_destroy(map);
 }
 
 /* ------------------------------------------------------ 7. bulk loads */
