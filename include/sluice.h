@@ -882,7 +882,9 @@ typedef struct sl_window_config {
   int late_port; /* 0: drop late records; 1 .. SL_MAX_SIDE_OUTPUTS: emit
                     them there (consume with sl_op_side_output) */
   /* Incremental aggregation: an accumulator of acc_bytes (1 .. 64 KiB)
-   * per window.  init sets a fresh one; add folds a record in; merge folds
+   * per window.  init sets a fresh one (it must set the same bytes every
+   * time: count windows call it once and copy the result); add folds a
+   * record in; merge folds
    * other into acc (session windows only, required there); emit produces
    * the result with sl_emit (it may emit any number of records). */
   uint32_t acc_bytes;

@@ -89,6 +89,8 @@ typedef struct window_instance {
   uint64_t session_capacity;
   uint8_t *element; /* element being stored */
   uint32_t element_bytes;
+  uint8_t *count_template; /* count windows, incremental: an empty window's
+                              state (counter 0, header, fresh accumulator) */
 } window_instance;
 
 struct sl_window_contents {
@@ -707,8 +709,54 @@ static int session_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
 
 /* ----------------------------------------------------------- count windows */
 
+/* Count windows with an incremental function: the state is updated in
+ * place with one lookup (sl_state_update), and reset before the user's
+ * emit runs on a copy of the accumulator, so emit may do anything. */
+static int count_process_incremental(sl_ctx *ctx, window_instance *s,
+                                     const sl_record *in) {
+  const sl_window_config *c = &s->w->cfg;
+  uint32_t need = 8 + header_bytes(s->w);
+  void *v;
+  int rc = sl_state_update(ctx, ID_COUNTER, need, s->count_template, &v);
+  if (rc) {
+    if (rc == EINVAL)
+      sl_ctx_fail(ctx, "count window state has another size than %" PRIu32
+                  " bytes (state from another window configuration?)", need);
+    return rc;
+  }
+  uint8_t *p = v;
+  window_header *h = (window_header *)(p + 8);
+  uint8_t *acc = p + 8 + sizeof(window_header);
+  c->add(c->user, acc, in);
+  if (++h->count < (uint64_t)c->size)
+    return 0;
+  uint64_t base;
+  memcpy(&base, p, 8);
+  sl_window win = {.start = (int64_t)base,
+                   .end = (int64_t)(base + (uint64_t)c->size)};
+  memcpy(s->buffer, acc, c->acc_bytes);
+  /* The next window starts empty. */
+  base += (uint64_t)c->size;
+  memcpy(p + 8, s->count_template + 8, need - 8);
+  memcpy(p, &base, 8);
+  uint64_t key;
+  rc = sl_ctx_key(ctx, &key);
+  if (rc)
+    return rc;
+  rc = c->emit(c->user, ctx, key, &win, s->buffer);
+  if (rc > 0)
+    rc = 0;
+  if (rc < 0 && !ctx->cause[0])
+    sl_ctx_fail(ctx, "window function for key %" PRIu64 ", count window [%"
+                PRId64 ", %" PRId64 ") returned %d", key, win.start, win.end,
+                rc);
+  return rc;
+}
+
 static int count_process(sl_ctx *ctx, window_instance *s, const sl_record *in) {
   const sl_window_config *c = &s->w->cfg;
+  if (s->w->incremental)
+    return count_process_incremental(ctx, s, in);
   /* One value state per key: [records seen before the open window]
    * [header][accumulator] (note 2), so a record costs one get and one put. */
   uint32_t need = 8 + header_bytes(s->w);
@@ -771,6 +819,19 @@ static int window_open(sl_ctx *ctx, void *user, void **state) {
   if (!s)
     return -ENOMEM;
   s->w = user;
+  if (s->w->cfg.type == SL_WINDOW_COUNT && s->w->incremental) {
+    uint32_t need = 8 + header_bytes(s->w);
+    s->count_template = calloc(1, need);
+    if (!s->count_template ||
+        grow(&s->buffer, &s->buffer_bytes, s->w->cfg.acc_bytes) != 0) {
+      free(s->count_template);
+      free(s->buffer);
+      free(s);
+      return -ENOMEM;
+    }
+    s->w->cfg.init(s->w->cfg.user,
+                   s->count_template + 8 + sizeof(window_header));
+  }
   *state = s;
   return 0;
 }
@@ -783,6 +844,7 @@ static void window_close(sl_ctx *ctx, void *state) {
   free(s->buffer);
   free(s->sessions);
   free(s->element);
+  free(s->count_template);
   free(s);
 }
 
