@@ -23,6 +23,9 @@
  *    on every output ring and publishes; from then on sl_emit is refused.
  *    A failure stops the job before the close callback runs; close is
  *    always last.
+ * 6. Keyed state of a job without checkpoints is reclaimed here, after a
+ *    pass over the inputs, since no checkpoint ever releases its epochs
+ *    (reclaim_unversioned).
  *
  * Thread states (function making the transition in brackets):
  *
@@ -516,6 +519,30 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
   return 0;
 }
 
+/* Keyed state without checkpoints (note 6).  No delta is ever written, so
+ * versions a write supersedes (a value resized, a key deleted: window and
+ * join state does both all the time) would stay on the current dirty list
+ * for ever.  Once that list is long, freeze it and release it at once, and
+ * let the map reclaim it in bounded steps; entries then become clean and
+ * later writes update them in place.  A state whose writes are in place
+ * (a running sum) never reaches the threshold and pays nothing. */
+#define SL_UNCHECKPOINTED_DIRTY_LIMIT 65536u
+#define SL_UNCHECKPOINTED_BUDGET 4096u
+
+static void reclaim_unversioned(sl_instance *inst) {
+  sl_cow_map *m = inst->cp.keyed;
+  if (inst->cp.maintain_pending) {
+    inst->cp.maintain_pending =
+        sl_cow_map_maintain(m, SL_UNCHECKPOINTED_BUDGET);
+    return;
+  }
+  if (sl_cow_map_dirty_entries(m) < SL_UNCHECKPOINTED_DIRTY_LIMIT)
+    return;
+  sl_cow_delta d = sl_cow_map_freeze(m);
+  sl_cow_map_release(m, d.epoch);
+  inst->cp.maintain_pending = sl_cow_map_maintain(m, SL_UNCHECKPOINTED_BUDGET);
+}
+
 /* The loop of an instance with inputs.  Returns 0 when every input ended,
  * SL_ESTOPPED on stop, or the failing callback's status. */
 static int run_inputs(sl_instance *inst) {
@@ -541,6 +568,8 @@ static int run_inputs(sl_instance *inst) {
     publish_counters(inst);
     if (unlikely(job_stopping(job)))
       return SL_ESTOPPED;
+    if (unlikely(inst->cp.keyed != 0) && !job->cp)
+      reclaim_unversioned(inst);
     if (unlikely(inst->timers != 0) && sl_event_processing_due(inst)) {
       int rc = sl_event_fire_processing(inst);
       if (rc)

@@ -711,6 +711,11 @@ const void *sl_cow_map_find(sl_cow_map *m, const sl_cow_key *key,
   return link ? value_area(*link) : 0;
 }
 
+uint64_t sl_cow_map_dirty_entries(const sl_cow_map *m) {
+  assert(m);
+  return m->dirty_entries;
+}
+
 uint64_t sl_cow_map_count(const sl_cow_map *m) {
   assert(m);
   assert(!m->loading); /* no bulk load under way (header Caveats) */

@@ -236,6 +236,10 @@ int sl_cow_map_delete(sl_cow_map *map, const void *key, uint32_t key_bytes);
 /** Live keys. */
 uint64_t sl_cow_map_count(const sl_cow_map *map);
 
+/** Versions on the current epoch's dirty list (superseded ones and
+ * tombstones included): what the next freeze would hand over. */
+uint64_t sl_cow_map_dirty_entries(const sl_cow_map *map);
+
 /** Freeze the current epoch (note 3) and return it as a delta; the map
  * moves to the next epoch.  O(1).  The delta stays valid until released. */
 sl_cow_delta sl_cow_map_freeze(sl_cow_map *map);
