@@ -240,9 +240,8 @@ int sl_event_input_end(sl_instance *inst);   /* every input ended */
 bool sl_event_processing_due(sl_instance *inst);
 uint64_t sl_event_processing_wait_ns(sl_instance *inst); /* UINT64_MAX: none */
 int sl_event_fire_processing(sl_instance *inst);
-static inline void sl_event_record_channel(sl_channel *ch) {
-  ch->idle = false; /* a record makes an idle input active again */
-}
+/* A record arrived on an idle channel: it is active again. */
+int sl_event_channel_record(sl_instance *inst, sl_channel *ch);
 
 /* runtime.c, for timer.c */
 int sl_instance_write_control(sl_instance *inst, unsigned kind,

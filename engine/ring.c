@@ -131,7 +131,7 @@ bool sl_ring_check(const sl_ring *r) {
       size = sl_entry_bytes(e);
       if ((at & r->mask) + size > r->capacity_bytes)
         return false; /* entries never wrap */
-    } else if (e->kind >= SL_ENTRY_END && e->kind <= SL_ENTRY_WATERMARK) {
+    } else if (e->kind >= SL_ENTRY_END && e->kind <= SL_ENTRY_IDLE) {
       size = 16;
     } else {
       return false;

@@ -112,6 +112,8 @@ SL_EXPORT void sl_ctx_count(sl_ctx *ctx, int counter, uint64_t n) {
 /* Wait until ready(inst, arg) is true (returns true) or the job is stopping
  * (returns false).  Spins spin_iterations times, then parks.  Everything
  * pending is published first (note 3). */
+static bool any_input_readable(sl_instance *inst, void *arg);
+
 static bool wait_until(sl_instance *inst, bool (*ready)(sl_instance *, void *),
                        void *arg) {
   flush_outputs(inst, true);
@@ -136,10 +138,12 @@ static bool wait_until(sl_instance *inst, bool (*ready)(sl_instance *, void *),
       sl_parker_cancel(&inst->parker);
       return false;
     }
-    /* A pending processing-time timer bounds the sleep (timer.c). */
-    uint64_t timeout_ns =
-        unlikely(inst->timers != 0) ? sl_event_processing_wait_ns(inst)
-                                    : UINT64_MAX;
+    /* A pending processing-time timer bounds a wait for input (timer.c);
+     * a wait for room on an output cannot fire it anyway. */
+    uint64_t timeout_ns = unlikely(inst->timers != 0) &&
+                                  ready == any_input_readable
+                              ? sl_event_processing_wait_ns(inst)
+                              : UINT64_MAX;
     if (timeout_ns == UINT64_MAX)
       sl_parker_sleep(&inst->parker);
     else
@@ -476,8 +480,11 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
       if (unlikely(atomic_load_explicit(&inst->job->awaiting_first_record,
                                         memory_order_relaxed)))
         sl_failover_first_record(inst->job);
-      if (unlikely(ch->idle))
-        sl_event_record_channel(ch);
+      if (unlikely(ch->idle)) {
+        int rc = sl_event_channel_record(inst, ch);
+        if (rc)
+          return rc;
+      }
       int rc = process_records(inst, ch->input, e);
       if (unlikely(rc))
         return rc;

@@ -35,14 +35,16 @@
  *    snapshot.  Beside the map, each domain has an in-memory binary heap of
  *    (time, key) for finding what is due.  Deleting removes only the map
  *    entry; a heap item whose entry is gone is skipped when it surfaces,
- *    and so is a duplicate (the map entry is deleted by the first).  After
+ *    and so is a duplicate (the map entry is deleted by the first); once
+ *    deletes reach half the heap (and 4096), the heap is compacted.  After
  *    a restore the heaps are rebuilt by one scan of the map.
  * 5. Processing-time timers fire when the wall clock (CLOCK_REALTIME, ms)
- *    passes them: checked after each pass over the inputs, and a waiting
- *    instance with such timers parks with a timeout instead of
- *    indefinitely.  At the end of input the pending ones fire as well
- *    (after the final watermark), so a bounded job loses no window to the
- *    clock; Flink would drop them.
+ *    has passed them (now > time): checked after each pass over the
+ *    inputs, and an instance waiting for input with such timers parks
+ *    with a timeout instead of indefinitely.  At the end of input the ones
+ *    pending then fire as well, before the final watermark, so a bounded
+ *    job loses no window to the clock (Flink would drop them); timers they
+ *    register are not fired.
  * 6. A timer's callback runs with its key current (cp.current_key set,
  *    key_valid true: state.c uses it without a record) and with a record
  *    of no data whose timestamp is the timer's time, so sl_emit stamps the
@@ -80,12 +82,18 @@ typedef struct timer_heap {
 
 struct sl_timers {
   timer_heap heap[2]; /* enum sl_time_domain */
+  uint32_t deleted[2]; /* deletes since the last compaction (note 4) */
 };
 
 static int send_watermark(sl_instance *inst, int64_t watermark);
 
 static inline bool item_before(const timer_item *a, const timer_item *b) {
   return a->time < b->time || (a->time == b->time && a->key < b->key);
+}
+
+static int item_cmp(const void *a, const void *b) {
+  const timer_item *x = a, *y = b;
+  return item_before(x, y) ? -1 : item_before(y, x) ? 1 : 0;
 }
 
 static int heap_push(timer_heap *h, int64_t time, uint64_t key) {
@@ -169,8 +177,10 @@ void sl_event_reset(sl_instance *inst) {
   atomic_store_explicit(&inst->watermark_shared, SL_WATERMARK_MIN,
                         memory_order_relaxed);
   if (inst->timers)
-    for (int d = 0; d < 2; d++)
+    for (int d = 0; d < 2; d++) {
       inst->timers->heap[d].count = 0;
+      inst->timers->deleted[d] = 0;
+    }
   for (int c = 0; c < inst->channel_count && inst->channels; c++) {
     inst->channels[c].watermark = SL_WATERMARK_MIN;
     inst->channels[c].idle = false;
@@ -299,6 +309,25 @@ SL_EXPORT int sl_timer_register(sl_ctx *ctx, int domain, int64_t time) {
   return rc;
 }
 
+/* Drop the heap items of deleted timers once they are many (note 4):
+ * without this, a pattern that deletes and registers a timer per record
+ * (a session's cleanup timer, a timeout) grows the heap with the record
+ * count until the watermark catches up. */
+static void compact(sl_instance *inst, int domain) {
+  timer_heap *h = &inst->timers->heap[domain];
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < h->count; i++) {
+    uint8_t k[TIMER_KEY_BYTES];
+    timer_key(k, h->items[i].key, domain, h->items[i].time);
+    if (sl_cow_map_get(inst->cp.keyed, k, sizeof k, 0))
+      h->items[kept++] = h->items[i];
+  }
+  h->count = kept;
+  qsort(h->items, kept, sizeof *h->items, item_cmp); /* a sorted array is a
+                                                         heap */
+  inst->timers->deleted[domain] = 0;
+}
+
 SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
   uint64_t key;
   int rc = timer_check(ctx, domain, &key);
@@ -306,7 +335,13 @@ SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
     return rc;
   uint8_t k[TIMER_KEY_BYTES];
   timer_key(k, key, domain, time);
-  return sl_cow_map_delete(ctx->cp.keyed, k, sizeof k);
+  rc = sl_cow_map_delete(ctx->cp.keyed, k, sizeof k);
+  if (rc == 0 && ctx->timers) {
+    uint32_t *deleted = &ctx->timers->deleted[domain];
+    if (++*deleted >= 4096 && *deleted >= ctx->timers->heap[domain].count / 2)
+      compact(ctx, domain);
+  }
+  return rc;
 }
 
 /* ----------------------------------------------------------- firing */
@@ -351,9 +386,12 @@ static int fire(sl_instance *inst, int domain, int64_t upto) {
   return rc;
 }
 
+/* A processing-time timer at T fires once the clock has passed T (now >
+ * T), so records processed during millisecond T still find the windows
+ * that end at T + 1 open (as Flink's +1 ms). */
 bool sl_event_processing_due(sl_instance *inst) {
   const timer_heap *h = &inst->timers->heap[SL_PROCESSING_TIME];
-  return h->count > 0 && h->items[0].time <= sl_wall_ms();
+  return h->count > 0 && h->items[0].time < sl_wall_ms();
 }
 
 uint64_t sl_event_processing_wait_ns(sl_instance *inst) {
@@ -361,14 +399,53 @@ uint64_t sl_event_processing_wait_ns(sl_instance *inst) {
   if (h->count == 0)
     return UINT64_MAX;
   int64_t now = sl_wall_ms();
-  if (h->items[0].time <= now)
+  if (h->items[0].time < now)
     return 0;
-  int64_t wait_ms = h->items[0].time - now;
+  int64_t wait_ms = h->items[0].time - now + 1;
   return wait_ms > 1000000 ? 1000000000000ull : (uint64_t)wait_ms * 1000000u;
 }
 
 int sl_event_fire_processing(sl_instance *inst) {
-  return fire(inst, SL_PROCESSING_TIME, sl_wall_ms());
+  return fire(inst, SL_PROCESSING_TIME, sl_wall_ms() - 1);
+}
+
+/* End of input (note 5): fire the processing-time timers pending now, in
+ * time order, and only those: a timer registered while they fire (a
+ * periodic one re-arming itself) stays pending, or the loop would chase
+ * the clock to INT64_MAX. */
+static int fire_pending_processing(sl_instance *inst) {
+  timer_heap *h = &inst->timers->heap[SL_PROCESSING_TIME];
+  timer_heap due = *h;
+  *h = (timer_heap){0};
+  qsort(due.items, due.count, sizeof *due.items, item_cmp);
+  sl_instance_checkpoint *cp = &inst->cp;
+  int rc = 0;
+  for (uint32_t i = 0; i < due.count && rc == 0; i++) {
+    timer_item t = due.items[i];
+    uint8_t k[TIMER_KEY_BYTES];
+    timer_key(k, t.key, SL_PROCESSING_TIME, t.time);
+    if (!sl_cow_map_get(cp->keyed, k, sizeof k, 0))
+      continue;
+    rc = sl_cow_map_delete(cp->keyed, k, sizeof k);
+    if (rc)
+      break;
+    sl_record rec = {.data = 0, .size_bytes = 0, .timestamp = t.time};
+    inst->current = &rec;
+    inst->current_channel = 0;
+    cp->current_key = t.key;
+    cp->key_valid = true;
+    rc = inst->op->fn.process.on_timer(inst, inst->state, SL_PROCESSING_TIME,
+                                      t.time);
+    cp->key_valid = false;
+    inst->current = 0;
+    if (rc > 0)
+      rc = 0;
+    if (rc < 0 && !inst->cause[0])
+      sl_ctx_fail(inst, "on_timer (processing time %" PRId64 ") returned %d",
+                  t.time, rc);
+  }
+  free(due.items);
+  return rc;
 }
 
 /* ----------------------------------------------------------- watermarks */
@@ -416,7 +493,11 @@ static int combine(sl_instance *inst) {
   bool all_ended = true, any_active = false;
   for (int c = 0; c < inst->channel_count; c++) {
     const sl_channel *ch = &inst->channels[c];
-    if (ch->ended)
+    /* A channel at SL_WATERMARK_MAX has ended in event time (its END
+     * follows): like an ended one it neither holds the minimum back nor
+     * counts as an active input, so the others' idleness still stops
+     * time (note 3). */
+    if (ch->ended || ch->watermark == SL_WATERMARK_MAX)
       continue;
     all_ended = false;
     if (ch->idle)
@@ -453,6 +534,17 @@ int sl_event_channel_watermark(sl_instance *inst, sl_channel *ch,
   return combine(inst);
 }
 
+/* Note 2: a record makes its idle channel active again; if this instance
+ * had told its consumers it was idle, it tells them it is active, or its
+ * next turn to idle would go unsaid and they would wait for it. */
+int sl_event_channel_record(sl_instance *inst, sl_channel *ch) {
+  ch->idle = false;
+  if (!inst->output_idle || inst->op->kind == SL_OP_SINK)
+    return 0;
+  inst->output_idle = false;
+  return sl_instance_write_control(inst, SL_ENTRY_IDLE, 0);
+}
+
 int sl_event_channel_idle(sl_instance *inst, sl_channel *ch, bool idle) {
   ch->idle = idle;
   return combine(inst);
@@ -462,11 +554,12 @@ int sl_event_channel_ended(sl_instance *inst) { return combine(inst); }
 
 int sl_event_input_end(sl_instance *inst) {
   int rc = 0;
-  if (inst->watermark < SL_WATERMARK_MAX)
+  /* Note 5: what the clock has not reached yet fires now, before the
+   * final watermark, so its output is not late downstream. */
+  if (inst->timers)
+    rc = fire_pending_processing(inst);
+  if (rc == 0 && inst->watermark < SL_WATERMARK_MAX)
     rc = advance(inst, SL_WATERMARK_MAX);
-  /* Note 5: what the clock has not reached yet fires now. */
-  if (rc == 0 && inst->timers)
-    rc = fire(inst, SL_PROCESSING_TIME, INT64_MAX);
   return rc;
 }
 

@@ -846,7 +846,8 @@ int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
  * Results are computed either incrementally (acc_bytes, init, add, emit;
  * merge too for session windows), keeping one accumulator per window, or
  * by a full-window function (process) that sees every record of the window
- * in arrival order. */
+ * in arrival order (after sessions merged: each merged part's records in
+ * arrival order, one part after the other). */
 
 enum sl_window_type {
   SL_WINDOW_TUMBLING = 0,

@@ -28,7 +28,10 @@
  *    fired window is added and the window fires again at once.  Both
  *    timers are found again from the timer's time alone: the window with
  *    end = time + 1 (fire) and the one with end = time + 1 - L (cleanup).
- *    Sessions look the time up among the key's sessions instead.
+ *    Sessions look the time up among the key's sessions instead.  A record
+ *    that opens or reaches a window the watermark has already passed
+ *    (within the lateness) makes it fire at once.  Results carry the
+ *    timestamp end - 1.
  * 4. Sessions merge: a record opens [ts, ts + gap); every session it
  *    overlaps (start < end' and start' < end) merges with it into the one
  *    with the lowest id, whose state absorbs the others' (merge() of the
@@ -98,6 +101,12 @@ struct sl_window_contents {
   uint64_t id;
   uint32_t count;
 };
+
+/* a + b for b >= 0, saturating: a huge allowed lateness means "keep
+ * until the end", not an overflow. */
+static inline int64_t add_sat(int64_t a, int64_t b) {
+  return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
 
 static inline int64_t floor_mod(int64_t a, int64_t b) {
   int64_t m = a % b;
@@ -264,6 +273,12 @@ static int window_fire(sl_ctx *ctx, window_instance *s, uint64_t key,
   if (h->count == 0)
     return 0;
   int rc;
+  /* A time window's result carries end - 1, also when a late record makes
+   * it fire again (sl_emit stamps with the current record's time). */
+  sl_record stamped = {.timestamp = win->end - 1};
+  const sl_record *saved_current = ctx->current;
+  if (c->type != SL_WINDOW_COUNT)
+    ctx->current = &stamped;
   if (s->w->incremental) {
     rc = c->emit(c->user, ctx, key, win, s->buffer + sizeof(window_header));
   } else {
@@ -274,6 +289,7 @@ static int window_fire(sl_ctx *ctx, window_instance *s, uint64_t key,
     rc = c->process(c->user, ctx, key, win, &contents);
     *(window_header *)s->buffer = saved;
   }
+  ctx->current = saved_current;
   if (rc > 0)
     rc = 0;
   if (rc < 0 && !ctx->cause[0])
@@ -330,7 +346,8 @@ static int late_record(sl_ctx *ctx, const window_op *w, const sl_record *in) {
 
 /* One time window [start, end) receives in. */
 static int time_window_add(sl_ctx *ctx, window_instance *s, uint64_t key,
-                           int64_t start, int64_t end, const sl_record *in) {
+                           int64_t start, int64_t end, int64_t wm,
+                           const sl_record *in) {
   const sl_window_config *c = &s->w->cfg;
   uint64_t id = time_id(end);
   bool found;
@@ -340,7 +357,8 @@ static int time_window_add(sl_ctx *ctx, window_instance *s, uint64_t key,
   if (!found) {
     rc = sl_timer_register(ctx, c->domain, end - 1);
     if (rc == 0 && c->allowed_lateness > 0)
-      rc = sl_timer_register(ctx, c->domain, end - 1 + c->allowed_lateness);
+      rc = sl_timer_register(ctx, c->domain,
+                             add_sat(end - 1, c->allowed_lateness));
     if (rc)
       return rc;
   }
@@ -348,8 +366,9 @@ static int time_window_add(sl_ctx *ctx, window_instance *s, uint64_t key,
   if (rc)
     return rc;
   window_header *h = (window_header *)s->buffer;
-  if (h->fired) {
-    /* Late but within the allowed lateness: fire again (note 3). */
+  if (h->fired || (wm != SL_WATERMARK_MIN && end - 1 <= wm)) {
+    /* Late but within the allowed lateness: fire (again) now (note 3), as
+     * Flink's event-time trigger does. */
     sl_window win = {.start = start, .end = end};
     rc = window_fire(ctx, s, key, id, &win);
     if (rc)
@@ -375,9 +394,9 @@ static int time_process(sl_ctx *ctx, window_instance *s, const sl_record *in) {
   bool added = false;
   for (int64_t start = last_start; start > ts - c->size; start -= slide) {
     int64_t end = start + c->size;
-    if (wm != SL_WATERMARK_MIN && end - 1 + c->allowed_lateness <= wm)
+    if (wm != SL_WATERMARK_MIN && add_sat(end - 1, c->allowed_lateness) <= wm)
       continue; /* this window is gone (note 5) */
-    rc = time_window_add(ctx, s, key, start, end, in);
+    rc = time_window_add(ctx, s, key, start, end, wm, in);
     if (rc)
       return rc;
     added = true;
@@ -391,11 +410,12 @@ static int time_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
   int rc = sl_ctx_key(ctx, &key);
   if (rc)
     return rc;
-  /* Fire: the window ending at time + 1. */
-  int64_t end = time + 1;
+  /* Fire: the window ending at time + 1 (none for a saturated cleanup
+   * time). */
+  int64_t end = time < INT64_MAX ? time + 1 : INT64_MAX;
   uint64_t id = time_id(end);
-  bool found;
-  rc = header_load(ctx, s, id, &found);
+  bool found = false;
+  rc = time < INT64_MAX ? header_load(ctx, s, id, &found) : 0;
   if (rc)
     return rc;
   if (found) {
@@ -415,7 +435,7 @@ static int time_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
   }
   if (c->allowed_lateness > 0) {
     /* Cleanup: the window ending at time + 1 - L. */
-    int64_t old_end = time + 1 - c->allowed_lateness;
+    int64_t old_end = (time - c->allowed_lateness) + 1;
     uint64_t old_id = time_id(old_end);
     rc = header_load(ctx, s, old_id, &found);
     if (rc == 0 && found)
@@ -496,10 +516,9 @@ static int session_timers(sl_ctx *ctx, const sl_window_config *c,
   if (rc == SL_ENOTFOUND)
     rc = 0;
   if (rc == 0 && c->allowed_lateness > 0) {
-    rc = add ? sl_timer_register(ctx, c->domain, x->end - 1 +
-                                                     c->allowed_lateness)
-             : sl_timer_delete(ctx, c->domain, x->end - 1 +
-                                                   c->allowed_lateness);
+    int64_t cleanup = add_sat(x->end - 1, c->allowed_lateness);
+    rc = add ? sl_timer_register(ctx, c->domain, cleanup)
+             : sl_timer_delete(ctx, c->domain, cleanup);
     if (rc == SL_ENOTFOUND)
       rc = 0;
   }
@@ -576,12 +595,24 @@ static int session_process(sl_ctx *ctx, window_instance *s,
   int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
                                           : SL_WATERMARK_MIN;
   session fresh = {.start = ts, .end = ts + c->gap};
-  if (wm != SL_WATERMARK_MIN && fresh.end - 1 + c->allowed_lateness <= wm)
-    return late_record(ctx, s->w, in);
   uint64_t n, next_id;
   rc = sessions_load(ctx, s, &n, &next_id);
   if (rc)
     return rc;
+  /* Lateness is judged on the session the record would end up in (note 5,
+   * as Flink's merging windows): a record inside an open session is not
+   * late even if its own [ts, ts + gap) would be. */
+  session probe = fresh;
+  for (uint64_t i = 0; i < n; i++) {
+    const session *x = &s->sessions[i];
+    if (x->start < probe.end && probe.start < x->end) {
+      probe.start = x->start < probe.start ? x->start : probe.start;
+      probe.end = x->end > probe.end ? x->end : probe.end;
+    }
+  }
+  if (wm != SL_WATERMARK_MIN &&
+      add_sat(probe.end - 1, c->allowed_lateness) <= wm)
+    return late_record(ctx, s->w, in);
   /* Find the sessions the new one overlaps; merge them (note 4). */
   session merged = fresh;
   uint64_t keep_id = 0;
@@ -683,7 +714,7 @@ static int session_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
     bool fire_now = x.end - 1 == time;
     bool purge = (c->allowed_lateness == 0 && fire_now) ||
                  (c->allowed_lateness > 0 &&
-                  x.end - 1 + c->allowed_lateness == time);
+                  add_sat(x.end - 1, c->allowed_lateness) == time);
     if (fire_now || purge) {
       bool found;
       rc = header_load(ctx, s, x.id, &found);

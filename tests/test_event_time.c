@@ -29,6 +29,8 @@ typedef struct clock_source {
   uint64_t pause_us;
   uint64_t end_pause_us; /* quiet time after the last record, before END */
   _Atomic int *wait_for;  /* end only once *wait_for != 0 */
+  _Atomic int *start_after; /* emit nothing until *start_after != 0 ... */
+  uint64_t start_delay_us;  /* ... and this long after */
   _Atomic int *done;      /* set when it ends */
   _Atomic int64_t emitted_max;
   uint64_t i;
@@ -36,6 +38,14 @@ typedef struct clock_source {
 
 static int cs_next(sl_ctx *ctx, void *state) {
   clock_source *s = state;
+  if (s->start_after) {
+    if (!atomic_load(s->start_after)) {
+      sl_test_sleep_us(1000); /* idle: nothing to emit yet */
+      return 0;
+    }
+    sl_test_sleep_us(s->start_delay_us);
+    s->start_after = 0;
+  }
   if (s->i == s->count && s->end_pause_us) {
     /* The records went out when the previous call returned. */
     sl_test_sleep_us(s->end_pause_us);
@@ -579,4 +589,113 @@ Test(state, superseded_versions_are_reclaimed_without_checkpoints) {
   cr_assert_lt(memory, 40u << 20,
                "%" PRIu64 " bytes of state memory for 7 keys after %" PRIu64
                " writes", memory, n);
+}
+
+/* ----------------------------------------------------------- review cases */
+
+/* Source a finishes (its SL_WATERMARK_MAX arrives) while source b is idle:
+ * that must not end event time downstream; b's later records are on
+ * time. */
+static int64_t key_window_count[8];
+static int ts_window_process(sl_ctx *ctx, void *state, int input,
+                             const sl_record *in) {
+  (void)state;
+  (void)input;
+  const stamped *r = in->data;
+  if (r->ts <= sl_ctx_watermark(ctx))
+    sl_ctx_count(ctx, SL_COUNT_LATE, 1);
+  return sl_timer_register(ctx, SL_EVENT_TIME, r->ts) ? -EINVAL : 0;
+}
+static int ts_window_timer(sl_ctx *ctx, void *state, int domain,
+                           int64_t time) {
+  (void)state;
+  (void)domain;
+  (void)time;
+  uint64_t key;
+  if (sl_ctx_key(ctx, &key) || key >= 8)
+    return -EINVAL;
+  key_window_count[key]++;
+  return 0;
+}
+
+Test(watermarks, an_input_ending_while_another_is_idle_does_not_end_time) {
+  sl_job *job;
+  cr_assert_eq(sl_job_create(0, &job), 0);
+  _Atomic int a_done = 0, b_done = 0;
+  memset(key_window_count, 0, sizeof key_window_count);
+  /* a: 200 records over 20 ms, then its end.  b: idles (idle timeout
+   * 5 ms) until a is done, 50 ms more, then sends 7 records ahead of a's
+   * last watermark: on time unless a's end (SL_WATERMARK_MAX) ended event
+   * time for both. */
+  clock_source a = {.base = 1000000, .count = 200, .batch = 10,
+                    .pause_us = 1000, .done = &a_done}; /* 20 ms: b idles */
+  clock_source b = {.base = 2000000, .count = 7, .batch = 7,
+                    .start_after = &a_done,
+                    .start_delay_us = 50000, .done = &b_done};
+  sl_op *sa, *sb, *u, *k, *p, *out;
+  cr_assert_eq(sl_op_source(job, "a", 1, &cs_ops, &a, &sa), 0);
+  cr_assert_eq(sl_op_source(job, "b", 1, &cs_ops, &b, &sb), 0);
+  sl_watermark_config wc = {.out_of_orderness = 1, .interval_ms = 1,
+                            .idle_timeout_ms = 5};
+  cr_assert_eq(sl_op_watermarks(sa, &wc), 0);
+  cr_assert_eq(sl_op_watermarks(sb, &wc), 0);
+  sl_op *ins[2] = {sa, sb};
+  cr_assert_eq(sl_op_union(job, "u", ins, 2, &u), 0);
+  cr_assert_eq(sl_op_key_by(job, "k", u, stamped_key, 0, &k), 0);
+  sl_process_ops ops = {.process = ts_window_process,
+                        .on_timer = ts_window_timer};
+  cr_assert_eq(sl_op_process(job, "p", &k, 1, 1, &ops, 0, &p), 0);
+  cr_assert_eq(sl_op_sink(job, "out", p, 1, &discard_ops, 0, &out), 0);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  sl_op_stats st;
+  cr_assert_eq(sl_job_stats(job, 2, &st), 0);
+  cr_assert_str_eq(st.name, "p");
+  cr_assert_eq(st.late_records, 0, "b's records came after a MAX watermark");
+  uint64_t fired = 0;
+  for (int i = 0; i < 8; i++)
+    fired += (uint64_t)key_window_count[i];
+  cr_assert_eq(fired, 200 + 7);
+  sl_job_destroy(job);
+}
+
+/* A periodic processing-time timer that re-arms itself: at the end of
+ * input the pending ones fire once; the job ends. */
+static _Atomic uint64_t periodic_fired;
+static int periodic_process(sl_ctx *ctx, void *state, int input,
+                            const sl_record *in) {
+  (void)state;
+  (void)input;
+  (void)in;
+  return sl_timer_register(ctx, SL_PROCESSING_TIME,
+                           sl_ctx_processing_time(ctx) + 1000)
+             ? -EINVAL
+             : 0;
+}
+static int periodic_timer(sl_ctx *ctx, void *state, int domain,
+                          int64_t time) {
+  (void)state;
+  (void)domain;
+  atomic_fetch_add(&periodic_fired, 1);
+  return sl_timer_register(ctx, SL_PROCESSING_TIME, time + 1) ? -EINVAL : 0;
+}
+
+Test(timers, a_self_rearming_processing_timer_does_not_hold_the_end) {
+  sl_job *job;
+  cr_assert_eq(sl_job_create(0, &job), 0);
+  atomic_store(&periodic_fired, 0);
+  clock_source src = {.base = 0, .count = 7, .batch = 7};
+  sl_op *s, *k, *p, *out;
+  cr_assert_eq(sl_op_source(job, "src", 1, &cs_ops, &src, &s), 0);
+  cr_assert_eq(sl_op_key_by(job, "k", s, stamped_key, 0, &k), 0);
+  sl_process_ops ops = {.process = periodic_process,
+                        .on_timer = periodic_timer};
+  cr_assert_eq(sl_op_process(job, "p", &k, 1, 1, &ops, 0, &p), 0);
+  cr_assert_eq(sl_op_sink(job, "out", p, 1, &discard_ops, 0, &out), 0);
+  sl_test_watchdog w;
+  cr_assert_eq(sl_job_start(job), 0);
+  sl_test_watchdog_arm(&w, job, 20, "self-rearming timer");
+  cr_assert_eq(sl_job_wait(job), 0, "%s", sl_job_error(job));
+  cr_assert_not(sl_test_watchdog_disarm(&w), "the job did not end");
+  cr_assert_eq(atomic_load(&periodic_fired), 7, "one per key at the end");
+  sl_job_destroy(job);
 }

@@ -481,8 +481,12 @@ static result *ref_time(const event *e, uint64_t n, int64_t size,
       }
       x->sum += e[i].value;
       x->count++;
-      if (x->fired)
+      if (x->fired) {
         ref_emit(&out, x); /* a late firing */
+      } else if (wm[i] != SL_WATERMARK_MIN && x->end - 1 <= wm[i]) {
+        ref_emit(&out, x); /* opened behind the watermark: fires at once */
+        x->fired = true;
+      }
     }
     late += !added;
   }
@@ -515,12 +519,24 @@ static result *ref_session(const event *e, uint64_t n, int64_t gap,
     no = keep;
     if (i == n)
       break;
-    if (wm[i] != SL_WATERMARK_MIN && e[i].ts + gap - 1 <= wm[i]) {
+    ref_window m = {.key = e[i].key, .start = e[i].ts, .end = e[i].ts + gap,
+                    .sum = e[i].value, .count = 1};
+    /* Late: the session it would end up in is behind the watermark. */
+    int64_t lo = m.start, hi = m.end;
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (uint64_t j = 0; j < no; j++)
+        if (open[j].key == m.key && open[j].start < hi && lo < open[j].end &&
+            (open[j].start < lo || open[j].end > hi)) {
+          lo = open[j].start < lo ? open[j].start : lo;
+          hi = open[j].end > hi ? open[j].end : hi;
+          grew = true;
+        }
+    }
+    if (wm[i] != SL_WATERMARK_MIN && hi - 1 <= wm[i]) {
       late++;
       continue;
     }
-    ref_window m = {.key = e[i].key, .start = e[i].ts, .end = e[i].ts + gap,
-                    .sum = e[i].value, .count = 1};
     /* Merge until nothing overlaps any more. */
     bool merged = true;
     while (merged) {
@@ -946,6 +962,11 @@ Test(window, processing_time_tumbling) {
   uint64_t records = 0, sum = 0, expect_sum = 0;
   int64_t first_start = INT64_MAX, last_start = INT64_MIN;
   for (uint64_t i = 0; i < n_got; i++) {
+    if (i > 0)
+      cr_assert(got[i].key != got[i - 1].key ||
+                    got[i].start != got[i - 1].start,
+                "window [%" PRId64 ", +20) of key %" PRIu64 " fired twice",
+                got[i].start, got[i].key);
     records += got[i].count;
     sum += got[i].sum;
     cr_assert_eq(got[i].end - got[i].start, 20);
