@@ -17,30 +17,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_dirs.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ helpers */
 
-static char *temp_dir(void) {
-  char *dir = strdup("/tmp/sluice-cp-XXXXXX");
-  cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-  return dir;
-}
-
-/* Remove a directory made by temp_dir() and free its name. */
-static void remove_tree(char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-  free(dir);
-}
-
-static char *path_in(const char *dir, const char *name) {
-  char *p = malloc(strlen(dir) + strlen(name) + 2);
-  sprintf(p, "%s/%s", dir, name);
-  return p;
-}
-
+/* Remove a directory made by sl_test_temp_dir("cp") and free its name. */
 static uint64_t tuple_key(void *user, const sl_record *in) {
   (void)user;
   uint64_t key;
@@ -191,7 +173,7 @@ static output_check check_output(const char *out_dir, uint64_t records,
   closedir(d);
   qsort(names, count, sizeof names[0], compare_names);
   for (size_t i = 0; i < count; i++) {
-    char *p = path_in(out_dir, names[i]);
+    char *p = sl_test_path_in(out_dir, names[i]);
     FILE *f = fopen(p, "r");
     cr_assert(f);
     unsigned long long k, c;
@@ -227,7 +209,7 @@ TestSuite(checkpoint, .timeout = 240);
 /* ------------------------------------------------------------ exactly-once */
 
 Test(checkpoint, uninterrupted_run_commits_everything) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   count_job c = {.records = sl_test_scaled(2000000, 100000), .keys = 1000,
                  .parallelism = 2, .state_dir = state, .out_dir = out,
                  .exactly_once_sink = 1};
@@ -237,12 +219,12 @@ Test(checkpoint, uninterrupted_run_commits_everything) {
   cr_expect_eq(r.out_of_sequence, 0);
   cr_expect_eq(r.keys_short + r.keys_over, 0);
   cr_expect_eq(r.pending, 0);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(checkpoint, stop_and_resume_equals_uninterrupted_run) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   count_job c = {.records = sl_test_scaled(6000000, 300000), .keys = 5000,
                  .parallelism = 2, .state_dir = state, .out_dir = out,
                  .exactly_once_sink = 1};
@@ -264,12 +246,12 @@ Test(checkpoint, stop_and_resume_equals_uninterrupted_run) {
                r.out_of_sequence);
   cr_expect_eq(r.keys_short + r.keys_over, 0);
   cr_expect_eq(r.pending, 0);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(checkpoint, sigkill_and_resume_equals_uninterrupted_run) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   count_job c = {.records = sl_test_scaled(6000000, 300000), .keys = 5000,
                  .parallelism = 2, .state_dir = state, .out_dir = out,
                  .exactly_once_sink = 1};
@@ -299,12 +281,12 @@ Test(checkpoint, sigkill_and_resume_equals_uninterrupted_run) {
   cr_expect_eq(r.out_of_sequence, 0);
   cr_expect_eq(r.keys_short + r.keys_over, 0);
   cr_expect_eq(r.pending, 0);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(checkpoint, resuming_a_finished_job_adds_nothing) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   count_job c = {.records = 100000, .keys = 100, .parallelism = 1,
                  .state_dir = state, .out_dir = out, .exactly_once_sink = 1};
   cr_assert_eq(run_to_end(&c), 0);
@@ -313,14 +295,14 @@ Test(checkpoint, resuming_a_finished_job_adds_nothing) {
   output_check r = check_output(out, c.records, c.keys);
   cr_expect_eq(r.lines, c.records);
   cr_expect_eq(r.out_of_sequence, 0);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 /* ------------------------------------------------------------ at-least-once */
 
 Test(checkpoint, at_least_once_stop_and_resume_never_loses) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   count_job c = {.records = sl_test_scaled(4000000, 200000), .keys = 2000,
                  .parallelism = 2, .state_dir = state, .out_dir = out,
                  .mode = SL_AT_LEAST_ONCE, .exactly_once_sink = 0};
@@ -334,8 +316,8 @@ Test(checkpoint, at_least_once_stop_and_resume_never_loses) {
   cr_expect_geq(r.lines, c.records);
   cr_expect_eq(r.gaps, 0, "a count was never emitted: records lost");
   cr_expect_eq(r.keys_short, 0, "%" PRIu64 " keys lost records", r.keys_short);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 /* ------------------------------------------------------------ alignment */
@@ -419,7 +401,7 @@ static int two_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 
 static void run_alignment(int mode, uint64_t *checked, uint64_t *mismatches) {
   align = calloc(1, sizeof *align);
-  char *state = temp_dir();
+  char *state = sl_test_temp_dir("cp");
   sl_job_config config = {0};
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 5;
@@ -455,7 +437,7 @@ static void run_alignment(int mode, uint64_t *checked, uint64_t *mismatches) {
     for (int s = 0; s < 2; s++)
       *mismatches += align->operator_count[s][id] != align->source_position[s][id];
   }
-  remove_tree(state);
+  sl_test_remove_tree(state);
   free(align);
 }
 
@@ -491,7 +473,7 @@ static int slow_process(sl_ctx *ctx, void *state, int input,
 }
 
 Test(checkpoint, timeout_beyond_tolerance_fails_the_job) {
-  char *state = temp_dir();
+  char *state = sl_test_temp_dir("cp");
   sl_job_config config = {0};
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 10;
@@ -518,7 +500,7 @@ Test(checkpoint, timeout_beyond_tolerance_fails_the_job) {
   cr_assert_eq(sl_job_checkpoint_stats(job, 0, &cs), 0);
   cr_expect_eq(cs.status, SL_CHECKPOINT_ABORTED);
   sl_job_destroy(job);
-  remove_tree(state);
+  sl_test_remove_tree(state);
 }
 
 /* A sink whose snapshot fails on the checkpoints in a given set. */
@@ -546,7 +528,7 @@ static int flaky_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 
 static int run_flaky(uint64_t fail_mask, uint32_t tolerable,
                      uint64_t *completed) {
-  char *state = temp_dir();
+  char *state = sl_test_temp_dir("cp");
   sl_job_config config = {0};
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 5;
@@ -574,7 +556,7 @@ static int run_flaky(uint64_t fail_mask, uint32_t tolerable,
     cr_expect(strstr(sl_job_error(job), "injected snapshot failure"), "%s",
               sl_job_error(job));
   sl_job_destroy(job);
-  remove_tree(state);
+  sl_test_remove_tree(state);
   return rc;
 }
 
@@ -702,7 +684,7 @@ static sl_job *build_branches(const char *state, const char *out,
 }
 
 Test(checkpoint, an_aborted_newer_checkpoint_does_not_break_an_older_one) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   atomic_store(&failing, true);
   sl_job *job = build_branches(state, out, 0);
   cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
@@ -722,8 +704,8 @@ Test(checkpoint, an_aborted_newer_checkpoint_does_not_break_an_older_one) {
   cr_expect_eq(r.lines, BRANCH_RECORDS, "%" PRIu64 " lines", r.lines);
   cr_expect_eq(r.out_of_sequence, 0, "%" PRIu64 " duplicated or lost",
                r.out_of_sequence);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 /* max_concurrent 2 with barriers queued behind a slow sink: checkpoints
@@ -751,7 +733,7 @@ static int sleepy_process(sl_ctx *ctx, void *state, int input,
 }
 
 Test(checkpoint, concurrent_checkpoints_complete_in_order) {
-  char *state = temp_dir();
+  char *state = sl_test_temp_dir("cp");
   sl_job_config config = {0};
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 1;
@@ -780,7 +762,7 @@ Test(checkpoint, concurrent_checkpoints_complete_in_order) {
               !strstr(cs.cause, "subsumed");
   cr_expect_eq(failed, 0);
   sl_job_destroy(job);
-  remove_tree(state);
+  sl_test_remove_tree(state);
 }
 
 Test(checkpoint, settings_out_of_range_are_refused) {
@@ -804,7 +786,7 @@ Test(checkpoint, settings_out_of_range_are_refused) {
 /* ------------------------------------------------------------ store */
 
 Test(checkpoint, map_full_grows_the_store) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   /* 200K keys of state in a 1 MiB map: the writer must grow it. */
   count_job c = {.records = 400000, .keys = 200000, .parallelism = 1,
                  .state_dir = state, .out_dir = out, .exactly_once_sink = 1,
@@ -816,14 +798,14 @@ Test(checkpoint, map_full_grows_the_store) {
   output_check r = check_output(out, c.records, c.keys);
   cr_expect_eq(r.lines, c.records);
   cr_expect_eq(r.out_of_sequence, 0);
-  char *data = path_in(state, "data.mdb");
+  char *data = sl_test_path_in(state, "data.mdb");
   struct stat st;
   cr_assert_eq(stat(data, &st), 0);
   cr_expect_gt(st.st_size, 1 << 20, "data.mdb is %lld bytes",
                (long long)st.st_size);
   free(data);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 static int start_count(const count_job *c, sl_job **out) {
@@ -832,7 +814,7 @@ static int start_count(const count_job *c, sl_job **out) {
 }
 
 Test(checkpoint, a_store_with_checkpoints_needs_an_explicit_choice) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   count_job c = {.records = 10000, .keys = 10, .parallelism = 1,
                  .state_dir = state, .out_dir = out, .exactly_once_sink = 1};
   cr_assert_eq(run_to_end(&c), 0);
@@ -842,23 +824,23 @@ Test(checkpoint, a_store_with_checkpoints_needs_an_explicit_choice) {
   cr_expect(strstr(sl_job_error(job), "resume"), "%s", sl_job_error(job));
   sl_job_destroy(job);
   /* Fresh deletes them and runs again from the start. */
-  remove_tree(out);
-  out = temp_dir();
+  sl_test_remove_tree(out);
+  out = sl_test_temp_dir("cp");
   c.out_dir = out;
   c.policy = SL_STORE_FRESH;
   cr_assert_eq(run_to_end(&c), 0);
   output_check r = check_output(out, c.records, c.keys);
   cr_expect_eq(r.lines, c.records);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(checkpoint, a_store_of_another_job_graph_is_refused_unchanged) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   count_job c = {.records = 10000, .keys = 10, .parallelism = 1,
                  .state_dir = state, .out_dir = out, .exactly_once_sink = 1};
   cr_assert_eq(run_to_end(&c), 0);
-  char *data = path_in(state, "data.mdb");
+  char *data = sl_test_path_in(state, "data.mdb");
   struct stat before, after;
   cr_assert_eq(stat(data, &before), 0);
   c.parallelism = 2; /* a different graph */
@@ -871,13 +853,13 @@ Test(checkpoint, a_store_of_another_job_graph_is_refused_unchanged) {
   cr_expect_eq(before.st_mtime, after.st_mtime);
   cr_expect_eq(before.st_size, after.st_size);
   free(data);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(checkpoint, a_foreign_directory_is_refused_unchanged) {
-  char *state = temp_dir(), *out = temp_dir();
-  char *file = path_in(state, "notes.txt");
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
+  char *file = sl_test_path_in(state, "notes.txt");
   FILE *f = fopen(file, "w");
   fputs("not a store\n", f);
   fclose(f);
@@ -895,8 +877,8 @@ Test(checkpoint, a_foreign_directory_is_refused_unchanged) {
   closedir(d);
   cr_expect_eq(entries, 1, "something was written into the directory");
   free(file);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 /* ------------------------------------------------------------ keyed state */
@@ -1053,7 +1035,7 @@ Test(checkpoint, map_state_with_many_user_keys_survives_resume) {
 /* Run the kinds job once uninterrupted and once with three stops and
  * resumes; the sorted outputs must be identical. */
 static void compare_with_uninterrupted(void) {
-  char *s1 = temp_dir(), *o1 = temp_dir(), *s2 = temp_dir(), *o2 = temp_dir();
+  char *s1 = sl_test_temp_dir("cp"), *o1 = sl_test_temp_dir("cp"), *s2 = sl_test_temp_dir("cp"), *o2 = sl_test_temp_dir("cp");
   sl_job *job = build_kinds(s1, o1, 0);
   cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
   sl_job_destroy(job);
@@ -1081,14 +1063,14 @@ static void compare_with_uninterrupted(void) {
     free(a[i]), free(b[i]);
   free(a);
   free(b);
-  remove_tree(s1);
-  remove_tree(o1);
-  remove_tree(s2);
-  remove_tree(o2);
+  sl_test_remove_tree(s1);
+  sl_test_remove_tree(o1);
+  sl_test_remove_tree(s2);
+  sl_test_remove_tree(o2);
 }
 
 Test(checkpoint, statistics_describe_each_checkpoint) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   count_job c = {.records = sl_test_scaled(3000000, 300000), .keys = 10000,
                  .parallelism = 2, .state_dir = state, .out_dir = out,
                  .exactly_once_sink = 1, .interval_ms = 10};
@@ -1116,8 +1098,8 @@ Test(checkpoint, statistics_describe_each_checkpoint) {
   cr_expect_gt(entries, 0);
   cr_expect_eq(sl_job_checkpoint_stats(job, 64, &older), SL_ENOTFOUND);
   sl_job_destroy(job);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1170,7 +1152,7 @@ static int last_sum_process(sl_ctx *ctx, void *state, int input,
 }
 
 Test(checkpoint, state_update_in_place_survives_failovers) {
-  char *dir = temp_dir();
+  char *dir = sl_test_temp_dir("cp");
   const uint64_t n = sl_test_scaled(4000000, 400000);
   sl_job_config c = {0};
   c.checkpoint.state_dir = dir;
@@ -1213,5 +1195,5 @@ Test(checkpoint, state_update_in_place_survives_failovers) {
     cr_assert_eq(sums.last[k], want, "key %" PRIu64 ": %" PRIu64 ", want %"
                  PRIu64, k, sums.last[k], want);
   }
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }

@@ -22,24 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_dirs.h"
 #include "test_util.h"
 
 #define MAX_INSTANCES 4
 
 /* ------------------------------------------------------------ helpers */
-
-static char *temp_dir(void) {
-  char *dir = strdup("/tmp/sluice-embed-XXXXXX");
-  cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-  return dir;
-}
-
-static void remove_tree(char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-  free(dir);
-}
 
 /* Run a started job to its end under a watchdog; returns its result. */
 static int wait_guarded(sl_job *job, double timeout_s, const char *what) {
@@ -645,7 +633,7 @@ Test(generator, replay_after_stop_and_resume_is_exactly_once) {
   t->cfg.events_per_second = 20000;
   for (int k = 0; k < t->parallelism; k++)
     cr_assert(t->inst[k].log = calloc(t->cfg.count, sizeof(uint64_t)));
-  char *dir = temp_dir();
+  char *dir = sl_test_temp_dir("embed");
   uint64_t from = 0;
   cr_assert_eq(txn_run(t, dir, SL_STORE_REFUSE, 2, &from), SL_ESTOPPED);
   cr_assert_eq(from, 0);
@@ -675,7 +663,7 @@ Test(generator, replay_after_stop_and_resume_is_exactly_once) {
     free(ti->log);
   }
   free(t);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------ push */
@@ -1101,7 +1089,7 @@ static int fail_snapshot(void *user, int instance, int event, uint64_t id) {
 }
 
 Test(callback, a_failing_checkpoint_function_fails_the_job) {
-  char *dir = temp_dir();
+  char *dir = sl_test_temp_dir("embed");
   sl_job_config config = {0};
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 10;
@@ -1123,7 +1111,7 @@ Test(callback, a_failing_checkpoint_function_fails_the_job) {
   cr_assert(strstr(sl_job_error(job), "checkpoint function returned -1 on "
                    "the snapshot of checkpoint "), "%s", sl_job_error(job));
   sl_job_destroy(job);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(callback, arguments_are_checked) {

@@ -20,22 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_dirs.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ helpers */
-
-static char *temp_dir(void) {
-  char *dir = strdup("/tmp/sluice-fo-XXXXXX");
-  cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-  return dir;
-}
-
-static void remove_tree(char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-  free(dir);
-}
 
 static int thread_count(void) {
   DIR *d = opendir("/proc/self/task");
@@ -302,7 +290,7 @@ static void run_cases(const fault_case *cases, int n, int parallelism,
                       int mode) {
   uint64_t records = sl_test_scaled(60000, 12000);
   for (int i = 0; i < n; i++) {
-    char *state = temp_dir(), *out = temp_dir();
+    char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
     /* Sources hold back after 2000 records until a checkpoint completed:
      * faults after that (record 3000 of a source) have one to restore. */
     run_spec s = {.records = records, .keys = 97, .parallelism = parallelism,
@@ -335,8 +323,8 @@ static void run_cases(const fault_case *cases, int n, int parallelism,
                 "%s: cause '%s' does not name the fault", what,
                 r.recovery.cause);
     }
-    remove_tree(state);
-    remove_tree(out);
+    sl_test_remove_tree(state);
+    sl_test_remove_tree(out);
   }
 }
 
@@ -382,7 +370,7 @@ Test(failover, at_least_once_loses_nothing, .timeout = 300) {
 /* ------------------------------------------------------------ strategies */
 
 Test(failover, exhausted_strategy_fails_with_cause_and_count) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   run_spec s = {.records = sl_test_scaled(40000, 8000), .keys = 31,
                 .parallelism = 2,
                 .faults = "store:call=commit,error=ENOSPC,persistent",
@@ -397,12 +385,12 @@ Test(failover, exhausted_strategy_fails_with_cause_and_count) {
   cr_expect(strstr(r.error, "fixed-delay") != 0, "%s", r.error);
   /* Nothing was committed, so nothing is in the files. */
   cr_expect_eq(r.files.records, 0);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(failover, no_strategy_fails_at_once_naming_the_fault) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   run_spec s = {.records = sl_test_scaled(40000, 8000), .keys = 31,
                 .parallelism = 2, .faults = "fail:op=count,instance=1,record=700",
                 .state_dir = state, .out_dir = out};
@@ -412,12 +400,12 @@ Test(failover, no_strategy_fails_at_once_naming_the_fault) {
   cr_expect(strstr(r.error, "operator 'count' instance 1/2 failed: injected "
                             "fault 'fail:op=count,instance=1,record=700' at "
                             "record 700") != 0, "%s", r.error);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(failover, exponential_delay_grows_and_caps) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   struct sl_restart_config c = sl_restart_defaults(SL_RESTART_EXPONENTIAL_DELAY);
   c.initial_delay_ms = 5;
   c.multiplier = 2.0;
@@ -445,12 +433,12 @@ Test(failover, exponential_delay_grows_and_caps) {
   cr_assert_eq(sl_verify_result(verify, &v), 0);
   cr_expect_eq(v.lost + v.duplicates + v.out_of_order, 0);
   sl_job_destroy(job);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(failover, failure_rate_exhausts) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   struct sl_restart_config c = sl_restart_defaults(SL_RESTART_FAILURE_RATE);
   c.max_failures = 2;
   c.delay_ms = 0;
@@ -462,12 +450,12 @@ Test(failover, failure_rate_exhausts) {
   cr_expect_eq(r.restarts, 2);
   cr_expect(strstr(r.error, "the failure-rate strategy allows 2 failures per "
                             "60000 ms, and 3 happened") != 0, "%s", r.error);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(failover, stop_during_the_restart_delay) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   run_spec s = {.records = sl_test_scaled(40000, 8000), .keys = 31,
                 .parallelism = 1, .faults = "fail:op=count,record=100",
                 .restart = fixed(3, 60000), .state_dir = state,
@@ -489,14 +477,14 @@ Test(failover, stop_during_the_restart_delay) {
             "%s", sl_job_error(job));
   cr_expect_eq(sl_job_restarts(job), 0);
   sl_job_destroy(job);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 /* Many restarts: every thread is joined each time (none leak), the job
  * still ends exactly-once, and recovery times are recorded. */
 Test(failover, many_restarts_leak_no_threads, .timeout = 300) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   uint64_t records = sl_test_scaled(100000, 20000);
   int before = thread_count();
   run_spec s = {.records = records, .keys = 101, .parallelism = 2,
@@ -509,8 +497,8 @@ Test(failover, many_restarts_leak_no_threads, .timeout = 300) {
   cr_expect_eq(thread_count(), before);
   cr_expect_gt(r.recovery.first_record_us, 0);
   cr_expect_geq(r.recovery.first_record_us, r.recovery.restored_us);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 static uint64_t rss_kib(void) {
@@ -529,7 +517,7 @@ static uint64_t rss_kib(void) {
  * after 60 restarts is within a small margin of that after 20 (the state
  * is the same; everything an attempt allocates is freed by the next). */
 Test(failover, memory_does_not_grow_across_restarts, .timeout = 300) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   uint64_t records = sl_test_scaled(400000, 100000);
   run_spec s = {.records = records, .keys = 5000, .parallelism = 2,
                 .faults = "fail:op=count,prob=0.001,seed=9,times=60",
@@ -564,14 +552,14 @@ Test(failover, memory_does_not_grow_across_restarts, .timeout = 300) {
   cr_assert_eq(sl_verify_result(verify, &v), 0);
   cr_expect_eq(v.lost + v.duplicates + v.out_of_order, 0);
   sl_job_destroy(job);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 /* ------------------------------------------------------------ bad input */
 
 Test(failover, malformed_fault_specs_are_refused) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   static const char *bad[][2] = {
       {"fail:op=count", "record"},
       {"explode:op=count", "explode"},
@@ -605,8 +593,8 @@ Test(failover, malformed_fault_specs_are_refused) {
             sl_job_error(job));
   unsetenv("SLUICE_FAULTS");
   sl_job_destroy(job);
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }
 
 Test(failover, invalid_restart_settings_are_refused) {
@@ -652,7 +640,7 @@ Test(failover, crash_at_each_point_then_resume, .timeout = 300) {
   };
   uint64_t records = sl_test_scaled(60000, 12000);
   for (size_t i = 0; i < sizeof points / sizeof points[0] + 1; i++) {
-    char *state = temp_dir(), *out = temp_dir();
+    char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
     run_spec s = {.records = records, .keys = 53, .parallelism = 2,
                   .state_dir = state, .out_dir = out,
                   .policy = SL_STORE_RESUME};
@@ -680,8 +668,8 @@ Test(failover, crash_at_each_point_then_resume, .timeout = 300) {
              i < sizeof points / sizeof points[0] ? points[i]
                                                   : "crash:point=after-restore");
     expect_exactly_once(&r, records, what);
-    remove_tree(state);
-    remove_tree(out);
+    sl_test_remove_tree(state);
+    sl_test_remove_tree(out);
   }
 }
 
@@ -692,7 +680,7 @@ Test(failover, crash_at_each_point_then_resume, .timeout = 300) {
  * leave no uncommitted part behind (file_sink.c note 6). */
 Test(failover, killed_before_the_first_checkpoint_leaves_nothing_pending,
      .timeout = 120) {
-  char *state = temp_dir(), *out = temp_dir();
+  char *state = sl_test_temp_dir("fo"), *out = sl_test_temp_dir("fo");
   uint64_t records = sl_test_scaled(60000, 12000);
   run_spec s = {.records = records, .keys = 53, .parallelism = 3,
                 .state_dir = state, .out_dir = out,
@@ -705,6 +693,6 @@ Test(failover, killed_before_the_first_checkpoint_leaves_nothing_pending,
   s.interval_ms = 600000; /* only the final checkpoint */
   run_result r = run(&s);
   expect_exactly_once(&r, records, "resume after a kill in the first write");
-  remove_tree(state);
-  remove_tree(out);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
 }

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "test_dirs.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ records */
@@ -194,25 +195,6 @@ static void expected_csv(text *t, uint64_t i) {
 
 /* ------------------------------------------------------------ files */
 
-static char *temp_dir(void) {
-  char *dir = strdup("/tmp/sluice-io-XXXXXX");
-  cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-  return dir;
-}
-
-static void remove_tree(char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-  free(dir);
-}
-
-static char *path_in(const char *dir, const char *name) {
-  char *p = malloc(strlen(dir) + strlen(name) + 2);
-  sprintf(p, "%s/%s", dir, name);
-  return p;
-}
-
 static void write_file(const char *path, const char *data, size_t bytes) {
   FILE *f = fopen(path, "wb");
   cr_assert(f, "cannot create %s", path);
@@ -272,7 +254,7 @@ static text read_output_header(const char *dir, int *pending,
   text all = {0};
   text_add(&all, "", 0);
   for (size_t i = 0; i < count; i++) {
-    char *p = path_in(dir, names[i]);
+    char *p = sl_test_path_in(dir, names[i]);
     text part = read_file(p);
     size_t skip = 0;
     if (header) {
@@ -418,7 +400,7 @@ static char **make_inputs(const char *dir, int files, uint64_t per_file,
   for (int k = 0; k < files; k++) {
     char name[64];
     snprintf(name, sizeof name, "in-%d%s", k, suffix);
-    paths[k] = path_in(dir, name);
+    paths[k] = sl_test_path_in(dir, name);
     text t = {0};
     text_add(&t, "", 0);
     if (format == SL_FORMAT_CSV_HEADER)
@@ -450,7 +432,7 @@ TestSuite(io, .timeout = 240);
 /* ------------------------------------------------------------ round trips */
 
 Test(io, jsonl_files_to_exactly_once_jsonl_output) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
   text want = {0};
   text_add(&want, "", 0);
   char **paths = make_inputs(dir, 3, 2500, SL_FORMAT_JSONL, 0, ".jsonl",
@@ -471,11 +453,11 @@ Test(io, jsonl_files_to_exactly_once_jsonl_output) {
   free(want.data);
   free_paths(paths, 3);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, csv_files_with_header_to_plain_csv_output) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
   text want = {0};
   text_add(&want, "", 0);
   char **paths = make_inputs(dir, 4, 1200, SL_FORMAT_CSV_HEADER, ',', ".csv",
@@ -493,13 +475,13 @@ Test(io, csv_files_with_header_to_plain_csv_output) {
   free(want.data);
   free_paths(paths, 4);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* A header line from the schema at the top of every committed part. */
 Test(io, csv_output_files_each_start_with_the_header) {
-  char *dir = temp_dir(), *out = path_in(dir, "out"),
-       *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out"),
+       *state = sl_test_path_in(dir, "state");
   text want = {0};
   text_add(&want, "", 0);
   char **paths = make_inputs(dir, 2, 3000, SL_FORMAT_CSV_HEADER, ',', ".csv",
@@ -522,7 +504,7 @@ Test(io, csv_output_files_each_start_with_the_header) {
   free(got.data);
   free(want.data);
   /* The plain sink: the header once, when it creates the file. */
-  char *plain = path_in(dir, "plain");
+  char *plain = sl_test_path_in(dir, "plain");
   text want2 = {0};
   text_add(&want2, "", 0);
   char **paths2 = make_inputs(dir, 1, 100, SL_FORMAT_CSV_HEADER, ',', ".csv",
@@ -543,11 +525,11 @@ Test(io, csv_output_files_each_start_with_the_header) {
   free_paths(paths, 2);
   free(out);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, csv_without_header_and_semicolons_to_jsonl) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
   text want = {0};
   text_add(&want, "", 0);
   char **paths = make_inputs(dir, 2, 3000, SL_FORMAT_CSV, ';', ".csv", &want,
@@ -564,12 +546,12 @@ Test(io, csv_without_header_and_semicolons_to_jsonl) {
   free(want.data);
   free_paths(paths, 2);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, crlf_blank_lines_bom_and_a_last_line_without_newline) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
-  char *a = path_in(dir, "a.csv"), *b = path_in(dir, "b.jsonl");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+  char *a = sl_test_path_in(dir, "a.csv"), *b = sl_test_path_in(dir, "b.jsonl");
   /* CSV: BOM before the header, CRLF, blank lines, no final newline. */
   const char csv[] = "\xEF\xBB\xBFtime_ms,symbol,price,quantity,urgent\r\n"
                      "\r\n"
@@ -589,7 +571,7 @@ Test(io, crlf_blank_lines_bom_and_a_last_line_without_newline) {
   cr_assert_eq(r.rc, 0, "%s", r.error);
   p.paths = json_paths;
   p.format = SL_FORMAT_JSONL;
-  char *out2 = path_in(dir, "out2");
+  char *out2 = sl_test_path_in(dir, "out2");
   p.out_dir = out2;
   r = run_pipeline(&p);
   cr_assert_eq(r.rc, 0, "%s", r.error);
@@ -602,7 +584,7 @@ Test(io, crlf_blank_lines_bom_and_a_last_line_without_newline) {
   free(b);
   free(out);
   free(out2);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------ timestamps */
@@ -633,7 +615,7 @@ static int capture_process(sl_ctx *ctx, void *state, int input,
 }
 
 static void run_capture(const sl_schema *schema, captured *c) {
-  char *dir = temp_dir();
+  char *dir = sl_test_temp_dir("io");
   text unused = {0};
   char **paths = make_inputs(dir, 2, 1500, SL_FORMAT_JSONL, 0, ".jsonl",
                              &unused, true);
@@ -651,7 +633,7 @@ static void run_capture(const sl_schema *schema, captured *c) {
   sl_job_destroy(job);
   free(unused.data);
   free_paths(paths, 2);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, timestamps_come_from_the_timestamp_field) {
@@ -766,8 +748,8 @@ static void write_bad_input(const char *path, const bad_case *c) {
 Test(io, each_malformed_line_fails_the_job_naming_file_line_and_reason) {
   for (size_t k = 0; k < sizeof bad_cases / sizeof bad_cases[0]; k++) {
     const bad_case *c = &bad_cases[k];
-    char *dir = temp_dir(), *out = path_in(dir, "out");
-    char *input = path_in(dir, "input.txt");
+    char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+    char *input = sl_test_path_in(dir, "input.txt");
     write_bad_input(input, c);
     const char *paths[] = {input};
     pipeline p = {.paths = paths, .path_count = 1, .format = c->format,
@@ -786,16 +768,16 @@ Test(io, each_malformed_line_fails_the_job_naming_file_line_and_reason) {
               r.error);
     free(input);
     free(out);
-    remove_tree(dir);
+    sl_test_remove_tree(dir);
   }
 }
 
 Test(io, each_malformed_line_goes_to_the_dead_letter_file) {
   for (size_t k = 0; k < sizeof bad_cases / sizeof bad_cases[0]; k++) {
     const bad_case *c = &bad_cases[k];
-    char *dir = temp_dir(), *out = path_in(dir, "out");
-    char *input = path_in(dir, "input.txt");
-    char *dead = path_in(dir, "dead.tsv");
+    char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+    char *input = sl_test_path_in(dir, "input.txt");
+    char *dead = sl_test_path_in(dir, "dead.tsv");
     write_bad_input(input, c);
     const char *paths[] = {input};
     pipeline p = {.paths = paths, .path_count = 1, .format = c->format,
@@ -833,13 +815,13 @@ Test(io, each_malformed_line_goes_to_the_dead_letter_file) {
     free(input);
     free(dead);
     free(out);
-    remove_tree(dir);
+    sl_test_remove_tree(dir);
   }
 }
 
 Test(io, dead_letters_across_files_count_and_keep_their_order) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
-  char *dead = path_in(dir, "dead.tsv");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+  char *dead = sl_test_path_in(dir, "dead.tsv");
   char *paths[3];
   text want = {0}, want_dead = {0};
   text_add(&want, "", 0);
@@ -848,7 +830,7 @@ Test(io, dead_letters_across_files_count_and_keep_their_order) {
   for (int k = 0; k < 3; k++) {
     char name[32];
     snprintf(name, sizeof name, "in-%d.jsonl", k);
-    paths[k] = path_in(dir, name);
+    paths[k] = sl_test_path_in(dir, name);
     text t = {0};
     for (uint64_t line = 1; line <= 700; line++) {
       if (line % 97 == 0) { /* a record with a string too long */
@@ -880,7 +862,7 @@ Test(io, dead_letters_across_files_count_and_keep_their_order) {
   expect_same_lines(&got, &want, "good records");
   expect_same_lines(&letters, &want_dead, "dead letters");
   /* A second run starts its dead letters afresh (the file is the job's). */
-  char *out2 = path_in(dir, "out2");
+  char *out2 = sl_test_path_in(dir, "out2");
   p.out_dir = out2;
   r = run_pipeline(&p);
   cr_assert_eq(r.rc, 0, "%s", r.error);
@@ -896,12 +878,12 @@ Test(io, dead_letters_across_files_count_and_keep_their_order) {
   free(dead);
   free(out);
   free(out2);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, an_over_long_line_is_skipped_whole) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
-  char *input = path_in(dir, "in.csv"), *dead = path_in(dir, "dead.tsv");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+  char *input = sl_test_path_in(dir, "in.csv"), *dead = sl_test_path_in(dir, "dead.tsv");
   text t = {0};
   text_printf(&t, "%s\n", good_csv);
   for (int k = 0; k < 3000; k++) /* longer than the 1 MiB read too */
@@ -935,7 +917,7 @@ Test(io, an_over_long_line_is_skipped_whole) {
   free(input);
   free(dead);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------ header, optional */
@@ -956,9 +938,9 @@ static const sl_field sparse_fields[] = {
 static const sl_schema sparse_schema = {sparse_fields, 4, sizeof(sparse), 0};
 
 Test(io, optional_fields_may_be_missing_null_or_empty) {
-  char *dir = temp_dir();
-  char *json = path_in(dir, "in.jsonl"), *csv = path_in(dir, "in.csv");
-  char *out1 = path_in(dir, "out1"), *out2 = path_in(dir, "out2");
+  char *dir = sl_test_temp_dir("io");
+  char *json = sl_test_path_in(dir, "in.jsonl"), *csv = sl_test_path_in(dir, "in.csv");
+  char *out1 = sl_test_path_in(dir, "out1"), *out2 = sl_test_path_in(dir, "out2");
   const char j[] = "{\"id\":1}\n"
                    "{\"id\":2,\"score\":null,\"note\":null,\"count\":null}\n"
                    "{\"id\":3,\"score\":2.5,\"note\":\"n\",\"count\":-4}\n";
@@ -989,7 +971,7 @@ Test(io, optional_fields_may_be_missing_null_or_empty) {
   free(csv);
   free(out1);
   free(out2);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, a_bad_csv_header_fails_the_job_even_with_dead_letters) {
@@ -1004,9 +986,9 @@ Test(io, a_bad_csv_header_fails_the_job_even_with_dead_letters) {
       {"", "the CSV header line is empty"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    char *dir = temp_dir(), *out = path_in(dir, "out");
-    char *good = path_in(dir, "a.csv"), *input = path_in(dir, "b.csv");
-    char *dead = path_in(dir, "dead.tsv");
+    char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+    char *good = sl_test_path_in(dir, "a.csv"), *input = sl_test_path_in(dir, "b.csv");
+    char *dead = sl_test_path_in(dir, "dead.tsv");
     text t = {0};
     text_printf(&t, "time_ms,symbol,price,quantity,urgent\n%s\n", good_csv);
     write_file(good, t.data, t.length);
@@ -1031,13 +1013,13 @@ Test(io, a_bad_csv_header_fails_the_job_even_with_dead_letters) {
     free(input);
     free(dead);
     free(out);
-    remove_tree(dir);
+    sl_test_remove_tree(dir);
   }
 }
 
 Test(io, a_missing_file_fails_the_job_naming_it) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
-  char *missing = path_in(dir, "nope.jsonl");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+  char *missing = sl_test_path_in(dir, "nope.jsonl");
   const char *paths[] = {missing};
   pipeline p = {.paths = paths, .path_count = 1, .format = SL_FORMAT_JSONL,
                 .schema = &trade_schema, .out_dir = out, .exactly_once = 1,
@@ -1049,7 +1031,7 @@ Test(io, a_missing_file_fails_the_job_naming_it) {
   cr_expect(strstr(r.error, want), "'%s' lacks '%s'", r.error, want);
   free(missing);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------ replay */
@@ -1096,7 +1078,7 @@ static void make_replay_input(const char *dir, int format, uint64_t per_file,
   for (int k = 0; k < in->files; k++) {
     char name[32];
     snprintf(name, sizeof name, "in-%d.txt", k);
-    in->paths[k] = path_in(dir, name);
+    in->paths[k] = sl_test_path_in(dir, name);
     text t = {0};
     uint64_t line = 1;
     if (format == SL_FORMAT_CSV_HEADER) {
@@ -1173,8 +1155,8 @@ static void expect_replay_output(const char *out, const char *dead,
 /* Stop-and-resume three times, then run to the end: the exactly-once
  * output and the dead-letter file equal an uninterrupted run's. */
 static void replay(int format) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
-  char *state = path_in(dir, "state"), *dead = path_in(dir, "dead.tsv");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+  char *state = sl_test_path_in(dir, "state"), *dead = sl_test_path_in(dir, "dead.tsv");
   cr_assert_eq(mkdir(state, 0777), 0);
   replay_input in;
   make_replay_input(dir, format, sl_test_scaled(60000, 3000), &in);
@@ -1199,7 +1181,7 @@ static void replay(int format) {
   free(dead);
   free(state);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, jsonl_stop_and_resume_equals_an_uninterrupted_run) {
@@ -1214,8 +1196,8 @@ Test(io, csv_with_header_stop_and_resume_equals_an_uninterrupted_run) {
  * restart restores the newest checkpoint (the source seeks, the dead-letter
  * file is cut back), and the result equals an uninterrupted run. */
 Test(io, failover_restarts_resume_the_files_exactly) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
-  char *state = path_in(dir, "state"), *dead = path_in(dir, "dead.tsv");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+  char *state = sl_test_path_in(dir, "state"), *dead = sl_test_path_in(dir, "dead.tsv");
   cr_assert_eq(mkdir(state, 0777), 0);
   replay_input in;
   make_replay_input(dir, SL_FORMAT_JSONL, sl_test_scaled(40000, 4000), &in);
@@ -1239,12 +1221,12 @@ Test(io, failover_restarts_resume_the_files_exactly) {
   free(dead);
   free(state);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, a_restore_with_another_file_list_is_refused) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
+  char *state = sl_test_path_in(dir, "state");
   cr_assert_eq(mkdir(state, 0777), 0);
   text unused = {0};
   char **paths = make_inputs(dir, 3, 20000, SL_FORMAT_JSONL, 0, ".jsonl",
@@ -1256,7 +1238,7 @@ Test(io, a_restore_with_another_file_list_is_refused) {
   int rc = run_and_stop(&p, 1);
   cr_assert(rc == SL_ESTOPPED || rc == 0);
   /* Two other files: wherever the checkpoint stood, it does not fit. */
-  char *other[2] = {path_in(dir, "x.jsonl"), path_in(dir, "y.jsonl")};
+  char *other[2] = {sl_test_path_in(dir, "x.jsonl"), sl_test_path_in(dir, "y.jsonl")};
   write_file(other[0], "", 0);
   write_file(other[1], "", 0);
   p.paths = (const char *const *)other;
@@ -1271,7 +1253,7 @@ Test(io, a_restore_with_another_file_list_is_refused) {
   free_paths(paths, 3);
   free(state);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------ stdin, stdout */
@@ -1293,9 +1275,9 @@ static void restore_fd(int fd, int saved) {
 }
 
 Test(io, stdin_jsonl_to_stdout_csv) {
-  char *dir = temp_dir();
-  char *input = path_in(dir, "in.jsonl"), *output = path_in(dir, "out.csv");
-  char *dead = path_in(dir, "dead.tsv");
+  char *dir = sl_test_temp_dir("io");
+  char *input = sl_test_path_in(dir, "in.jsonl"), *output = sl_test_path_in(dir, "out.csv");
+  char *dead = sl_test_path_in(dir, "dead.tsv");
   text in = {0}, want = {0};
   text_add(&want, "", 0);
   for (uint64_t i = 0; i < 5000; i++) {
@@ -1311,7 +1293,7 @@ Test(io, stdin_jsonl_to_stdout_csv) {
                            O_WRONLY | O_CREAT | O_TRUNC);
   /* With checkpoints: the stdin source's snapshots save no position, and
    * the stdout sink flushes in its own. */
-  char *state = path_in(dir, "state");
+  char *state = sl_test_path_in(dir, "state");
   cr_assert_eq(mkdir(state, 0777), 0);
   sl_job_config config = {0};
   config.checkpoint.state_dir = state;
@@ -1346,7 +1328,7 @@ Test(io, stdin_jsonl_to_stdout_csv) {
   free(input);
   free(output);
   free(dead);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* A line of 1000 + 9000 * value bytes of one letter: some fit the stdout
@@ -1363,7 +1345,7 @@ static int long_line(void *user, const sl_record *in, char *buffer,
 }
 
 Test(io, stdout_sink_writes_short_and_very_long_lines_in_order) {
-  char *dir = temp_dir(), *output = path_in(dir, "out.txt");
+  char *dir = sl_test_temp_dir("io"), *output = sl_test_path_in(dir, "out.txt");
   sl_tuple records[20];
   text want = {0};
   text_add(&want, "", 0);
@@ -1398,12 +1380,12 @@ Test(io, stdout_sink_writes_short_and_very_long_lines_in_order) {
   free(got.data);
   free(want.data);
   free(output);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, stdout_sink_without_format_writes_the_bytes) {
-  char *dir = temp_dir(), *input = path_in(dir, "in.txt");
-  char *output = path_in(dir, "out.txt");
+  char *dir = sl_test_temp_dir("io"), *input = sl_test_path_in(dir, "in.txt");
+  char *output = sl_test_path_in(dir, "out.txt");
   const char lines[] = "alpha\nbeta, \"gamma\"\n\ndelta\n";
   write_file(input, lines, sizeof lines - 1);
   fflush(stdout);
@@ -1423,7 +1405,7 @@ Test(io, stdout_sink_without_format_writes_the_bytes) {
   free(got.data);
   free(input);
   free(output);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 typedef struct trickle {
@@ -1452,7 +1434,7 @@ static void *trickle_main(void *arg) {
 }
 
 Test(io, stdin_pipe_with_lines_cut_into_pieces) {
-  char *dir = temp_dir(), *out = path_in(dir, "out");
+  char *dir = sl_test_temp_dir("io"), *out = sl_test_path_in(dir, "out");
   text in = {0}, want = {0};
   text_add(&want, "", 0);
   for (uint64_t i = 0; i < 3000; i++) {
@@ -1487,7 +1469,7 @@ Test(io, stdin_pipe_with_lines_cut_into_pieces) {
   free(in.data);
   free(want.data);
   free(out);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(io, stdin_stops_promptly_on_a_quiet_pipe) {

@@ -49,6 +49,7 @@
 
 #include "internal.h" /* the join's keyed state, counted after a run */
 #include "sluice.h"
+#include "test_dirs.h"
 #include "test_util.h"
 
 #define BATCH 64
@@ -793,19 +794,6 @@ static ref_out ref_unbounded(const ref_input *in, bool timestamps) {
 
 /* ----------------------------------------------------------- checking */
 
-static char *temp_dir(void) {
-  char *dir = strdup("/tmp/sluice-join-XXXXXX");
-  cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-  return dir;
-}
-
-static void remove_tree(char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-  free(dir);
-}
-
 /* Records the join's instance 0 of parallelism receives. */
 static uint64_t instance0_records(const run_spec *spec, int parallelism) {
   const side_event *ev[3] = {spec->left, spec->right, spec->merged};
@@ -844,7 +832,7 @@ static void check_all(run_spec base, const ref_out *want, const char *what) {
       char *dir = 0;
       char faults[128];
       if (failing) {
-        dir = temp_dir();
+        dir = sl_test_temp_dir("join");
         spec.state_dir = dir;
         uint64_t mine = instance0_records(&base, ps[pi]);
         cr_assert_gt(mine, 100, "%s: instance 0 gets too little input", what);
@@ -890,7 +878,7 @@ static void check_all(run_spec base, const ref_out *want, const char *what) {
       }
       free(got);
       if (dir)
-        remove_tree(dir);
+        sl_test_remove_tree(dir);
     }
   }
 }

@@ -19,28 +19,10 @@
 
 #include "checkpoint.h" /* sl_checkpointer_store: the job's store */
 #include "store.h"
+#include "test_dirs.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ helpers */
-
-static char *temp_dir(void) {
-  char *dir = strdup("/tmp/sluice-table-XXXXXX");
-  cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-  return dir;
-}
-
-static void remove_tree(char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-  free(dir);
-}
-
-static char *path_in(const char *dir, const char *name) {
-  char *p = malloc(strlen(dir) + strlen(name) + 2);
-  sprintf(p, "%s/%s", dir, name);
-  return p;
-}
 
 static uint64_t tuple_key(void *user, const sl_record *in) {
   (void)user;
@@ -327,8 +309,8 @@ static table_model read_dir(const char *dir, const char *table,
 /* ------------------------------------------------------------ runs */
 
 Test(table, uninterrupted_run_holds_every_running_sum) {
-  char *dir = temp_dir();
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("table");
+  char *state = sl_test_path_in(dir, "state");
   uint64_t count = sl_test_scaled(200000, 20000), keys = 1000;
   sum_job s = {.source = {.count = count, .keys = keys, .per_call = 256},
                .parallelism = 2, .state_dir = state};
@@ -372,7 +354,7 @@ Test(table, uninterrupted_run_holds_every_running_sum) {
   model_free(&got);
   model_free(&want);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* The source position saved by the newest complete checkpoint of the
@@ -401,8 +383,8 @@ static uint64_t saved_position(const char *dir, uint64_t *checkpoint) {
 }
 
 Test(table, stopped_job_holds_exactly_the_checkpointed_records) {
-  char *dir = temp_dir();
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("table");
+  char *state = sl_test_path_in(dir, "state");
   /* Each key gets 4 records, far apart: most keys change in few
    * checkpoint intervals, so a row early or late shows. */
   uint64_t count = 60000, keys = count / 4;
@@ -454,15 +436,15 @@ Test(table, stopped_job_holds_exactly_the_checkpointed_records) {
   model_free(&got);
   model_free(&want);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* Failovers: instances of the sum and of the table sink fail after the
  * gate (a checkpoint completed), the job restarts from its newest
  * checkpoint, and the final table equals an uninterrupted run's. */
 Test(table, failover_ends_with_the_uninterrupted_table) {
-  char *dir = temp_dir();
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("table");
+  char *state = sl_test_path_in(dir, "state");
   /* One record a key: a row lost across a failover stays lost. */
   uint64_t count = sl_test_scaled(200000, 40000), keys = count;
   char faults[256];
@@ -500,7 +482,7 @@ Test(table, failover_ends_with_the_uninterrupted_table) {
   model_free(&want);
   sl_job_destroy(job);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* Checkpoints aborted after the sink handed its rows over (a failed
@@ -508,8 +490,8 @@ Test(table, failover_ends_with_the_uninterrupted_table) {
  * happened): no restart, and the rows are written by a later checkpoint,
  * once, in order. */
 Test(table, rows_of_aborted_checkpoints_go_with_the_next) {
-  char *dir = temp_dir();
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("table");
+  char *state = sl_test_path_in(dir, "state");
   /* Every record its own key: a row lost from any batch stays lost. */
   uint64_t count = 40000, keys = count;
   /* At least 250 ms of input (1250 calls, 200 us pauses): about 25
@@ -544,7 +526,7 @@ Test(table, rows_of_aborted_checkpoints_go_with_the_next) {
   model_free(&want);
   sl_job_destroy(job);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* A running sum of key k after j of its records (values k, k + K, ...):
@@ -585,8 +567,8 @@ static int check_prefix_row(void *arg, const void *key, uint32_t key_bytes,
  * to grow several times meanwhile: every row seen is a running sum that
  * some prefix of the key's records gives, and checkpoints only advance. */
 Test(table, reads_while_running_see_whole_checkpoints) {
-  char *dir = temp_dir();
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("table");
+  char *state = sl_test_path_in(dir, "state");
   uint64_t count = 30000, keys = 3000;
   sum_job s = {.source = {.count = count, .keys = keys, .per_call = 64,
                           .pause_us = 150},
@@ -626,7 +608,7 @@ Test(table, reads_while_running_see_whole_checkpoints) {
   model_free(&want);
   sl_job_destroy(job);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------ deletes */
@@ -670,8 +652,8 @@ static table_model expected_deletes(uint64_t count, uint64_t keys) {
 }
 
 static void run_deletes(int source_parallelism, int sink_parallelism) {
-  char *dir = temp_dir();
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("table");
+  char *state = sl_test_path_in(dir, "state");
   uint64_t count = sl_test_scaled(100000, 20000), keys = 997;
   sl_job_config config = {0};
   config.checkpoint.state_dir = state;
@@ -699,7 +681,7 @@ static void run_deletes(int source_parallelism, int sink_parallelism) {
   model_free(&got);
   model_free(&want);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(table, deletes_and_skips_one_instance) { run_deletes(1, 1); }
@@ -727,8 +709,8 @@ static sl_job *build_memory(const char *state, const sl_tuple *records,
 }
 
 Test(table, fresh_start_empties_every_table) {
-  char *dir = temp_dir();
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("table");
+  char *state = sl_test_path_in(dir, "state");
   sl_tuple first[100], second[50];
   for (uint64_t i = 0; i < 100; i++)
     first[i] = (sl_tuple){.key = i, .value = i * i};
@@ -777,7 +759,7 @@ Test(table, fresh_start_empties_every_table) {
   sl_table_close(reader);
   model_free(&empty);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------ errors */
@@ -864,8 +846,8 @@ static int long_key_row(void *user, const sl_record *in, sl_table_row *out) {
 /* The job's failure message for a sink fed by a sequence source. */
 static void expect_run_failure(sl_table_row_fn row, int parallelism,
                                bool short_records, const char *needle) {
-  char *dir = temp_dir();
-  char *state = path_in(dir, "state");
+  char *dir = sl_test_temp_dir("table");
+  char *state = sl_test_path_in(dir, "state");
   sl_job_config config = {0};
   config.checkpoint.state_dir = state;
   config.checkpoint.no_sync = 1;
@@ -888,7 +870,7 @@ static void expect_run_failure(sl_table_row_fn row, int parallelism,
             "%s", e);
   sl_job_destroy(job);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 Test(table, run_time_errors_name_the_operator_and_table) {
@@ -909,10 +891,10 @@ Test(table, readers_refuse_what_is_no_store) {
   cr_assert(strstr(err, "/tmp/sluice-table-no-such-dir/x") != 0 &&
                 strstr(err, "no such directory") != 0, "%s", err);
 
-  char *dir = temp_dir();
+  char *dir = sl_test_temp_dir("table");
   rc = sl_table_open(dir, &reader, err, sizeof err); /* empty: no store */
   cr_assert_eq(rc, ENOENT, "%s", err);
-  char *file = path_in(dir, "notes.txt");
+  char *file = sl_test_path_in(dir, "notes.txt");
   FILE *f = fopen(file, "w");
   cr_assert(f);
   fputs("not a store\n", f);
@@ -923,7 +905,7 @@ Test(table, readers_refuse_what_is_no_store) {
   free(file);
 
   /* A directory a job of this process holds: one handle per process. */
-  char *state = path_in(dir, "state");
+  char *state = sl_test_path_in(dir, "state");
   sl_tuple records[10];
   for (uint64_t i = 0; i < 10; i++)
     records[i] = (sl_tuple){.key = i, .value = i};
@@ -948,7 +930,7 @@ Test(table, readers_refuse_what_is_no_store) {
   sl_table_close(reader);
   sl_job_destroy(job);
   free(state);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------ the store */
@@ -1003,7 +985,7 @@ static int fail_third_put(void *arg, enum sl_store_call call) {
 }
 
 Test(table, store_tables_commit_with_checkpoints_and_survive_compaction) {
-  char *dir = temp_dir();
+  char *dir = sl_test_temp_dir("table");
   sl_store_options o = {.graph_fingerprint = "table test", .no_sync = 1};
   sl_store *st;
   char err[512];
@@ -1082,7 +1064,7 @@ Test(table, store_tables_commit_with_checkpoints_and_survive_compaction) {
   expect_rows(st, "a", "");
   expect_rows(st, "b", "");
   sl_store_close(st);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }
 
 /* Raw LMDB access to the "tables" database of a store in dir. */
@@ -1119,7 +1101,7 @@ static void drop_tables(MDB_txn *txn, MDB_dbi dbi) {
 }
 
 Test(table, store_reports_corrupt_rows_and_adds_tables_to_older_stores) {
-  char *dir = temp_dir();
+  char *dir = sl_test_temp_dir("table");
   sl_store_options o = {.graph_fingerprint = "table test", .no_sync = 1};
   sl_store *st;
   char err[512];
@@ -1159,5 +1141,5 @@ Test(table, store_reports_corrupt_rows_and_adds_tables_to_older_stores) {
   cr_assert_eq(sl_store_commit(txn, 2, "r", 1), 0, "%s", sl_store_error(st));
   expect_rows(st, "a", "new=row");
   sl_store_close(st);
-  remove_tree(dir);
+  sl_test_remove_tree(dir);
 }

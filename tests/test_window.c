@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "test_dirs.h"
 #include "test_util.h"
 
 #define BATCH 64
@@ -598,19 +599,6 @@ static result *ref_count(const event *e, uint64_t n, uint64_t keys,
 
 /* ----------------------------------------------------------- tests */
 
-static char *temp_dir(void) {
-  char *dir = strdup("/tmp/sluice-win-XXXXXX");
-  cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-  return dir;
-}
-
-static void remove_tree(char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-  free(dir);
-}
-
 /* Run spec's window at parallelism 1 and 4, plain and with a failure in
  * the middle (faults on the window and on the sink), and compare each run
  * with the reference. */
@@ -624,7 +612,7 @@ static void check_all(run_spec base, const result *want, uint64_t n_want,
       char *dir = 0;
       char faults[128];
       if (failing) {
-        dir = temp_dir();
+        dir = sl_test_temp_dir("win");
         spec.state_dir = dir;
         snprintf(faults, sizeof faults, "fail:op=win,instance=0,record=%" PRIu64,
                  base.n / (2 * (uint64_t)ps[pi]));
@@ -653,7 +641,7 @@ static void check_all(run_spec base, const result *want, uint64_t n_want,
       }
       free(got);
       if (dir)
-        remove_tree(dir);
+        sl_test_remove_tree(dir);
     }
   }
 }
@@ -919,12 +907,12 @@ Test(timers, fire_in_order_delete_and_survive_restore) {
     result *got = run_timers(e, EVENTS, ps[pi], 0, 0, &n_got);
     expect_same(got, n_got, want, n_want, "timers");
     free(got);
-    char *dir = temp_dir();
+    char *dir = sl_test_temp_dir("win");
     got = run_timers(e, EVENTS, ps[pi], dir, "fail:op=win,instance=0,record=1000",
                      &n_got);
     expect_same(got, n_got, want, n_want, "timers after a failure");
     free(got);
-    remove_tree(dir);
+    sl_test_remove_tree(dir);
   }
   free(regs);
   free(wm);
