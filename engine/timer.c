@@ -323,8 +323,8 @@ static void compact(sl_instance *inst, int domain) {
       h->items[kept++] = h->items[i];
   }
   h->count = kept;
-  qsort(h->items, kept, sizeof *h->items, item_cmp); /* a sorted array is a
-                                                         heap */
+  if (kept > 1) /* a sorted array is a heap */
+    qsort(h->items, kept, sizeof *h->items, item_cmp);
   inst->timers->deleted[domain] = 0;
 }
 
@@ -415,6 +415,8 @@ int sl_event_fire_processing(sl_instance *inst) {
  * the clock to INT64_MAX. */
 static int fire_pending_processing(sl_instance *inst) {
   timer_heap *h = &inst->timers->heap[SL_PROCESSING_TIME];
+  if (h->count == 0)
+    return 0;
   timer_heap due = *h;
   *h = (timer_heap){0};
   qsort(due.items, due.count, sizeof *due.items, item_cmp);
