@@ -394,10 +394,20 @@ static void update_recovery(sl_failover *f, uint32_t restart_number,
   pthread_mutex_unlock(&f->lock);
 }
 
+static void supervise(sl_job *job);
+
 static void *supervisor_main(void *arg) {
   sl_job *job = arg;
-  sl_failover *f = job->failover;
   pthread_setname_np(pthread_self(), "sl:supervisor");
+  supervise(job);
+  /* No restart follows: a push source's blocked pushers may give up now,
+   * before anyone calls sl_job_wait(). */
+  atomic_store(&job->restarts_over, 1);
+  return 0;
+}
+
+static void supervise(sl_job *job) {
+  sl_failover *f = job->failover;
   for (;;) {
     sl_job_join_threads(job);
     sl_checkpointer_stop(job);
@@ -405,10 +415,10 @@ static void *supervisor_main(void *arg) {
     note_first_record(f, job);
     pthread_mutex_unlock(&f->lock);
     if (!atomic_load(&job->failed))
-      return 0; /* finished, or stopped by the user */
+      return; /* finished, or stopped by the user */
     uint64_t now = sl_now_ns();
     if (atomic_load(&job->user_stopped))
-      return 0; /* failed while the user stopped it: no restart */
+      return; /* failed while the user stopped it: no restart */
     char why[200];
     uint64_t delay_ms = 0;
     if (!restart_next(f, now, &delay_ms, why, sizeof why)) {
@@ -417,7 +427,7 @@ static void *supervisor_main(void *arg) {
       snprintf(job->error + used, sizeof job->error - used,
                " (not restarted after %" PRIu32 " restart%s: %s)",
                f->restarts, f->restarts == 1 ? "" : "s", why);
-      return 0;
+      return;
     }
     sl_recovery_stats r = {.restart = f->restarts + 1,
                            .status = job->fail_status ? job->fail_status
@@ -433,7 +443,7 @@ static void *supervisor_main(void *arg) {
       size_t used = strlen(job->error);
       snprintf(job->error + used, sizeof job->error - used,
                " (not restarted: stopped while waiting to restart)");
-      return 0;
+      return;
     }
     f->restarts++;
     atomic_store(&f->restarts_shared, f->restarts);

@@ -183,6 +183,8 @@ struct sl_job {
 
   /* Failover (failover.c). */
   _Atomic int user_stopped;     /* sl_job_stop() was called: no restart */
+  _Atomic int restarts_over;    /* the supervisor returned: whatever has
+                                   stopped now stays stopped (push.c) */
   _Atomic uint64_t failed_ns;   /* when the current failure was detected */
   _Atomic int awaiting_first_record; /* set at a restart, cleared by the
                                         first instance to process a record */

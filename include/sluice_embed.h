@@ -175,8 +175,8 @@ int sl_source_push(sl_job *job, const char *name, uint32_t capacity_records,
  *   ENOMEM        the queue's buffer could not grow.
  * On error the record was not queued.  With a restart strategy a pusher
  * keeps waiting through a failover; if the strategy then gives up, it
- * returns SL_ESTOPPED once sl_job_wait() has returned (so do not wait for
- * the job on a thread that pushes), or at once after sl_job_stop(). */
+ * returns SL_ESTOPPED within a few milliseconds of that decision (no
+ * sl_job_wait() needed), or at once after sl_job_stop(). */
 int sl_push_record(sl_push *p, const void *data, uint32_t size_bytes,
                    int64_t timestamp);
 

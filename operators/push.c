@@ -32,11 +32,12 @@
  * 4. The end of the job.  A push is refused with SL_ESTOPPED once nothing
  *    will ever take the queue (job_over): the job finished (sl_job_wait
  *    returned), or it is stopping and no restart can follow (the user
- *    stopped it, or it failed with no restart strategy).  The source's
+ *    stopped it, it failed with no restart strategy, or the strategy gave
+ *    up).  The source's
  *    close callback, which every instance exit runs, broadcasts `room` so
  *    that sleeping pushers look at once; the sleep's timeout covers the
  *    cases where no instance is left to tell them (a strategy that gives
- *    up is only known once sl_job_wait() has returned).
+ *    up: the supervisor sets job->restarts_over when it returns).
  * 5. Restarts.  The queue, `draining` and its cursor live in the operator's
  *    user data, which outlives instance threads (a restart's new thread
  *    starts after the old one was joined).  So the new instance goes on
@@ -194,7 +195,8 @@ static bool job_over(sl_job *job) {
   if (!atomic_load(&job->stopping))
     return false;
   return atomic_load(&job->user_stopped) ||
-         job->config.restart.strategy == SL_RESTART_NONE;
+         job->config.restart.strategy == SL_RESTART_NONE ||
+         atomic_load(&job->restarts_over); /* the strategy gave up */
 }
 
 /* ------------------------------------------------------------ pushing */

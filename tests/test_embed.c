@@ -963,6 +963,43 @@ Test(push, a_failure_releases_blocked_pushers) {
   push_check_free(&c);
 }
 
+/* A restart strategy that gives up releases blocked pushers by itself:
+ * they return SL_ESTOPPED without anyone calling sl_job_wait(). */
+Test(push, a_strategy_that_gives_up_releases_blocked_pushers) {
+  push_check c;
+  push_check_init(&c, 10000000);
+  sl_job_config config = {.ring_bytes = 4096};
+  config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
+  config.restart.attempts = 1;
+  config.restart.delay_ms = 0;
+  config.faults = "fail:op=sink,record=2000,times=inf";
+  sl_push *push;
+  sl_job *job = push_job(&config, 64, &c, &push);
+  cr_assert_eq(sl_job_start(job), 0);
+  pusher ps[PUSH_THREADS];
+  start_pushers(ps, push, 10000000);
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 20;
+  for (int t = 0; t < PUSH_THREADS; t++) {
+    int rc = pthread_timedjoin_np(ps[t].thread, 0, &deadline);
+    if (rc == ETIMEDOUT) {
+      sl_job_stop(job); /* release them, then fail */
+      join_pushers(ps);
+      cr_assert_fail("pusher %d still blocked 20 s after the job gave up", t);
+    }
+    cr_assert_eq(ps[t].rc, SL_ESTOPPED, "thread %d: %s", t,
+                 sl_strerror(ps[t].rc));
+  }
+  int wrc = wait_guarded(job, 60, "given-up push job");
+  cr_assert_eq(wrc, SL_ECALLBACK, "%s: %s", sl_strerror(wrc), sl_job_error(job));
+  cr_assert_eq(sl_job_restarts(job), 1);
+  cr_assert(strstr(sl_job_error(job), "not restarted after 1 restart"), "%s",
+            sl_job_error(job));
+  sl_job_destroy(job);
+  push_check_free(&c);
+}
+
 /* With a restart strategy the pushers keep going through a failover: the
  * job restarts in-process, takes the rest of the queue and ends when the
  * input is closed.  Records in flight at the failure may be lost
