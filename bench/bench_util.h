@@ -382,4 +382,34 @@ static inline void bench_json_machine(bench_json *json) {
   bench_json_end_object(json);
 }
 
+/* One series of a pipeline benchmark's JSON (pipeline_p2, pipeline_p3):
+ * its name and parallelism, median/min/max, every run's rate and, for a
+ * checkpointed series (checkpoint_ms > 0), the interval and the
+ * checkpoints each run completed. */
+static inline void bench_json_series(bench_json *json, const char *name,
+                                     uint64_t parallelism,
+                                     const bench_stats *stats,
+                                     const double *rates, int runs,
+                                     uint32_t checkpoint_ms,
+                                     const uint64_t *checkpoints) {
+  bench_json_begin_object(json, 0);
+  bench_json_string(json, "name", name);
+  bench_json_u64(json, "parallelism", parallelism);
+  bench_json_double(json, "median", stats->median);
+  bench_json_double(json, "min", stats->min);
+  bench_json_double(json, "max", stats->max);
+  bench_json_begin_array(json, "runs");
+  for (int r = 0; r < runs; r++)
+    bench_json_double(json, 0, rates[r]);
+  bench_json_end_array(json);
+  if (checkpoint_ms) {
+    bench_json_u64(json, "checkpoint_interval_ms", checkpoint_ms);
+    bench_json_begin_array(json, "checkpoints_completed");
+    for (int r = 0; r < runs; r++)
+      bench_json_u64(json, 0, checkpoints[r]);
+    bench_json_end_array(json);
+  }
+  bench_json_end_object(json);
+}
+
 #endif /* SL_BENCH_UTIL_H */

@@ -406,26 +406,12 @@ static int write_json(const options *o, series *all, int count) {
   bench_json_machine(&json);
   bench_json_begin_array(&json, "series");
   for (int i = 0; i < count; i++) {
-    bench_json_begin_object(&json, 0);
-    bench_json_string(&json, "name", all[i].name);
-    bench_json_u64(&json, "parallelism",
-                   (uint64_t)(all[i].parallelism ? all[i].parallelism
-                                                 : o->parallelism));
-    bench_json_double(&json, "median", all[i].stats.median);
-    bench_json_double(&json, "min", all[i].stats.min);
-    bench_json_double(&json, "max", all[i].stats.max);
-    bench_json_begin_array(&json, "runs");
-    for (int r = 0; r < all[i].runs; r++)
-      bench_json_double(&json, 0, all[i].rates[r]);
-    bench_json_end_array(&json);
-    if (all[i].checkpoint) {
-      bench_json_u64(&json, "checkpoint_interval_ms", o->checkpoint_ms);
-      bench_json_begin_array(&json, "checkpoints_completed");
-      for (int r = 0; r < all[i].runs; r++)
-        bench_json_u64(&json, 0, all[i].checkpoints[r]);
-      bench_json_end_array(&json);
-    }
-    bench_json_end_object(&json);
+    bench_json_series(&json, all[i].name,
+                      (uint64_t)(all[i].parallelism ? all[i].parallelism
+                                                    : o->parallelism),
+                      &all[i].stats, all[i].rates, all[i].runs,
+                      all[i].checkpoint ? o->checkpoint_ms : 0,
+                      all[i].checkpoints);
   }
   bench_json_end_array(&json);
   bench_json_end_object(&json);

@@ -124,8 +124,9 @@ struct sl_push {
 };
 
 
-/* Does a buffer hold together?  For asserts. */
-static bool buffer_check(const push_buffer *b) {
+/* Does a buffer hold together?  For asserts (inline: unused, and not
+ * warned about, when NDEBUG removes them). */
+static inline bool buffer_check(const push_buffer *b) {
   assert(b->used_bytes <= b->capacity_bytes);
   assert((b->records == 0) == (b->used_bytes == 0));
   assert(b->used_bytes >= (size_t)b->records * sizeof(push_entry));
@@ -133,7 +134,7 @@ static bool buffer_check(const push_buffer *b) {
 }
 
 /* The queue side of p; under the lock. */
-static bool queue_check(const sl_push *p) {
+static inline bool queue_check(const sl_push *p) {
   assert(buffer_check(&p->filling));
   assert(p->filling.records <= p->capacity_records);
   assert(p->filling.records ==
@@ -143,7 +144,7 @@ static bool queue_check(const sl_push *p) {
 }
 
 /* The source side of p; on the source's thread. */
-static bool drain_check(const sl_push *p) {
+static inline bool drain_check(const sl_push *p) {
   assert(buffer_check(&p->draining));
   assert(p->drain_left <= p->draining.records);
   assert(p->drain_offset <= p->draining.used_bytes);
