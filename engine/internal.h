@@ -278,6 +278,29 @@ void sl_job_fail(sl_job *job, int status, const char *fmt, ...)
 int sl_instance_write_barrier(sl_instance *inst, uint64_t id);
 uint64_t sl_now_ns(void);
 
+/* Emitting on behalf of a record with another time (window results at
+ * end - 1, join pairs at the later of their two times): sl_emit stamps
+ * with ctx->current's timestamp, so point it at a copy that carries ts
+ * until sl_emit_stamp_end().  The key must be computed already, or state
+ * calls would take it from the copy (asserted). */
+typedef struct sl_emit_stamp {
+  const sl_record *saved;
+  sl_record record;
+} sl_emit_stamp;
+
+static inline void sl_emit_stamp_begin(sl_ctx *ctx, sl_emit_stamp *st,
+                                       int64_t ts) {
+  assert(ctx->cp.key_valid);
+  st->saved = ctx->current;
+  st->record = st->saved ? *st->saved : (sl_record){.data = 0};
+  st->record.timestamp = ts;
+  ctx->current = &st->record;
+}
+
+static inline void sl_emit_stamp_end(sl_ctx *ctx, const sl_emit_stamp *st) {
+  ctx->current = st->saved;
+}
+
 /* Copy the text src into dst of dst_bytes (> 0), cut if need be. */
 static inline void sl_copy_text(char *dst, size_t dst_bytes, const char *src) {
   size_t n = strnlen(src, dst_bytes - 1);

@@ -259,23 +259,6 @@ static void batch_clear(element_batch *b) {
   b->used = 0;
 }
 
-/* Note 8: emits during the join function get timestamp ts. */
-typedef struct stamp {
-  const sl_record *saved;
-  sl_record record;
-} stamp;
-
-static void stamp_begin(sl_ctx *ctx, stamp *st, int64_t ts) {
-  assert(ctx->cp.key_valid); /* the key no longer depends on current */
-  st->saved = ctx->current;
-  st->record = st->saved ? *st->saved : (sl_record){.data = 0};
-  st->record.timestamp = ts;
-  ctx->current = &st->record;
-}
-
-static void stamp_end(sl_ctx *ctx, const stamp *st) {
-  ctx->current = st->saved;
-}
 
 /* The join function's status as the callback's: 0, or negative with a
  * cause. */
@@ -427,15 +410,15 @@ static int window_join_late(sl_ctx *ctx, join_instance *s, uint64_t key,
   if (rc)
     return rc;
   const element_batch *b = &s->sides[other];
-  stamp st;
-  stamp_begin(ctx, &st, w->end - 1);
+  sl_emit_stamp st; /* note 8 */
+  sl_emit_stamp_begin(ctx, &st, w->end - 1);
   for (uint64_t i = 0; i < b->count && rc == 0; i++) {
     sl_record r = batch_record(b, i);
     rc = side == LEFT ? c->join(c->user, ctx, key, w, in, &r)
                       : c->join(c->user, ctx, key, w, &r, in);
     rc = join_status(ctx, rc, key);
   }
-  stamp_end(ctx, &st);
+  sl_emit_stamp_end(ctx, &st);
   return rc;
 }
 
@@ -825,11 +808,11 @@ static int interval_probe(sl_ctx *ctx, join_instance *s, uint64_t key,
         rc = element_record(v, bytes, &r);
       if (rc)
         return rc;
-      stamp st;
-      stamp_begin(ctx, &st, ts > e->ts ? ts : e->ts);
+      sl_emit_stamp st; /* note 8 */
+      sl_emit_stamp_begin(ctx, &st, ts > e->ts ? ts : e->ts);
       rc = side == LEFT ? c->join(c->user, ctx, key, in, &r)
                         : c->join(c->user, ctx, key, &r, in);
-      stamp_end(ctx, &st);
+      sl_emit_stamp_end(ctx, &st);
       rc = join_status(ctx, rc, key);
       if (rc)
         return rc;

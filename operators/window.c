@@ -275,10 +275,10 @@ static int window_fire(sl_ctx *ctx, window_instance *s, uint64_t key,
   int rc;
   /* A time window's result carries end - 1, also when a late record makes
    * it fire again (sl_emit stamps with the current record's time). */
-  sl_record stamped = {.timestamp = win->end - 1};
-  const sl_record *saved_current = ctx->current;
-  if (c->type != SL_WINDOW_COUNT)
-    ctx->current = &stamped;
+  sl_emit_stamp stamp;
+  bool stamped = c->type != SL_WINDOW_COUNT;
+  if (stamped)
+    sl_emit_stamp_begin(ctx, &stamp, win->end - 1);
   if (s->w->incremental) {
     rc = c->emit(c->user, ctx, key, win, s->buffer + sizeof(window_header));
   } else {
@@ -289,7 +289,8 @@ static int window_fire(sl_ctx *ctx, window_instance *s, uint64_t key,
     rc = c->process(c->user, ctx, key, win, &contents);
     *(window_header *)s->buffer = saved;
   }
-  ctx->current = saved_current;
+  if (stamped)
+    sl_emit_stamp_end(ctx, &stamp);
   if (rc > 0)
     rc = 0;
   if (rc < 0 && !ctx->cause[0])
