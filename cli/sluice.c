@@ -26,9 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_util.h"
 #include "sluice.h"
-
-#define MAX_CPUS 256
 
 /* jemalloc reads this at start-up: back the heap with transparent huge
  * pages (on this VM, a page fault costs about 10 us, and a 1M-key state is
@@ -107,109 +106,6 @@ static void usage(FILE *out) {
           "  --quiet              no live status line\n"
           "  --json               print the summary as one JSON object\n"
           "  -h, --help           this text\n");
-}
-
-static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die_usage(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("sluice: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputs(" (see sluice --help)\n", stderr);
-  va_end(ap);
-  exit(2);
-}
-
-static uint64_t parse_u64(const char *flag, const char *text, uint64_t min,
-                          uint64_t max) {
-  if (!text)
-    die_usage("%s needs a value", flag);
-  char *end = 0;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (errno || end == text || *end != 0 || text[0] < '0' || text[0] > '9')
-    die_usage("%s: '%s' is not a whole number", flag, text);
-  if (v < min || v > max)
-    die_usage("%s: %llu is outside %" PRIu64 "..%" PRIu64, flag, v, min, max);
-  return v;
-}
-
-static int parse_cpus(const char *text, int *cpus) {
-  if (!text)
-    die_usage("--cpus needs a value");
-  int n = 0;
-  const char *p = text;
-  while (*p) {
-    char *end = 0;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    if (errno || end == p || *p < '0' || *p > '9' || v >= 1024)
-      die_usage("--cpus: '%s' is not a list of CPU numbers like 0,1", text);
-    if (n == MAX_CPUS)
-      die_usage("--cpus: more than %d CPUs", MAX_CPUS);
-    cpus[n++] = (int)v;
-    if (*end == ',' && end[1] != 0)
-      end++;
-    else if (*end != 0)
-      die_usage("--cpus: '%s' is not a list of CPU numbers like 0,1", text);
-    p = end;
-  }
-  if (n == 0)
-    die_usage("--cpus: empty list");
-  return n;
-}
-
-/* --restart: a strategy name and colon-separated fields; the fields not
- * given keep Flink's defaults (sl_restart_defaults). */
-static void parse_restart(const char *text, struct sl_restart_config *r) {
-  if (!text)
-    die_usage("--restart needs a value");
-  char copy[256];
-  if (strlen(text) >= sizeof copy)
-    die_usage("--restart: '%s' is too long", text);
-  strcpy(copy, text);
-  char *fields[6] = {0};
-  int n = 0;
-  char *save = 0;
-  char *name = strtok_r(copy, ":", &save);
-  for (char *f; n < 6 && (f = strtok_r(0, ":", &save));)
-    fields[n++] = f;
-  if (!name)
-    die_usage("--restart: empty");
-  if (strcmp(name, "none") == 0 && n == 0) {
-    *r = sl_restart_defaults(SL_RESTART_NONE);
-  } else if (strcmp(name, "fixed-delay") == 0 && n <= 2) {
-    *r = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
-    if (n > 0)
-      r->attempts = (uint32_t)parse_u64("--restart attempts", fields[0], 0, 1000000000);
-    if (n > 1)
-      r->delay_ms = (uint32_t)parse_u64("--restart delay", fields[1], 0, 86400000);
-  } else if (strcmp(name, "exponential-delay") == 0 && n <= 5) {
-    *r = sl_restart_defaults(SL_RESTART_EXPONENTIAL_DELAY);
-    if (n > 0)
-      r->initial_delay_ms = (uint32_t)parse_u64("--restart initial", fields[0], 0, 86400000);
-    if (n > 1)
-      r->max_delay_ms = (uint32_t)parse_u64("--restart max", fields[1], 0, 86400000);
-    for (int i = 2; i < n; i++) {
-      char *end;
-      double v = strtod(fields[i], &end);
-      if (end == fields[i] || *end)
-        die_usage("--restart: '%s' is not a number", fields[i]);
-      *(i == 2 ? &r->multiplier : &r->jitter) = v;
-    }
-  } else if (strcmp(name, "failure-rate") == 0 && n <= 3) {
-    *r = sl_restart_defaults(SL_RESTART_FAILURE_RATE);
-    if (n > 0)
-      r->max_failures = (uint32_t)parse_u64("--restart max failures", fields[0], 0, 1000000);
-    if (n > 1)
-      r->interval_ms = (uint32_t)parse_u64("--restart interval", fields[1], 1, 86400000);
-    if (n > 2)
-      r->delay_ms = (uint32_t)parse_u64("--restart delay", fields[2], 0, 86400000);
-  } else {
-    die_usage("--restart: '%s' is not none, fixed-delay[:A[:D]], "
-              "exponential-delay[:I[:M[:X[:J]]]] or failure-rate[:M[:I[:D]]]",
-              text);
-  }
 }
 
 static void parse_options(int argc, char **argv, int first, options *o) {
@@ -688,11 +584,6 @@ static void on_signal(int sig) {
     sl_job_stop(job); /* only stores and futex wakes: signal-safe */
 }
 
-static double seconds_since(const struct timespec *t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
 
 typedef struct status {
   sl_job *job;

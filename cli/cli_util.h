@@ -1,0 +1,32 @@
+/* cli_util.h — helpers shared by the sluice command's subcommands
+ * (cli/sluice.c). */
+#ifndef SLUICE_CLI_UTIL_H
+#define SLUICE_CLI_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "sluice.h"
+
+#define MAX_CPUS 256
+
+/** Print "sluice: MESSAGE (see sluice --help)" and exit with status 2. */
+void die_usage(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+
+/** The value of flag as a whole number in min..max, or die_usage(). */
+uint64_t parse_u64(const char *flag, const char *text, uint64_t min,
+                   uint64_t max);
+
+/** A comma-separated CPU list into cpus (MAX_CPUS at most); its length. */
+int parse_cpus(const char *text, int *cpus);
+
+/** --restart STRATEGY[:FIELDS] into *r (fields not given: Flink's
+ * defaults, sl_restart_defaults). */
+void parse_restart(const char *text, struct sl_restart_config *r);
+
+/** Seconds elapsed on CLOCK_MONOTONIC since *t0. */
+double seconds_since(const struct timespec *t0);
+
+#endif /* SLUICE_CLI_UTIL_H */
