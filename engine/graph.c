@@ -410,6 +410,18 @@ SL_EXPORT int sl_op_sink(sl_job *job, const char *name, sl_op *input,
                      op);
 }
 
+SL_EXPORT int sl_op_set_user_free(sl_op *op, void (*free_fn)(void *user)) {
+  if (!op || !op->job)
+    return EINVAL;
+  /* A key_by, union or side output has no user pointer of its own. */
+  if (sl_op_kind_is_virtual(op->kind))
+    return EINVAL;
+  if (op->user_free && free_fn)
+    return SL_EUSAGE; /* a built-in already owns it */
+  op->user_free = free_fn;
+  return 0;
+}
+
 SL_EXPORT int sl_op_add_input(sl_job *job, sl_op *consumer, sl_op *input) {
   if (!job)
     return EINVAL;

@@ -446,6 +446,14 @@ int sl_op_sink(sl_job *job, const char *name, sl_op *input, int parallelism,
  * by sl_job_validate() and sl_job_start().  Errors: SL_EGRAPH. */
 int sl_op_add_input(sl_job *job, sl_op *consumer, sl_op *input);
 
+/** Hand op's user pointer (the one given to its builder) to the job:
+ * sl_job_destroy() calls free_fn(user) once, after every thread has
+ * stopped.  For operators whose callbacks share data the builder
+ * allocated (a copied configuration, say); NULL takes the duty back.
+ * Errors: EINVAL (op NULL, or a key_by, union or side output),
+ * SL_EUSAGE (a built-in operator that already frees its own data). */
+int sl_op_set_user_free(sl_op *op, void (*free_fn)(void *user));
+
 /** Check the whole graph: at least one source, no cycle, every operator's
  * output consumed (a dangling stream is almost always a mistake), keyed
  * parallelism within max_parallelism.  Returns 0 or SL_EGRAPH with the
