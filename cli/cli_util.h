@@ -1,5 +1,5 @@
 /* cli_util.h — helpers shared by the sluice command's subcommands
- * (cli/sluice.c). */
+ * (cli/sluice.c, cli/nexmark.c). */
 #ifndef SLUICE_CLI_UTIL_H
 #define SLUICE_CLI_UTIL_H
 
@@ -28,5 +28,9 @@ void parse_restart(const char *text, struct sl_restart_config *r);
 
 /** Seconds elapsed on CLOCK_MONOTONIC since *t0. */
 double seconds_since(const struct timespec *t0);
+
+/* `sluice nexmark` (cli/nexmark.c): argv starts after "nexmark". */
+int nexmark_main(int argc, char **argv);
+void nexmark_usage(FILE *out);
 
 #endif /* SLUICE_CLI_UTIL_H */

@@ -8,6 +8,7 @@
  *   sluice run window [options]     keyed count windows (sums) with
  *                                   checkpoints, faults, failover and a
  *                                   verdict on the committed output
+ *   sluice nexmark gen|run [options]  Nexmark (cli/nexmark.c)
  *   sluice jobs | --help | --version
  *
  * Exit status: 0 success, 1 the job failed or its result did not verify,
@@ -53,6 +54,7 @@ typedef struct options {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: sluice run JOB [options]\n"
+          "       sluice nexmark gen|run [options]   (sluice nexmark --help)\n"
           "       sluice jobs\n"
           "       sluice --help | --version\n"
           "\n"
@@ -884,6 +886,8 @@ int main(int argc, char **argv) {
     printf("pipeline\nkeyed\ncount\nwindow\n");
     return 0;
   }
+  if (strcmp(cmd, "nexmark") == 0)
+    return nexmark_main(argc - 2, argv + 2);
   if (strcmp(cmd, "run") != 0)
     die_usage("unknown command '%s'", cmd);
   if (argc < 3 || argv[2][0] == '-')

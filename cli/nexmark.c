@@ -1,0 +1,704 @@
+/* nexmark.c — `sluice nexmark`: generate Nexmark events to a file, or run
+ * one Nexmark query over generated events or event files.
+ *
+ *   sluice nexmark gen --events N [--output FILE] [generator options]
+ *   sluice nexmark run --query qN [--events N | --input FILE...] [options]
+ *
+ * The run's exactly-once output (--output FILE) goes through the
+ * transactional file sink into FILE.parts/ (committed part files, one
+ * series per sink instance); when the job has finished, the committed rows
+ * are sorted and written to FILE with the query's CSV header (through
+ * FILE.tmp and a rename, so FILE is either the old one or complete).
+ * Sorting makes the file independent of the parallelism and of how the
+ * rows interleaved, so a run killed and resumed (--resume) can be compared
+ * byte for byte with an uninterrupted one.  The parts stay in FILE.parts
+ * (a resumed run continues them); a run without --resume deletes the
+ * committed parts of an earlier run there first.
+ *
+ * Without --output the rows go to a checksum sink (count and an
+ * order-independent hash, printed at the end).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_util.h"
+#include "nexmark.h"
+#include "sluice.h"
+
+#define NEXMARK_MAX_INPUTS 64
+
+typedef struct nexmark_options {
+  int query;
+  nx_generator_config gen;
+  nx_source_config source;
+  const char *inputs[NEXMARK_MAX_INPUTS];
+  int input_count;
+  bool events_given;
+  const char *output;
+  int parallelism;
+  sl_job_config config;
+  int cpus[MAX_CPUS];
+  bool quiet;
+  bool json;
+  char faults[4096];
+} nexmark_options;
+
+void nexmark_usage(FILE *out) {
+  fprintf(out,
+          "usage: sluice nexmark gen --events N [--output FILE] [generator options]\n"
+          "       sluice nexmark run --query qN [--events N | --input FILE...] [options]\n"
+          "\n"
+          "Queries: q0 pass-through, q1 currency conversion, q2 selection, q3 local\n"
+          "item suggestion, q4 average price per category, q5 hot items, q7 highest\n"
+          "bid, q8 monitor new users, q11 user sessions (README \"Nexmark\").\n"
+          "\n"
+          "Generator options (gen, and run without --input):\n"
+          "  --events N             events in all (default 10000000)\n"
+          "  --seed S               equal seeds give equal events (default 1)\n"
+          "  --rate R               event-time rate, events per second of event\n"
+          "                         time (default 10000000, nexmark/nexmark's)\n"
+          "  --base-time-ms T       date_time of the first event (default\n"
+          "                         1700000000000)\n"
+          "  --out-of-order-ms D    move each event back by up to D ms (default 0)\n"
+          "gen:\n"
+          "  --output FILE          JSON lines to FILE (default: standard output)\n"
+          "run:\n"
+          "  --query qN             the query (required)\n"
+          "  --input FILE...        read events from JSON-lines files instead\n"
+          "  --output FILE          exactly-once output: sorted CSV rows with a\n"
+          "                         header in FILE, part files in FILE.parts/\n"
+          "                         (default: count and checksum the rows)\n"
+          "  --parallelism P        instances of every operator (default 1; the\n"
+          "                         event-file source always runs one)\n"
+          "  --watermark-lag-ms L   watermarks trail the largest date_time by L\n"
+          "                         (default 4000, Nexmark's)\n"
+          "  --rate-limit R         at most R events/s per source instance\n"
+          "  --checkpoint-interval MS  take checkpoints every MS ms (needs\n"
+          "                         --state-dir; default 1000)\n"
+          "  --state-dir DIR        checkpoint into the LMDB store in DIR\n"
+          "  --resume               continue from DIR's newest checkpoint\n"
+          "  --fresh                delete DIR's checkpoints first\n"
+          "  --no-sync              commit checkpoints without fsync\n"
+          "  --at-least-once        unaligned barriers (duplicates on resume)\n"
+          "  --fault SPEC           inject faults (repeatable; README \"Failure\n"
+          "                         injection\")\n"
+          "  --restart STRATEGY     as for sluice run\n"
+          "  --cpus LIST, --no-pin  pinning, as for sluice run\n"
+          "  --quiet                no live status line\n"
+          "  --json                 print the summary as one JSON object\n");
+}
+
+/* ------------------------------------------------------------ options */
+
+static bool generator_option(const char *a, const char *v,
+                             nexmark_options *o) {
+  if (strcmp(a, "--events") == 0)
+    o->gen.events = parse_u64(a, v, 1, UINT64_MAX / 4), o->events_given = 1;
+  else if (strcmp(a, "--seed") == 0)
+    o->gen.seed = parse_u64(a, v, 0, UINT64_MAX);
+  else if (strcmp(a, "--rate") == 0)
+    o->gen.events_per_second = parse_u64(a, v, 1, 1000000000000ull);
+  else if (strcmp(a, "--base-time-ms") == 0)
+    o->gen.base_time_ms = (int64_t)parse_u64(a, v, 1, 1ull << 52);
+  else if (strcmp(a, "--out-of-order-ms") == 0)
+    o->gen.max_out_of_order_ms = (int64_t)parse_u64(a, v, 0, 86400000);
+  else
+    return false;
+  return true;
+}
+
+static void add_fault(nexmark_options *o, const char *v) {
+  if (!v)
+    die_usage("--fault needs a value");
+  size_t used = strlen(o->faults);
+  if (used + strlen(v) + 2 > sizeof o->faults)
+    die_usage("--fault: the specs are longer than %zu bytes in all",
+              sizeof o->faults - 1);
+  snprintf(o->faults + used, sizeof o->faults - used, "%s%s", used ? ";" : "",
+           v);
+  o->config.faults = o->faults;
+}
+
+/* The flags of run that take no value; the others take one. */
+static bool run_flag(const char *a, nexmark_options *o) {
+  if (strcmp(a, "--resume") == 0)
+    o->config.checkpoint.store_policy = SL_STORE_RESUME;
+  else if (strcmp(a, "--fresh") == 0)
+    o->config.checkpoint.store_policy = SL_STORE_FRESH;
+  else if (strcmp(a, "--no-sync") == 0)
+    o->config.checkpoint.no_sync = 1;
+  else if (strcmp(a, "--at-least-once") == 0)
+    o->config.checkpoint.mode = SL_AT_LEAST_ONCE;
+  else if (strcmp(a, "--no-pin") == 0)
+    o->config.no_pinning = 1;
+  else if (strcmp(a, "--quiet") == 0)
+    o->quiet = true;
+  else if (strcmp(a, "--json") == 0)
+    o->json = true;
+  else
+    return false;
+  return true;
+}
+
+static bool run_option(const char *a, const char *v, nexmark_options *o) {
+  if (strcmp(a, "--query") == 0) {
+    if (!v)
+      die_usage("--query needs a value");
+    o->query = nx_query_parse(v);
+    if (o->query < 0)
+      die_usage("--query: '%s' is not one of q0 q1 q2 q3 q4 q5 q7 q8 q11", v);
+  } else if (strcmp(a, "--output") == 0) {
+    if (!v)
+      die_usage("--output needs a value");
+    o->output = v;
+  } else if (strcmp(a, "--parallelism") == 0)
+    o->parallelism = (int)parse_u64(a, v, 1, SL_MAX_PARALLELISM);
+  else if (strcmp(a, "--watermark-lag-ms") == 0)
+    o->source.watermark_lag_ms = (int64_t)parse_u64(a, v, 1, 86400000);
+  else if (strcmp(a, "--rate-limit") == 0)
+    o->source.events_per_second_limit = parse_u64(a, v, 1, 1000000000000ull);
+  else if (strcmp(a, "--checkpoint-interval") == 0 ||
+           strcmp(a, "--checkpoint-interval-ms") == 0)
+    o->config.checkpoint.interval_ms = (uint32_t)parse_u64(a, v, 1, 86400000);
+  else if (strcmp(a, "--state-dir") == 0) {
+    if (!v)
+      die_usage("--state-dir needs a value");
+    o->config.checkpoint.state_dir = v;
+  } else if (strcmp(a, "--fault") == 0)
+    add_fault(o, v);
+  else if (strcmp(a, "--restart") == 0)
+    parse_restart(v, &o->config.restart);
+  else if (strcmp(a, "--cpus") == 0)
+    o->config.cpu_count = parse_cpus(v, o->cpus), o->config.cpus = o->cpus;
+  else
+    return false;
+  return true;
+}
+
+static void parse_nexmark(int argc, char **argv, bool run,
+                          nexmark_options *o) {
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      nexmark_usage(stdout);
+      exit(0);
+    }
+    if (generator_option(a, v, o)) {
+      i++;
+    } else if (!run && strcmp(a, "--output") == 0) {
+      if (!v)
+        die_usage("--output needs a value");
+      o->output = v, i++;
+    } else if (run && strcmp(a, "--input") == 0) {
+      /* Every argument up to the next flag is a file. */
+      while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+        if (o->input_count == NEXMARK_MAX_INPUTS)
+          die_usage("--input: more than %d files", NEXMARK_MAX_INPUTS);
+        o->inputs[o->input_count++] = argv[++i];
+      }
+      if (o->input_count == 0)
+        die_usage("--input needs at least one file");
+    } else if (run && run_flag(a, o)) {
+      continue;
+    } else if (run && run_option(a, v, o)) {
+      i++;
+    } else {
+      die_usage("nexmark %s: unknown option '%s'", run ? "run" : "gen", a);
+    }
+  }
+}
+
+/* ------------------------------------------------------------ gen */
+
+static int nexmark_gen(nexmark_options *o) {
+  char err[256];
+  if (nx_generator_validate(&o->gen, err, sizeof err) != 0)
+    die_usage("nexmark gen: %s", err);
+  FILE *out = stdout;
+  if (o->output && strcmp(o->output, "-") != 0) {
+    out = fopen(o->output, "w");
+    if (!out) {
+      fprintf(stderr, "sluice: cannot create %s: %s\n", o->output,
+              strerror(errno));
+      return 1;
+    }
+  }
+  static char buffer[1 << 20];
+  setvbuf(out, NULL, _IOFBF, sizeof buffer);
+  nx_generated *g = malloc(sizeof *g);
+  char *line = malloc(NX_MAX_RECORD_BYTES * 7);
+  int rc = g && line ? 0 : ENOMEM;
+  for (uint64_t n = 0; rc == 0 && n < o->gen.events; n++) {
+    nx_generate(&o->gen, n, g);
+    size_t len = nx_json_write(&g->event, line, NX_MAX_RECORD_BYTES * 7);
+    if (len > NX_MAX_RECORD_BYTES * 7 || fwrite(line, 1, len, out) != len)
+      rc = errno ? errno : EIO;
+  }
+  if (fflush(out) != 0 && rc == 0)
+    rc = errno ? errno : EIO;
+  if (out != stdout && fclose(out) != 0 && rc == 0)
+    rc = errno ? errno : EIO;
+  free(g);
+  free(line);
+  if (rc) {
+    fprintf(stderr, "sluice: nexmark gen: writing %s: %s\n",
+            o->output ? o->output : "standard output", strerror(rc));
+    return 1;
+  }
+  if (out != stdout)
+    fprintf(stderr, "sluice: wrote %" PRIu64 " events to %s\n", o->gen.events,
+            o->output);
+  return 0;
+}
+
+/* ------------------------------------------------------------ output */
+
+typedef struct line_set {
+  char **lines;
+  size_t count, capacity;
+} line_set;
+
+static int compare_lines(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int compare_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Add the lines of the committed part at path, without its header. */
+static int read_part(const char *path, const char *header, line_set *set) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return errno;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  bool first = true;
+  int rc = 0;
+  while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
+    if (len > 0 && line[len - 1] == '\n')
+      line[--len] = 0;
+    if (first && strcmp(line, header) == 0) {
+      first = false;
+      continue;
+    }
+    first = false;
+    if (set->count == set->capacity) {
+      size_t c = set->capacity ? set->capacity * 2 : 4096;
+      char **l = realloc(set->lines, c * sizeof *l);
+      if (!l) {
+        rc = ENOMEM;
+        break;
+      }
+      set->lines = l, set->capacity = c;
+    }
+    if (!(set->lines[set->count] = strdup(line)))
+      rc = ENOMEM;
+    else
+      set->count++;
+  }
+  if (rc == 0 && ferror(f))
+    rc = EIO;
+  free(line);
+  fclose(f);
+  return rc;
+}
+
+/* Every committed part file name in dir ("part-*"), sorted. */
+static int list_parts(const char *dir, char ***names, size_t *count) {
+  *names = NULL, *count = 0;
+  DIR *d = opendir(dir);
+  if (!d)
+    return errno == ENOENT ? 0 : errno;
+  size_t cap = 0;
+  int rc = 0;
+  for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+    if (strncmp(e->d_name, "part-", 5) != 0)
+      continue;
+    if (*count == cap) {
+      cap = cap ? cap * 2 : 64;
+      char **n = realloc(*names, cap * sizeof *n);
+      if (!n) {
+        rc = ENOMEM;
+        break;
+      }
+      *names = n;
+    }
+    if (!((*names)[*count] = strdup(e->d_name)))
+      rc = ENOMEM;
+    else
+      (*count)++;
+  }
+  closedir(d);
+  if (*count)
+    qsort(*names, *count, sizeof **names, compare_names);
+  return rc;
+}
+
+static void free_names(char **names, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    free(names[i]);
+  free(names);
+}
+
+/* A fresh run: remove committed parts an earlier run left in dir. */
+static int clear_parts(const char *dir) {
+  char **names;
+  size_t count;
+  int rc = list_parts(dir, &names, &count);
+  char path[8192];
+  for (size_t i = 0; rc == 0 && i < count; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    if (unlink(path) != 0 && errno != ENOENT)
+      rc = errno;
+  }
+  free_names(names, count);
+  return rc;
+}
+
+/* Sort every committed row of dir into path (through path.tmp). */
+static int merge_output(const char *dir, const char *path,
+                        const char *header, uint64_t *rows) {
+  char **names;
+  size_t count;
+  line_set set = {0};
+  int rc = list_parts(dir, &names, &count);
+  char file[8192];
+  for (size_t i = 0; rc == 0 && i < count; i++) {
+    snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+    rc = read_part(file, header, &set);
+  }
+  free_names(names, count);
+  if (rc == 0 && set.count)
+    qsort(set.lines, set.count, sizeof *set.lines, compare_lines);
+  snprintf(file, sizeof file, "%s.tmp", path);
+  FILE *f = rc == 0 ? fopen(file, "w") : NULL;
+  if (rc == 0 && !f)
+    rc = errno;
+  if (f) {
+    fprintf(f, "%s\n", header);
+    for (size_t i = 0; i < set.count; i++)
+      fprintf(f, "%s\n", set.lines[i]);
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+      rc = errno ? errno : EIO;
+    if (fclose(f) != 0 && rc == 0)
+      rc = errno;
+    if (rc == 0 && rename(file, path) != 0)
+      rc = errno;
+  }
+  for (size_t i = 0; i < set.count; i++)
+    free(set.lines[i]);
+  free(set.lines);
+  *rows = set.count;
+  return rc;
+}
+
+/* ------------------------------------------------------------ status */
+
+static sl_job *volatile nexmark_job;
+static volatile sig_atomic_t nexmark_signal;
+
+static void nexmark_on_signal(int sig) {
+  nexmark_signal = sig;
+  sl_job *job = nexmark_job;
+  if (job)
+    sl_job_stop(job); /* only stores and futex wakes: signal-safe */
+}
+
+typedef struct nexmark_status {
+  sl_job *job;
+  const nexmark_options *o;
+  struct timespec t0;
+  bool done;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+} nexmark_status;
+
+/* The lowest watermark over the job's operators, as event-time seconds
+ * past the first event (or -1 before any). */
+static double watermark_seconds(sl_job *job, int64_t base_ms) {
+  int64_t low = SL_WATERMARK_MAX;
+  for (int i = 0, n = sl_job_operator_count(job); i < n; i++) {
+    sl_op_stats st;
+    if (sl_job_stats(job, i, &st) == 0 && st.watermark < low)
+      low = st.watermark;
+  }
+  if (low == SL_WATERMARK_MIN || low == SL_WATERMARK_MAX || low < base_ms)
+    return -1;
+  return (double)(low - base_ms) / 1e3;
+}
+
+static void print_status(nexmark_status *s, bool tty, double t, double rate) {
+  char checkpoint[96] = "", wm[48] = "", restarts[32] = "";
+  sl_checkpoint_stats cs;
+  if (s->o->config.checkpoint.state_dir &&
+      sl_job_checkpoint_stats(s->job, 0, &cs) == 0)
+    snprintf(checkpoint, sizeof checkpoint, ", checkpoint %" PRIu64 " %s %.1f ms",
+             cs.id,
+             cs.status == SL_CHECKPOINT_ABORTED     ? "aborted"
+             : cs.status == SL_CHECKPOINT_COMPLETED ? "done"
+                                                    : "running",
+             (double)cs.duration_us / 1e3);
+  double w = watermark_seconds(s->job, s->o->gen.base_time_ms);
+  if (w >= 0)
+    snprintf(wm, sizeof wm, ", watermark +%.1f s", w);
+  uint32_t r = sl_job_restarts(s->job);
+  if (r)
+    snprintf(restarts, sizeof restarts, ", %" PRIu32 " restart%s", r,
+             r == 1 ? "" : "s");
+  fprintf(stderr, "%s[sluice] nexmark q%d: %.1fM events, %.2fM events/s, %.1f s%s%s%s%s",
+          tty ? "\r" : "", s->o->query,
+          (double)sl_job_progress(s->job) / 1e6, rate / 1e6, t, wm,
+          checkpoint, restarts, tty ? "\033[K" : "\n");
+  fflush(stderr);
+}
+
+static void *nexmark_status_main(void *arg) {
+  nexmark_status *s = arg;
+  bool tty = isatty(STDERR_FILENO);
+  uint64_t last_events = 0;
+  double last_t = 0;
+  pthread_mutex_lock(&s->lock);
+  while (!s->done) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 500000000L;
+    if (until.tv_nsec >= 1000000000L)
+      until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&s->cond, &s->lock, &until);
+    if (s->done)
+      break;
+    double t = seconds_since(&s->t0);
+    uint64_t events = sl_job_progress(s->job);
+    print_status(s, tty, t,
+                 (double)(events - last_events) / (t - last_t + 1e-9));
+    last_events = events, last_t = t;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (tty)
+    fputs("\r\033[K", stderr);
+  return NULL;
+}
+
+/* ------------------------------------------------------------ run */
+
+static double cpu_seconds(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static void check_run_options(nexmark_options *o, char *parts, size_t size) {
+  if (o->query < 0)
+    die_usage("nexmark run needs --query qN");
+  if (o->input_count && o->events_given)
+    die_usage("nexmark run: --events and --input exclude each other");
+  if (o->config.checkpoint.store_policy && !o->config.checkpoint.state_dir)
+    die_usage("--resume and --fresh need --state-dir");
+  if (o->config.checkpoint.interval_ms && !o->config.checkpoint.state_dir)
+    die_usage("--checkpoint-interval needs --state-dir");
+  if (o->config.restart.strategy != SL_RESTART_NONE &&
+      !o->config.checkpoint.state_dir)
+    die_usage("--restart needs --state-dir (a restart resumes from the "
+              "newest checkpoint)");
+  if (o->output) {
+    if (snprintf(parts, size, "%s.parts", o->output) >= (int)size)
+      die_usage("--output: '%s' is too long", o->output);
+  }
+  char err[256];
+  if (!o->input_count && nx_generator_validate(&o->gen, err, sizeof err))
+    die_usage("nexmark run: %s", err);
+  if (o->parallelism > 128)
+    o->config.max_parallelism = (uint32_t)o->parallelism;
+}
+
+/* Source, query and sink. */
+static int build_nexmark(const nexmark_options *o, sl_job *job,
+                         const char *parts, sl_checksum *sum) {
+  sl_op *events, *result, *sink;
+  int rc = o->input_count
+               ? nx_source_file(job, "events", o->inputs, o->input_count,
+                                &o->source, &events)
+               : nx_source_generator(job, "events", o->parallelism, &o->gen,
+                                     &o->source, &events);
+  if (rc == 0)
+    rc = nx_query_build(job, o->query, events, o->parallelism, &result);
+  if (rc == 0 && o->output) {
+    sl_file_sink_config fc = {
+        .dir = parts,
+        .exactly_once = 1,
+        .format = nx_query_format,
+        .format_user = (void *)(intptr_t)o->query,
+        .suffix = ".csv",
+        .header = nx_query_header(o->query),
+    };
+    rc = sl_sink_file(job, "output", result, o->parallelism, &fc, &sink);
+  } else if (rc == 0) {
+    rc = sl_sink_checksum(job, "output", result, o->parallelism, sum, &sink);
+  }
+  return rc;
+}
+
+static void print_nexmark_summary(const nexmark_options *o, sl_job *job,
+                                  int rc, double secs, double cpu,
+                                  uint64_t rows, const sl_checksum *sum) {
+  uint64_t events = sl_job_progress(job);
+  double rate = secs > 0 ? (double)events / secs : 0;
+  double per_cpu = cpu > 0 ? (double)events / cpu : 0;
+  uint64_t last = sl_job_last_checkpoint(job, NULL);
+  if (o->json) {
+    printf("{\"query\":\"q%d\",\"status\":%d,\"events\":%" PRIu64
+           ",\"seconds\":%.6f,\"events_per_second\":%.0f,\"cpu_seconds\":%.3f"
+           ",\"events_per_cpu_second\":%.0f,\"rows\":%" PRIu64
+           ",\"parallelism\":%d,\"restarts\":%" PRIu32
+           ",\"last_checkpoint\":%" PRIu64 "}\n",
+           o->query, rc, events, secs, rate, cpu, per_cpu, rows,
+           o->parallelism, sl_job_restarts(job), last);
+    return;
+  }
+  printf("nexmark q%d: %s in %.3f s: %" PRIu64 " events, %.2fM events/s, "
+         "%.2fM events per CPU-second (%.2f CPU-s)\n",
+         o->query, rc == 0 ? "finished" : sl_strerror(rc), secs, events,
+         rate / 1e6, per_cpu / 1e6, cpu);
+  if (rc == 0 && o->output)
+    printf("output: %" PRIu64 " rows in %s (parts in %s.parts)\n", rows,
+           o->output, o->output);
+  else if (rc == 0)
+    printf("output: %" PRIu64 " rows, checksum %016" PRIx64 "\n",
+           sum->records, sum->hash_sum);
+  for (int i = 0, n = sl_job_operator_count(job); i < n; i++) {
+    sl_op_stats st;
+    if (sl_job_stats(job, i, &st) != 0)
+      continue;
+    printf("  %-14s x%-3d in %12" PRIu64 "  out %12" PRIu64 "%s", st.name,
+           st.parallelism, st.records_in, st.records_out,
+           st.late_records ? "" : "\n");
+    if (st.late_records)
+      printf("  late %" PRIu64 "\n", st.late_records);
+  }
+  if (o->config.checkpoint.state_dir) {
+    uint64_t from = 0;
+    last = sl_job_last_checkpoint(job, &from);
+    printf("checkpoints: newest complete %" PRIu64 "%s", last,
+           from ? "" : "\n");
+    if (from)
+      printf(", resumed from %" PRIu64 "\n", from);
+  }
+  if (sl_job_restarts(job))
+    printf("restarts: %" PRIu32 ", injected faults fired: %" PRIu64 "\n",
+           sl_job_restarts(job), sl_job_faults_fired(job));
+}
+
+static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
+                          const sl_checksum *sum) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = nexmark_on_signal;
+  sigemptyset(&sa.sa_mask);
+  nexmark_job = job;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  nexmark_status st = {.job = job, .o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
+                       .cond = PTHREAD_COND_INITIALIZER};
+  double cpu0 = cpu_seconds();
+  clock_gettime(CLOCK_MONOTONIC, &st.t0);
+  int rc = sl_job_start(job);
+  if (rc) {
+    fprintf(stderr, "sluice: cannot start nexmark q%d: %s\n", o->query,
+            sl_job_error(job)[0] ? sl_job_error(job) : sl_strerror(rc));
+    nexmark_job = NULL;
+    return 1;
+  }
+  pthread_t status_thread;
+  bool status_started = !o->quiet && !o->json &&
+      pthread_create(&status_thread, NULL, nexmark_status_main, &st) == 0;
+  rc = sl_job_wait(job);
+  double secs = seconds_since(&st.t0);
+  double cpu = cpu_seconds() - cpu0;
+  if (status_started) {
+    pthread_mutex_lock(&st.lock);
+    st.done = true;
+    pthread_cond_signal(&st.cond);
+    pthread_mutex_unlock(&st.lock);
+    pthread_join(status_thread, NULL);
+  }
+  nexmark_job = NULL;
+  uint64_t rows = 0;
+  if (rc == 0 && o->output) {
+    int m = merge_output(parts, o->output, nx_query_header(o->query), &rows);
+    if (m) {
+      fprintf(stderr, "sluice: writing %s from %s: %s\n", o->output, parts,
+              strerror(m));
+      return 1;
+    }
+  }
+  print_nexmark_summary(o, job, rc, secs, cpu, rows, sum);
+  if (rc && rc != SL_ESTOPPED)
+    fprintf(stderr, "sluice: nexmark q%d failed: %s\n", o->query,
+            sl_job_error(job));
+  if (rc == SL_ESTOPPED)
+    return nexmark_signal ? 130 : 1;
+  return rc == 0 ? 0 : 1;
+}
+
+static int nexmark_run(nexmark_options *o) {
+  char parts[4096] = "";
+  check_run_options(o, parts, sizeof parts);
+  if (o->output && o->config.checkpoint.store_policy != SL_STORE_RESUME) {
+    int rc = clear_parts(parts);
+    if (rc) {
+      fprintf(stderr, "sluice: cannot clear %s: %s\n", parts, strerror(rc));
+      return 1;
+    }
+  }
+  sl_job *job = NULL;
+  int rc = sl_job_create(&o->config, &job);
+  if (rc) {
+    fprintf(stderr, "sluice: invalid configuration: %s\n", sl_strerror(rc));
+    return 2;
+  }
+  sl_checksum sum = {0};
+  rc = build_nexmark(o, job, parts, &sum);
+  if (rc) {
+    fprintf(stderr, "sluice: cannot build nexmark q%d: %s\n", o->query,
+            sl_job_error(job)[0] ? sl_job_error(job) : sl_strerror(rc));
+    sl_job_destroy(job);
+    return rc == EINVAL ? 2 : 1;
+  }
+  int status = run_and_report(o, job, parts, &sum);
+  sl_job_destroy(job);
+  return status;
+}
+
+int nexmark_main(int argc, char **argv) {
+  if (argc < 1 || strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0) {
+    nexmark_usage(argc < 1 ? stderr : stdout);
+    return argc < 1 ? 2 : 0;
+  }
+  bool run = strcmp(argv[0], "run") == 0;
+  if (!run && strcmp(argv[0], "gen") != 0)
+    die_usage("nexmark: unknown command '%s' (gen or run)", argv[0]);
+  nexmark_options o = {.query = -1, .parallelism = 1};
+  o.gen.events = 10000000;
+  o.gen.seed = 1;
+  parse_nexmark(argc - 1, argv + 1, run, &o);
+  if (!o.gen.events_per_second)
+    o.gen.events_per_second = 10000000;
+  if (!o.gen.base_time_ms)
+    o.gen.base_time_ms = 1700000000000;
+  return run ? nexmark_run(&o) : nexmark_gen(&o);
+}
