@@ -36,8 +36,11 @@
  *    (time, key) for finding what is due.  Deleting removes only the map
  *    entry; a heap item whose entry is gone is skipped when it surfaces,
  *    and so is a duplicate (the map entry is deleted by the first); once
- *    deletes reach half the heap (and 4096), the heap is compacted.  After
- *    a restore the heaps are rebuilt by one scan of the map.
+ *    deletes reach three quarters of the heap (and 4096, compact_due()),
+ *    the heap is compacted.  After a restore the heaps are rebuilt by one
+ *    scan of the map.  Operators that move a deadline forward per record
+ *    are better off not deleting at all: leave the old timer and re-arm
+ *    when it fires (window.c note 6).
  * 5. Processing-time timers fire when the wall clock (CLOCK_REALTIME, ms)
  *    has passed them (now > time): checked after each pass over the
  *    inputs, and an instance waiting for input with such timers parks
@@ -118,11 +121,10 @@ static int heap_push(timer_heap *h, int64_t time, uint64_t key) {
   return 0;
 }
 
-static timer_item heap_pop(timer_heap *h) {
-  assert(h->count > 0);
-  timer_item top = h->items[0];
-  timer_item last = h->items[--h->count];
-  uint32_t i = 0;
+/* Put `it` at slot i or below, moving smaller children up: at most
+ * log2(count) steps, since the slot index at least doubles each step. */
+static void sift_down(timer_heap *h, uint32_t i, timer_item it) {
+  assert(i < h->count);
   for (;;) {
     uint32_t child = 2 * i + 1;
     if (child >= h->count)
@@ -130,14 +132,35 @@ static timer_item heap_pop(timer_heap *h) {
     if (child + 1 < h->count && item_before(&h->items[child + 1],
                                             &h->items[child]))
       child++;
-    if (!item_before(&h->items[child], &last))
+    if (!item_before(&h->items[child], &it))
       break;
     h->items[i] = h->items[child];
     i = child;
   }
+  h->items[i] = it;
+}
+
+static timer_item heap_pop(timer_heap *h) {
+  assert(h->count > 0);
+  timer_item top = h->items[0];
+  timer_item last = h->items[--h->count];
   if (h->count > 0)
-    h->items[i] = last;
+    sift_down(h, 0, last);
   return top;
+}
+
+/* Heap order over the whole array, bottom-up (Floyd): O(count). */
+static void heapify(timer_heap *h) {
+  for (uint32_t i = h->count / 2; i-- > 0;)
+    sift_down(h, i, h->items[i]);
+}
+
+/* Whole-heap checker, for asserts: every item is not before its parent. */
+static __attribute__((unused)) bool heap_check(const timer_heap *h) {
+  for (uint32_t i = 1; i < h->count; i++)
+    if (item_before(&h->items[i], &h->items[(i - 1) / 2]))
+      return false;
+  return h->count <= h->capacity;
 }
 
 static void timer_key(uint8_t *k, uint64_t key, int domain, int64_t time) {
@@ -311,8 +334,9 @@ SL_EXPORT int sl_timer_register(sl_ctx *ctx, int domain, int64_t time) {
 
 /* Drop the heap items of deleted timers once they are many (note 4):
  * without this, a pattern that deletes and registers a timer per record
- * (a session's cleanup timer, a timeout) grows the heap with the record
- * count until the watermark catches up. */
+ * (a timeout pushed back by each record) grows the heap with the record
+ * count until the watermark catches up.  One map lookup per item; the
+ * survivors are put back in heap order in O(count). */
 static void compact(sl_instance *inst, int domain) {
   timer_heap *h = &inst->timers->heap[domain];
   uint32_t kept = 0;
@@ -322,10 +346,24 @@ static void compact(sl_instance *inst, int domain) {
     if (sl_cow_map_get(inst->cp.keyed, k, sizeof k, 0))
       h->items[kept++] = h->items[i];
   }
+  assert(kept <= h->count);
   h->count = kept;
-  if (kept > 1) /* a sorted array is a heap */
-    qsort(h->items, kept, sizeof *h->items, item_cmp);
+  heapify(h);
+  assert(heap_check(h));
   inst->timers->deleted[domain] = 0;
+}
+
+/* Compact once deletes since the last compaction reach 3/4 of the heap
+ * (and COMPACT_MIN_DELETES): the heap stays within 4x its live timers
+ * (plus COMPACT_MIN_DELETES), and a compaction, which looks up at most
+ * count/4 live items beside the deleted ones (each of which would cost a
+ * lookup when it surfaced anyway), adds at most 1/3 lookup per delete. */
+#define COMPACT_MIN_DELETES 4096u
+
+static bool compact_due(const struct sl_timers *timers, int domain) {
+  uint64_t deleted = timers->deleted[domain];
+  return deleted >= COMPACT_MIN_DELETES &&
+         4 * deleted >= 3 * (uint64_t)timers->heap[domain].count;
 }
 
 SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
@@ -337,8 +375,8 @@ SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
   timer_key(k, key, domain, time);
   rc = sl_cow_map_delete(ctx->cp.keyed, k, sizeof k);
   if (rc == 0 && ctx->timers) {
-    uint32_t *deleted = &ctx->timers->deleted[domain];
-    if (++*deleted >= 4096 && *deleted >= ctx->timers->heap[domain].count / 2)
+    ctx->timers->deleted[domain]++;
+    if (compact_due(ctx->timers, domain))
       compact(ctx, domain);
   }
   return rc;

@@ -28,21 +28,52 @@
  *    fired window is added and the window fires again at once.  Both
  *    timers are found again from the timer's time alone: the window with
  *    end = time + 1 (fire) and the one with end = time + 1 - L (cleanup).
- *    Sessions look the time up among the key's sessions instead.  A record
- *    that opens or reaches a window the watermark has already passed
- *    (within the lateness) makes it fire at once.  Results carry the
- *    timestamp end - 1.
+ *    Sessions compare the time with each of the key's sessions instead
+ *    (note 6).  A record that opens or reaches a window the watermark has
+ *    already passed (within the lateness) makes it fire at once.  Results
+ *    carry the timestamp end - 1.
  * 4. Sessions merge: a record opens [ts, ts + gap); every session it
  *    overlaps (start < end' and start' < end) merges with it into the one
  *    with the lowest id, whose state absorbs the others' (merge() of the
- *    accumulators, or the elements appended).  The absorbed sessions'
- *    timers are deleted and the merged one registers its own.  A merged
- *    session that is already due (its end - 1 at or behind the watermark,
- *    possible with lateness) fires at once.
+ *    accumulators, or the elements appended).  Timers are not moved
+ *    (note 6).  A merged session that is already due (its end - 1 at or
+ *    behind the watermark, possible with lateness) fires at once.
  * 5. Lateness is judged against the watermark before the record: a record
  *    is late when every window it belongs to has end - 1 + L <= watermark.
  *    In a sliding window some of a record's windows may be late and others
  *    not: it is added to the live ones and only counted late if none is.
+ * 6. Session timers are re-armed lazily (event time).  A session x is due
+ *    at due(x) = end - 1 until it fired, then at its cleanup time
+ *    end - 1 + L.  Invariant: for every session x of a key, a timer of the
+ *    key is pending at some time <= due(x), and every pending timer's
+ *    time is above the watermark (so they fire in time order).  A record
+ *    that grows a session deletes nothing: the timers of the sessions it
+ *    merged are earlier than the merged session's due time, and only when
+ *    none of them is (a new session; or all merged ones had fired and the
+ *    result grew past the watermark) does it register one, at the merged
+ *    session's due time.  A timer at T visits every session of the key
+ *    (session_timer): one with end - 1 <= T fires if it has not, and is
+ *    purged if L = 0 or its cleanup time is <= T; the ones left get one
+ *    timer at the earliest of their due times (> T), which restores the
+ *    invariant.  So:
+ *      - each session fires at its own end - 1, as if it had a timer
+ *        there: timers fire in (time, key) order, and the re-armed one is
+ *        pushed before its time is reached;
+ *      - a timer costs one visit per time the session outgrew it, instead
+ *        of a delete and a register per record;
+ *      - a key whose sessions are all gone holds no timer: each timer's
+ *        time is <= the purge time of the session it was registered for
+ *        (sessions only grow), and purges come in time order;
+ *      - timers are shared by the key's sessions, and none is deleted:
+ *        one session's cleanup time may equal another's end - 1 (deleting
+ *        it on a merge, as before, lost the other's firing);
+ *      - at the end of input SL_WATERMARK_MAX fires re-armed timers too
+ *        (timer.c note 3).
+ *    The visit compares with <=, so exact per-session timers (checkpoints
+ *    from before this scheme) work as well.  Processing time cannot re-arm
+ *    lazily, since timers registered during the end-of-input firing do not
+ *    fire (timer.c note 5): there each session keeps exactly its own timer
+ *    at end - 1, deleted when it merges (L is 0 there).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -510,30 +541,34 @@ static int session_reserve(window_instance *s, uint64_t count) {
   return 0;
 }
 
+/* Processing time only (note 6): register or delete both timers of x. */
 static int session_timers(sl_ctx *ctx, const sl_window_config *c,
                           const session *x, bool add) {
+  assert(c->domain == SL_PROCESSING_TIME);
+  assert(c->allowed_lateness == 0); /* check_config */
   int rc = add ? sl_timer_register(ctx, c->domain, x->end - 1)
                : sl_timer_delete(ctx, c->domain, x->end - 1);
-  if (rc == SL_ENOTFOUND)
-    rc = 0;
-  if (rc == 0 && c->allowed_lateness > 0) {
-    int64_t cleanup = add_sat(x->end - 1, c->allowed_lateness);
-    rc = add ? sl_timer_register(ctx, c->domain, cleanup)
-             : sl_timer_delete(ctx, c->domain, cleanup);
-    if (rc == SL_ENOTFOUND)
-      rc = 0;
-  }
-  return rc;
+  return rc == SL_ENOTFOUND ? 0 : rc;
 }
 
-/* Fold session `from`'s state into `into`'s (header of into in s->buffer). */
+/* When session x next needs its key's timer (note 6): at end - 1 until it
+ * fired, then at its cleanup time end - 1 + L. */
+static int64_t session_due(const sl_window_config *c, const session *x,
+                           bool fired) {
+  return fired ? add_sat(x->end - 1, c->allowed_lateness) : x->end - 1;
+}
+
+/* Fold session `from`'s state into `into`'s (header of into in s->buffer);
+ * *fired says whether `from` had fired (true, the later due time, if it
+ * has no state). */
 static int session_absorb(sl_ctx *ctx, window_instance *s, uint64_t into,
-                          uint64_t from) {
+                          uint64_t from, bool *fired) {
   const window_op *w = s->w;
   uint8_t k[8];
   put_id(k, from);
   const void *v;
   uint32_t bytes;
+  *fired = true;
   int rc = sl_mapstate_get(ctx, ID_HEADER, k, 8, &v, &bytes);
   if (rc == SL_ENOTFOUND)
     return 0;
@@ -543,6 +578,7 @@ static int session_absorb(sl_ctx *ctx, window_instance *s, uint64_t into,
     return SL_ECORRUPT;
   window_header other;
   memcpy(&other, v, sizeof other);
+  *fired = other.fired != 0;
   window_header *h = (window_header *)s->buffer;
   if (w->incremental) {
     /* Copy: the next state call may invalidate v. */
@@ -582,6 +618,96 @@ static int session_absorb(sl_ctx *ctx, window_instance *s, uint64_t into,
   return window_purge(ctx, s, from, 0);
 }
 
+/* Take the sessions of the key that the record's own session (m->merged
+ * on entry) overlaps out of s->sessions (the others stay, in order, as
+ * the first *kept): m->merged becomes their union with it, m->parts holds
+ * them, the one with the lowest id (the one kept, note 4) first. */
+#define MERGE_MAX 65 /* the kept session and 64 absorbed ones */
+
+typedef struct session_merge {
+  session merged;
+  session parts[MERGE_MAX];
+  int count;
+} session_merge;
+
+static int session_collect(sl_ctx *ctx, window_instance *s, uint64_t n,
+                           session_merge *m, uint64_t *kept) {
+  const sl_window_config *c = &s->w->cfg;
+  uint64_t out = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    session x = s->sessions[i];
+    if (!(x.start < m->merged.end && m->merged.start < x.end)) {
+      s->sessions[out++] = x;
+      continue;
+    }
+    /* Sorted by start and disjoint: the sessions merged are contiguous,
+     * and the merged range only grows, so one pass finds them all. */
+    if (m->count == MERGE_MAX) {
+      uint64_t key = 0;
+      (void)sl_ctx_key(ctx, &key);
+      sl_ctx_fail(ctx, "a record merged more than 64 sessions of key %"
+                  PRIu64, key);
+      return EOVERFLOW;
+    }
+    if (x.start < m->merged.start)
+      m->merged.start = x.start;
+    if (x.end > m->merged.end)
+      m->merged.end = x.end;
+    if (c->domain == SL_PROCESSING_TIME) {
+      int rc = session_timers(ctx, c, &x, false);
+      if (rc)
+        return rc;
+    }
+    m->parts[m->count++] = x;
+    if (x.id < m->parts[0].id) {
+      m->parts[m->count - 1] = m->parts[0];
+      m->parts[0] = x;
+    }
+  }
+  assert(out + (uint64_t)m->count == n);
+  *kept = out;
+  return 0;
+}
+
+/* Fold the absorbed parts into the kept one (its header in s->buffer, it
+ * fired if kept_fired) and add the record; *due_min is the earliest time
+ * any part was due (note 6). */
+static int session_fold(sl_ctx *ctx, window_instance *s, const session_merge *m,
+                        bool kept_fired, const sl_record *in,
+                        int64_t *due_min) {
+  const sl_window_config *c = &s->w->cfg;
+  uint64_t keep_id = m->merged.id;
+  *due_min = INT64_MAX;
+  if (m->count > 0)
+    *due_min = session_due(c, &m->parts[0], kept_fired);
+  for (int i = 1; i < m->count; i++) {
+    assert(m->parts[i].id > keep_id);
+    bool fired;
+    int rc = session_absorb(ctx, s, keep_id, m->parts[i].id, &fired);
+    if (rc)
+      return rc;
+    int64_t due = session_due(c, &m->parts[i], fired);
+    *due_min = due < *due_min ? due : *due_min;
+  }
+  return window_add(ctx, s, keep_id, in);
+}
+
+/* Insert x into the first *count sessions, in start order. */
+static int session_insert(window_instance *s, uint64_t *count,
+                          const session *x) {
+  int rc = session_reserve(s, *count + 1);
+  if (rc)
+    return rc;
+  uint64_t at = *count;
+  while (at > 0 && s->sessions[at - 1].start > x->start) {
+    s->sessions[at] = s->sessions[at - 1];
+    at--;
+  }
+  s->sessions[at] = *x;
+  (*count)++;
+  return 0;
+}
+
 static int session_process(sl_ctx *ctx, window_instance *s,
                            const sl_record *in) {
   const sl_window_config *c = &s->w->cfg;
@@ -595,7 +721,6 @@ static int session_process(sl_ctx *ctx, window_instance *s,
     return rc;
   int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
                                           : SL_WATERMARK_MIN;
-  session fresh = {.start = ts, .end = ts + c->gap};
   uint64_t n, next_id;
   rc = sessions_load(ctx, s, &n, &next_id);
   if (rc)
@@ -603,7 +728,7 @@ static int session_process(sl_ctx *ctx, window_instance *s,
   /* Lateness is judged on the session the record would end up in (note 5,
    * as Flink's merging windows): a record inside an open session is not
    * late even if its own [ts, ts + gap) would be. */
-  session probe = fresh;
+  session probe = {.start = ts, .end = ts + c->gap};
   for (uint64_t i = 0; i < n; i++) {
     const session *x = &s->sessions[i];
     if (x->start < probe.end && probe.start < x->end) {
@@ -615,88 +740,79 @@ static int session_process(sl_ctx *ctx, window_instance *s,
       add_sat(probe.end - 1, c->allowed_lateness) <= wm)
     return late_record(ctx, s->w, in);
   /* Find the sessions the new one overlaps; merge them (note 4). */
-  session merged = fresh;
-  uint64_t keep_id = 0;
-  uint64_t out = 0;
-  int overlaps = 0;
-  uint64_t absorbed[64];
-  int absorbed_count = 0;
-  bool overflow = false;
-  for (uint64_t i = 0; i < n; i++) {
-    session x = s->sessions[i];
-    if (x.start < merged.end && merged.start < x.end) {
-      /* Sorted by start and disjoint: the sessions merged are contiguous,
-       * and the merged range only grows, so one pass finds them all. */
-      overlaps++;
-      if (x.start < merged.start)
-        merged.start = x.start;
-      if (x.end > merged.end)
-        merged.end = x.end;
-      rc = session_timers(ctx, c, &x, false);
-      if (rc)
-        return rc;
-      if (keep_id == 0 || x.id < keep_id) {
-        if (keep_id != 0) {
-          if (absorbed_count == 64)
-            overflow = true;
-          else
-            absorbed[absorbed_count++] = keep_id;
-        }
-        keep_id = x.id;
-      } else if (absorbed_count == 64) {
-        overflow = true;
-      } else {
-        absorbed[absorbed_count++] = x.id;
-      }
-      continue;
-    }
-    s->sessions[out++] = x;
-  }
-  if (overflow) {
-    sl_ctx_fail(ctx, "a record merged more than 64 sessions of key %" PRIu64,
-                key);
-    return EOVERFLOW;
-  }
-  bool found = false;
-  if (overlaps == 0) {
-    keep_id = next_id++;
-  }
-  merged.id = keep_id;
-  rc = header_load(ctx, s, keep_id, &found);
-  for (int i = 0; rc == 0 && i < absorbed_count; i++)
-    rc = session_absorb(ctx, s, keep_id, absorbed[i]);
-  if (rc == 0)
-    rc = window_add(ctx, s, keep_id, in);
+  session_merge m = {.merged = {.start = ts, .end = ts + c->gap}};
+  uint64_t out;
+  rc = session_collect(ctx, s, n, &m, &out);
   if (rc)
     return rc;
-  /* Insert merged in start order. */
-  rc = session_reserve(s, out + 1);
+  m.merged.id = m.count > 0 ? m.parts[0].id : next_id++;
+  bool found;
+  rc = header_load(ctx, s, m.merged.id, &found);
   if (rc)
     return rc;
-  uint64_t at = out;
-  while (at > 0 && s->sessions[at - 1].start > merged.start) {
-    s->sessions[at] = s->sessions[at - 1];
-    at--;
-  }
-  s->sessions[at] = merged;
-  out++;
+  bool kept_fired = !found || ((window_header *)s->buffer)->fired;
+  int64_t due_min;
+  rc = session_fold(ctx, s, &m, kept_fired, in, &due_min);
+  if (rc)
+    return rc;
+  rc = session_insert(s, &out, &m.merged);
+  if (rc)
+    return rc;
   window_header *h = (window_header *)s->buffer;
-  if (wm != SL_WATERMARK_MIN && merged.end - 1 <= wm) {
+  bool due_now = wm != SL_WATERMARK_MIN && m.merged.end - 1 <= wm;
+  if (due_now) {
     /* Already due (within the allowed lateness): fire now; the cleanup
      * timer still comes. */
-    sl_window win = {.start = merged.start, .end = merged.end};
-    rc = window_fire(ctx, s, key, keep_id, &win);
+    sl_window win = {.start = m.merged.start, .end = m.merged.end};
+    rc = window_fire(ctx, s, key, m.merged.id, &win);
     if (rc)
       return rc;
   } else {
     h->fired = 0; /* it grew past the watermark: it will fire again */
   }
-  rc = session_timers(ctx, c, &merged, true);
+  if (c->domain == SL_PROCESSING_TIME)
+    rc = session_timers(ctx, c, &m.merged, true);
+  else if (m.count == 0 || due_min > session_due(c, &m.merged, due_now))
+    rc = sl_timer_register(ctx, c->domain,
+                           session_due(c, &m.merged, due_now));
   if (rc == 0)
-    rc = header_store(ctx, s, keep_id);
+    rc = header_store(ctx, s, m.merged.id);
   if (rc == 0)
     rc = sessions_store(ctx, s, out, next_id);
   return rc;
+}
+
+/* Session x at its key's timer `time` (note 6): fire it if its end - 1 is
+ * due and it has not fired, and purge it (*dropped) once its lateness has
+ * passed as well.  Otherwise *wake is when it next needs a timer. */
+static int session_visit(sl_ctx *ctx, window_instance *s, uint64_t key,
+                         const session *x, int64_t time, bool *dropped,
+                         int64_t *wake) {
+  const sl_window_config *c = &s->w->cfg;
+  *dropped = false;
+  *wake = x->end - 1;
+  if (x->end - 1 > time)
+    return 0; /* not due; if it fired, its cleanup is later still */
+  bool found;
+  int rc = header_load(ctx, s, x->id, &found);
+  if (rc)
+    return rc;
+  window_header *h = (window_header *)s->buffer;
+  bool fired_before = found && h->fired;
+  if (found && !h->fired) {
+    sl_window win = {.start = x->start, .end = x->end};
+    rc = window_fire(ctx, s, key, x->id, &win);
+    if (rc)
+      return rc;
+    assert(h->fired);
+  }
+  *wake = session_due(c, x, true);
+  *dropped = c->allowed_lateness == 0 || *wake <= time;
+  if (!found)
+    return 0;
+  if (*dropped)
+    return window_purge(ctx, s, x->id, h->count);
+  return fired_before ? 0 : header_store(ctx, s, x->id);
 }
 
 static int session_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
@@ -710,30 +826,25 @@ static int session_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
   if (rc)
     return rc;
   uint64_t out = 0;
+  int64_t wake_min = INT64_MAX;
   for (uint64_t i = 0; i < n && rc == 0; i++) {
     session x = s->sessions[i];
-    bool fire_now = x.end - 1 == time;
-    bool purge = (c->allowed_lateness == 0 && fire_now) ||
-                 (c->allowed_lateness > 0 &&
-                  add_sat(x.end - 1, c->allowed_lateness) == time);
-    if (fire_now || purge) {
-      bool found;
-      rc = header_load(ctx, s, x.id, &found);
-      if (rc)
-        break;
-      window_header *h = (window_header *)s->buffer;
-      if (found && fire_now && !h->fired) {
-        sl_window win = {.start = x.start, .end = x.end};
-        rc = window_fire(ctx, s, key, x.id, &win);
-      }
-      if (rc == 0 && found)
-        rc = purge ? window_purge(ctx, s, x.id, h->count)
-                   : header_store(ctx, s, x.id);
-      if (purge)
-        continue; /* dropped from the set */
-    }
+    bool dropped;
+    int64_t wake;
+    rc = session_visit(ctx, s, key, &x, time, &dropped, &wake);
+    if (rc || dropped)
+      continue; /* dropped from the set */
+    assert(wake > time);
+    wake_min = wake < wake_min ? wake : wake_min;
     s->sessions[out++] = x;
   }
+  if (rc)
+    return rc;
+  /* Event time: the sessions left wait for one timer, at the earliest
+   * time one of them is due (note 6).  Processing time keeps a timer per
+   * session already. */
+  if (out > 0 && c->domain == SL_EVENT_TIME)
+    rc = sl_timer_register(ctx, c->domain, wake_min);
   if (rc == 0 && out != n)
     rc = sessions_store(ctx, s, out, next_id);
   return rc;

@@ -972,3 +972,336 @@ Test(window, processing_time_tumbling) {
   free(got);
   free(e);
 }
+
+/* ----------------------------------------------------------- sessions,
+ * lazily re-armed timers (window.c note 6) */
+
+/* Sessions with allowed lateness L: at each batch boundary the open
+ * sessions the watermark passed fire (once), and are gone once end - 1 + L
+ * is passed too; a record merged into a fired session makes it fire again
+ * at once if the merged session is still behind the watermark, else it
+ * waits for its new end - 1. */
+static result *ref_session_lateness(const event *e, uint64_t n, int64_t gap,
+                                    int64_t lateness, uint64_t *n_out,
+                                    uint64_t *late_out) {
+  int64_t *wm = watermark_before(e, n);
+  ref_window *open = 0;
+  uint64_t no = 0, cap = 0, late = 0;
+  ref_out out = {0};
+  for (uint64_t i = 0; i <= n; i++) {
+    int64_t w_now = i < n ? wm[i] : INT64_MAX;
+    uint64_t keep = 0;
+    for (uint64_t j = 0; j < no; j++) {
+      if (!open[j].fired && w_now != SL_WATERMARK_MIN &&
+          open[j].end - 1 <= w_now) {
+        ref_emit(&out, &open[j]);
+        open[j].fired = true;
+      }
+      if (w_now == INT64_MAX ||
+          (w_now != SL_WATERMARK_MIN && open[j].end - 1 + lateness <= w_now))
+        continue; /* cleaned up */
+      open[keep++] = open[j];
+    }
+    no = keep;
+    if (i == n)
+      break;
+    ref_window m = {.key = e[i].key, .start = e[i].ts, .end = e[i].ts + gap,
+                    .sum = e[i].value, .count = 1};
+    bool merged = true;
+    ref_window probe = m;
+    while (merged) { /* the session the record would end up in */
+      merged = false;
+      for (uint64_t j = 0; j < no; j++)
+        if (open[j].key == probe.key && open[j].start < probe.end &&
+            probe.start < open[j].end &&
+            (open[j].start < probe.start || open[j].end > probe.end)) {
+          probe.start = open[j].start < probe.start ? open[j].start
+                                                    : probe.start;
+          probe.end = open[j].end > probe.end ? open[j].end : probe.end;
+          merged = true;
+        }
+    }
+    if (wm[i] != SL_WATERMARK_MIN && probe.end - 1 + lateness <= wm[i]) {
+      late++;
+      continue;
+    }
+    for (merged = true; merged;) {
+      merged = false;
+      for (uint64_t j = 0; j < no; j++) {
+        if (open[j].key == m.key && open[j].start < m.end &&
+            m.start < open[j].end) {
+          m.start = open[j].start < m.start ? open[j].start : m.start;
+          m.end = open[j].end > m.end ? open[j].end : m.end;
+          m.sum += open[j].sum;
+          m.count += open[j].count;
+          open[j] = open[--no];
+          merged = true;
+          break;
+        }
+      }
+    }
+    if (wm[i] != SL_WATERMARK_MIN && m.end - 1 <= wm[i]) {
+      ref_emit(&out, &m); /* due already: fires (again) at once */
+      m.fired = true;
+    }
+    if (no == cap) {
+      cap = cap ? cap * 2 : 1024;
+      open = realloc(open, sizeof *open * cap);
+      cr_assert(open);
+    }
+    open[no++] = m;
+  }
+  free(open);
+  free(wm);
+  qsort(out.items, out.count, sizeof(result), result_cmp);
+  *n_out = out.count;
+  *late_out = late;
+  return out.items;
+}
+
+Test(window, session_allowed_lateness_fires_again) {
+  event *e = make_events(EVENTS, 40, 10, 8);
+  uint64_t n_want, late_want, n_plain, late_plain;
+  result *want = ref_session_lateness(e, EVENTS, 60, 90, &n_want, &late_want);
+  result *plain = ref_session(e, EVENTS, 60, &n_plain, &late_plain);
+  cr_assert_gt(n_want, n_plain, "late firings happen in this data");
+  cr_assert_lt(late_want, late_plain);
+  free(plain);
+  plain = ref_session_lateness(e, EVENTS, 60, 0, &n_plain, &late_plain);
+  uint64_t n_ref, late_ref;
+  result *ref = ref_session(e, EVENTS, 60, &n_ref, &late_ref);
+  expect_same(plain, n_plain, ref, n_ref, "the two references at L = 0");
+  cr_assert_eq(late_plain, late_ref);
+  free(ref);
+  free(plain);
+  run_spec spec = {.events = e, .n = EVENTS};
+  spec.window = (sl_window_config){.type = SL_WINDOW_SESSION, .gap = 60,
+                                   .allowed_lateness = 90,
+                                   .acc_bytes = sizeof(acc),
+                                   .init = acc_init, .add = acc_add,
+                                   .merge = acc_merge, .emit = acc_emit};
+  check_all(spec, want, n_want, late_want, "session, allowed lateness");
+  spec.window = (sl_window_config){.type = SL_WINDOW_SESSION, .gap = 60,
+                                   .allowed_lateness = 90, .late_port = 1,
+                                   .process = full_process};
+  check_all(spec, want, n_want, late_want,
+            "session, full window, allowed lateness");
+  free(want);
+  free(e);
+}
+
+/* Key 0 gets a record every 5 ms for the whole run, so its one session
+ * outgrows its timer again and again while the watermark follows it; key 1
+ * gets a record every 70 ms, a new session each time (gap 60).  Key 0's
+ * session fires once, at the end of input, with every record of it. */
+Test(window, session_extended_many_times_fires_once) {
+  const uint64_t n = 3000;
+  event *e = malloc(sizeof *e * n);
+  cr_assert(e);
+  uint64_t key0 = 0, sum0 = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    bool first = i % 14 != 13;
+    e[i] = (event){.key = first ? 0 : 1, .value = i + 1,
+                   .ts = 1000 + (int64_t)i * 5 - (int64_t)(i % 7) * 4};
+    if (first) {
+      key0++;
+      sum0 += i + 1;
+    }
+  }
+  uint64_t n_want, late_want;
+  result *want = ref_session(e, n, 60, &n_want, &late_want);
+  cr_assert_eq(late_want, 0);
+  cr_assert_eq(want[0].key, 0);
+  cr_assert_eq(want[0].count, key0, "one session of key 0 holds all");
+  cr_assert_eq(want[0].sum, sum0);
+  cr_assert_eq(want[1].key, 1, "and key 0 has no other");
+  cr_assert_gt(n_want, 100, "key 1 has many sessions");
+  run_spec spec = {.events = e, .n = n};
+  spec.window = (sl_window_config){.type = SL_WINDOW_SESSION, .gap = 60,
+                                   .acc_bytes = sizeof(acc),
+                                   .init = acc_init, .add = acc_add,
+                                   .merge = acc_merge, .emit = acc_emit};
+  check_all(spec, want, n_want, late_want, "session extended many times");
+  spec.window.allowed_lateness = 40;
+  check_all(spec, want, n_want, late_want,
+            "session extended many times, allowed lateness");
+  free(want);
+  free(e);
+}
+
+/* Processing-time sessions keep one timer per session (window.c note 6):
+ * sessions close by the clock, the rest at the end of input; each record
+ * is in exactly one session, and a key's sessions do not overlap. */
+Test(window, processing_time_session) {
+  const uint64_t n = 3000;
+  event *e = make_events(n, KEYS, 0, 9);
+  sl_job *job;
+  cr_assert_eq(sl_job_create(0, &job), 0);
+  source src = {.events = e, .n = n, .delay_us = 3000};
+  collector sink_data = {0};
+  sl_op *s, *k, *w, *out;
+  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", s, event_key, 0, &k), 0);
+  sl_window_config c = {.type = SL_WINDOW_SESSION,
+                        .domain = SL_PROCESSING_TIME, .gap = 2,
+                        .acc_bytes = sizeof(acc), .init = acc_init,
+                        .add = acc_add, .merge = acc_merge, .emit = acc_emit};
+  cr_assert_eq(sl_op_window(job, "win", k, 2, &c, &w), 0, "%s",
+               sl_job_error(job));
+  cr_assert_eq(sl_op_sink(job, "out", w, 1, &sink_ops, &sink_data, &out), 0);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  uint64_t n_got;
+  result *got = gather(&sink_data, &n_got);
+  uint64_t records = 0, sum = 0, expect_sum = 0;
+  for (uint64_t i = 0; i < n_got; i++) {
+    if (i > 0 && got[i].key == got[i - 1].key)
+      cr_assert_geq(got[i].start, got[i - 1].end,
+                    "sessions of key %" PRIu64 " overlap", got[i].key);
+    cr_assert_geq(got[i].end - got[i].start, 2);
+    records += got[i].count;
+    sum += got[i].sum;
+  }
+  for (uint64_t i = 0; i < n; i++)
+    expect_sum += e[i].value;
+  cr_assert_eq(records, n, "every record in exactly one session");
+  cr_assert_eq(sum, expect_sum);
+  free(got);
+  free(e);
+}
+
+/* ----------------------------------------------------------- timer heap
+ * compaction (timer.c note 4) */
+
+/* A timeout per key pushed back by each record: delete the pending
+ * deadline (it must be there: the timer clears the state when it fires)
+ * and register ts + TIMEOUT.  Thousands of deletes compact the heap many
+ * times; a deadline fires only after its key went quiet. */
+#define TIMEOUT 3000
+
+static int to_process(sl_ctx *ctx, void *state, int input,
+                      const sl_record *in) {
+  (void)state;
+  (void)input;
+  const event *e = in->data;
+  const void *v;
+  uint32_t bytes;
+  int rc = sl_state_get(ctx, 1, &v, &bytes);
+  if (rc == 0) {
+    int64_t pending;
+    memcpy(&pending, v, 8);
+    if (sl_timer_delete(ctx, SL_EVENT_TIME, pending) != 0)
+      return -EINVAL; /* lost: it neither fired nor is pending */
+  } else if (rc != SL_ENOTFOUND) {
+    return -EINVAL;
+  }
+  int64_t deadline = e->ts + TIMEOUT;
+  if (sl_timer_register(ctx, SL_EVENT_TIME, deadline) != 0)
+    return -ENOMEM;
+  return sl_state_put(ctx, 1, &deadline, 8, 0) ? -ENOMEM : 0;
+}
+
+static int to_timer(sl_ctx *ctx, void *state, int domain, int64_t time) {
+  (void)state;
+  uint64_t key;
+  const void *v;
+  uint32_t bytes;
+  if (domain != SL_EVENT_TIME || sl_ctx_key(ctx, &key) != 0 ||
+      sl_state_get(ctx, 1, &v, &bytes) != 0)
+    return -EINVAL; /* a deleted timer fired */
+  int64_t pending;
+  memcpy(&pending, v, 8);
+  if (pending != time || sl_state_delete(ctx, 1) != 0)
+    return -EINVAL;
+  result r = {.key = key, .start = time, .end = time + 1, .count = 1};
+  return sl_emit(ctx, &r, sizeof r);
+}
+
+static result *run_timeouts(const event *e, uint64_t n, int parallelism,
+                            const char *state_dir, uint64_t *n_out) {
+  sl_job_config config = {0};
+  char faults[96];
+  if (state_dir) {
+    config.checkpoint.state_dir = state_dir;
+    config.checkpoint.interval_ms = 5;
+    config.checkpoint.no_sync = 1;
+    config.checkpoint.store_policy = SL_STORE_FRESH;
+    config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
+    config.restart.attempts = 5;
+    config.restart.delay_ms = 0;
+    snprintf(faults, sizeof faults, "fail:op=to,instance=0,record=%" PRIu64,
+             n / 2 / (uint64_t)parallelism);
+    config.faults = faults;
+  }
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  source src = {.events = e, .n = n, .delay_us = state_dir ? 200 : 0};
+  collector sink_data = {0};
+  sl_op *s, *k, *p, *out;
+  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
+  sl_watermark_config wm = {.out_of_orderness = BOUND, .every_call = 1};
+  cr_assert_eq(sl_op_watermarks(s, &wm), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", s, event_key, 0, &k), 0);
+  sl_process_ops ops = {.process = to_process, .on_timer = to_timer};
+  cr_assert_eq(sl_op_process(job, "to", &k, 1, parallelism, &ops, 0, &p), 0);
+  cr_assert_eq(sl_op_sink(job, "out", p, parallelism, &sink_ops, &sink_data,
+                          &out),
+               0);
+  cr_assert_eq(sl_job_run(job), 0, "job failed: %s", sl_job_error(job));
+  if (state_dir)
+    cr_assert_eq(sl_job_restarts(job), 1);
+  sl_job_destroy(job);
+  return gather(&sink_data, n_out);
+}
+
+Test(timers, deleted_timers_never_fire_across_compactions) {
+  /* At least 12000 even when scaled down: 4096 deletes start a
+   * compaction (per instance). */
+  uint64_t n = 24000 / sl_test_scale();
+  n = n < 12000 ? 12000 : n;
+  event *e = make_events(n, 1, 0, 10);
+  /* 63 keys, 7 at a time in turns of 400 events: a key is quiet for 3200
+   * events (about 9600 ms) between its turns, so its deadline fires in
+   * between, and the heap holds many live timers beside the deleted. */
+  for (uint64_t i = 0; i < n; i++)
+    e[i].key = (i / 400) % 9 * 7 + (i % 7);
+  int64_t *wm = watermark_before(e, n);
+  int64_t *pending = malloc(sizeof *pending * 64);
+  cr_assert(pending);
+  for (int k = 0; k < 64; k++)
+    pending[k] = INT64_MIN;
+  result *want = malloc(sizeof *want * n);
+  cr_assert(want);
+  uint64_t n_want = 0;
+  for (uint64_t i = 0; i <= n; i++) {
+    int64_t w_now = i < n ? wm[i] : INT64_MAX;
+    for (int k = 0; k < 64; k++)
+      if (pending[k] != INT64_MIN && pending[k] <= w_now) {
+        want[n_want++] = (result){.key = (uint64_t)k, .start = pending[k],
+                                  .end = pending[k] + 1, .count = 1};
+        pending[k] = INT64_MIN;
+      }
+    if (i < n)
+      pending[e[i].key] = e[i].ts + TIMEOUT;
+  }
+  qsort(want, n_want, sizeof *want, result_cmp);
+  cr_assert_gt(n_want * 200, n, "deadlines fire between turns");
+  cr_assert_lt(n_want * 20, n, "most deadlines are deleted");
+  const int ps[] = {1, 2};
+  for (int pi = 0; pi < 2; pi++) {
+    uint64_t n_got;
+    result *got = run_timeouts(e, n, ps[pi], 0, &n_got);
+    expect_same(got, n_got, want, n_want, "timeouts");
+    free(got);
+  }
+  char *dir = sl_test_temp_dir("win");
+  uint64_t n_got;
+  result *got = run_timeouts(e, n, 1, dir, &n_got);
+  expect_same(got, n_got, want, n_want, "timeouts after a failure");
+  free(got);
+  sl_test_remove_tree(dir);
+  free(want);
+  free(pending);
+  free(wm);
+  free(e);
+}
