@@ -6,6 +6,12 @@
  *   nexmark_bench [--events N] [--repeat R] [--parallelism P] [--quick]
  *                 [--queries q0,q5,...] [--checkpoint-ms MS] [--json PATH]
  *
+ * Events per run: --events, or by default as many as keep a run at about
+ * five seconds here (50M for the stateless queries, q3, q7 and q8; 20M for
+ * q4, q5 and q11), so that the 1 s series takes several checkpoints;
+ * --quick: 2M and one run of each.  The event-time rate is
+ * nexmark/nexmark's 10M events/s, so 50M events span 5 s of event time.
+ *
  * Each run is one job: the generator source (full events, all strings)
  * -> the query -> a checksum sink, P instances of each operator (the
  * default 1: on 2 cores the query's threads already share them).  The
@@ -51,6 +57,12 @@ static double target_per_core(int query) {
   }
 }
 
+/* Default events per run (see the head comment). */
+static uint64_t default_events(int query) {
+  return query == NX_Q4 || query == NX_Q5 || query == NX_Q11 ? 20000000
+                                                             : 50000000;
+}
+
 typedef struct run_result {
   double events_per_second;
   double cpu_seconds;
@@ -60,6 +72,7 @@ typedef struct run_result {
 
 typedef struct query_series {
   int query;
+  uint64_t events;
   run_result off[MAX_REPEAT];
   run_result on[MAX_REPEAT];
 } query_series;
@@ -88,8 +101,8 @@ static int remove_entry(const char *path, const struct stat *st, int flag,
 }
 
 /* One run of query q; 0 or the job's status (its message printed). */
-static int run_once(const bench_options *o, int q, bool checkpoint,
-                    run_result *out) {
+static int run_once(const bench_options *o, int q, uint64_t events,
+                    bool checkpoint, run_result *out) {
   char dir[] = "/tmp/sluice-nexmark-bench-XXXXXX";
   sl_job_config config = {0};
   if (checkpoint) {
@@ -98,19 +111,19 @@ static int run_once(const bench_options *o, int q, bool checkpoint,
     config.checkpoint.state_dir = dir;
     config.checkpoint.interval_ms = o->checkpoint_ms;
   }
-  nx_generator_config gen = {.events = o->events, .seed = 7,
+  nx_generator_config gen = {.events = events, .seed = 7,
                              .events_per_second = 10000000,
                              .base_time_ms = 1700000000000};
-  nx_source_config source = {0};
+  nx_source_config source_cfg = {0};
   sl_checksum sum = {0};
   sl_job *job = NULL;
-  sl_op *events, *result, *sink;
+  sl_op *source, *result, *sink;
   int rc = sl_job_create(&config, &job);
   if (rc == 0)
-    rc = nx_source_generator(job, "events", o->parallelism, &gen, &source,
-                             &events);
+    rc = nx_source_generator(job, "events", o->parallelism, &gen, &source_cfg,
+                             &source);
   if (rc == 0)
-    rc = nx_query_build(job, q, events, o->parallelism, &result);
+    rc = nx_query_build(job, q, source, o->parallelism, &result);
   if (rc == 0)
     rc = sl_sink_checksum(job, "sink", result, o->parallelism, &sum, &sink);
   double cpu0 = cpu_seconds();
@@ -119,7 +132,7 @@ static int run_once(const bench_options *o, int q, bool checkpoint,
     rc = sl_job_run(job);
   double secs = (double)(bench_now_ns() - t0) / 1e9;
   out->cpu_seconds = cpu_seconds() - cpu0;
-  out->events_per_second = (double)o->events / secs;
+  out->events_per_second = (double)events / secs;
   out->rows = sum.records;
   out->checkpoints = job ? sl_job_last_checkpoint(job, NULL) : 0;
   if (rc)
@@ -145,13 +158,14 @@ static void print_row(const bench_options *o, const query_series *s,
   bench_stats cpu_on = stats_of(s->on, o->repeat, true);
   double target = target_per_core(s->query);
   double per_core = on.median / cpus;
-  printf("q%-3d %7.2f [%5.2f-%5.2f] %7.2f [%5.2f-%5.2f] %5.2f  %6.2f  %6.2f "
-         "%6.2f  %5.3f  %s  %9" PRIu64 "\n",
-         s->query, off.median / 1e6, off.min / 1e6, off.max / 1e6,
-         on.median / 1e6, on.min / 1e6, on.max / 1e6, on.median / off.median,
-         per_core / 1e6, (double)o->events / cpu_on.median / 1e6,
-         target / 1e6, target / 20 / 1e6,
-         per_core >= target ? "met " : "MISS", s->on[0].rows);
+  printf("q%-3d %4" PRIu64 "M %7.2f [%5.2f-%5.2f] %7.2f [%5.2f-%5.2f] %5.2f "
+         "%6.2f  %6.2f %6.2f  %5.3f  %s %5" PRIu64 " %9" PRIu64 "\n",
+         s->query, s->events / 1000000, off.median / 1e6, off.min / 1e6,
+         off.max / 1e6, on.median / 1e6, on.min / 1e6, on.max / 1e6,
+         on.median / off.median, per_core / 1e6,
+         (double)s->events / cpu_on.median / 1e6, target / 1e6,
+         target / 20 / 1e6, per_core >= target ? "met " : "MISS",
+         s->on[o->repeat - 1].checkpoints, s->on[0].rows);
 }
 
 static void write_json(const bench_options *o, const query_series *all,
@@ -163,7 +177,6 @@ static void write_json(const bench_options *o, const query_series *all,
   }
   bench_json_begin_object(&json, NULL);
   bench_json_string(&json, "benchmark", "nexmark");
-  bench_json_u64(&json, "events", o->events);
   bench_json_u64(&json, "repeat", (uint64_t)o->repeat);
   bench_json_u64(&json, "parallelism", (uint64_t)o->parallelism);
   bench_json_u64(&json, "checkpoint_ms", o->checkpoint_ms);
@@ -178,6 +191,7 @@ static void write_json(const bench_options *o, const query_series *all,
     snprintf(name, sizeof name, "q%d", s->query);
     bench_json_begin_object(&json, NULL);
     bench_json_string(&json, "query", name);
+    bench_json_u64(&json, "events", s->events);
     bench_json_double(&json, "off_events_per_second_median", off.median);
     bench_json_double(&json, "off_events_per_second_min", off.min);
     bench_json_double(&json, "off_events_per_second_max", off.max);
@@ -187,7 +201,7 @@ static void write_json(const bench_options *o, const query_series *all,
     bench_json_double(&json, "checkpoint_over_off", on.median / off.median);
     bench_json_double(&json, "checkpoint_per_core", on.median / cpus);
     bench_json_double(&json, "checkpoint_per_cpu_second",
-                      (double)o->events / cpu_on.median);
+                      (double)s->events / cpu_on.median);
     bench_json_double(&json, "target_per_core", target_per_core(s->query));
     bench_json_double(&json, "flink_per_core", target_per_core(s->query) / 20);
     bench_json_bool(&json, "target_met",
@@ -258,31 +272,33 @@ static void parse_args(int argc, char **argv, bench_options *o) {
     i++;
   }
   if (quick) {
-    o->events = o->events < 2000000 ? o->events : 2000000;
+    o->events = o->events && o->events < 2000000 ? o->events : 2000000;
     o->repeat = 1;
   }
 }
 
 int main(int argc, char **argv) {
-  bench_options o = {.events = 10000000, .repeat = 3, .parallelism = 1,
+  bench_options o = {.events = 0, .repeat = 3, .parallelism = 1,
                      .checkpoint_ms = 1000};
   for (int i = 0; i < nx_query_count(); i++)
     o.queries[o.query_count++] = nx_query_at(i);
   parse_args(argc, argv, &o);
   int cpus = bench_allowed_cpu_count();
   static query_series all[MAX_QUERIES];
-  printf("Nexmark, %" PRIu64 " events per run, parallelism %d, %d CPUs, "
-         "median of %d [min-max]; M events/s\n",
-         o.events, o.parallelism, cpus, o.repeat);
-  printf("%-4s %-21s %-21s %-5s  %-6s  %-6s %-6s  %-5s  %-4s  %9s\n", "",
-         "checkpoints off", "exactly-once 1 s", "ratio", "/core", "/CPU-s",
-         "target", "Flink", "", "rows");
+  printf("Nexmark, parallelism %d, %d CPUs, median of %d [min-max]; M "
+         "events/s; /core = with checkpoints / %d; ckpts = checkpoints "
+         "completed in the last run\n",
+         o.parallelism, cpus, o.repeat, cpus);
+  printf("%-4s %-5s %-21s %-21s %-5s %-6s  %-6s %-6s  %-5s  %-4s %5s %9s\n",
+         "", "events", "checkpoints off", "exactly-once 1 s", "ratio",
+         "/core", "/CPU-s", "target", "Flink", "", "ckpts", "rows");
   for (int i = 0; i < o.query_count; i++) {
     query_series *s = &all[i];
     s->query = o.queries[i];
+    s->events = o.events ? o.events : default_events(s->query);
     for (int r = 0; r < o.repeat; r++) {
-      if (run_once(&o, s->query, false, &s->off[r]) != 0 ||
-          run_once(&o, s->query, true, &s->on[r]) != 0)
+      if (run_once(&o, s->query, s->events, false, &s->off[r]) != 0 ||
+          run_once(&o, s->query, s->events, true, &s->on[r]) != 0)
         return 1;
       if (s->off[r].rows != s->on[r].rows) {
         fprintf(stderr, "nexmark_bench: q%d: %" PRIu64 " rows without "

@@ -515,6 +515,13 @@ static void check_run_options(nexmark_options *o, char *parts, size_t size) {
       !o->config.checkpoint.state_dir)
     die_usage("--restart needs --state-dir (a restart resumes from the "
               "newest checkpoint)");
+  /* The checksum sink counts replayed rows again: only the exactly-once
+   * file output stays exact across restarts. */
+  if (o->config.restart.strategy != SL_RESTART_NONE && !o->output)
+    die_usage("--restart needs --output (without it the rows are counted, "
+              "and a restarted run would count replays twice)");
+  if (o->input_count && o->source.events_per_second_limit)
+    die_usage("--rate-limit is for generated events, not --input");
   if (o->output) {
     if (snprintf(parts, size, "%s.parts", o->output) >= (int)size)
       die_usage("--output: '%s' is too long", o->output);
@@ -570,9 +577,10 @@ static void print_nexmark_summary(const nexmark_options *o, sl_job *job,
            o->parallelism, sl_job_restarts(job), last);
     return;
   }
-  printf("nexmark q%d: %s in %.3f s: %" PRIu64 " events, %.2fM events/s, "
+  printf("nexmark q%d: %s in %.3f s: %" PRIu64 " events%s, %.2fM events/s, "
          "%.2fM events per CPU-second (%.2f CPU-s)\n",
          o->query, rc == 0 ? "finished" : sl_strerror(rc), secs, events,
+         sl_job_restarts(job) ? " (replays after restarts included)" : "",
          rate / 1e6, per_cpu / 1e6, cpu);
   if (rc == 0 && o->output)
     printf("output: %" PRIu64 " rows in %s (parts in %s.parts)\n", rows,
@@ -593,9 +601,11 @@ static void print_nexmark_summary(const nexmark_options *o, sl_job *job,
   if (o->config.checkpoint.state_dir) {
     uint64_t from = 0;
     last = sl_job_last_checkpoint(job, &from);
+    /* After a failover, from is the failover's restore, not a resume. */
+    bool resumed = from && sl_job_restarts(job) == 0;
     printf("checkpoints: newest complete %" PRIu64 "%s", last,
-           from ? "" : "\n");
-    if (from)
+           resumed ? "" : "\n");
+    if (resumed)
       printf(", resumed from %" PRIu64 "\n", from);
   }
   if (sl_job_restarts(job))
@@ -658,7 +668,13 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
 static int nexmark_run(nexmark_options *o) {
   char parts[4096] = "";
   check_run_options(o, parts, sizeof parts);
-  if (o->output && o->config.checkpoint.store_policy != SL_STORE_RESUME) {
+  /* Committed parts of an earlier run go only when nothing can resume
+   * them: no state directory, or --fresh.  With a state directory and
+   * neither flag, the engine refuses a store that holds checkpoints, and
+   * the parts must survive for a later --resume. */
+  bool no_resume = !o->config.checkpoint.state_dir ||
+                   o->config.checkpoint.store_policy == SL_STORE_FRESH;
+  if (o->output && no_resume) {
     int rc = clear_parts(parts);
     if (rc) {
       fprintf(stderr, "sluice: cannot clear %s: %s\n", parts, strerror(rc));
