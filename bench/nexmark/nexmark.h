@@ -84,6 +84,12 @@
  *   late when max_out_of_order_ms < watermark_lag_ms.
  * - The event-file source runs at parallelism 1 (it is replayable by byte
  *   offset); the generator at any parallelism.
+ * - Event files are trusted for ranges: auction ids must be unique (q4
+ *   keeps the first of a repeated id, so its result then depends on
+ *   arrival order), q4's sums are int64 (prices near 2^63 / count
+ *   overflow), and date_time and expires must stay well inside int64
+ *   (window arithmetic near the limits overflows; INT64_MIN is
+ *   SL_NO_TIMESTAMP).  The generator stays far inside all three.
  * - A builder cannot put its reason into sl_job_error(), so a bad
  *   generator configuration is reported by its EINVAL alone;
  *   nx_generator_validate() says why.
