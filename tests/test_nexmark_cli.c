@@ -130,13 +130,15 @@ static void kill_and_resume(const char *query, const char *parallelism,
   char *got = sl_test_path_in(dir, "got.csv");
   char *state = sl_test_path_in(dir, "state");
   char *log = sl_test_path_in(dir, "log");
-  char events[32], limit[32];
+  char events[32], limit[32], rate[32];
   snprintf(events, sizeof events, "%u", 300000 / scale());
+  /* 150 s of event time at any scale: dozens of windows and sessions. */
+  snprintf(rate, sizeof rate, "%u", 2000 / scale());
   /* A rate limit spreads the run over about a second and a half, so the
    * kills land while it works. */
   snprintf(limit, sizeof limit, "%u", 200000 / scale());
   const char *base[] = {"nexmark", "run", "--query", query, "--events",
-                        events, "--rate", "2000", "--out-of-order-ms",
+                        events, "--rate", rate, "--out-of-order-ms",
                         "2000", "--parallelism", parallelism, "--quiet"};
   const char *plain[32];
   size_t nb = sizeof base / sizeof base[0];
@@ -192,16 +194,18 @@ Test(nexmark_cli, event_file_gives_the_generator_rows, .timeout = 240) {
   char *a = sl_test_path_in(dir, "a.csv");
   char *b = sl_test_path_in(dir, "b.csv");
   char *log = sl_test_path_in(dir, "log");
-  char events[32];
+  char events[32], rate[32];
   snprintf(events, sizeof events, "%u", 60000 / scale());
+  /* 120 s of event time at any scale: a dozen tumbling windows. */
+  snprintf(rate, sizeof rate, "%u", 500 / scale());
   const char *gen[] = {"nexmark", "gen", "--events", events, "--rate",
-                       "500", "--out-of-order-ms", "1000", "--output",
+                       rate, "--out-of-order-ms", "1000", "--output",
                        file, NULL};
   cr_assert_eq(run(log, gen), 0);
   const char *queries[] = {"q2", "q8", "q7"};
   for (int i = 0; i < 3; i++) {
     const char *from_gen[] = {"nexmark", "run", "--query", queries[i],
-                              "--events", events, "--rate", "500",
+                              "--events", events, "--rate", rate,
                               "--out-of-order-ms", "1000", "--output", a,
                               "--quiet", NULL};
     const char *from_file[] = {"nexmark", "run", "--query", queries[i],
