@@ -2,6 +2,7 @@
  * number, CPU-list and restart-strategy parsing, and a stopwatch.  Each
  * parser exits with status 2 and a message naming the flag on bad input. */
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -118,3 +119,28 @@ double seconds_since(const struct timespec *t0) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
 }
+
+/* The job SIGINT and SIGTERM stop, and the signal that came. */
+static sl_job *volatile watched_job;
+static volatile sig_atomic_t watched_signal;
+
+static void on_stop_signal(int sig) {
+  watched_signal = sig;
+  sl_job *job = watched_job;
+  if (job)
+    sl_job_stop(job); /* only stores and futex wakes: signal-safe */
+}
+
+void cli_watch_signals(sl_job *job) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  watched_job = job;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+void cli_unwatch_signals(void) { watched_job = NULL; }
+
+int cli_signal_received(void) { return watched_signal; }

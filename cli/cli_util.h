@@ -29,6 +29,12 @@ void parse_restart(const char *text, struct sl_restart_config *r);
 /** Seconds elapsed on CLOCK_MONOTONIC since *t0. */
 double seconds_since(const struct timespec *t0);
 
+/** SIGINT and SIGTERM stop job (sl_job_stop) until cli_unwatch_signals();
+ * cli_signal_received() is the signal that came, or 0. */
+void cli_watch_signals(sl_job *job);
+void cli_unwatch_signals(void);
+int cli_signal_received(void);
+
 /* `sluice nexmark` (cli/nexmark.c): argv starts after "nexmark". */
 int nexmark_main(int argc, char **argv);
 void nexmark_usage(FILE *out);

@@ -408,15 +408,6 @@ static int merge_output(const char *dir, const char *path,
 
 /* ------------------------------------------------------------ status */
 
-static sl_job *volatile nexmark_job;
-static volatile sig_atomic_t nexmark_signal;
-
-static void nexmark_on_signal(int sig) {
-  nexmark_signal = sig;
-  sl_job *job = nexmark_job;
-  if (job)
-    sl_job_stop(job); /* only stores and futex wakes: signal-safe */
-}
 
 typedef struct nexmark_status {
   sl_job *job;
@@ -615,13 +606,7 @@ static void print_nexmark_summary(const nexmark_options *o, sl_job *job,
 
 static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
                           const sl_checksum *sum) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = nexmark_on_signal;
-  sigemptyset(&sa.sa_mask);
-  nexmark_job = job;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  cli_watch_signals(job);
   nexmark_status st = {.job = job, .o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
                        .cond = PTHREAD_COND_INITIALIZER};
   double cpu0 = cpu_seconds();
@@ -630,7 +615,7 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
   if (rc) {
     fprintf(stderr, "sluice: cannot start nexmark q%d: %s\n", o->query,
             sl_job_error(job)[0] ? sl_job_error(job) : sl_strerror(rc));
-    nexmark_job = NULL;
+    cli_unwatch_signals();
     return 1;
   }
   pthread_t status_thread;
@@ -646,7 +631,7 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
     pthread_mutex_unlock(&st.lock);
     pthread_join(status_thread, NULL);
   }
-  nexmark_job = NULL;
+  cli_unwatch_signals();
   uint64_t rows = 0;
   if (rc == 0 && o->output) {
     int m = merge_output(parts, o->output, nx_query_header(o->query), &rows);
@@ -661,7 +646,7 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
     fprintf(stderr, "sluice: nexmark q%d failed: %s\n", o->query,
             sl_job_error(job));
   if (rc == SL_ESTOPPED)
-    return nexmark_signal ? 130 : 1;
+    return cli_signal_received() ? 130 : 1;
   return rc == 0 ? 0 : 1;
 }
 

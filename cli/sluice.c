@@ -576,15 +576,6 @@ static bool verify(const options *o, const sl_checksum *got, char *why,
 
 /* ------------------------------------------------------------ running */
 
-static sl_job *volatile running_job;
-static volatile sig_atomic_t got_signal;
-
-static void on_signal(int sig) {
-  got_signal = sig;
-  sl_job *job = running_job;
-  if (job)
-    sl_job_stop(job); /* only stores and futex wakes: signal-safe */
-}
 
 
 typedef struct status {
@@ -804,13 +795,7 @@ static int run_job(options *o) {
     sl_job_destroy(job);
     return 1;
   }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  running_job = job;
-  sigaction(SIGINT, &sa, 0);
-  sigaction(SIGTERM, &sa, 0);
+  cli_watch_signals(job);
 
   status st = {.job = job, .o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
                .cond = PTHREAD_COND_INITIALIZER};
@@ -819,7 +804,7 @@ static int run_job(options *o) {
   if (rc) {
     fprintf(stderr, "sluice: cannot start job %s: %s\n", o->job_name,
             sl_job_error(job)[0] ? sl_job_error(job) : sl_strerror(rc));
-    running_job = 0;
+    cli_unwatch_signals();
     sl_job_destroy(job);
     return 1;
   }
@@ -835,7 +820,7 @@ static int run_job(options *o) {
     pthread_mutex_unlock(&st.lock);
     pthread_join(status_thread, 0);
   }
-  running_job = 0;
+  cli_unwatch_signals();
   char why[512] = "";
   bool verified = false;
   if (rc == 0 && window)
@@ -863,7 +848,7 @@ static int run_job(options *o) {
     fprintf(stderr, "sluice: job %s failed: %s\n", o->job_name, sl_job_error(job));
   sl_job_destroy(job);
   if (rc == SL_ESTOPPED)
-    return got_signal ? 130 : 1;
+    return cli_signal_received() ? 130 : 1;
   return rc == 0 && verified ? 0 : 1;
 }
 
