@@ -709,6 +709,18 @@ sl_fault *sl_fault_occur(sl_fault_plan *plan, enum sl_fault_kind kind,
   return winner;
 }
 
+void sl_fault_unoccur(sl_fault_plan *plan, enum sl_fault_kind kind, int sub,
+                      const char *op, int instance) {
+  if (!plan)
+    return;
+  for (int i = 0; i < plan->count; i++) {
+    sl_fault *f = &plan->faults[i];
+    if (f->kind == kind && sub_matches(f, sub) &&
+        sl_fault_matches(f, op, instance))
+      atomic_fetch_sub_explicit(&f->occurrences, 1, memory_order_relaxed);
+  }
+}
+
 void sl_fault_crash_check(sl_fault_plan *plan, enum sl_fault_point point) {
   sl_fault *f = sl_fault_occur(plan, SL_FAULT_CRASH, (int)point, NULL, -1);
   if (!f)

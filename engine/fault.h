@@ -244,6 +244,14 @@ bool sl_fault_matches(const sl_fault *f, const char *op, int instance);
 sl_fault *sl_fault_occur(sl_fault_plan *plan, enum sl_fault_kind kind,
                          int sub, const char *op, int instance);
 
+/* Take back the occurrence the last sl_fault_occur() call with the same
+ * arguments counted (every matching fault's number goes down by one; the
+ * winner's fired count is the caller's to give back).  For an event that
+ * turned out not to count: the attempt was already failing.  The caller
+ * serializes it with that sl_fault_occur() call. */
+void sl_fault_unoccur(sl_fault_plan *plan, enum sl_fault_kind kind, int sub,
+                      const char *op, int instance);
+
 /* If a crash fault fires at this occurrence of point, log it and kill the
  * process with SIGKILL (no atexit handlers, no flushing: like a power
  * cut).  Returns only if nothing fires. */

@@ -65,6 +65,9 @@ int sl_inject_setup(sl_job *job) {
   sl_fault_plan *plan = job->faults;
   if (!plan)
     return 0;
+  if (pthread_mutex_init(&job->fault_lock, 0) != 0)
+    return ENOMEM;
+  job->fault_lock_ready = true;
   /* A fault aimed at an operator the job does not have would silently
    * never fire: refuse it, as any other mistake in the spec. */
   for (int k = 0; k < plan->count; k++) {
@@ -108,6 +111,9 @@ void sl_inject_free(sl_job *job) {
   }
   sl_fault_plan_free(job->faults);
   job->faults = 0;
+  if (job->fault_lock_ready)
+    pthread_mutex_destroy(&job->fault_lock);
+  job->fault_lock_ready = false;
 }
 
 void sl_inject_restart(sl_job *job) {
@@ -191,31 +197,50 @@ int sl_inject_records(sl_instance *inst, uint64_t n) {
   return 0;
 }
 
+/* An occurrence of an occurrence-counted fault kind (snapshot, write,
+ * restore, store): take its number and, when a fault fires that fails the
+ * job, claim the attempt, all under fault_lock.  Without the lock two
+ * instances could both see a healthy attempt, both take a number, and the
+ * loser would give back its claim but not its number: that fault would
+ * fire once less than its times= says.  A refused claim (a record fault or
+ * another failure got there first) takes the number back.  The lock is
+ * only taken by jobs with faults of the kind, at events that are rare
+ * (snapshots, checkpoint writes, restores, store calls).  NULL: nothing
+ * fired. */
+static sl_fault *occur_and_claim(sl_job *job, int kind, int sub,
+                                 const sl_instance *inst) {
+  const char *op = inst ? inst->op->name : 0;
+  int index = inst ? inst->index : -1;
+  pthread_mutex_lock(&job->fault_lock);
+  sl_fault *f = 0;
+  if (!attempt_failing(job)) { /* one failure per attempt (the top note) */
+    f = sl_fault_occur(job->faults, (enum sl_fault_kind)kind, sub, op, index);
+    bool fails = f && (kind == SL_FAULT_RESTORE ||
+                       checkpoint_fault_fails(job, f));
+    if (fails && !claim_attempt(job, f)) {
+      sl_fault_unoccur(job->faults, (enum sl_fault_kind)kind, sub, op, index);
+      f = 0;
+    }
+  }
+  pthread_mutex_unlock(&job->fault_lock);
+  return f;
+}
+
 int sl_inject_occurrence(sl_job *job, sl_instance *inst, int kind, int sub,
                          char *cause, size_t cause_bytes) {
   if (!job->faults || !sl_fault_plan_has(job->faults, (enum sl_fault_kind)kind))
     return 0;
-  if (attempt_failing(job))
-    return 0; /* one failure per attempt (the note at the top) */
-  sl_fault *f = sl_fault_occur(job->faults, (enum sl_fault_kind)kind, sub,
-                               inst ? inst->op->name : 0,
-                               inst ? inst->index : -1);
+  sl_fault *f = occur_and_claim(job, kind, sub, inst);
   if (!f)
-    return 0;
-  bool fails = kind == SL_FAULT_RESTORE || checkpoint_fault_fails(job, f);
-  if (fails && !claim_attempt(job, f))
     return 0;
   char text[SL_FAULT_TEXT_BYTES + 32];
   sl_fault_describe(f, text, sizeof text);
-  if (inst) {
+  if (inst)
     sl_fault_log(f, "operator '%s' instance %d", inst->op->name, inst->index);
-    if (cause)
-      snprintf(cause, cause_bytes, "%s", text);
-  } else {
+  else
     sl_fault_log(f, 0);
-    if (cause)
-      snprintf(cause, cause_bytes, "%s", text);
-  }
+  if (cause)
+    snprintf(cause, cause_bytes, "%s", text);
   return SL_EINJECTED;
 }
 
@@ -228,12 +253,8 @@ void sl_inject_crash_point(sl_job *job, int point) {
  * the restoring thread, which only reads). */
 int sl_inject_store_call(void *arg, enum sl_store_call call) {
   sl_job *job = arg;
-  if (attempt_failing(job))
-    return 0;
-  sl_fault *f = sl_fault_occur(job->faults, SL_FAULT_STORE, (int)call, 0, -1);
+  sl_fault *f = occur_and_claim(job, SL_FAULT_STORE, (int)call, 0);
   if (!f)
-    return 0;
-  if (checkpoint_fault_fails(job, f) && !claim_attempt(job, f))
     return 0;
   sl_fault_log(f, "store %s", sl_fault_call_name((enum sl_fault_call)call));
   /* Kept for the writer's failure message, which names the fault. */

@@ -202,6 +202,11 @@ struct sl_job {
   char *faults_text;            /* owned copy of config.faults */
   _Atomic int attempt_fault_fired; /* a fault that fails the job fired in
                                       this attempt (inject.c) */
+  /* Serializes "is the attempt failing?", taking an occurrence number and
+   * claiming the attempt, for occurrence-counted faults (inject.c).  Only
+   * initialized (fault_lock_ready) when the job has a fault plan. */
+  pthread_mutex_t fault_lock;
+  bool fault_lock_ready;
   char store_fault_text[256];   /* the store fault that fired last (writer
                                    thread), for the failure message */
 };
