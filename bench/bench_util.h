@@ -382,11 +382,12 @@ static inline void bench_json_machine(bench_json *json) {
   bench_json_end_object(json);
 }
 
-/* One series of a pipeline benchmark's JSON (pipeline_p2, pipeline_p3):
- * its name and parallelism, median/min/max, every run's rate and, for a
- * checkpointed series (checkpoint_ms > 0), the interval and the
- * checkpoints each run completed. */
-static inline void bench_json_series(bench_json *json, const char *name,
+/* Opens one series of a pipeline benchmark's JSON (pipeline_p2,
+ * pipeline_p3) and writes its name and parallelism, median/min/max, every
+ * run's rate and, for a checkpointed series (checkpoint_ms > 0), the
+ * interval and the checkpoints each run completed. The caller adds its own
+ * keys and closes the object with bench_json_end_object(). */
+static inline void bench_json_series_begin(bench_json *json, const char *name,
                                      uint64_t parallelism,
                                      const bench_stats *stats,
                                      const double *rates, int runs,
@@ -409,7 +410,6 @@ static inline void bench_json_series(bench_json *json, const char *name,
       bench_json_u64(json, 0, checkpoints[r]);
     bench_json_end_array(json);
   }
-  bench_json_end_object(json);
 }
 
 #endif /* SL_BENCH_UTIL_H */

@@ -9,12 +9,19 @@
  * one process, R times each, and reports median, min and max tuples/s of
  * each, and their ratio.  Every run's count and sum are checked against the
  * closed form; a mismatch fails the benchmark (exit 1).
+ *
+ * CPU use of each run: the process's user + system time over sl_job_run()
+ * (getrusage RUSAGE_SELF: every engine thread, plus the main thread, which
+ * only waits) divided by the run's wall time, i.e. the cores the run kept
+ * busy on average (at most the machine's CPUs); and CPU seconds per
+ * million tuples.
  */
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -63,9 +70,18 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* One run; returns tuples/s, or a negative value on failure. */
+/* User + system CPU time of the whole process so far, in seconds. */
+static double cpu_now_s(void) {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return (double)usage.ru_utime.tv_sec + (double)usage.ru_utime.tv_usec / 1e6 +
+         (double)usage.ru_stime.tv_sec + (double)usage.ru_stime.tv_usec / 1e6;
+}
+
+/* One run; returns tuples/s and sets *cpu_s to its CPU seconds, or returns
+ * a negative value on failure. */
 static double run_once(uint64_t records, const sl_job_config *config,
-                       const totals *expected) {
+                       const totals *expected, double *cpu_s) {
   sl_job *job;
   if (sl_job_create(config, &job) != 0)
     return -1;
@@ -79,10 +95,12 @@ static double run_once(uint64_t records, const sl_job_config *config,
     rc = sl_op_filter(job, "filter", map, 1, filter_keep, 0, &filter);
   if (!rc)
     rc = sl_op_sink(job, "sink", filter, 1, &sink_ops, &got, &sink);
+  double cpu0_s = cpu_now_s();
   double t0 = now_s();
   if (!rc)
     rc = sl_job_run(job);
   double seconds = now_s() - t0;
+  *cpu_s = cpu_now_s() - cpu0_s;
   if (rc) {
     fprintf(stderr, "pipeline_p1: %s: %s\n", sl_strerror(rc), sl_job_error(job));
     sl_job_destroy(job);
@@ -104,21 +122,73 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Median, min and max of values[0..n). */
+typedef struct summary {
+  double median, min, max;
+} summary;
+
+static summary summarize_values(const double *values, int n) {
+  double sorted[MAX_REPEAT];
+  memcpy(sorted, values, sizeof(double) * (size_t)n);
+  qsort(sorted, (size_t)n, sizeof(double), cmp_double);
+  summary out = {.min = sorted[0], .max = sorted[n - 1]};
+  out.median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  return out;
+}
+
 typedef struct series {
   const char *name;
   double rates[MAX_REPEAT];
+  double cores[MAX_REPEAT];           /* CPU seconds / wall seconds */
+  double cpu_s_per_million[MAX_REPEAT]; /* CPU seconds per 1M tuples */
   int n;
   double median, min, max;
+  summary cpu_cores, cpu_per_million;
 } series;
 
 static void summarize(series *s) {
-  double sorted[MAX_REPEAT];
-  memcpy(sorted, s->rates, sizeof(double) * (size_t)s->n);
-  qsort(sorted, (size_t)s->n, sizeof(double), cmp_double);
-  s->min = sorted[0];
-  s->max = sorted[s->n - 1];
-  s->median = s->n % 2 ? sorted[s->n / 2]
-                       : (sorted[s->n / 2 - 1] + sorted[s->n / 2]) / 2;
+  summary rate = summarize_values(s->rates, s->n);
+  s->median = rate.median;
+  s->min = rate.min;
+  s->max = rate.max;
+  s->cpu_cores = summarize_values(s->cores, s->n);
+  s->cpu_per_million = summarize_values(s->cpu_s_per_million, s->n);
+}
+
+/* Write the results to path (its folder bench/results is created if
+ * missing).  Returns 0, or -1 after printing why. */
+static int write_json(const char *path, uint64_t records, int repeat,
+                      series *const all[2]) {
+  mkdir("bench/results", 0755);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    perror(path);
+    return -1;
+  }
+  fprintf(f, "{\"benchmark\":\"pipeline_p1\",\"records\":%" PRIu64
+             ",\"repeat\":%d,\"unit\":\"tuples_per_second\",\"series\":[",
+          records, repeat);
+  for (int k = 0; k < 2; k++) {
+    fprintf(f, "%s{\"name\":\"%s\",\"median\":%.0f,\"min\":%.0f,\"max\":%.0f,"
+               "\"runs\":[",
+            k ? "," : "", all[k]->name, all[k]->median, all[k]->min,
+            all[k]->max);
+    for (int r = 0; r < all[k]->n; r++)
+      fprintf(f, "%s%.0f", r ? "," : "", all[k]->rates[r]);
+    const summary *c = &all[k]->cpu_cores, *m = &all[k]->cpu_per_million;
+    fprintf(f, "],\"cpu_cores\":{\"median\":%.4f,\"min\":%.4f,\"max\":%.4f},"
+               "\"cpu_seconds_per_million_tuples\":{\"median\":%.6f,"
+               "\"min\":%.6f,\"max\":%.6f}}",
+            c->median, c->min, c->max, m->median, m->min, m->max);
+  }
+  fprintf(f, "],\"ratio_chains_over_round_robin\":%.3f}\n",
+          all[0]->median / all[1]->median);
+  if (fclose(f) != 0) {
+    perror(path);
+    return -1;
+  }
+  printf("  written: %s\n", path);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -168,10 +238,13 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++) {
       sl_job_config c = config;
       c.pin_policy = k == 0 ? SL_PIN_CHAINS : SL_PIN_ROUND_ROBIN;
-      double rate = run_once(records, &c, &expected);
+      double cpu_s = 0;
+      double rate = run_once(records, &c, &expected, &cpu_s);
       if (rate < 0)
         return 1;
       series *s = k == 0 ? &chains : &round_robin;
+      s->cores[s->n] = cpu_s * rate / (double)records; /* cpu_s / wall */
+      s->cpu_s_per_million[s->n] = cpu_s / ((double)records / 1e6);
       s->rates[s->n++] = rate;
     }
   }
@@ -180,37 +253,18 @@ int main(int argc, char **argv) {
   printf("P1 source -> map -> filter -> sink, %" PRIu64
          " tuples, 4 threads, %d runs each\n",
          records, repeat);
-  printf("  %-18s %10s %10s %10s  (M tuples/s)\n", "pinning", "median", "min",
-         "max");
+  printf("  %-18s %10s %10s %10s %18s %8s  (M tuples/s; CPU: median "
+         "cores busy [min-max], CPU s per 1M tuples)\n", "pinning", "median",
+         "min", "max", "cores", "CPU s/M");
   series *all[] = {&chains, &round_robin};
   for (int k = 0; k < 2; k++)
-    printf("  %-18s %10.1f %10.1f %10.1f\n", all[k]->name,
-           all[k]->median / 1e6, all[k]->min / 1e6, all[k]->max / 1e6);
+    printf("  %-18s %10.1f %10.1f %10.1f %6.2f [%4.2f-%4.2f] %8.4f\n",
+           all[k]->name, all[k]->median / 1e6, all[k]->min / 1e6,
+           all[k]->max / 1e6, all[k]->cpu_cores.median, all[k]->cpu_cores.min,
+           all[k]->cpu_cores.max, all[k]->cpu_per_million.median);
   printf("  ratio chains / round-robin (medians): %.2f\n",
          chains.median / round_robin.median);
   printf("  target: >= 130 M tuples/s; WindFlow best config here: median 41, "
          "best 65\n");
-  mkdir("bench/results", 0755);
-  FILE *f = fopen(json, "w");
-  if (!f) {
-    perror(json);
-    return 1;
-  }
-  fprintf(f, "{\"benchmark\":\"pipeline_p1\",\"records\":%" PRIu64
-             ",\"repeat\":%d,\"unit\":\"tuples_per_second\",\"series\":[",
-          records, repeat);
-  for (int k = 0; k < 2; k++) {
-    fprintf(f, "%s{\"name\":\"%s\",\"median\":%.0f,\"min\":%.0f,\"max\":%.0f,"
-               "\"runs\":[",
-            k ? "," : "", all[k]->name, all[k]->median, all[k]->min,
-            all[k]->max);
-    for (int r = 0; r < all[k]->n; r++)
-      fprintf(f, "%s%.0f", r ? "," : "", all[k]->rates[r]);
-    fprintf(f, "]}");
-  }
-  fprintf(f, "],\"ratio_chains_over_round_robin\":%.3f}\n",
-          chains.median / round_robin.median);
-  fclose(f);
-  printf("  written: %s\n", json);
-  return 0;
+  return write_json(json, records, repeat, all) == 0 ? 0 : 1;
 }

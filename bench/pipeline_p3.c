@@ -32,7 +32,14 @@
  *
  * P (--parallelism, default 1) is the parallelism of the window and of the
  * sink in the series without -p2; the source has one instance.  The time
- * of a run is sl_job_run().
+ * of a run is sl_job_run(). *
+ * CPU use of each run: the process's user + system time over sl_job_run()
+ * (getrusage RUSAGE_SELF: every engine thread, the checkpoint writer
+ * included, plus the main thread, which only waits) over the run's wall
+ * time, i.e. the cores the run kept busy on average; and CPU seconds per
+ * million tuples, which other load on a shared machine disturbs less than
+ * the rate.  Both as median, min and max ("cpu_cores" and
+ * "cpu_seconds_per_million_tuples" in each series of the JSON).
  */
 #include <errno.h>
 #include <ftw.h>
@@ -42,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -58,8 +66,12 @@ typedef struct series {
   int parallelism; /* of the keyed operator and the sink; 0: --parallelism */
   double rates[MAX_REPEAT];         /* input tuples/s of each run */
   uint64_t checkpoints[MAX_REPEAT]; /* completed checkpoints of each run */
+  double cores[MAX_REPEAT]; /* CPU seconds / wall seconds of each run */
+  double cpu_s_per_million[MAX_REPEAT]; /* CPU seconds per 1M tuples */
   int runs;
   bench_stats stats;
+  bench_stats cpu_cores;
+  bench_stats cpu_per_million;
 } series;
 
 /* What the sink instances found, merged in their close callbacks. */
@@ -209,6 +221,15 @@ static bool check_result(const sink_result *r, uint64_t records) {
 
 /* ------------------------------------------------------------ runs */
 
+/* User + system CPU time of the whole process so far, in seconds: every
+ * engine thread, plus the main thread, which only waits in sl_job_run(). */
+static double cpu_now_s(void) {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return (double)usage.ru_utime.tv_sec + (double)usage.ru_utime.tv_usec / 1e6 +
+         (double)usage.ru_stime.tv_sec + (double)usage.ru_stime.tv_usec / 1e6;
+}
+
 typedef struct options {
   uint64_t records;
   uint64_t keys;
@@ -239,7 +260,8 @@ static uint64_t completed_checkpoints(const sl_job *job) {
 /* Build and run the job once; check its result.  Returns input tuples/s,
  * or a negative value (after printing why) on failure. */
 static double run_once(const options *o, const series *s,
-                       sink_result *result, uint64_t *checkpoints) {
+                       sink_result *result, uint64_t *checkpoints,
+                       double *cpu_s) {
   sl_job_config config = o->config;
   config.pin_policy = s->pin_policy;
   int parallelism = s->parallelism ? s->parallelism : o->parallelism;
@@ -277,10 +299,12 @@ static double run_once(const options *o, const series *s,
   if (!rc)
     rc = sl_op_sink(job, "sink", windows, parallelism, &sink_ops, result,
                     &sink);
+  double cpu0_s = cpu_now_s();
   uint64_t start_ns = bench_now_ns();
   if (!rc)
     rc = sl_job_run(job);
   uint64_t elapsed_ns = bench_now_ns() - start_ns;
+  *cpu_s = cpu_now_s() - cpu0_s;
   if (rc)
     fprintf(stderr, "pipeline_p3: %s: %s: %s\n", s->name, sl_strerror(rc),
             job ? sl_job_error(job) : "");
@@ -299,13 +323,16 @@ static void print_table(const options *o, series *all, int count) {
   printf("P3 source -> key_by -> count window (%" PRIu64 ", sum) -> sink, %"
          PRIu64 " tuples, %" PRIu64 " keys, parallelism %d (-p2: 2), %d runs "
          "each\n", o->window, o->records, o->keys, o->parallelism, o->repeat);
-  printf("  %-13s %10s %10s %10s  (M input tuples/s)\n", "series", "median",
-         "min", "max");
+  printf("  %-13s %10s %10s %10s %18s %8s  (M input tuples/s); CPU: median "
+         "cores busy [min-max], CPU s per 1M tuples\n", "series", "median", "min",
+         "max", "cores", "CPU s/M");
   const series *plain = 0, *checkpointed = 0;
   for (int i = 0; i < count; i++) {
-    printf("  %-13s %10.1f %10.1f %10.1f", all[i].name,
-           all[i].stats.median / 1e6, all[i].stats.min / 1e6,
-           all[i].stats.max / 1e6);
+    printf("  %-13s %10.1f %10.1f %10.1f %6.2f [%4.2f-%4.2f] %8.4f",
+           all[i].name, all[i].stats.median / 1e6, all[i].stats.min / 1e6,
+           all[i].stats.max / 1e6, all[i].cpu_cores.median,
+           all[i].cpu_cores.min, all[i].cpu_cores.max,
+           all[i].cpu_per_million.median);
     if (all[i].checkpoint)
       printf("   (checkpoints completed in the last run: %" PRIu64
              ", every %" PRIu32 " ms, no fsync)",
@@ -320,6 +347,19 @@ static void print_table(const options *o, series *all, int count) {
     printf("  ratio window-cp / window (medians): %.2f\n",
            checkpointed->stats.median / plain->stats.median);
   printf("  target: >= 65 M tuples/s; WindFlow best config here: median 32\n");
+}
+
+/* One series: the keys bench_json_series_begin() (bench_util.h) writes,
+ * then its CPU use: "cpu_cores" (CPU seconds / wall seconds) and
+ * "cpu_seconds_per_million_tuples", each {median, min, max}. */
+static void json_series(bench_json *json, const options *o, const series *s) {
+  bench_json_series_begin(
+      json, s->name,
+      (uint64_t)(s->parallelism ? s->parallelism : o->parallelism), &s->stats,
+      s->rates, s->runs, s->checkpoint ? o->checkpoint_ms : 0, s->checkpoints);
+  bench_json_stats(json, "cpu_cores", s->cpu_cores);
+  bench_json_stats(json, "cpu_seconds_per_million_tuples", s->cpu_per_million);
+  bench_json_end_object(json);
 }
 
 static int write_json(const options *o, series *all, int count) {
@@ -339,14 +379,8 @@ static int write_json(const options *o, series *all, int count) {
   bench_json_string(&json, "unit", "input_tuples_per_second");
   bench_json_machine(&json);
   bench_json_begin_array(&json, "series");
-  for (int i = 0; i < count; i++) {
-    bench_json_series(&json, all[i].name,
-                      (uint64_t)(all[i].parallelism ? all[i].parallelism
-                                                    : o->parallelism),
-                      &all[i].stats, all[i].rates, all[i].runs,
-                      all[i].checkpoint ? o->checkpoint_ms : 0,
-                      all[i].checkpoints);
-  }
+  for (int i = 0; i < count; i++)
+    json_series(&json, o, &all[i]);
   bench_json_end_array(&json);
   bench_json_end_object(&json);
   rc = bench_json_close(&json);
@@ -481,19 +515,28 @@ int main(int argc, char **argv) {
     /* One run of each series in turn (see the top of the file). */
     for (int i = 0; i < count && status == 0; i++) {
       uint64_t checkpoints = 0;
-      double rate = run_once(&o, &all[i], &result, &checkpoints);
+      double cpu_s = 0;
+      double rate = run_once(&o, &all[i], &result, &checkpoints, &cpu_s);
       if (rate < 0) {
         status = 1;
         break;
       }
+      /* cpu_s / wall seconds, the wall time being records / rate */
+      all[i].cores[all[i].runs] = cpu_s * rate / (double)o.records;
+      all[i].cpu_s_per_million[all[i].runs] =
+          cpu_s / ((double)o.records / 1e6);
       all[i].rates[all[i].runs] = rate;
       all[i].checkpoints[all[i].runs] = checkpoints;
       all[i].runs++;
     }
   }
   if (status == 0) {
-    for (int i = 0; i < count; i++)
-      all[i].stats = bench_stats_of(all[i].rates, (size_t)all[i].runs);
+    for (int i = 0; i < count; i++) {
+      size_t runs = (size_t)all[i].runs;
+      all[i].stats = bench_stats_of(all[i].rates, runs);
+      all[i].cpu_cores = bench_stats_of(all[i].cores, runs);
+      all[i].cpu_per_million = bench_stats_of(all[i].cpu_s_per_million, runs);
+    }
     print_table(&o, all, count);
     if (write_json(&o, all, count) != 0)
       status = 1;
