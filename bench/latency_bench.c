@@ -867,7 +867,7 @@ static bench_stats field_stats(const run_figures *runs, int repeat,
                                size_t offset) {
   double values[MAX_REPEAT];
   for (int r = 0; r < repeat; r++)
-    values[r] = *(const double *)((const char *)&runs[r] + offset);
+    memcpy(&values[r], (const char *)&runs[r] + offset, sizeof values[r]);
   return bench_stats_of(values, (size_t)repeat);
 }
 
