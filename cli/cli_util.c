@@ -2,6 +2,7 @@
  * number, CPU-list and restart-strategy parsing, and a stopwatch.  Each
  * parser exits with status 2 and a message naming the flag on bad input. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli_util.h"
 
@@ -144,3 +146,37 @@ void cli_watch_signals(sl_job *job) {
 void cli_unwatch_signals(void) { watched_job = NULL; }
 
 int cli_signal_received(void) { return watched_signal; }
+
+/* SIGUSR1 -> one byte on savepoint_pipe (the read end is the caller's).
+ * The write end is non-blocking: with the pipe full, a request is
+ * dropped rather than the handler blocked. */
+static int savepoint_pipe[2] = {-1, -1};
+
+static void on_savepoint_signal(int sig) {
+  (void)sig;
+  int saved = errno; /* a handler must leave errno as it found it */
+  if (savepoint_pipe[1] >= 0 && write(savepoint_pipe[1], "s", 1) < 0) {
+    /* full or closed: nothing a handler could do about it */
+  }
+  errno = saved;
+}
+
+int cli_watch_savepoint_signal(void) {
+  if (pipe2(savepoint_pipe, O_CLOEXEC) != 0)
+    return -1;
+  fcntl(savepoint_pipe[1], F_SETFL, O_NONBLOCK);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_savepoint_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+  return savepoint_pipe[0];
+}
+
+void cli_unwatch_savepoint_signal(void) {
+  signal(SIGUSR1, SIG_IGN); /* its default would end the process */
+  if (savepoint_pipe[1] >= 0 && write(savepoint_pipe[1], "q", 1) < 0)
+    fprintf(stderr, "sluice: cannot stop the savepoint thread: %s\n",
+            strerror(errno));
+}

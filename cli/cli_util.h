@@ -35,6 +35,13 @@ void cli_watch_signals(sl_job *job);
 void cli_unwatch_signals(void);
 int cli_signal_received(void);
 
+/** SIGUSR1 asks for a savepoint: its handler only writes the byte 's' to
+ * a pipe (write() is async-signal-safe), whose read end this returns (-1:
+ * no pipe; errno says why).  cli_unwatch_savepoint_signal() ignores
+ * SIGUSR1 from then on and writes 'q', the reader's cue to end. */
+int cli_watch_savepoint_signal(void);
+void cli_unwatch_savepoint_signal(void);
+
 /* `sluice nexmark` (cli/nexmark.c): argv starts after "nexmark". */
 int nexmark_main(int argc, char **argv);
 void nexmark_usage(FILE *out);

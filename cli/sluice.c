@@ -49,6 +49,7 @@ typedef struct options {
   const char *output_dir; /* count, window: file sink directory */
   uint64_t window;        /* window: records per count window */
   char faults[4096];      /* --fault specs joined by ';' */
+  const char *savepoint_dir; /* SIGUSR1 savepoints go below it */
 } options;
 
 static void usage(FILE *out) {
@@ -88,6 +89,9 @@ static void usage(FILE *out) {
           "  --state-dir DIR      take checkpoints into the LMDB store in DIR\n"
           "  --resume             DIR holds checkpoints: resume from the newest\n"
           "  --fresh              DIR holds checkpoints: delete them, start over\n"
+          "  --from-savepoint SP  start from savepoint SP (copied into --state-dir,\n"
+          "                       which must hold no checkpoints, or --fresh)\n"
+          "  --savepoint-dir DIR  SIGUSR1 writes a savepoint to DIR/savepoint-<id>\n"
           "  --checkpoint-interval-ms N  between checkpoints (default 1000)\n"
           "  --checkpoint-timeout-ms N   abort a checkpoint after N ms (default 60000)\n"
           "  --min-pause-ms N     least pause between checkpoints (default 0)\n"
@@ -142,6 +146,15 @@ static void parse_options(int argc, char **argv, int first, options *o) {
       o->config.checkpoint.store_policy = SL_STORE_RESUME;
     else if (strcmp(a, "--fresh") == 0)
       o->config.checkpoint.store_policy = SL_STORE_FRESH;
+    else if (strcmp(a, "--from-savepoint") == 0) {
+      if (!v)
+        die_usage("%s needs a value", a);
+      o->config.checkpoint.from_savepoint = v, i++;
+    } else if (strcmp(a, "--savepoint-dir") == 0) {
+      if (!v)
+        die_usage("%s needs a value", a);
+      o->savepoint_dir = v, i++;
+    }
     else if (strcmp(a, "--checkpoint-interval-ms") == 0)
       o->config.checkpoint.interval_ms = (uint32_t)parse_u64(a, v, 1, 86400000), i++;
     else if (strcmp(a, "--checkpoint-timeout-ms") == 0)
@@ -576,6 +589,45 @@ static bool verify(const options *o, const sl_checksum *got, char *why,
 
 /* ------------------------------------------------------------ running */
 
+/* SIGUSR1 -> a savepoint into DIR/savepoint-<id>, on this thread (the
+ * handler only wrote a byte to fd: cli_watch_savepoint_signal).  The id
+ * in the name is the newest complete checkpoint when the signal is read;
+ * the message gives the one copied. */
+typedef struct savepointer {
+  sl_job *job;
+  const char *dir;
+  int fd;
+} savepointer;
+
+static void savepoint_once(const savepointer *sp) {
+  uint64_t restored = 0, last = sl_job_last_checkpoint(sp->job, &restored);
+  char path[4096], err[1024];
+  snprintf(path, sizeof path, "%s/savepoint-%" PRIu64, sp->dir,
+           last ? last : restored);
+  uint64_t id = 0;
+  int rc = sl_job_savepoint(sp->job, path, &id, err, sizeof err);
+  if (rc)
+    fprintf(stderr, "\nsluice: SIGUSR1: savepoint failed: %s\n", err);
+  else
+    fprintf(stderr, "\nsluice: SIGUSR1: savepoint of checkpoint %" PRIu64
+            " written to %s\n", id, path);
+}
+
+static void *savepointer_main(void *arg) {
+  const savepointer *sp = arg;
+  /* One turn per byte; 'q' (cli_unwatch_savepoint_signal) or the pipe's
+   * end ends it, so the loop lasts as long as the job. */
+  for (;;) {
+    char c;
+    ssize_t n = read(sp->fd, &c, 1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0 || c == 'q')
+      return 0;
+    savepoint_once(sp);
+  }
+}
+
 
 
 typedef struct status {
@@ -763,6 +815,12 @@ static int run_job(options *o) {
     o->window = 100;
   if (o->config.checkpoint.store_policy && !o->config.checkpoint.state_dir)
     die_usage("--resume and --fresh need --state-dir");
+  if ((o->config.checkpoint.from_savepoint || o->savepoint_dir) &&
+      !o->config.checkpoint.state_dir)
+    die_usage("--from-savepoint and --savepoint-dir need --state-dir");
+  if (o->config.checkpoint.from_savepoint && !o->output_dir)
+    die_usage("--from-savepoint is for the count and window jobs with "
+              "--output: the committed files are what the run is checked by");
   /* pipeline and keyed keep their results outside checkpointed state (a
    * checksum, a plain counter array): they may take checkpoints, for
    * measurements, but a resumed run could not verify. */
@@ -796,6 +854,10 @@ static int run_job(options *o) {
     return 1;
   }
   cli_watch_signals(job);
+  savepointer sp = {.job = job, .dir = o->savepoint_dir, .fd = -1};
+  if (o->savepoint_dir && (sp.fd = cli_watch_savepoint_signal()) < 0)
+    fprintf(stderr, "sluice: SIGUSR1 savepoints are off: %s\n",
+            strerror(errno));
 
   status st = {.job = job, .o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
                .cond = PTHREAD_COND_INITIALIZER};
@@ -805,9 +867,15 @@ static int run_job(options *o) {
     fprintf(stderr, "sluice: cannot start job %s: %s\n", o->job_name,
             sl_job_error(job)[0] ? sl_job_error(job) : sl_strerror(rc));
     cli_unwatch_signals();
+    if (sp.fd >= 0)
+      cli_unwatch_savepoint_signal();
     sl_job_destroy(job);
     return 1;
   }
+  pthread_t savepoint_thread;
+  bool savepointer_started =
+      sp.fd >= 0 &&
+      pthread_create(&savepoint_thread, 0, savepointer_main, &sp) == 0;
   pthread_t status_thread;
   bool status_started =
       !o->quiet && pthread_create(&status_thread, 0, status_main, &st) == 0;
@@ -821,6 +889,10 @@ static int run_job(options *o) {
     pthread_join(status_thread, 0);
   }
   cli_unwatch_signals();
+  if (sp.fd >= 0)
+    cli_unwatch_savepoint_signal();
+  if (savepointer_started)
+    pthread_join(savepoint_thread, 0);
   char why[512] = "";
   bool verified = false;
   if (rc == 0 && window)

@@ -174,6 +174,26 @@ void sl_checkpointer_wake(struct sl_job *job);
  * started.  Valid until sl_job_destroy. */
 sl_store *sl_checkpointer_store(const struct sl_job *job);
 
+/* The fingerprint a job's store carries (every physical operator's id,
+ * kind, name and parallelism, and max_parallelism), malloc'd; NULL: no
+ * memory.  The job is compiled. */
+char *sl_graph_fingerprint(const struct sl_job *job);
+
+/* savepoint.c: make the savepoint of config.checkpoint.from_savepoint the
+ * store of state_dir, rescaled to this job, before the store is opened
+ * (it then holds the savepoint's checkpoint under fingerprint).  0, or
+ * the status with the job's message set; the state directory is then as
+ * it was. */
+int sl_savepoint_install(struct sl_job *job, const char *fingerprint);
+
+/* The blob of an instance (coordinator.c write_instance): a flag byte,
+ * the operator state if flag SL_BLOB_STATE, then the event-time trailer
+ * (watermark, largest timestamp: two int64, native order) if flag
+ * SL_BLOB_EVENT_TIME. */
+#define SL_BLOB_STATE 1u
+#define SL_BLOB_EVENT_TIME 2u
+#define SL_BLOB_EVENT_TIME_BYTES 16u
+
 /* snapshot.c (called from runtime.c on the instance's thread) */
 int sl_snapshot_barrier(struct sl_ctx *inst, struct sl_channel *ch,
                         uint64_t id, bool *block);

@@ -53,8 +53,11 @@
  *    (waiting after their END) commit their sinks and close.
  * 8. Only the writer touches the store while the job runs; restoring (in
  *    sl_checkpointer_setup) happens before any thread starts.  The
- *    exception: table reads (sl_job_table_reader) from any thread, in read
- *    transactions of their own (store.h CONCURRENCY).
+ *    exceptions: table reads (sl_job_table_reader) and savepoint copies
+ *    (sl_job_savepoint) from any thread, in read transactions of their
+ *    own (store.h CONCURRENCY).  A job started from a savepoint installs
+ *    it as its store in open_store, before the store is opened
+ *    (savepoint.c).
  * 10. Table rows (operators/table_sink.c, snapshot.c note 10) are written
  *    like keyed-state deltas: each instance's part of checkpoint n puts
  *    the row batches of its ack, oldest first, skipping those whose seq
@@ -1206,7 +1209,7 @@ SL_EXPORT int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id) {
 
 /* The text a store remembers its job graph by: every physical operator's
  * id, kind, name and parallelism, and the key-group count. */
-static char *graph_fingerprint(const sl_job *job) {
+char *sl_graph_fingerprint(const sl_job *job) {
   static const char *kinds[] = {"source", "map",     "filter", "flat_map",
                                 "process", "sink",   "key_by", "union"};
   size_t cap = 64 + (size_t)job->physical_count * (SL_MAX_NAME + 48);
@@ -1329,15 +1332,24 @@ static void group_range(uint32_t groups, int parallelism, int k,
 static int open_store(sl_job *job) {
   sl_checkpointer *cp = job->cp;
   const struct sl_checkpoint_config *c = &job->config.checkpoint;
-  char *fingerprint = graph_fingerprint(job);
+  char *fingerprint = sl_graph_fingerprint(job);
   if (!fingerprint)
     return ENOMEM;
+  /* A savepoint becomes the store first (savepoint.c); its checkpoint is
+   * then resumed whatever store_policy says (SL_STORE_FRESH chose to
+   * replace what the directory held with it). */
+  bool installed = c->from_savepoint != 0;
+  int rc = installed ? sl_savepoint_install(job, fingerprint) : 0;
+  if (rc) {
+    free(fingerprint);
+    return rc; /* the message is set */
+  }
   sl_store_options options = {.graph_fingerprint = fingerprint,
                               .no_sync = c->no_sync,
                               .initial_map_bytes = c->initial_map_bytes};
   char err[SL_ERROR_BYTES];
   err[0] = 0;
-  int rc = sl_store_open(c->state_dir, &options, &cp->store, err, sizeof err);
+  rc = sl_store_open(c->state_dir, &options, &cp->store, err, sizeof err);
   free(fingerprint);
   if (rc) {
     sl_job_set_error(job, "state directory: %s", err[0] ? err : sl_strerror(rc));
@@ -1349,14 +1361,14 @@ static int open_store(sl_job *job) {
   uint64_t latest = sl_store_latest(cp->store);
   if (latest == 0)
     return 0;
-  if (c->store_policy == SL_STORE_FRESH) {
+  if (c->store_policy == SL_STORE_FRESH && !installed) {
     rc = sl_store_wipe(cp->store);
     if (rc)
       sl_job_set_error(job, "%s: cannot start fresh: %s", c->state_dir,
                        sl_strerror(rc));
     return rc;
   }
-  if (c->store_policy != SL_STORE_RESUME) {
+  if (c->store_policy != SL_STORE_RESUME && !installed) {
     sl_job_set_error(job,
                      "%s holds checkpoints (the newest complete one is %" PRIu64
                      "); ask to resume from it or to start fresh (which "

@@ -85,6 +85,8 @@ static int config_resolve_rest(sl_job_config *c) {
     return EINVAL;
   if (k->state_dir && !k->state_dir[0])
     return EINVAL;
+  if (k->from_savepoint && (!k->from_savepoint[0] || !k->state_dir))
+    return EINVAL; /* a savepoint is copied into the state directory */
   return 0;
 }
 
@@ -139,10 +141,16 @@ SL_EXPORT int sl_job_create(const sl_job_config *config, sl_job **out) {
     job->faults_text = strdup(job->config.faults);
     job->config.faults = job->faults_text;
   }
+  if (job->config.checkpoint.from_savepoint) { /* the same */
+    job->from_savepoint = strdup(job->config.checkpoint.from_savepoint);
+    job->config.checkpoint.from_savepoint = job->from_savepoint;
+  }
   job->ops = calloc(SL_MAX_OPERATORS, sizeof *job->ops);
   if (!job->ops || (job->config.checkpoint.state_dir && !job->state_dir) ||
-      (job->config.faults && !job->faults_text)) {
+      (job->config.faults && !job->faults_text) ||
+      (job->config.checkpoint.from_savepoint && !job->from_savepoint)) {
     free(job->ops);
+    free(job->from_savepoint);
     free(job->faults_text);
     free(job->state_dir);
     free(job->cpus);
@@ -950,6 +958,7 @@ SL_EXPORT void sl_job_destroy(sl_job *job) {
   free(job->ops);
   free(job->cpus);
   free(job->state_dir);
+  free(job->from_savepoint);
   free(job->faults_text);
   free(job);
 }

@@ -152,6 +152,7 @@ struct sl_job {
   sl_job_config config; /* defaults filled in */
   int *cpus;            /* owned copy */
   char *state_dir;      /* owned copy of config.checkpoint.state_dir */
+  char *from_savepoint; /* owned copy of config.checkpoint.from_savepoint */
   _Atomic int state; /* enum sl_job_state; read by sl_job_stop from any
                         thread while the owner changes it */
   sl_op **ops;

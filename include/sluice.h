@@ -70,6 +70,8 @@
  *   sl_liststate_*
  *   sl_operator_state_set/get  only inside snapshot() / restore() (and open)
  *   sl_job_trigger_checkpoint  any thread while the job runs
+ *   sl_job_savepoint           any thread from sl_job_start to
+ *                              sl_job_destroy (one at a time)
  *   sl_job_checkpoint_*stats,  any thread (a consistent copy under a lock)
  *   sl_job_last_checkpoint
  */
@@ -109,8 +111,9 @@ extern "C" {
 /** The job has not been started. */
 #define SL_ENOTSTARTED (-30893)
 /** A state directory cannot be used: not a sluice store, a newer format
- * version, or written by a different job graph; sl_job_error() says which.
- * Nothing in the directory was changed. */
+ * version, or written by a different job graph; or a savepoint cannot be
+ * started from (sl_job_savepoint); sl_job_error() says which.  Nothing in
+ * the directory was changed. */
 #define SL_ESTORE (-30892)
 /** Stored data failed its checksum when read back. */
 #define SL_ECORRUPT (-30891)
@@ -227,6 +230,15 @@ typedef struct sl_job_config {
     /** Initial LMDB map size in bytes; grown by doubling when full.
      * Default (0): 64 MiB. */
     uint64_t initial_map_bytes;
+    /** A savepoint directory (sl_job_savepoint) to start from, or NULL.
+     * sl_job_start copies its store into state_dir (required), which
+     * must hold no checkpoints unless store_policy is SL_STORE_FRESH
+     * (then they are replaced), and resumes its checkpoint.  Operators
+     * may have another parallelism than when it was taken if their state
+     * is keyed (redistributed by key group) or if they have no operator
+     * state; see sl_job_savepoint for what is refused.  The path is
+     * copied; without state_dir, sl_job_create returns EINVAL. */
+    const char *from_savepoint;
   } checkpoint;
   /** What happens when an instance fails: restart the job in-process from
    * the newest complete checkpoint, or not (the default).  See
@@ -769,6 +781,49 @@ int sl_ctx_checkpointing(const sl_ctx *ctx);
  * (checkpointing off), SL_ENOTSTARTED, EBUSY (max_concurrent in flight, or
  * the job is ending). */
 int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
+
+/** Savepoint: write a self-contained, compacted copy of the newest
+ * complete checkpoint into dir, for a later job to start from
+ * (checkpoint.from_savepoint), also with other parallelisms.  dir is
+ * created if missing (its parent too) and refused if it exists and is not
+ * empty.  It receives data.mdb (LMDB's compacting copy, made inside a
+ * read transaction: neither the instances nor the checkpoint writer wait
+ * for it) and then, last, manifest.json (written to a temporary name,
+ * fsync'd and renamed, so a directory without it is no savepoint): format
+ * "sluice-savepoint", version 1, store_format, checkpoint_id, created_ms
+ * (Unix epoch ms), graph (the job's operators and edges, without
+ * parallelisms), max_parallelism, operators [{id, name, kind,
+ * parallelism}], bytes (of data.mdb) and store_graph (the fingerprint in
+ * the store).  Then one line {"checkpoint_id", "created_ms", "path" (dir,
+ * absolute), "bytes"} is appended to state_dir/savepoints.jsonl.
+ * *checkpoint_id (may be NULL) receives the id of the checkpoint copied.
+ * err (may be NULL) receives a message naming dir and the problem.
+ *
+ * Any thread may call it, at any time from the return of sl_job_start
+ * (0) until sl_job_destroy, also while the job runs, fails over, or after
+ * sl_job_wait: the store stays open until sl_job_destroy.  Savepoints of
+ * one process are taken one at a time.  On error no manifest is written
+ * and what the call made in dir is removed, except: if only the line of
+ * savepoints.jsonl cannot be written, the savepoint is complete (and
+ * *checkpoint_id set) but the error is returned.
+ *
+ * Starting from a savepoint (sl_job_start) refuses, with SL_ESTORE and a
+ * message naming the savepoint: no or a malformed manifest.json, another
+ * format or store format version, another max_parallelism, another job
+ * graph (operators by id, kind and name, in order, and their inputs), a
+ * store that does not match its manifest, and another parallelism for an
+ * operator whose instances saved operator state (a source's position, a
+ * sink's pending transactions, sl_operator_state_set): that state cannot
+ * be split or merged.  Keyed state moves by key group; an operator
+ * rescaled without operator state gets, in every new instance, the lowest
+ * watermark and the largest timestamp its old instances had saved.
+ *
+ * Errors: EINVAL (job or dir NULL or empty), SL_EUSAGE (checkpointing
+ * off), SL_ENOTSTARTED, SL_ENOTFOUND (no checkpoint is complete yet),
+ * EEXIST (dir is not empty), ENOMEM, errno values of the file system,
+ * SL_ECORRUPT and LMDB codes (the copy). */
+int sl_job_savepoint(sl_job *job, const char *dir, uint64_t *checkpoint_id,
+                     char *err, size_t err_bytes);
 
 /** Id of the newest complete checkpoint of this run (0 if none) and, in
  * *restored_from, the checkpoint the job resumed from (0 if it did not). */

@@ -584,7 +584,8 @@ static int fsync_directory(sl_store *s, const char *path) {
 
 /* Scans the directory's names: sets *has_data if data.mdb is there, and
  * refuses a directory that holds other files but no data.mdb (note 4).
- * "lock" and "lock.mdb" alone are ours: an interrupted creation. */
+ * "lock" and "lock.mdb" alone are ours: an interrupted creation; so is
+ * the staging directory of an interrupted install (store.h note 7). */
 static int inspect_entries(sl_store *s, bool *has_data) {
   DIR *d = opendir(s->dir);
   if (!d)
@@ -600,7 +601,8 @@ static int inspect_entries(sl_store *s, bool *has_data) {
       continue;
     if (strcmp(name, "data.mdb") == 0)
       *has_data = true;
-    else if (strcmp(name, "lock") != 0 && strcmp(name, "lock.mdb") != 0)
+    else if (strcmp(name, "lock") != 0 && strcmp(name, "lock.mdb") != 0 &&
+             strcmp(name, SL_STORE_STAGING_NAME) != 0) /* store.h note 7 */
       foreign = true;
   }
   int read_errno = errno;
@@ -2757,5 +2759,442 @@ int sl_store_read_latest(sl_store *s, uint64_t *id, char *err,
     *id = get_le64(stored.mv_data);
   }
   table_read_end(s, txn);
+  return rc;
+}
+
+/* ------------------------------------------------------------ savepoints */
+
+/* "<dir>: message" into err (NULL or err_bytes 0: none).  Returns rc. */
+__attribute__((format(printf, 5, 6))) static int
+dir_fail(const char *dir, char *err, size_t err_bytes, int rc,
+         const char *format, ...) {
+  assert(rc != 0);
+  if (!err || err_bytes == 0)
+    return rc;
+  int at = snprintf(err, err_bytes, "%s: ", dir);
+  if (at < 0 || (size_t)at >= err_bytes)
+    return rc;
+  va_list args;
+  va_start(args, format);
+  vsnprintf(err + at, err_bytes - (size_t)at, format, args);
+  va_end(args);
+  return rc;
+}
+
+/* A handle that sl_store_close frees, for dir, with nothing open yet. */
+static sl_store *handle_new(const char *dir, bool read_only) {
+  sl_store *s = calloc(1, sizeof *s);
+  char *dir_copy = strdup(dir);
+  if (!s || !dir_copy) {
+    free(s);
+    free(dir_copy);
+    return 0;
+  }
+  s->dir = dir_copy;
+  s->lock_fd = -1;
+  s->read_only = read_only;
+  s->txn.store = s;
+  s->txn.state = TXN_IDLE;
+  atomic_init(&s->tables_open, false);
+  pthread_rwlock_init(&s->map_lock, 0);
+  pthread_mutex_init(&s->tables_lock, 0);
+  return s;
+}
+
+/* 0, or errno: fsync of the directory path. */
+static int sync_directory(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  int rc = fsync(fd) == 0 ? 0 : errno;
+  close(fd);
+  return rc;
+}
+
+/* The identity of the environment s->env (sl_store_inspect): magic and
+ * format, and with the current format the graph and "latest". */
+static int inspect_meta(sl_store *s, MDB_txn *txn, sl_store_info *info) {
+  int rc = mdb_dbi_open(txn, db_names[DB_META], 0, &s->dbi[DB_META]);
+  if (rc != 0 && rc != MDB_NOTFOUND && rc != MDB_INCOMPATIBLE)
+    return lmdb_fail(s, rc, "open the meta database");
+  MDB_val v;
+  if (rc == 0)
+    rc = meta_get(s, txn, "magic", &v); /* sets a message but NOTFOUND */
+  if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ||
+      (rc == 0 && (v.mv_size != STORE_MAGIC_BYTES ||
+                   memcmp(v.mv_data, STORE_MAGIC, STORE_MAGIC_BYTES) != 0)))
+    return store_fail(s, SL_ESTORE,
+                      "an LMDB environment, but not a sluice store");
+  if (rc != 0)
+    return rc;
+  rc = meta_get(s, txn, "format", &v);
+  if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != sizeof(uint32_t)))
+    return store_fail(s, SL_ECORRUPT, "meta \"format\" is missing or bad");
+  if (rc != 0)
+    return rc;
+  const uint8_t *f = v.mv_data;
+  info->format = (uint32_t)f[0] | (uint32_t)f[1] << 8 |
+                 (uint32_t)f[2] << 16 | (uint32_t)f[3] << 24;
+  if (info->format != SL_STORE_FORMAT_VERSION)
+    return 0; /* the caller decides; the rest may be laid out otherwise */
+  rc = meta_get(s, txn, "graph", &v);
+  if (rc == MDB_NOTFOUND)
+    return store_fail(s, SL_ECORRUPT, "meta \"graph\" is missing");
+  if (rc != 0)
+    return rc;
+  info->graph = malloc(v.mv_size + 1);
+  if (!info->graph)
+    return store_fail(s, ENOMEM, "out of memory");
+  memcpy(info->graph, v.mv_data, v.mv_size);
+  info->graph[v.mv_size] = 0;
+  return meta_get_u64(s, txn, "latest", &info->latest);
+}
+
+/* sl_store_inspect on the bare handle s. */
+static int inspect_steps(sl_store *s, sl_store_info *info) {
+  bool empty = false;
+  int rc = inspect_data_file(s, &empty);
+  if (rc == ENOENT)
+    return store_fail(s, ENOENT, "holds no data.mdb");
+  if (rc == 0 && empty)
+    return store_fail(s, SL_ESTORE, "data.mdb is empty");
+  if (rc != 0)
+    return rc; /* with its message */
+  if ((rc = mdb_env_create(&s->env)) != 0) {
+    s->env = 0;
+    return lmdb_fail(s, rc, "mdb_env_create");
+  }
+  rc = mdb_env_set_maxdbs(s->env, DB_COUNT - 1);
+  /* NOLOCK: no lock.mdb is made or used (a savepoint stays as it was). */
+  if (rc == 0)
+    rc = mdb_env_open(s->env, s->dir, MDB_RDONLY | MDB_NOLOCK,
+                      STORE_FILE_MODE);
+  if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
+    return store_fail(s, SL_ESTORE,
+                      "data.mdb is not an LMDB file this LMDB reads (%s)",
+                      mdb_strerror(rc));
+  if (rc != 0)
+    return lmdb_fail(s, rc, "open the environment");
+  MDB_txn *txn;
+  rc = mdb_txn_begin(s->env, 0, MDB_RDONLY, &txn);
+  if (rc != 0)
+    return lmdb_fail(s, rc, "begin a read transaction");
+  rc = inspect_meta(s, txn, info);
+  mdb_txn_abort(txn);
+  return rc;
+}
+
+int sl_store_inspect(const char *dir, sl_store_info *info, char *err,
+                     size_t err_bytes) {
+  if (err && err_bytes > 0)
+    err[0] = 0;
+  if (!info)
+    return EINVAL;
+  memset(info, 0, sizeof *info);
+  if (!dir)
+    return dir_fail("(null)", err, err_bytes, EINVAL, "no directory");
+  sl_store *s = handle_new(dir, true);
+  if (!s)
+    return dir_fail(dir, err, err_bytes, ENOMEM, "out of memory");
+  int rc = inspect_steps(s, info);
+  if (rc != 0) {
+    if (err && err_bytes > 0)
+      snprintf(err, err_bytes, "%s", s->error);
+    free(info->graph);
+    memset(info, 0, sizeof *info);
+  }
+  sl_store_close(s);
+  assert(rc != 0 || info->format != SL_STORE_FORMAT_VERSION || info->graph);
+  return rc;
+}
+
+int sl_store_copy(sl_store *s, const char *dir, uint64_t *id,
+                  uint64_t *bytes, char *err, size_t err_bytes) {
+  assert(s && s->env); /* an open handle */
+  assert(dir != 0);
+  *id = 0;
+  *bytes = 0;
+  if (err && err_bytes > 0)
+    err[0] = 0;
+  char path[PATH_MAX];
+  int n = snprintf(path, sizeof path, "%s/data.mdb", dir);
+  if (n < 0 || (size_t)n >= sizeof path)
+    return dir_fail(dir, err, err_bytes, ENAMETOOLONG, "path too long");
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                STORE_FILE_MODE);
+  if (fd < 0)
+    return dir_fail(dir, err, err_bytes, errno, "cannot create data.mdb: %s",
+                    strerror(errno));
+  /* Note 10: the read side keeps sl_store_grow from remapping under the
+   * copy's read transaction. */
+  pthread_rwlock_rdlock(&s->map_lock);
+  int rc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
+  pthread_rwlock_unlock(&s->map_lock);
+  struct stat st;
+  memset(&st, 0, sizeof st);
+  if (rc != 0)
+    dir_fail(dir, err, err_bytes, rc, "copy of the store %s: %s", s->dir,
+             mdb_strerror(rc));
+  else if (fsync(fd) != 0 || fstat(fd, &st) != 0)
+    rc = dir_fail(dir, err, err_bytes, errno, "sync of data.mdb: %s",
+                  strerror(errno));
+  close(fd);
+  if (rc == 0 && (rc = sync_directory(dir)) != 0)
+    dir_fail(dir, err, err_bytes, rc, "fsync of the directory: %s",
+             strerror(rc));
+  sl_store_info info = {0};
+  if (rc == 0)
+    rc = sl_store_inspect(dir, &info, err, err_bytes); /* read back */
+  if (rc == 0 && info.latest == 0)
+    rc = dir_fail(dir, err, err_bytes, SL_ENOTFOUND,
+                  "the copy holds no complete checkpoint");
+  if (rc == 0) {
+    assert(info.format == SL_STORE_FORMAT_VERSION); /* ours */
+    *id = info.latest;
+    *bytes = (uint64_t)st.st_size;
+  }
+  free(info.graph);
+  if (rc != 0)
+    unlink(path);
+  return rc;
+}
+
+int sl_store_delete_blob(sl_store_txn *txn, uint16_t op, uint16_t instance) {
+  int rc = txn_usable(txn);
+  if (rc != 0)
+    return rc;
+  sl_store *s = txn->store;
+  uint8_t key_bytes[BLOB_KEY_BYTES];
+  put_be16(key_bytes, op);
+  put_be16(key_bytes + 2, instance);
+  MDB_val key = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+  rc = mdb_del(txn->mdb, s->dbi[DB_BLOBS], &key, 0);
+  if (rc != 0 && rc != MDB_NOTFOUND)
+    return txn_fail(txn, lmdb_fail(s, rc, "delete blob"));
+  /* A blob put earlier in txn is no longer there for commit_blob_ids. */
+  uint32_t gone = (uint32_t)op << 16 | instance;
+  for (size_t i = 0; i < txn->blob_count;) /* one pass over the puts */
+    if (txn->blob_keys[i] == gone)
+      txn->blob_keys[i] = txn->blob_keys[--txn->blob_count];
+    else
+      i++;
+  return 0;
+}
+
+int sl_store_commit_graph(sl_store_txn *txn, const char *graph_fingerprint) {
+  int rc = txn_usable(txn);
+  if (rc != 0) {
+    if (txn)
+      txn_end(txn);
+    return rc;
+  }
+  sl_store *s = txn->store;
+  if (!graph_fingerprint)
+    rc = store_fail(s, EINVAL, "commit graph: no fingerprint");
+  else if (txn->last_key_bytes > 0 || txn->table_count > 0)
+    rc = store_fail(s, EINVAL, "commit graph: the transaction wrote keyed "
+                    "state or table rows");
+  else if (txn->blob_count > 0 && s->latest == 0)
+    rc = store_fail(s, EINVAL, "commit graph: blobs were put, but no "
+                    "checkpoint is complete to hold them");
+  if (rc == 0)
+    rc = commit_blob_ids(txn, s->latest); /* note 3, with the latest id */
+  MDB_val key = meta_key("graph");
+  if (rc == 0 && (rc = value_put(s, txn->mdb, DB_META, &key, 0, 0,
+                                 graph_fingerprint,
+                                 strlen(graph_fingerprint), 0)) != 0)
+    rc = lmdb_fail(s, rc, "commit graph: write meta \"graph\"");
+  if (rc != 0) {
+    txn_end(txn);
+    return rc;
+  }
+  rc = mdb_txn_commit(txn->mdb); /* frees the LMDB transaction either way */
+  txn->mdb = 0;
+  txn->state = TXN_IDLE;
+  txn->blob_count = 0;
+  txn->table_count = 0;
+  txn->rows = 0;
+  assert(txn_check(txn));
+  return rc != 0 ? lmdb_fail(s, rc, "commit graph") : 0;
+}
+
+/* Removes the staging directory of an install and what it holds (only
+ * the files an install puts there; anything else stays). */
+static void staging_remove(sl_store *s) {
+  static const char *const names[] = {"data.mdb", "lock.mdb", "lock"};
+  char path[PATH_MAX];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    int n = snprintf(path, sizeof path, "%s/%s/%s", s->dir,
+                     SL_STORE_STAGING_NAME, names[i]);
+    if (n > 0 && (size_t)n < sizeof path)
+      unlink(path);
+  }
+  if (dir_path(s, SL_STORE_STAGING_NAME, path, sizeof path) == 0)
+    rmdir(path);
+}
+
+/* Copies the file from into the new file to, and fsyncs it. */
+static int copy_file(sl_store *s, const char *from, const char *to) {
+  int in = open(from, O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    return store_fail(s, errno, "cannot open %s: %s", from, strerror(errno));
+  int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                 STORE_FILE_MODE);
+  enum { CHUNK_BYTES = 1 << 20 };
+  char *buffer = out >= 0 ? malloc(CHUNK_BYTES) : 0;
+  struct stat st;
+  int rc = out < 0 ? errno : !buffer ? ENOMEM : fstat(in, &st) ? errno : 0;
+  /* Bounded by the file's size: each turn copies a chunk or ends. */
+  uint64_t turns = rc == 0 ? (uint64_t)st.st_size / CHUNK_BYTES + 2 : 0;
+  for (uint64_t turn = 0; rc == 0 && turn < turns; turn++) {
+    ssize_t got = read(in, buffer, CHUNK_BYTES);
+    if (got <= 0) {
+      rc = got < 0 ? errno : 0;
+      break;
+    }
+    for (ssize_t at = 0; rc == 0 && at < got;) { /* short writes */
+      ssize_t put = write(out, buffer + at, (size_t)(got - at));
+      if (put < 0)
+        rc = errno;
+      else
+        at += put;
+    }
+  }
+  if (rc == 0 && fsync(out) != 0)
+    rc = errno;
+  free(buffer);
+  close(in);
+  if (out >= 0)
+    close(out);
+  return rc ? store_fail(s, rc, "cannot copy %s to %s: %s", from, to,
+                         strerror(rc))
+            : 0;
+}
+
+/* Note 7: a store with checkpoints already in the directory is replaced
+ * only when asked; someone else's file never. */
+static int install_check_target(sl_store *s, bool replace) {
+  bool empty = false;
+  int rc = inspect_data_file(s, &empty);
+  if (rc != 0 || empty)
+    return rc; /* empty: an interrupted creation, nothing to keep */
+  sl_store_info info;
+  char message[STORE_ERROR_BYTES];
+  rc = sl_store_inspect(s->dir, &info, message, sizeof message);
+  if (rc != 0)
+    return store_fail(s, rc == ENOENT ? SL_ESTORE : rc, "%s", message);
+  uint64_t latest = info.latest;
+  free(info.graph);
+  if (info.format != SL_STORE_FORMAT_VERSION)
+    return store_fail(s, SL_ESTORE, "holds a store of format version %"
+                      PRIu32 " (this sluice writes %u)", info.format,
+                      SL_STORE_FORMAT_VERSION);
+  if (latest > 0 && !replace)
+    return store_fail(s, SL_EHASSTATE,
+                      "holds checkpoints (the newest complete one is %"
+                      PRIu64 "): a job started from a savepoint needs a "
+                      "state directory without any, or the policy to start "
+                      "fresh (which replaces them)", latest);
+  return 0;
+}
+
+/* Note 7: the copy, checked and edited in the staging directory. */
+static int install_stage(sl_store *s, const char *source_dir,
+                         const sl_store_install_options *o) {
+  assert(o->source_graph && o->graph); /* sl_store_install checked */
+  assert(s->lock_fd >= 0); /* the directory is ours */
+  char staging[PATH_MAX], from[PATH_MAX], to[PATH_MAX];
+  int rc = dir_path(s, SL_STORE_STAGING_NAME, staging, sizeof staging);
+  if (rc != 0)
+    return rc;
+  staging_remove(s); /* an interrupted install's */
+  if (mkdir(staging, STORE_DIR_MODE) != 0)
+    return store_fail(s, errno, "cannot create %s: %s", staging,
+                      strerror(errno));
+  int n = snprintf(from, sizeof from, "%s/data.mdb", source_dir);
+  int m = snprintf(to, sizeof to, "%s/data.mdb", staging);
+  if (n < 0 || (size_t)n >= sizeof from || m < 0 || (size_t)m >= sizeof to)
+    return store_fail(s, ENAMETOOLONG, "path too long");
+  if ((rc = copy_file(s, from, to)) != 0)
+    return rc;
+  sl_store *copy;
+  char message[STORE_ERROR_BYTES];
+  sl_store_options options = {.graph_fingerprint = o->source_graph,
+                              .no_sync = o->no_sync};
+  rc = sl_store_open(staging, &options, &copy, message, sizeof message);
+  if (rc != 0)
+    return store_fail(s, rc, "the copy of %s: %s", source_dir, message);
+  sl_store_txn *txn = 0;
+  if (sl_store_latest(copy) == 0)
+    rc = store_fail(s, SL_ENOTFOUND, "%s holds no complete checkpoint",
+                    source_dir);
+  if (rc == 0 && (rc = sl_store_begin(copy, &txn)) != 0)
+    store_fail(s, rc, "%s", sl_store_error(copy));
+  if (rc == 0 && o->edit) {
+    s->error[0] = 0;
+    rc = o->edit(o->edit_arg, copy, txn, s->error, sizeof s->error);
+    if (rc != 0)
+      sl_store_abort(txn);
+  }
+  if (rc == 0 && (rc = sl_store_commit_graph(txn, o->graph)) != 0)
+    store_fail(s, rc, "%s", sl_store_error(copy));
+  sl_store_close(copy);
+  return rc;
+}
+
+/* Note 7: the rename that installs the copy, then the cleanup. */
+static int install_move(sl_store *s) {
+  assert(s->lock_fd >= 0);
+  char from[PATH_MAX], to[PATH_MAX];
+  int n = snprintf(from, sizeof from, "%s/%s/data.mdb", s->dir,
+                   SL_STORE_STAGING_NAME);
+  if (n < 0 || (size_t)n >= sizeof from)
+    return store_fail(s, ENAMETOOLONG, "path too long");
+  int rc = dir_path(s, "data.mdb", to, sizeof to);
+  if (rc == 0 && rename(from, to) != 0)
+    rc = store_fail(s, errno, "cannot move %s to %s: %s", from, to,
+                    strerror(errno));
+  if (rc == 0)
+    rc = fsync_directory(s, s->dir);
+  if (rc == 0)
+    staging_remove(s);
+  return rc;
+}
+
+int sl_store_install(const char *dir, const char *source_dir,
+                     const sl_store_install_options *options, char *err,
+                     size_t err_bytes) {
+  if (err && err_bytes > 0)
+    err[0] = 0;
+  if (!dir || !source_dir || !options || !options->source_graph ||
+      !options->graph)
+    return dir_fail(dir ? dir : "(null)", err, err_bytes, EINVAL,
+                    "sl_store_install: an argument is NULL");
+  sl_store *s = handle_new(dir, false);
+  if (!s)
+    return dir_fail(dir, err, err_bytes, ENOMEM, "out of memory");
+  bool has_data = false, created = false, lock_created = false;
+  int rc = inspect_dir(s, &has_data, &created);
+  if (rc == 0)
+    rc = registry_add(s); /* note 6: no handle of this process has it */
+  if (rc == 0)
+    rc = take_lock(s, &lock_created); /* nor has another process */
+  if (rc == 0 && has_data)
+    rc = install_check_target(s, options->replace != 0);
+  if (rc == 0)
+    rc = install_stage(s, source_dir, options);
+  if (rc == 0)
+    rc = install_move(s);
+  if (rc != 0) {
+    if (err && err_bytes > 0)
+      snprintf(err, err_bytes, "%s", s->error);
+    staging_remove(s);
+    char path[PATH_MAX];
+    if (lock_created && dir_path(s, "lock", path, sizeof path) == 0)
+      unlink(path);
+  }
+  sl_store_close(s);
+  if (rc != 0 && created)
+    rmdir(dir); /* made by this call, empty again */
   return rc;
 }

@@ -91,6 +91,18 @@
  *    when a writer opens it; a read-only open of such a store reads every
  *    table as empty.  The format version is unchanged: the database is an
  *    addition that older code ignores.
+ * 7. Savepoints.  sl_store_copy writes a compacted copy of a store (a
+ *    read transaction: it holds the newest complete checkpoint, whole).
+ *    sl_store_install makes such a copy the store of a state directory:
+ *    it claims the directory (the lock of note 5), copies data.mdb into
+ *    the directory SL_STORE_STAGING_NAME inside it, opens the copy there
+ *    as a store (every check of note 4, with the copy's own fingerprint),
+ *    rewrites its blobs and its fingerprint in one durable transaction,
+ *    and only then renames the copy's data.mdb into the directory and
+ *    fsyncs it.  A crash before the rename leaves the directory without
+ *    data.mdb (or with the old one), a crash after it the installed
+ *    store; a staging directory left behind is ignored by sl_store_open
+ *    and removed by the next install.
  *
  * CONCURRENCY: a store handle is used by one thread at a time (the engine's
  * writer thread, or the restoring thread before the job runs).  A write
@@ -101,6 +113,8 @@
  * transaction of its own, reports into its caller's message buffer, and
  * holds the read side of a lock whose write side sl_store_grow takes
  * (LMDB remaps the file when the map grows: no read may be open then).
+ * sl_store_copy (a savepoint) and sl_store_read_latest are the same kind
+ * of call.
  */
 #ifndef SL_STORE_H
 #define SL_STORE_H
@@ -380,5 +394,90 @@ int sl_store_table_count(sl_store *store, const char *table, uint64_t *rows,
  * read-only handle is as of its open).  Errors: SL_ECORRUPT, LMDB codes. */
 int sl_store_read_latest(sl_store *store, uint64_t *id, char *err,
                          size_t err_bytes);
+
+/* Savepoints (note 7; engine/savepoint.c). */
+
+/** Name of the directory inside a state directory in which
+ * sl_store_install builds the store before it moves in (note 7). */
+#define SL_STORE_STAGING_NAME ".savepoint-install"
+
+/** Write a compacted copy of the store, as of its newest complete
+ * checkpoint, to dir/data.mdb (dir exists and holds no data.mdb):
+ * mdb_env_copyfd2 with MDB_CP_COMPACT, inside a read transaction of its
+ * own, so the writer, compactions and table reads go on meanwhile; only
+ * sl_store_grow waits for the copy to end (LMDB may not remap while a
+ * transaction of the process is open).  The file is fsync'd, and so is
+ * dir.  *id gets the id of the checkpoint the copy holds (read back from
+ * the copy: a checkpoint may complete while it is made), *bytes the size
+ * of the copy.  Any thread may call it, also while the writer writes;
+ * the message goes to err, never to the handle's buffer.  On error no
+ * dir/data.mdb is left.  Errors: EEXIST (dir/data.mdb exists), errno
+ * values from the file system, SL_ENOTFOUND (the copy holds no complete
+ * checkpoint), SL_ECORRUPT, LMDB codes. */
+int sl_store_copy(sl_store *store, const char *dir, uint64_t *id,
+                  uint64_t *bytes, char *err, size_t err_bytes);
+
+/** What sl_store_inspect read from a store directory. */
+typedef struct sl_store_info {
+  uint32_t format; /* meta "format" */
+  /* The rest only when format is SL_STORE_FORMAT_VERSION: */
+  uint64_t latest; /* the newest complete checkpoint, 0: none */
+  char *graph;     /* meta "graph", NUL-terminated, malloc'd (free it) */
+} sl_store_info;
+
+/** Read the identity of the store in dir without opening it as a store:
+ * no lock is taken and no file is created (LMDB's MDB_NOLOCK), so only
+ * for a store no process writes (a savepoint).  A format other than
+ * SL_STORE_FORMAT_VERSION is returned, not refused.  Errors: ENOENT (no
+ * dir/data.mdb), SL_ESTORE (not an LMDB file or not a sluice store),
+ * SL_ECORRUPT (a meta value fails its checksum or is missing), ENOMEM,
+ * LMDB codes; err names dir and the problem. */
+int sl_store_inspect(const char *dir, sl_store_info *info, char *err,
+                     size_t err_bytes);
+
+/** Delete the blob of (op, instance) in txn; absent is not an error.  Not
+ * seen by the fault layer.  Errors as sl_store_put_blob. */
+int sl_store_delete_blob(sl_store_txn *txn, uint16_t op, uint16_t instance);
+
+/** Commit txn without adding a checkpoint: meta "graph" becomes
+ * graph_fingerprint and the blobs put get the id of the newest complete
+ * checkpoint (they replace its blobs); "latest" and the log are
+ * untouched.  Durable unless no_sync.  The transaction is finished
+ * either way.  For the edit of sl_store_install.  Errors: EINVAL (state
+ * or table rows were written, blobs were put with no checkpoint complete,
+ * NULL fingerprint), the failure of a failed transaction, LMDB codes. */
+int sl_store_commit_graph(sl_store_txn *txn, const char *graph_fingerprint);
+
+/** Called by sl_store_install with the store being installed and an open
+ * transaction of it: puts and deletes blobs.  Nonzero refuses the
+ * install (the function writes its message to err). */
+typedef int (*sl_store_edit_fn)(void *arg, sl_store *store,
+                                sl_store_txn *txn, char *err,
+                                size_t err_bytes);
+
+typedef struct sl_store_install_options {
+  const char *source_graph; /* required: the fingerprint of the copy */
+  const char *graph;        /* required: the fingerprint it takes on */
+  int replace;  /* 1: a store with checkpoints in dir is replaced */
+  int no_sync;  /* as sl_store_options.no_sync */
+  sl_store_edit_fn edit; /* may be NULL */
+  void *edit_arg;
+} sl_store_install_options;
+
+/** Make a copy of the store in source_dir (its data.mdb; source_dir is
+ * only read) the store of dir (note 7): dir is created if missing; it
+ * must hold no store with checkpoints, unless replace.  The copy must
+ * carry source_graph and a checkpoint; edit runs in one transaction of
+ * it, which sl_store_commit_graph ends with graph.  A later sl_store_open
+ * of dir with graph then finds the copy's newest checkpoint.  On error
+ * dir holds what it held before (a directory this call made is removed
+ * again) and err says why.  Errors: SL_EHASSTATE (dir holds checkpoints
+ * and not replace), SL_ESTORE (dir is not a state directory or is in
+ * use; the copy is not a sluice store, has another format or graph),
+ * SL_ENOTFOUND (the copy holds no checkpoint), the edit's, SL_ECORRUPT,
+ * EINVAL, ENOMEM, errno values, LMDB codes. */
+int sl_store_install(const char *dir, const char *source_dir,
+                     const sl_store_install_options *options, char *err,
+                     size_t err_bytes);
 
 #endif /* SL_STORE_H */
