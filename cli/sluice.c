@@ -50,6 +50,7 @@ typedef struct options {
   uint64_t window;        /* window: records per count window */
   char faults[4096];      /* --fault specs joined by ';' */
   const char *savepoint_dir; /* SIGUSR1 savepoints go below it */
+  const char *http;       /* --http [ADDR:]PORT, or NULL */
 } options;
 
 static void usage(FILE *out) {
@@ -109,6 +110,9 @@ static void usage(FILE *out) {
           "                       exponential-delay[:INITIAL_MS[:MAX_MS[:MULT[:JITTER]]]],\n"
           "                       failure-rate[:MAX[:INTERVAL_MS[:DELAY_MS]]]\n"
           "                       (omitted fields: Flink's defaults)\n"
+          "  --http [ADDR:]PORT   serve /metrics, /jobs, /checkpoints and POST\n"
+          "                       /savepoints on ADDR (default 127.0.0.1);\n"
+          "                       port 0 picks a free one (printed)\n"
           "  --quiet              no live status line\n"
           "  --json               print the summary as one JSON object\n"
           "  -h, --help           this text\n");
@@ -187,7 +191,11 @@ static void parse_options(int argc, char **argv, int first, options *o) {
       o->config.faults = o->faults, i++;
     } else if (strcmp(a, "--restart") == 0)
       parse_restart(v, &o->config.restart), i++;
-    else if (strcmp(a, "--quiet") == 0)
+    else if (strcmp(a, "--http") == 0) {
+      if (!v)
+        die_usage("%s needs a value", a);
+      o->http = v, i++;
+    } else if (strcmp(a, "--quiet") == 0)
       o->quiet = true;
     else if (strcmp(a, "--json") == 0)
       o->json = true;
@@ -628,6 +636,37 @@ static void *savepointer_main(void *arg) {
   }
 }
 
+/* --http [ADDR:]PORT: start the endpoint (before the job, so a port in use
+ * fails at once) and say where it listens.  NULL on failure (said). */
+static sl_http *start_http(const options *o, sl_job *job) {
+  char addr[64] = "127.0.0.1";
+  const char *port_text = o->http;
+  const char *colon = strrchr(o->http, ':');
+  if (colon) {
+    const char *host = o->http;
+    size_t n = (size_t)(colon - host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']')
+      host++, n -= 2; /* [::1]:8080 */
+    if (n == 0 || n >= sizeof addr)
+      die_usage("--http: bad address in '%s'", o->http);
+    memcpy(addr, host, n);
+    addr[n] = 0;
+    port_text = colon + 1;
+  }
+  int port = (int)parse_u64("--http", port_text, 0, 65535);
+  sl_http *http = 0;
+  int rc = sl_http_start(job, addr, port, &http);
+  if (rc) {
+    fprintf(stderr, "sluice: cannot serve http on %s port %d: %s\n", addr,
+            port, sl_strerror(rc));
+    return 0;
+  }
+  fprintf(stderr, "sluice: http endpoint on http://%s%s%s:%d\n",
+          strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
+          sl_http_port(http));
+  return http;
+}
+
 
 
 typedef struct status {
@@ -858,6 +897,12 @@ static int run_job(options *o) {
   if (o->savepoint_dir && (sp.fd = cli_watch_savepoint_signal()) < 0)
     fprintf(stderr, "sluice: SIGUSR1 savepoints are off: %s\n",
             strerror(errno));
+  sl_http *http = o->http ? start_http(o, job) : 0;
+  if (o->http && !http) {
+    cli_unwatch_signals();
+    sl_job_destroy(job);
+    return 1;
+  }
 
   status st = {.job = job, .o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
                .cond = PTHREAD_COND_INITIALIZER};
@@ -869,6 +914,7 @@ static int run_job(options *o) {
     cli_unwatch_signals();
     if (sp.fd >= 0)
       cli_unwatch_savepoint_signal();
+    sl_http_stop(http);
     sl_job_destroy(job);
     return 1;
   }
@@ -881,6 +927,7 @@ static int run_job(options *o) {
       !o->quiet && pthread_create(&status_thread, 0, status_main, &st) == 0;
   rc = sl_job_wait(job);
   double secs = seconds_since(&st.t0);
+  sl_http_stop(http); /* before the job is destroyed */
   if (status_started) {
     pthread_mutex_lock(&st.lock);
     st.done = true;

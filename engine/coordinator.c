@@ -196,6 +196,12 @@ struct sl_checkpointer {
   sl_checkpoint_stats history[SL_CHECKPOINT_HISTORY];
   sl_checkpoint_instance_stats *history_instances[SL_CHECKPOINT_HISTORY];
   int history_count; /* entries ever added */
+  /* For sl_job_metrics (under history_lock too): checkpoints ended each
+   * way since the job started, and the newest of each. */
+  uint64_t completed_count;
+  uint64_t failed_count;
+  sl_checkpoint_stats latest_completed; /* id 0: none yet */
+  sl_checkpoint_stats latest_failed;
   _Atomic uint64_t restored_from; /* read by sl_job_last_checkpoint() while
                                      a restart writes it */
 };
@@ -281,6 +287,14 @@ static void history_finish(sl_checkpointer *cp, pending *p, int status,
                            const char *cause) {
   pthread_mutex_lock(&cp->history_lock);
   sl_checkpoint_stats *h = history_at(cp, p->history_slot);
+  /* Counted once: a failed final checkpoint is finished again by the
+   * restart's reset. */
+  if (h->id != p->id || h->status == SL_CHECKPOINT_IN_PROGRESS) {
+    if (status == SL_CHECKPOINT_COMPLETED)
+      cp->completed_count++;
+    else
+      cp->failed_count++;
+  }
   if (h->id == p->id) { /* not yet overwritten by 64 newer ones */
     h->status = status;
     h->duration_us = (sl_now_ns() - p->trigger_ns) / 1000u;
@@ -301,7 +315,44 @@ static void history_finish(sl_checkpointer *cp, pending *p, int status,
       h->bytes_persisted += p->bytes[i];
       h->entries_persisted += p->entries[i];
     }
+    if (status == SL_CHECKPOINT_COMPLETED)
+      cp->latest_completed = *h;
+    else
+      cp->latest_failed = *h;
   }
+  pthread_mutex_unlock(&cp->history_lock);
+}
+
+void sl_checkpointer_metrics(const sl_job *job, sl_metrics *m, bool history) {
+  sl_checkpointer *cp = job->cp;
+  if (!cp)
+    return;
+  m->checkpointing = 1;
+  m->restored_from = atomic_load(&cp->restored_from);
+  pthread_mutex_lock(&cp->history_lock);
+  assert(cp->completed_count + cp->failed_count <=
+         (uint64_t)cp->history_count);
+  m->checkpoints_completed = cp->completed_count;
+  m->checkpoints_failed = cp->failed_count;
+  m->checkpoints_total = (uint64_t)cp->history_count;
+  m->checkpoints_in_progress = m->checkpoints_total -
+                               m->checkpoints_completed -
+                               m->checkpoints_failed;
+  m->has_latest_completed = cp->latest_completed.id != 0;
+  m->latest_completed = cp->latest_completed;
+  m->has_latest_failed = cp->latest_failed.id != 0;
+  m->latest_failed = cp->latest_failed;
+  int n = cp->history_count < SL_CHECKPOINT_HISTORY ? cp->history_count
+                                                     : SL_CHECKPOINT_HISTORY;
+  int per = job->instance_count;
+  for (int k = 0; history && k < n; k++) { /* newest first */
+    int slot = (cp->history_count - 1 - k) % SL_CHECKPOINT_HISTORY;
+    m->history[k] = cp->history[slot];
+    memcpy(&m->history_instances[(size_t)k * (size_t)per],
+           cp->history_instances[slot], (size_t)per * sizeof(*m->history_instances));
+  }
+  m->history_count = history ? n : 0;
+  m->history_instance_count = history ? per : 0;
   pthread_mutex_unlock(&cp->history_lock);
 }
 

@@ -327,10 +327,14 @@ static int restart(sl_job *job) {
     inst->cp.keyed = 0;
     reset_instance(inst);
   }
+  /* Odd while the rings are emptied: a metrics reader discards what it
+   * read meanwhile (metrics.c note 4). */
+  atomic_fetch_add(&job->ring_reset_seq, 1);
   for (int i = 0; i < job->ring_count; i++) {
     sl_ring_reset(&job->rings[i]); /* in-flight records are discarded */
     assert(sl_ring_readable_consumer(&job->rings[i]) == 0);
   }
+  atomic_fetch_add(&job->ring_reset_seq, 1);
   sl_inject_restart(job);
   job->error[0] = 0;
   job->fail_status = 0;

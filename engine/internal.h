@@ -92,6 +92,27 @@ typedef struct sl_output {
   int port; /* 0: main output; else a side output port */
 } sl_output;
 
+/* What an instance is waiting for (metrics.c note 3). */
+enum sl_wait_kind {
+  SL_WAIT_IDLE = 0,          /* input (or a checkpoint notification) */
+  SL_WAIT_BACKPRESSURED = 1, /* room on a full output ring */
+};
+
+/* An instance's time accounting (metrics.c notes 2 and 3).  Written only by
+ * the instance's own thread, once per thread start, exit and wait; readers
+ * on other threads take a consistent copy through the sequence counter (a
+ * seqlock: odd while the owner writes). */
+typedef struct sl_instance_times {
+  _Atomic uint64_t seq;
+  _Atomic uint64_t alive_since_ns;  /* thread start of this attempt; 0: not
+                                       running */
+  _Atomic uint64_t alive_before_ns; /* lifetime of earlier attempts */
+  _Atomic uint64_t idle_ns;         /* completed waits, cumulative */
+  _Atomic uint64_t backpressured_ns;
+  _Atomic uint64_t wait_since_ns;   /* the wait under way; 0: none */
+  _Atomic int wait_kind;            /* enum sl_wait_kind of that wait */
+} sl_instance_times;
+
 /* One running instance; also the sl_ctx handed to callbacks. */
 struct sl_ctx {
   sl_job *job;
@@ -139,6 +160,16 @@ struct sl_ctx {
   uint64_t counters[2]; /* enum sl_counter, owner-only */
   _Atomic uint64_t counters_shared[2];
   _Atomic int64_t watermark_shared; /* relaxed copy of the event time */
+  /* Metrics (metrics.c), last: the fields above keep their places on the
+   * hot cache lines. */
+  uint64_t bytes_in;  /* record payload bytes, owner-only */
+  uint64_t bytes_out; /* written into the output rings, summed over them
+                         at each flush (runtime.c, flush_outputs) */
+  _Atomic uint64_t bytes_in_shared; /* relaxed copies for readers */
+  _Atomic uint64_t bytes_out_shared;
+  _Atomic uint64_t state_entries_shared; /* keyed state (cp.keyed) */
+  _Atomic uint64_t state_bytes_shared;
+  sl_instance_times times; /* busy / idle / backpressured */
 };
 typedef struct sl_ctx sl_instance;
 
@@ -181,6 +212,15 @@ struct sl_job {
   _Atomic int cp_final_done;        /* the final checkpoint is durable */
   bool waited;
   char error[SL_ERROR_BYTES];
+
+  /* Metrics (metrics.c).  Set before `state` becomes RUNNING, resp. before
+   * it becomes FINISHED, so a reader that saw the state sees them. */
+  int64_t start_wall_ms;
+  uint64_t start_ns;
+  _Atomic uint64_t end_ns;
+  /* Odd while a restart empties the rings (failover.c): ring counters
+   * read meanwhile are discarded (metrics.c note 4). */
+  _Atomic uint64_t ring_reset_seq;
 
   /* Failover (failover.c). */
   _Atomic int user_stopped;     /* sl_job_stop() was called: no restart */
@@ -255,6 +295,19 @@ int sl_event_channel_record(sl_instance *inst, sl_channel *ch);
 int sl_instance_write_control(sl_instance *inst, unsigned kind,
                               uint64_t value);
 int64_t sl_wall_ms(void);
+
+/* metrics.c: time accounting on the instance's own thread (note 3). */
+void sl_times_thread_start(sl_instance *inst);
+void sl_times_thread_exit(sl_instance *inst);
+uint64_t sl_times_wait_begin(sl_instance *inst, enum sl_wait_kind kind);
+void sl_times_wait_end(sl_instance *inst, enum sl_wait_kind kind,
+                       uint64_t since_ns);
+
+/* coordinator.c, for metrics.c: the checkpoint counts, latest completed
+ * and failed, restored id, and with history the newest entries (history
+ * and history_instances arrays allocated by the caller for
+ * SL_CHECKPOINT_HISTORY entries), all under one lock. */
+void sl_checkpointer_metrics(const sl_job *job, sl_metrics *m, bool history);
 
 /* failover.c */
 int sl_failover_setup(sl_job *job);     /* sl_job_start, before threads */

@@ -140,6 +140,9 @@ typedef struct sl_ring {
   uint32_t batch_records;   /* unpublished records that make a batch */
   uint32_t closed_records;  /* records in closed, unpublished entries */
   uint32_t open_header_count; /* count now stored in the open header */
+  uint64_t payload_bytes; /* record payload bytes of the closed entries,
+                             ever (metrics: counted per entry, not per
+                             record; kept by sl_ring_reset) */
 
   /* Constant after init. */
   alignas(SL_CACHE_LINE) uint8_t *buffer;
@@ -225,6 +228,7 @@ static inline void sl_ring_close_entry_producer(sl_ring *r) {
     if (count != r->open_header_count)
       r->open_entry->count = (uint16_t)count;
     r->closed_records += (uint32_t)count;
+    r->payload_bytes += count * (uint32_t)r->open_key; /* record_bytes */
     r->open_entry = 0;
   }
   r->open_key = SL_RING_NO_ENTRY;

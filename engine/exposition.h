@@ -1,0 +1,24 @@
+/* exposition.h — the documents of the HTTP endpoint, rendered from a
+ * metrics snapshot (exposition.c), for http.c. */
+#ifndef SL_EXPOSITION_H
+#define SL_EXPOSITION_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "sluice.h"
+
+/* GET /jobs: the job, its operators with their instances, totals.  A new
+ * reference, or NULL when out of memory. */
+json_t *sl_exposition_jobs(const sl_metrics *m);
+
+/* GET /checkpoints: counts, latest, and the newest `limit` (0 .. 64)
+ * history entries of m (taken with SL_METRICS_HISTORY).  A new reference,
+ * or NULL when out of memory. */
+json_t *sl_exposition_checkpoints(const sl_metrics *m, int limit);
+
+/* GET /metrics: Prometheus text exposition format 0.0.4, malloc'd, its
+ * length in *bytes; NULL when out of memory. */
+char *sl_exposition_prometheus(const sl_metrics *m, size_t *bytes);
+
+#endif /* SL_EXPOSITION_H */
