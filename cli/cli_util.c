@@ -38,6 +38,15 @@ uint64_t parse_u64(const char *flag, const char *text, uint64_t min,
   return v;
 }
 
+void parse_log_level(const char *flag, const char *text) {
+  if (!text)
+    die_usage("%s needs a value", flag);
+  int level = SL_LOG_INFO;
+  if (sl_log_level_parse(text, &level) != 0)
+    die_usage("%s: '%s' is not error, warn, info or debug", flag, text);
+  sl_log_set_level(level);
+}
+
 int parse_cpus(const char *text, int *cpus) {
   if (!text)
     die_usage("--cpus needs a value");

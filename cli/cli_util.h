@@ -41,6 +41,24 @@ int cli_signal_received(void);
  * SIGUSR1 from then on and writes 'q', the reader's cue to end. */
 int cli_watch_savepoint_signal(void);
 void cli_unwatch_savepoint_signal(void);
+/** --log-level LEVEL (error, warn, info, debug): sets the engine's log
+ * level (sl_log_set_level), or die_usage(). */
+void parse_log_level(const char *flag, const char *text);
+
+/* The live status line of a running job (cli/status.c): every interval_ms
+ * (0: 500 ms on a terminal, where one line is redrawn in place; 5000 ms
+ * elsewhere, one plain line each), records and rate, watermark lag,
+ * newest checkpoint and restarts.  Start returns NULL if no thread could
+ * be made (the job runs on without a status).  Stop clears the line on a
+ * terminal; NULL is accepted. */
+typedef struct cli_status cli_status;
+cli_status *cli_status_start(sl_job *job, const char *label,
+                             uint32_t interval_ms);
+void cli_status_stop(cli_status *status);
+
+/* `sluice checkpoints` (cli/checkpoints.c): argv starts after
+ * "checkpoints".  Returns the exit status. */
+int checkpoints_main(int argc, char **argv);
 
 /* `sluice nexmark` (cli/nexmark.c): argv starts after "nexmark". */
 int nexmark_main(int argc, char **argv);

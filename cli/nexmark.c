@@ -96,6 +96,8 @@ void nexmark_usage(FILE *out) {
           "  --restart STRATEGY     as for sluice run\n"
           "  --cpus LIST, --no-pin  pinning, as for sluice run\n"
           "  --quiet                no live status line\n"
+          "  --log-level LEVEL      error, warn, info (default; SLUICE_LOG_LEVEL\n"
+          "                         sets it too) or debug\n"
           "  --json                 print the summary as one JSON object\n");
 }
 
@@ -179,6 +181,8 @@ static bool run_option(const char *a, const char *v, nexmark_options *o) {
     add_fault(o, v);
   else if (strcmp(a, "--restart") == 0)
     parse_restart(v, &o->config.restart);
+  else if (strcmp(a, "--log-level") == 0)
+    parse_log_level(a, v);
   else if (strcmp(a, "--cpus") == 0)
     o->config.cpu_count = parse_cpus(v, o->cpus), o->config.cpus = o->cpus;
   else
@@ -460,6 +464,7 @@ static void print_status(nexmark_status *s, bool tty, double t, double rate) {
 static void *nexmark_status_main(void *arg) {
   nexmark_status *s = arg;
   bool tty = isatty(STDERR_FILENO);
+  sl_log_set_status_line(tty); /* log lines clear the status line first */
   uint64_t last_events = 0;
   double last_t = 0;
   pthread_mutex_lock(&s->lock);
@@ -481,6 +486,7 @@ static void *nexmark_status_main(void *arg) {
   pthread_mutex_unlock(&s->lock);
   if (tty)
     fputs("\r\033[K", stderr);
+  sl_log_set_status_line(0);
   return NULL;
 }
 

@@ -9,6 +9,8 @@
  *                                   checkpoints, faults, failover and a
  *                                   verdict on the committed output
  *   sluice nexmark gen|run [options]  Nexmark (cli/nexmark.c)
+ *   sluice checkpoints DIR [options]  inspect a state directory
+ *                                   (cli/checkpoints.c)
  *   sluice jobs | --help | --version
  *
  * Exit status: 0 success, 1 the job failed or its result did not verify,
@@ -46,6 +48,7 @@ typedef struct options {
   int cpus[MAX_CPUS];
   bool quiet;
   bool json;
+  uint32_t status_interval_ms; /* 0: cli/status.c's default */
   const char *output_dir; /* count, window: file sink directory */
   uint64_t window;        /* window: records per count window */
   char faults[4096];      /* --fault specs joined by ';' */
@@ -57,6 +60,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: sluice run JOB [options]\n"
           "       sluice nexmark gen|run [options]   (sluice nexmark --help)\n"
+          "       sluice checkpoints DIR [options]   (sluice checkpoints --help)\n"
           "       sluice jobs\n"
           "       sluice --help | --version\n"
           "\n"
@@ -114,6 +118,10 @@ static void usage(FILE *out) {
           "                       /savepoints on ADDR (default 127.0.0.1);\n"
           "                       port 0 picks a free one (printed)\n"
           "  --quiet              no live status line\n"
+          "  --status-interval-ms N  status every N ms (default: 500 in place on\n"
+          "                       a terminal, else a line every 5000)\n"
+          "  --log-level LEVEL    error, warn, info (default) or debug; the\n"
+          "                       default comes from SLUICE_LOG_LEVEL if set\n"
           "  --json               print the summary as one JSON object\n"
           "  -h, --help           this text\n");
 }
@@ -197,6 +205,10 @@ static void parse_options(int argc, char **argv, int first, options *o) {
       o->http = v, i++;
     } else if (strcmp(a, "--quiet") == 0)
       o->quiet = true;
+    else if (strcmp(a, "--status-interval-ms") == 0)
+      o->status_interval_ms = (uint32_t)parse_u64(a, v, 10, 3600000), i++;
+    else if (strcmp(a, "--log-level") == 0)
+      parse_log_level(a, v), i++;
     else if (strcmp(a, "--json") == 0)
       o->json = true;
     else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
@@ -669,56 +681,6 @@ static sl_http *start_http(const options *o, sl_job *job) {
 
 
 
-typedef struct status {
-  sl_job *job;
-  const options *o;
-  struct timespec t0;
-  volatile bool done;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-} status;
-
-static void *status_main(void *arg) {
-  status *s = arg;
-  bool tty = isatty(STDERR_FILENO);
-  uint64_t last_records = 0;
-  double last_t = 0;
-  pthread_mutex_lock(&s->lock);
-  while (!s->done) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 500000000L;
-    if (until.tv_nsec >= 1000000000L)
-      until.tv_sec++, until.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&s->cond, &s->lock, &until);
-    if (s->done)
-      break;
-    double t = seconds_since(&s->t0);
-    uint64_t records = sl_job_progress(s->job);
-    double rate = (double)(records - last_records) / (t - last_t);
-    char checkpoint[96] = "";
-    sl_checkpoint_stats cs;
-    if (s->o->config.checkpoint.state_dir &&
-        sl_job_checkpoint_stats(s->job, 0, &cs) == 0)
-      snprintf(checkpoint, sizeof checkpoint,
-               ", checkpoint %" PRIu64 " %s (%.1f ms)", cs.id,
-               cs.status == SL_CHECKPOINT_ABORTED     ? "aborted"
-               : cs.status == SL_CHECKPOINT_COMPLETED ? "complete"
-                                                      : "in progress",
-               (double)cs.duration_us / 1e3);
-    fprintf(stderr, "%s[sluice] %s: %.1fM records, %.1fM records/s, %.1f s%s%s",
-            tty ? "\r" : "", s->o->job_name, (double)records / 1e6, rate / 1e6,
-            t, checkpoint, tty ? "   " : "\n");
-    fflush(stderr);
-    last_records = records;
-    last_t = t;
-  }
-  pthread_mutex_unlock(&s->lock);
-  if (tty)
-    fputs("\r\033[K", stderr);
-  return 0;
-}
-
 static void print_summary(const options *o, sl_job *job, int rc, double secs,
                           bool verified, const char *why) {
   uint64_t records = sl_job_progress(job);
@@ -904,9 +866,8 @@ static int run_job(options *o) {
     return 1;
   }
 
-  status st = {.job = job, .o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
-               .cond = PTHREAD_COND_INITIALIZER};
-  clock_gettime(CLOCK_MONOTONIC, &st.t0);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   rc = sl_job_start(job);
   if (rc) {
     fprintf(stderr, "sluice: cannot start job %s: %s\n", o->job_name,
@@ -922,19 +883,12 @@ static int run_job(options *o) {
   bool savepointer_started =
       sp.fd >= 0 &&
       pthread_create(&savepoint_thread, 0, savepointer_main, &sp) == 0;
-  pthread_t status_thread;
-  bool status_started =
-      !o->quiet && pthread_create(&status_thread, 0, status_main, &st) == 0;
+  cli_status *status =
+      o->quiet ? 0 : cli_status_start(job, o->job_name, o->status_interval_ms);
   rc = sl_job_wait(job);
-  double secs = seconds_since(&st.t0);
+  double secs = seconds_since(&t0);
   sl_http_stop(http); /* before the job is destroyed */
-  if (status_started) {
-    pthread_mutex_lock(&st.lock);
-    st.done = true;
-    pthread_cond_signal(&st.cond);
-    pthread_mutex_unlock(&st.lock);
-    pthread_join(status_thread, 0);
-  }
+  cli_status_stop(status); /* clears the line before the summary */
   cli_unwatch_signals();
   if (sp.fd >= 0)
     cli_unwatch_savepoint_signal();
@@ -992,6 +946,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "nexmark") == 0)
     return nexmark_main(argc - 2, argv + 2);
+  if (strcmp(cmd, "checkpoints") == 0)
+    return checkpoints_main(argc - 2, argv + 2);
   if (strcmp(cmd, "run") != 0)
     die_usage("unknown command '%s'", cmd);
   if (argc < 3 || argv[2][0] == '-')

@@ -88,6 +88,7 @@
 
 #include "fault.h"
 #include "internal.h"
+#include "log.h"
 
 #define SL_DEFAULT_INTERVAL_MS 1000u
 #define SL_DEFAULT_TIMEOUT_MS 60000u
@@ -682,13 +683,18 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   return rc;
 }
 
-/* The record of a checkpoint: a small fixed layout, little-endian. */
+/* The record of a checkpoint: a small fixed layout, little-endian.
+ * Version 2 added the two totals at the end (version 1 records are 24
+ * bytes); engine/inspect.c reads both. */
 typedef struct cp_record {
-  uint32_t version;     /* 1 */
+  uint32_t version;     /* 2 */
   uint32_t final;       /* the end-of-input checkpoint */
   int64_t trigger_time_ms;
   uint64_t instance_count;
+  uint64_t bytes_persisted;   /* what this transaction wrote, as in */
+  uint64_t entries_persisted; /* sl_checkpoint_stats */
 } cp_record;
+_Static_assert(sizeof(cp_record) == 40, "the record's layout has no padding");
 
 /* One attempt at writing p.  *epochs and *row_seqs receive, per
  * instance, the newest epoch and row batch written. */
@@ -718,10 +724,14 @@ static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs,
     sl_store_abort(txn);
     return rc;
   }
-  cp_record rec = {.version = 1,
+  cp_record rec = {.version = 2,
                    .final = p->final,
                    .trigger_time_ms = p->trigger_time_ms,
                    .instance_count = (uint64_t)job->instance_count};
+  for (int i = 0; i < job->instance_count; i++) {
+    rec.bytes_persisted += p->bytes[i];
+    rec.entries_persisted += p->entries[i];
+  }
   return sl_store_commit(txn, p->id, &rec, sizeof rec);
 }
 
@@ -903,6 +913,8 @@ static void update_settled(sl_checkpointer *cp) {
 static void abort_checkpoint(sl_checkpointer *cp, pending *p,
                              const char *cause, bool counts_as_failure) {
   sl_job *job = cp->job;
+  sl_log(counts_as_failure ? SL_LOG_WARN : SL_LOG_DEBUG,
+         "sluice: checkpoint %" PRIu64 " aborted: %s", p->id, cause);
   history_finish(cp, p, SL_CHECKPOINT_ABORTED, cause);
   pending_clear(cp, p);
   update_settled(cp);
@@ -927,6 +939,9 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
   assert(p->write_status == 0);
   assert(p->id > atomic_load(&job->cp_completed_id));
   history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
+  sl_log(SL_LOG_DEBUG, "sluice: checkpoint %" PRIu64 " complete%s in %.1f ms",
+         p->id, p->final ? " (final)" : "",
+         (double)(sl_now_ns() - p->trigger_ns) / 1e6);
   cp->consecutive_failures = 0;
   cp->last_end_ns = sl_now_ns();
   uint64_t id = p->id;
@@ -1427,6 +1442,8 @@ static int open_store(sl_job *job) {
                      c->state_dir, latest);
     return SL_EHASSTATE;
   }
+  sl_log(SL_LOG_INFO, "sluice: resuming from checkpoint %" PRIu64 " in %s",
+         latest, c->state_dir);
   cp->restored_from = latest;
   cp->last_id = latest;
   atomic_store(&job->cp_completed_id, latest);

@@ -58,6 +58,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "log.h"
 
 #define RECOVERY_HISTORY 16
 
@@ -431,6 +432,7 @@ static void supervise(sl_job *job) {
       snprintf(job->error + used, sizeof job->error - used,
                " (not restarted after %" PRIu32 " restart%s: %s)",
                f->restarts, f->restarts == 1 ? "" : "s", why);
+      sl_log(SL_LOG_ERROR, "sluice: job failed: %s", job->error);
       return;
     }
     sl_recovery_stats r = {.restart = f->restarts + 1,
@@ -439,9 +441,9 @@ static void supervise(sl_job *job) {
                            .delay_us = delay_ms * 1000u,
                            .stopped_us = since_failure_us(job, now)};
     sl_copy_text(r.cause, sizeof r.cause, job->error);
-    fprintf(stderr, "sluice: job failed: %s; restart %" PRIu32 " (%s) in %"
-            PRIu64 " ms\n", job->error, r.restart,
-            strategy_name(f->config.strategy), delay_ms);
+    sl_log(SL_LOG_WARN, "sluice: job failed: %s; restart %" PRIu32 " (%s) in %"
+           PRIu64 " ms", job->error, r.restart,
+           strategy_name(f->config.strategy), delay_ms);
     record_recovery(f, &r, atomic_load(&job->failed_ns));
     if (delay_ms && !wait_delay(job, delay_ms)) {
       size_t used = strlen(job->error);

@@ -7,6 +7,7 @@
  * names the fault (origin, 1-based index, text) and the offending token.
  */
 #include "fault.h"
+#include "log.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -825,7 +826,7 @@ void sl_fault_log(const sl_fault *f, const char *detail_fmt, ...) {
       used = (int)sizeof line - 3; /* cut: keep room for ")\n" and NUL */
     snprintf(line + used, sizeof line - (size_t)used, ")");
   }
-  /* One stdio call holds stderr's lock for the whole line (POSIX), so
-   * lines of different threads do not interleave. */
-  fprintf(stderr, "%s\n", line);
+  /* log.c writes the line with one write(2): lines of different threads
+   * do not interleave. */
+  sl_log(SL_LOG_INFO, "%s", line);
 }

@@ -306,8 +306,8 @@ void sl_fault_cursor_restart(sl_fault_cursor *c);
  * NUL-terminated when n > 0).  Returns what snprintf returns. */
 int sl_fault_describe(const sl_fault *f, char *buf, size_t n);
 
-/* One line on stderr, written with one call so lines of different
- * threads do not mix:
+/* One log line at SL_LOG_INFO (log.h: with time, level and thread name
+ * ahead, written with one call so lines of different threads do not mix):
  *   sluice: injecting fault 'TEXT' (DETAIL)
  * DETAIL from detail_fmt (e.g. "operator 'count' instance 2, record
  * 5000"); without it (NULL) the parenthesis is left out.  A longer line

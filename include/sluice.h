@@ -76,6 +76,7 @@
  *   sl_job_last_checkpoint
  *   sl_job_metrics             any thread, any time until sl_job_destroy
  *   sl_http_start, _stop       any thread; stop before sl_job_destroy
+ *   sl_log_*                   any thread, any time
  */
 #ifndef SLUICE_H
 #define SLUICE_H
@@ -1313,6 +1314,42 @@ typedef struct sl_file_sink_config {
  * the builders. */
 int sl_sink_file(sl_job *job, const char *name, sl_op *input, int parallelism,
                  const sl_file_sink_config *config, sl_op **op);
+
+/* ------------------------------------------------------------------------ */
+/* Logging (engine/log.c).  The engine reports what happens besides a job's
+ * result — injected faults, failures and restarts — as lines on stderr:
+ *
+ *   2026-12-03T04:12:01.123Z WARN  [supervisor] sluice: job failed: ...
+ *
+ * (UTC time with milliseconds, level, the thread's name, message), each
+ * written with one write(2) and without allocating, so lines of different
+ * threads never mix. */
+
+enum sl_log_level {
+  SL_LOG_ERROR = 0, /* the job cannot go on */
+  SL_LOG_WARN = 1,  /* a failure the engine handles (restart, abort) */
+  SL_LOG_INFO = 2,  /* what an operator wants to know (injected faults) */
+  SL_LOG_DEBUG = 3, /* details */
+};
+
+/** Write lines of level and more severe ones only.  Until this is called
+ * the level comes from the environment variable SLUICE_LOG_LEVEL (error,
+ * warn, info or debug), else SL_LOG_INFO.  Errors: EINVAL (not a level;
+ * nothing changes). */
+int sl_log_set_level(int level);
+
+/** The level in force. */
+int sl_log_get_level(void);
+
+/** "error", "warn", "info" or "debug" (any case) into *level.  Errors:
+ * EINVAL (anything else, or NULL; *level is unchanged). */
+int sl_log_level_parse(const char *name, int *level);
+
+/** 1: stderr shows a status line that a program redraws in place with
+ * '\r' (as `sluice run` does on a terminal); every log line then starts
+ * by clearing it ("\r" and erase to the end of the line), so the two never
+ * share a line.  0 (the default): lines are written as they are. */
+void sl_log_set_status_line(int on);
 
 #ifdef __cplusplus
 }

@@ -240,6 +240,7 @@ struct sl_store {
   char *dir;
   int lock_fd; /* -1: none (read-only, or not taken yet) */
   bool read_only;
+  bool no_lock_file; /* read_only without lock.mdb (MDB_NOLOCK) */
   bool no_sync;
   bool registered; /* listed in the registry (note 6) */
   uint64_t latest; /* writer: exact; read-only: as of the open */
@@ -727,6 +728,7 @@ static int open_env(sl_store *s, bool writemap) {
    * without it (open_store). */
   unsigned flags = MDB_NOTLS | (s->no_sync ? MDB_NOSYNC : 0) |
                    (s->read_only ? MDB_RDONLY : 0) |
+                   (s->no_lock_file ? MDB_NOLOCK : 0) |
                    (writemap ? MDB_WRITEMAP : 0);
   rc = mdb_env_open(s->env, s->dir, flags, STORE_FILE_MODE);
   if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
@@ -1073,6 +1075,7 @@ int sl_store_open(const char *dir, const sl_store_options *options,
   s->dir = dir_copy;
   s->lock_fd = -1;
   s->read_only = options->read_only != 0;
+  s->no_lock_file = s->read_only && options->no_lock_file != 0;
   s->no_sync = options->no_sync != 0;
   s->txn.store = s;
   s->txn.state = TXN_IDLE;
@@ -3196,5 +3199,95 @@ int sl_store_install(const char *dir, const char *source_dir,
   sl_store_close(s);
   if (rc != 0 && created)
     rmdir(dir); /* made by this call, empty again */
+  return rc;
+}
+
+/* ------------------------------------------------------------ inspection */
+
+/* Every blob in key order, checked, with its checkpoint id (note 1). */
+static int view_blobs(sl_store *s, MDB_txn *txn, uint64_t latest,
+                      sl_store_blob_fn fn, void *arg) {
+  MDB_cursor *cursor;
+  int rc = mdb_cursor_open(txn, s->dbi[DB_BLOBS], &cursor);
+  if (rc != 0)
+    return lmdb_fail(s, rc, "open a blob cursor");
+  MDB_val key, stored, payload;
+  rc = mdb_cursor_get(cursor, &key, &stored, MDB_FIRST);
+  /* Bounded by the blobs database: one entry per operator instance. */
+  for (; rc == 0; rc = mdb_cursor_get(cursor, &key, &stored, MDB_NEXT)) {
+    if (key.mv_size != BLOB_KEY_BYTES) {
+      rc = corrupt(s, DB_BLOBS, &key, "key is not (op, instance)");
+      break;
+    }
+    if ((rc = value_open(s, DB_BLOBS, &key, &stored, &payload)) != 0)
+      break;
+    if (payload.mv_size < BLOB_ID_BYTES) {
+      rc = corrupt(s, DB_BLOBS, &key, "value too short");
+      break;
+    }
+    uint64_t id = get_le64(payload.mv_data);
+    if (id == 0 || id > latest) {
+      rc = corrupt(s, DB_BLOBS, &key, "blob tagged with no valid checkpoint");
+      break;
+    }
+    rc = fn ? fn(arg, get_be16(key.mv_data), get_be16((uint8_t *)key.mv_data + 2),
+                 id, (const uint8_t *)payload.mv_data + BLOB_ID_BYTES,
+                 (uint32_t)(payload.mv_size - BLOB_ID_BYTES))
+            : 0;
+    if (rc != 0)
+      break;
+  }
+  mdb_cursor_close(cursor);
+  if (rc == MDB_NOTFOUND)
+    return 0;
+  return rc;
+}
+
+/* The counts and the fingerprint of view, in txn. */
+static int view_meta(sl_store *s, MDB_txn *txn, sl_store_view *view) {
+  int base = DB_STATE;
+  int rc = meta_get_u64(s, txn, "latest", &view->latest);
+  if (rc == 0)
+    rc = meta_get_base(s, txn, &base);
+  MDB_stat log_stat, base_stat, table_stat = {0};
+  if (rc == 0 && ((rc = mdb_stat(txn, s->dbi[DB_LOG], &log_stat)) != 0 ||
+                  (rc = mdb_stat(txn, s->dbi[base], &base_stat)) != 0 ||
+                  (atomic_load(&s->tables_open) &&
+                   (rc = mdb_stat(txn, s->dbi[DB_TABLES], &table_stat)) != 0)))
+    rc = lmdb_fail(s, rc, "count entries");
+  MDB_val graph;
+  if (rc == 0 && (rc = meta_get(s, txn, "graph", &graph)) == MDB_NOTFOUND)
+    rc = store_fail(s, SL_ECORRUPT, "meta \"graph\" is missing");
+  if (rc != 0)
+    return rc;
+  view->format = SL_STORE_FORMAT_VERSION; /* sl_store_open checked it */
+  view->log_entries = log_stat.ms_entries;
+  view->base_entries = base_stat.ms_entries;
+  view->table_entries = table_stat.ms_entries;
+  view->graph = malloc(graph.mv_size + 1);
+  if (!view->graph)
+    return store_fail(s, ENOMEM, "read the graph: out of memory");
+  memcpy(view->graph, graph.mv_data, graph.mv_size);
+  view->graph[graph.mv_size] = 0;
+  return 0;
+}
+
+int sl_store_read_view(sl_store *s, sl_store_view *view, sl_store_blob_fn fn,
+                       void *arg) {
+  assert(s != 0);
+  assert(view != 0);
+  memset(view, 0, sizeof *view);
+  MDB_txn *txn;
+  int rc = read_begin(s, &txn);
+  if (rc != 0)
+    return rc;
+  rc = view_meta(s, txn, view);
+  if (rc == 0)
+    rc = view_blobs(s, txn, view->latest, fn, arg);
+  mdb_txn_abort(txn);
+  if (rc != 0) {
+    free(view->graph);
+    view->graph = 0;
+  }
   return rc;
 }

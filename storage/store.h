@@ -146,6 +146,11 @@ typedef struct sl_store_options {
   /** 1: open an existing store read-only (no lock, no writes); ENOENT if
    * there is none. */
   int read_only;
+  /** With read_only: open without LMDB's lock file (MDB_NOLOCK), so not
+   * even lock.mdb is created or written: for a store no process writes
+   * (a savepoint's copy).  A writer at the same time could change pages
+   * under such a reader. */
+  int no_lock_file;
 } sl_store_options;
 
 /** Open (creating if missing or empty) the store in dir.  On error *store is
@@ -479,5 +484,34 @@ typedef struct sl_store_install_options {
 int sl_store_install(const char *dir, const char *source_dir,
                      const sl_store_install_options *options, char *err,
                      size_t err_bytes);
+
+/* Inspection (engine/inspect.c). */
+
+/** What a store holds besides its checkpoint records, read in one read
+ * transaction (so the parts agree with each other, also while a writer
+ * commits).  graph is malloc'd (the caller frees it). */
+typedef struct sl_store_view {
+  uint64_t latest;       /* newest complete checkpoint, 0 if none */
+  uint32_t format;       /* SL_STORE_FORMAT_VERSION */
+  uint64_t log_entries;  /* keyed-state changes since the last compaction */
+  uint64_t base_entries; /* keyed-state entries of the current base */
+  uint64_t table_entries; /* rows and row counts of table sinks */
+  char *graph;           /* the graph fingerprint, NUL-terminated */
+} sl_store_view;
+
+/** Called by sl_store_read_view for every blob, in (op, instance) order,
+ * with the id of the checkpoint that wrote it; data points into the map
+ * (valid during the call only).  A nonzero return stops the walk and is
+ * returned. */
+typedef int (*sl_store_blob_fn)(void *arg, uint16_t op, uint16_t instance,
+                                uint64_t checkpoint_id, const void *data,
+                                uint32_t bytes);
+
+/** Fill *view and call fn (may be NULL) for every blob, all in one read
+ * transaction.  On error view->graph is NULL and the store's message says
+ * what failed.  Errors: SL_ECORRUPT (a value fails its checksum or is
+ * malformed; the message names the key), ENOMEM, fn's value, LMDB codes. */
+int sl_store_read_view(sl_store *store, sl_store_view *view,
+                       sl_store_blob_fn fn, void *arg);
 
 #endif /* SL_STORE_H */

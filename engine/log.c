@@ -1,0 +1,164 @@
+/* log.c — levelled log lines on stderr (log.h).
+ *
+ * NOTES
+ *
+ * 1. The level is one atomic int.  Until sl_log_set_level() sets it, the
+ *    first line (or sl_log_get_level) takes it from SLUICE_LOG_LEVEL, or
+ *    SL_LOG_INFO when that is unset or not a level name (then one warning
+ *    line says so).  Racing first calls compute the same value.
+ * 2. A line is formatted into a stack buffer and written with one
+ *    write(2): POSIX makes a write to a pipe of at most PIPE_BUF (4096)
+ *    bytes atomic, and a terminal or file gets the line in one piece from
+ *    one call as well.  SL_LOG_LINE_BYTES is below PIPE_BUF.  Nothing is
+ *    allocated: vsnprintf with the engine's formats (integers, strings)
+ *    does not allocate, gmtime_r and pthread_getname_np (prctl for the
+ *    calling thread) neither.
+ * 3. A status line (a CLI's, updated in place with '\r') may be on the
+ *    terminal: with sl_log_set_status_line(1) every line starts with
+ *    "\r\033[K", which clears it, so the log line stands alone and the
+ *    status line is drawn again below it at its next update.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+
+_Static_assert(SL_LOG_LINE_BYTES <= 4096, "one line is one atomic write");
+
+#define LEVEL_UNSET (-1)
+#define CLEAR_STATUS "\r\033[K"
+
+static _Atomic int log_level = LEVEL_UNSET;
+static _Atomic int status_line;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+static const char *const level_labels[] = {"ERROR", "WARN ", "INFO ",
+                                           "DEBUG"};
+
+SL_EXPORT int sl_log_level_parse(const char *name, int *level) {
+  for (int i = SL_LOG_ERROR; name && i <= SL_LOG_DEBUG; i++)
+    if (strcasecmp(name, level_names[i]) == 0) {
+      *level = i;
+      return 0;
+    }
+  return EINVAL;
+}
+
+SL_EXPORT int sl_log_set_level(int level) {
+  if (level < SL_LOG_ERROR || level > SL_LOG_DEBUG)
+    return EINVAL;
+  atomic_store_explicit(&log_level, level, memory_order_relaxed);
+  return 0;
+}
+
+/* Note 1. */
+SL_EXPORT int sl_log_get_level(void) {
+  int level = atomic_load_explicit(&log_level, memory_order_relaxed);
+  if (level != LEVEL_UNSET)
+    return level;
+  const char *env = getenv("SLUICE_LOG_LEVEL");
+  int parsed = SL_LOG_INFO;
+  bool bad = env && env[0] && sl_log_level_parse(env, &parsed) != 0;
+  int expected = LEVEL_UNSET;
+  /* A level set meanwhile by sl_log_set_level wins. */
+  atomic_compare_exchange_strong(&log_level, &expected,
+                                 bad ? SL_LOG_INFO : parsed);
+  if (bad && expected == LEVEL_UNSET)
+    sl_log(SL_LOG_WARN, "sluice: SLUICE_LOG_LEVEL='%.40s' is not error, warn, "
+           "info or debug; logging at info", env);
+  return atomic_load_explicit(&log_level, memory_order_relaxed);
+}
+
+SL_EXPORT void sl_log_set_status_line(int on) {
+  atomic_store_explicit(&status_line, on != 0, memory_order_relaxed);
+}
+
+bool sl_log_enabled(int level) { return level <= sl_log_get_level(); }
+
+/* The calling thread's name as a line shows it (log.h). */
+static void thread_label(char *out, size_t out_bytes) {
+  char name[32] = "";
+  if (pthread_getname_np(pthread_self(), name, sizeof name) != 0 || !name[0])
+    snprintf(name, sizeof name, "?");
+  const char *shown = strncmp(name, "sl:", 3) == 0 ? name + 3 : name;
+  size_t len = strlen(shown);
+  const char *open = len > 2 && shown[len - 1] == ']' ? strrchr(shown, '[') : 0;
+  if (open && open > shown) /* "count[0]" -> "count#0" */
+    snprintf(out, out_bytes, "%.*s#%.*s", (int)(open - shown), shown,
+             (int)(len - 2 - (size_t)(open - shown)), open + 1);
+  else
+    snprintf(out, out_bytes, "%s", shown);
+}
+
+int sl_log_prefix(int level, char *out, int out_bytes) {
+  assert(level >= SL_LOG_ERROR && level <= SL_LOG_DEBUG);
+  assert(out_bytes >= 64);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  struct tm tm;
+  time_t secs = now.tv_sec;
+  gmtime_r(&secs, &tm);
+  char thread[40];
+  thread_label(thread, sizeof thread);
+  int n = snprintf(out, (size_t)out_bytes,
+                   "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %s [%s] ",
+                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                   tm.tm_min, tm.tm_sec, (int)(now.tv_nsec / 1000000),
+                   level_labels[level], thread);
+  return n < out_bytes ? n : out_bytes - 1;
+}
+
+/* Write all of line (note 2: one call; a short write to a full terminal
+ * is finished, bounded by the line's bytes). */
+static void write_line(const char *line, size_t bytes) {
+  for (int tries = 0; bytes > 0 && tries < 64; tries++) {
+    ssize_t n = write(STDERR_FILENO, line, bytes);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return; /* stderr is gone: nothing to tell anyone */
+    line += n;
+    bytes -= (size_t)n;
+  }
+}
+
+static void log_line(int level, const char *fmt, va_list ap) {
+  char line[SL_LOG_LINE_BYTES];
+  int used = 0;
+  if (atomic_load_explicit(&status_line, memory_order_relaxed)) {
+    memcpy(line, CLEAR_STATUS, sizeof CLEAR_STATUS - 1);
+    used = (int)sizeof CLEAR_STATUS - 1;
+  }
+  used += sl_log_prefix(level, line + used, (int)sizeof line - used);
+  int room = (int)sizeof line - used - 1; /* keep one byte for '\n' */
+  int n = vsnprintf(line + used, (size_t)room + 1, fmt, ap);
+  if (n < 0)
+    n = 0;
+  if (n > room) { /* cut, and say so */
+    n = room;
+    memcpy(line + used + n - 3, "...", 3);
+  }
+  used += n;
+  line[used++] = '\n';
+  assert(used <= (int)sizeof line);
+  write_line(line, (size_t)used);
+}
+
+void sl_log(int level, const char *fmt, ...) {
+  if (!sl_log_enabled(level))
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  log_line(level, fmt, ap);
+  va_end(ap);
+}

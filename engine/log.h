@@ -1,0 +1,39 @@
+/* log.h — the engine's levelled log (internal; the level is set through
+ * sl_log_set_level() in sluice.h).
+ *
+ * A line is
+ *
+ *   2026-12-03T04:12:01.123Z WARN  [count#0] sluice: job failed: ...
+ *
+ * the UTC time with milliseconds, the level padded to five characters, the
+ * calling thread's name in brackets (the engine's "sl:NAME[i]" shown as
+ * NAME#i, "sl:writer" as writer) and the message.  Each line goes to
+ * stderr (fd 2) with one write(2), so lines of different threads never
+ * interleave, and is formatted on the stack: no allocation, no lock.  A
+ * message longer than SL_LOG_LINE_BYTES less the prefix is cut and ends
+ * in "...".
+ *
+ * CONCURRENCY: every call may be made from any thread at any time.
+ */
+#ifndef SL_LOG_H
+#define SL_LOG_H
+
+#include <stdbool.h>
+
+#include "sluice.h"
+
+/* The longest line written, newline included. */
+#define SL_LOG_LINE_BYTES 2048
+
+/** True if a line of level would be written (to skip costly formatting). */
+bool sl_log_enabled(int level);
+
+/** Write one line of level (enum sl_log_level) if the level is enabled. */
+void sl_log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/** The prefix of a line ("TIME LEVEL [THREAD] ") into out; its length.
+ * For tests and for writers of their own lines. */
+int sl_log_prefix(int level, char *out, int out_bytes);
+
+#endif /* SL_LOG_H */
