@@ -18,22 +18,11 @@
 
 /* The whole file at path, NUL-terminated ("" if it cannot be read yet). */
 static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  char *data = 0;
-  size_t used = 0;
-  if (f) {
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    data = malloc(n > 0 ? (size_t)n + 1 : 1);
-    cr_assert(data);
-    used = n > 0 ? fread(data, 1, (size_t)n, f) : 0;
-    fclose(f);
-  } else {
-    data = malloc(1);
+  char *data = sl_test_read_file(path, NULL);
+  if (!data) {
+    data = strdup("");
     cr_assert(data);
   }
-  data[used] = 0;
   return data;
 }
 

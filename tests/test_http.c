@@ -36,20 +36,6 @@ typedef struct reply {
   char *headers;      /* malloc'd */
 } reply;
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  cr_assert(f, "%s: %s", path, strerror(errno));
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *data = malloc((size_t)n + 1);
-  cr_assert(data);
-  cr_assert_eq(fread(data, 1, (size_t)n, f), (size_t)n);
-  data[n] = 0;
-  fclose(f);
-  return data;
-}
-
 /* Run curl with extra arguments (already shell-quoted) on port/path. */
 static reply curl(int port, const char *path, const char *args) {
   char body_path[] = "/tmp/sluice-http-body-XXXXXX";
@@ -70,8 +56,8 @@ static reply curl(int port, const char *path, const char *args) {
     r.status = 0;
   int rc = pclose(p);
   cr_assert_eq(rc, 0, "curl failed (%d): %s", rc, cmd);
-  r.body = slurp(body_path);
-  r.headers = slurp(head_path);
+  r.body = sl_test_slurp(body_path);
+  r.headers = sl_test_slurp(head_path);
   unlink(body_path);
   unlink(head_path);
   return r;
@@ -543,7 +529,7 @@ Test(http, cli_run_http_serves_metrics) {
   close(fd);
   int port = 0;
   for (int i = 0; i < 10000 && !port; i++) { /* <= 10 s */
-    char *text = slurp(log);
+    char *text = sl_test_slurp(log);
     const char *at = strstr(text, "http endpoint on http://127.0.0.1:");
     if (at)
       port = atoi(at + strlen("http endpoint on http://127.0.0.1:"));

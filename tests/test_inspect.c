@@ -45,24 +45,6 @@ static const char *sluice_bin(void) {
   return bin;
 }
 
-/* The whole file (malloc'd, NUL-ended) and its size; NULL if absent. */
-static char *slurp(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *data = malloc((size_t)n + 1);
-  cr_assert(data);
-  cr_assert_eq(fread(data, 1, (size_t)n, f), (size_t)n);
-  data[n] = 0;
-  fclose(f);
-  if (size)
-    *size = (size_t)n;
-  return data;
-}
-
 static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   cr_assert(f, "%s: %s", path, strerror(errno));
@@ -78,14 +60,14 @@ typedef struct snapshot {
 
 static snapshot take(const char *path) {
   snapshot s = {0};
-  s.data = slurp(path, &s.size);
+  s.data = sl_test_read_file(path, &s.size);
   cr_assert(s.data, "%s: %s", path, strerror(errno));
   return s;
 }
 
 static void assert_unchanged(const char *path, snapshot *s) {
   size_t size = 0;
-  char *now = slurp(path, &size);
+  char *now = sl_test_read_file(path, &size);
   cr_assert(now, "%s vanished", path);
   cr_assert_eq(size, s->size, "%s changed size", path);
   cr_assert_eq(memcmp(now, s->data, size), 0, "%s changed", path);
@@ -104,9 +86,9 @@ static int sluice(const char *args, char **out, char **err) {
   cr_assert(status != -1 && WIFEXITED(status), "%s", cmd);
   char path[1024];
   snprintf(path, sizeof path, "%s/out", dir);
-  *out = slurp(path, NULL);
+  *out = sl_test_read_file(path, NULL);
   snprintf(path, sizeof path, "%s/err", dir);
-  *err = slurp(path, NULL);
+  *err = sl_test_read_file(path, NULL);
   cr_assert(*out && *err);
   sl_test_remove_tree(dir);
   return WEXITSTATUS(status);
@@ -363,7 +345,7 @@ static char *make_savepoint(const char *dir, uint64_t latest) {
   cr_assert_eq(system(cmd), 0);
   size_t bytes = 0;
   char *data_path = sl_test_path_in(sp, "store/data.mdb");
-  free(slurp(data_path, &bytes));
+  free(sl_test_read_file(data_path, &bytes));
   char text[2048];
   snprintf(text, sizeof text, MANIFEST_TEXT, latest, bytes);
   char *manifest = sl_test_path_in(sp, "manifest.json");
@@ -542,7 +524,7 @@ Test(bad_input, corrupt_record) {
   sl_store_close(store);
   char *data = sl_test_path_in(state, "data.mdb");
   size_t size;
-  char *file = slurp(data, &size);
+  char *file = sl_test_read_file(data, &size);
   /* Every copy: LMDB's free pages may hold older copies of the page. */
   FILE *f = fopen(data, "r+b");
   cr_assert(f);

@@ -243,20 +243,6 @@ static int run_shell(const char *cmd) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  cr_assert(f, "%s: %s", path, strerror(errno));
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *data = malloc((size_t)n + 1);
-  cr_assert(data);
-  cr_assert_eq(fread(data, 1, (size_t)n, f), (size_t)n);
-  data[n] = 0;
-  fclose(f);
-  return data;
-}
-
 /* The window job with one injected failure and a restart, at level. */
 static char *window_run_log(const char *dir, const char *level) {
   char cmd[2048];
@@ -270,7 +256,7 @@ static char *window_run_log(const char *dir, const char *level) {
   cr_assert_eq(run_shell(cmd), 0, "%s", cmd);
   char path[1024];
   snprintf(path, sizeof path, "%s/log-%s", dir, level);
-  return slurp(path);
+  return sl_test_slurp(path);
 }
 
 Test(cli, log_level_filters_engine_lines, .timeout = 120) {
@@ -325,7 +311,7 @@ Test(cli, status_lines_when_not_a_terminal, .timeout = 120) {
   cr_assert_eq(run_shell(cmd), 0);
   char path[1024];
   snprintf(path, sizeof path, "%s/err", dir);
-  char *err = slurp(path);
+  char *err = sl_test_slurp(path);
   char *line = strstr(err, "INFO  [status] keyed: ");
   cr_assert(line, "no status line in: %s", err);
   cr_assert(strstr(line, "records/s"));
@@ -338,7 +324,7 @@ Test(cli, status_lines_when_not_a_terminal, .timeout = 120) {
            "--status-interval-ms 20 --quiet 2>'%s/err' >/dev/null",
            sluice_bin(), dir);
   cr_assert_eq(run_shell(cmd), 0);
-  err = slurp(path);
+  err = sl_test_slurp(path);
   cr_assert_str_eq(err, "");
   free(err);
   sl_test_remove_tree(dir);

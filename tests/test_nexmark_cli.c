@@ -64,22 +64,6 @@ static int run(const char *log, const char *const *args) {
   return finish(start(log, args));
 }
 
-static char *slurp(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *data = malloc((size_t)n + 1);
-  cr_assert(data);
-  cr_assert_eq(fread(data, 1, (size_t)n, f), (size_t)n);
-  data[n] = 0;
-  fclose(f);
-  *size = (size_t)n;
-  return data;
-}
-
 static size_t count_lines(const char *data, size_t size) {
   size_t n = 0;
   for (size_t i = 0; i < size; i++)
@@ -93,8 +77,8 @@ static size_t count_lines(const char *data, size_t size) {
 static void assert_same_file(const char *expected, const char *got,
                              size_t min_rows) {
   size_t n1 = 0, n2 = 0;
-  char *a = slurp(expected, &n1);
-  char *b = slurp(got, &n2);
+  char *a = sl_test_read_file(expected, &n1);
+  char *b = sl_test_read_file(got, &n2);
   cr_assert(a, "cannot read %s", expected);
   cr_assert(b, "cannot read %s", got);
   cr_assert_eq(n1, n2, "%s has %zu bytes (%zu lines), %s %zu (%zu lines)",
@@ -109,7 +93,7 @@ static void assert_same_file(const char *expected, const char *got,
 
 static void assert_log_has(const char *log, const char *text) {
   size_t n = 0;
-  char *data = slurp(log, &n);
+  char *data = sl_test_read_file(log, &n);
   cr_assert(data, "no log %s", log);
   cr_assert(strstr(data, text), "log %s lacks \"%s\":\n%s", log, text, data);
   free(data);
