@@ -1138,7 +1138,7 @@ Test(parker, wake_before_sleep, .timeout = 10) {
     cr_assert_eq(atomic_load(&p.state), SL_PARKER_RUNNING);
     double start = now_s();
     sl_parker_sleep(&p); /* would hang here if the wake were lost */
-    cr_assert_lt(now_s() - start, 1.0);
+    cr_assert_lt(now_s() - start, 10.0); /* a lost wake, not a slow one */
     cr_assert_eq(atomic_load(&p.state), SL_PARKER_RUNNING);
   }
 }

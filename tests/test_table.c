@@ -134,10 +134,14 @@ static void assert_models_equal(const table_model *got,
 /* A replayable source (parallelism 1) of `count` sl_tuple records {key = i
  * % keys, value = i}, `per_call` a next(), sleeping pause_us after each
  * call; after `gate` records it waits until a checkpoint has completed
- * (so failures after the gate have a checkpoint to restore). */
+ * (so failures after the gate have a checkpoint to restore).  With
+ * `allowed` set it emits no record beyond *allowed and stores how far it
+ * got in *emitted: a test releases the input step by step and triggers a
+ * checkpoint between steps, so no count depends on the scheduler. */
 typedef struct paced_source {
   uint64_t count, keys, per_call, gate;
   uint32_t pause_us;
+  _Atomic uint64_t *allowed, *emitted;
 } paced_source;
 
 typedef struct paced_instance {
@@ -163,8 +167,18 @@ static int paced_next(sl_ctx *ctx, void *state) {
     sl_test_sleep_us(100);
     return 0;
   }
+  uint64_t end = c->count;
+  if (c->allowed) {
+    uint64_t allowed = atomic_load(c->allowed);
+    if (s->next >= allowed) {
+      sl_test_sleep_us(100);
+      return 0;
+    }
+    if (allowed < end)
+      end = allowed;
+  }
   sl_tuple batch[256];
-  uint64_t n = c->count - s->next;
+  uint64_t n = end - s->next;
   uint64_t limit = c->per_call < 256 ? c->per_call : 256;
   if (n > limit)
     n = limit;
@@ -174,6 +188,8 @@ static int paced_next(sl_ctx *ctx, void *state) {
   if (rc)
     return rc;
   s->next += n;
+  if (c->emitted)
+    atomic_store(c->emitted, s->next);
   if (c->pause_us)
     sl_test_sleep_us(c->pause_us);
   return s->next == c->count ? SL_SOURCE_END : 0;
@@ -489,31 +505,58 @@ Test(table, failover_ends_with_the_uninterrupted_table) {
  * snapshot elsewhere, a failed write, a commit reported failed after it
  * happened): no restart, and the rows are written by a later checkpoint,
  * once, in order. */
+/* Triggers a checkpoint and waits until it has completed or aborted
+ * (the newest in the statistics is the one triggered: no periodic ones). */
+static int checkpoint_now(sl_job *job) {
+  uint64_t id;
+  int rc;
+  while ((rc = sl_job_trigger_checkpoint(job, &id)) == EBUSY)
+    sl_test_sleep_us(200); /* the previous one is still being written */
+  cr_assert_eq(rc, 0, "trigger: %s", sl_strerror(rc));
+  for (;;) {
+    sl_checkpoint_stats cs;
+    if (sl_job_checkpoint_stats(job, 0, &cs) == 0 && cs.id == id &&
+        cs.status != SL_CHECKPOINT_IN_PROGRESS)
+      return cs.status;
+    sl_test_sleep_us(200);
+  }
+}
+
 Test(table, rows_of_aborted_checkpoints_go_with_the_next) {
   char *dir = sl_test_temp_dir("table");
   char *state = sl_test_path_in(dir, "state");
   /* Every record its own key: a row lost from any batch stays lost. */
-  uint64_t count = 40000, keys = count;
-  /* At least 250 ms of input (1250 calls, 200 us pauses): about 25
-   * checkpoints, so the faults (checkpoints 2-3, 4 or so, 6 or so) hit
-   * ordinary ones; a failed final checkpoint would fail the job. */
+  uint64_t count = 40000, keys = count, step = 1000;
+  _Atomic uint64_t allowed = 0, emitted = 0;
+  /* The test releases `step` records, waits for them, then triggers one
+   * checkpoint and waits for its end, so the faults (snapshots 2-3, the
+   * 4th write, the 6th sync) hit ordinary checkpoints in a known order;
+   * periodic checkpoints are out of the way (an hour apart). */
   sum_job s = {.source = {.count = count, .keys = keys, .per_call = 32,
-                          .pause_us = 200},
+                          .allowed = &allowed, .emitted = &emitted},
                .parallelism = 2, .state_dir = state, .tolerable = 10,
+               .interval_ms = 3600 * 1000,
                .faults = "snapshot:op=sum,nth=2,times=2;write:nth=4;"
                          "store:call=sync,nth=6"};
   sl_job *job = build_sum(&s);
-  int rc = run_guarded(job, "aborting sum job");
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  sl_test_watchdog w;
+  sl_test_watchdog_arm(&w, job, 120, "aborting sum job");
+  int aborted = 0, completed = 0;
+  /* Bounded: 20 checkpoints are far more than the faults need. */
+  for (int round = 0; round < 20 && (aborted < 4 || completed < 2); round++) {
+    atomic_store(&allowed, (uint64_t)(round + 1) * step);
+    while (atomic_load(&emitted) < (uint64_t)(round + 1) * step)
+      sl_test_sleep_us(200);
+    int status = checkpoint_now(job);
+    aborted += status == SL_CHECKPOINT_ABORTED;
+    completed += status == SL_CHECKPOINT_COMPLETED;
+  }
+  atomic_store(&allowed, count); /* the rest, then the final checkpoint */
+  int rc = sl_job_wait(job);
+  cr_assert_not(sl_test_watchdog_disarm(&w), "aborting sum job hung");
   cr_assert_eq(rc, 0, "%s", sl_job_error(job));
   cr_assert_eq(sl_job_restarts(job), 0);
-  int aborted = 0, completed = 0;
-  for (int k = 0;; k++) {
-    sl_checkpoint_stats cs;
-    if (sl_job_checkpoint_stats(job, k, &cs))
-      break;
-    aborted += cs.status == SL_CHECKPOINT_ABORTED;
-    completed += cs.status == SL_CHECKPOINT_COMPLETED;
-  }
   cr_assert_geq(aborted, 4, "%d checkpoints aborted", aborted);
   cr_assert_geq(completed, 2);
   table_model want = expected_sums(count, keys);
