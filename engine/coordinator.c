@@ -66,6 +66,25 @@
  *    a table changes only with a complete checkpoint, and exactly by the
  *    rows of the records before n's barrier; rows of an aborted
  *    checkpoint stay in the instance and go with the next.
+ * 11. Finished instances (after Flink's FLIP-147).  An instance finishes
+ *    once per job lineage, not once per attempt: the blob written from a
+ *    final ack carries SL_BLOB_FINISHED, so every checkpoint a final ack
+ *    stands in for (note 3), the final checkpoint included, records that
+ *    the instance had finished, beside its last state.  An instance
+ *    restored from such a checkpoint (a resume, a start from a savepoint,
+ *    a failover restart) is "restored finished": it opens and restores
+ *    (a sink's restore commits what the checkpoint pre-committed, which
+ *    is idempotent), but runs neither its input nor finish() nor its
+ *    end-of-input timers again (runtime.c note 7, timer.c note 8): it
+ *    acknowledges its restored state, unchanged, as its final snapshot
+ *    (snapshot.c sl_snapshot_final_restored) and writes END.  So a
+ *    resumed finished job adds no output, and a timer re-armed during the
+ *    end-of-input firing never fires.  A store written before the flag
+ *    existed is still read: there a checkpoint whose record says "final"
+ *    has every instance finished (read_restored_final); other old
+ *    checkpoints have none.  The upstream instances of a finished one are
+ *    finished in the same checkpoint (it finished after all their ENDs,
+ *    so none of them sent a barrier it could have snapshotted).
  *
  * States of a checkpoint (function making the transition in brackets):
  *
@@ -205,6 +224,7 @@ struct sl_checkpointer {
   sl_checkpoint_stats latest_failed;
   _Atomic uint64_t restored_from; /* read by sl_job_last_checkpoint() while
                                      a restart writes it */
+  bool restored_final; /* restored_from is a final checkpoint (note 11) */
 };
 
 uint64_t sl_now_ns(void) {
@@ -670,7 +690,12 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   uint8_t *blob = blob_bytes <= sizeof small ? small : malloc(blob_bytes);
   if (!blob)
     return ENOMEM;
-  blob[0] = (uint8_t)((a->has_blob ? 1u : 0u) | (a->has_event_time ? 2u : 0u));
+  /* Note 11: a final ack marks its instance finished in every checkpoint
+   * it stands in for. */
+  blob[0] = (uint8_t)((a->has_blob ? SL_BLOB_STATE : 0u) |
+                      (a->has_event_time ? SL_BLOB_EVENT_TIME : 0u) |
+                      (a->final ? SL_BLOB_FINISHED : 0u));
+  assert((blob[0] & ~SL_BLOB_FLAGS) == 0);
   if (user_bytes)
     memcpy(blob + 1, a->blob, user_bytes);
   if (a->has_event_time)
@@ -1353,13 +1378,17 @@ static int restore_blob(sl_job *job, sl_instance *inst) {
   if (rc == SL_ENOTFOUND)
     return 0;
   uint8_t flags = rc == 0 && bytes >= 1 ? ((uint8_t *)blob)[0] : 0;
-  if (rc == 0 && (bytes < 1 || flags > 3 || ((flags & 2) && bytes < 17)))
+  if (rc == 0 &&
+      (bytes < 1 || (flags & ~SL_BLOB_FLAGS) != 0 ||
+       ((flags & SL_BLOB_EVENT_TIME) && bytes < 1 + SL_BLOB_EVENT_TIME_BYTES)))
     rc = SL_ECORRUPT;
   if (rc) {
     free(blob);
     return restore_failed(job, inst, "operator state", rc);
   }
-  if (flags & 2) { /* the event-time trailer (write_instance) */
+  if (flags & SL_BLOB_FINISHED) /* note 11 */
+    inst->cp.restored_finished = true;
+  if (flags & SL_BLOB_EVENT_TIME) { /* the trailer (write_instance) */
     bytes -= 16;
     memcpy(inst->cp.event_time_restored, (uint8_t *)blob + bytes, 16);
     inst->cp.has_event_time_restored = true;
@@ -1376,8 +1405,39 @@ static int restore_blob(sl_job *job, sl_instance *inst) {
 }
 
 static int restore_instance(sl_job *job, sl_instance *inst) {
+  /* Note 11: every instance of a final checkpoint had finished, also in a
+   * store older than SL_BLOB_FINISHED. */
+  inst->cp.restored_finished = job->cp->restored_final;
   int rc = inst->cp.keyed ? restore_keyed(job, inst) : 0;
   return rc ? rc : restore_blob(job, inst);
+}
+
+/* Note 11: whether checkpoint id (being restored) is a final one, from
+ * its record (write_once's layout: u32 version, u32 final, ...). */
+static int read_restored_final(sl_job *job, uint64_t id) {
+  sl_checkpointer *cp = job->cp;
+  void *record = 0;
+  uint32_t bytes = 0;
+  int rc = sl_store_get_checkpoint(cp->store, id, &record, &bytes);
+  cp->restored_final = false;
+  if (rc == 0) {
+    uint32_t head[2] = {0, 0};
+    if (bytes >= sizeof head)
+      memcpy(head, record, sizeof head);
+    bool known = (head[0] == 1 && bytes == 24) ||
+                 (head[0] == 2 && bytes == sizeof(cp_record));
+    if (!known || head[1] > 1)
+      rc = SL_ECORRUPT;
+    cp->restored_final = rc == 0 && head[1] == 1;
+  }
+  free(record);
+  if (rc)
+    sl_job_set_error(job, "%s: the record of checkpoint %" PRIu64
+                     " cannot be read: %s%s%s",
+                     job->config.checkpoint.state_dir, id, sl_strerror(rc),
+                     rc == SL_ECORRUPT ? "" : ": ",
+                     rc == SL_ECORRUPT ? "" : sl_store_error(cp->store));
+  return rc;
 }
 
 /* Key groups owned by instance k of p: a contiguous range. */
@@ -1588,6 +1648,10 @@ int sl_checkpointer_setup(sl_job *job) {
   /* Each instance restores its own state on its thread, in parallel
    * (sl_checkpointer_restore_instance). */
   uint64_t from = rc == 0 ? atomic_load(&job->cp->restored_from) : 0;
+  if (rc == 0)
+    job->cp->restored_final = false;
+  if (from)
+    rc = read_restored_final(job, from);
   for (int i = 0; i < job->instance_count && rc == 0; i++)
     job->instances[i]->cp.restored_from = from;
   atomic_store(&job->restores_pending, from ? job->instance_count : 0);

@@ -35,6 +35,8 @@
  * 7. At the end of input an instance takes a final snapshot (no barrier
  *    follows it; its END does that job downstream), then waits until the
  *    final checkpoint is durable before its sinks commit and it closes.
+ *    An instance restored as finished takes its final snapshot from what
+ *    it restored, without calling a hook (coordinator.c note 11).
  * 8. The aligner state (aligning_id, barriers_seen, blocked channels) obeys
  *    aligner_check(), asserted at each transition.
  * 9. Each snapshot remembers (checkpoint id, epoch); releasing n releases
@@ -135,7 +137,9 @@ static int call_snapshot_hook(sl_instance *inst, uint64_t id) {
     hook = op->fn.source.snapshot;
   else if (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK)
     hook = op->fn.process.snapshot;
-  if (!hook)
+  /* coordinator.c note 11: a finished instance's state is what it
+   * restored; its operator does not run again. */
+  if (!hook || inst->cp.restored_finished)
     return 0;
   inst->cp.in_snapshot = true;
   inst->cp.row_tag = id ? id : UINT64_MAX; /* note 10: 0 is the final */
@@ -368,6 +372,26 @@ int sl_snapshot_final(sl_instance *inst) {
   int rc = take_snapshot(inst, 0, true, sl_now_ns(), 0);
   inst->cp.final_acked = rc == 0;
   return rc;
+}
+
+/* coordinator.c note 11: the final snapshot of an instance restored as
+ * finished.  Its keyed state is the map it restored (no delta: the store
+ * holds it already); its operator state is the blob it restored, copied
+ * as it was (no hook runs); its event time is the restored one. */
+int sl_snapshot_final_restored(sl_instance *inst) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  assert(cp->restored_finished && cp->restored_from != 0);
+  assert(!cp->has_blob_new && !cp->final_acked);
+  if (cp->has_blob_restored) {
+    cp->blob_new = malloc(cp->blob_restored_bytes ? cp->blob_restored_bytes
+                                                  : 1);
+    if (!cp->blob_new)
+      return ENOMEM;
+    memcpy(cp->blob_new, cp->blob_restored, cp->blob_restored_bytes);
+    cp->blob_new_bytes = cp->blob_restored_bytes;
+    cp->has_blob_new = true;
+  }
+  return sl_snapshot_final(inst);
 }
 
 bool sl_snapshot_notification_pending(const sl_instance *inst) {
