@@ -20,9 +20,32 @@
  *    received n and dropped it (n looked settled, or a newer barrier
  *    replaced it in at-least-once mode), it processed records after n, and
  *    n can no longer complete: it is aborted as subsumed.  The final ack
- *    carries max_seen_id for this test.  No checkpoint is triggered once a
- *    source has finished (a finished source emits no barriers, and its
- *    consumers would need to drain before they could stand in).
+ *    carries max_seen_id for this test.
+ * 3a. Checkpoints go on after sources finished (as Flink's FLIP-147), as
+ *    long as one source still runs (can_trigger):
+ *    (a) a finished source snapshots and emits nothing for n; a channel
+ *        that delivered END counts as aligned for every later barrier and
+ *        is never blocked (snapshot.c note 3), so each consumer reads a
+ *        finished channel up to its END before it can snapshot n, in
+ *        aligned and in at-least-once mode: its snapshot n holds every
+ *        record the finished instance emitted;
+ *    (b) an instance that stands in for n never received barrier n, so
+ *        none of its upstream instances sent n to it; each of them sent
+ *        it END, so each finished without emitting n, and stands in for n
+ *        too (or n aborts by the test above).  A checkpoint's finished
+ *        instances are thus closed upstream, and their consumers' snapshots
+ *        hold all their output;
+ *    (c) the final ack stands in with SL_BLOB_FINISHED (note 11), so a
+ *        restore from n (resume, savepoint, failover) restores it
+ *        finished: it emits nothing but END, and its consumers' channels
+ *        end at once, as they had when they snapshotted n;
+ *    (d) the same final ack stands in for every later checkpoint: its
+ *        deltas and row batches are written once (durable_epoch,
+ *        durable_row_seq), its blob each time; with max_concurrent > 1
+ *        each in-flight id applies the test above on its own; aborts,
+ *        timeouts and the final checkpoint (note 7) are as before.
+ *    Once every source finished nothing is triggered: no barrier could be
+ *    emitted, and the final checkpoint follows when the rest drain.
  * 4. When every instance has acknowledged n (or is final), the coordinator
  *    hands n to the writer thread.  The writer puts n's deltas (oldest
  *    first, skipping those already durable) and blobs into one LMDB write
@@ -88,11 +111,16 @@
  *
  * States of a checkpoint (function making the transition in brackets):
  *
- *   TRIGGERED --[all acked: hand_to_writer]--> WRITING
+ *   FREE --[can_trigger: a source still runs, fewer than max_concurrent
+ *     |     in flight: trigger]
+ *     v
+ *   TRIGGERED --[each instance acked, or stands in with its final ack
+ *       |        (notes 3, 3a): all_acked, hand_to_writer]--> WRITING
  *       |                                        |  [writer_main: commit]
- *       | [timeout / failed ack:                 +-----------> COMPLETED
- *       |  abort_checkpoint]                     |  [write failed / abort
- *       v                                        v   requested]
+ *       | [timeout / failed ack / an instance    +-----------> COMPLETED
+ *       |  finished after dropping n:            |  [write failed / abort
+ *       |  abort_checkpoint]                     |   requested]
+ *       v                                        v
  *    ABORTED <-----------------------------------+
  */
 #include <errno.h>
@@ -184,7 +212,8 @@ struct sl_checkpointer {
   uint64_t next_trigger_ns;
   uint64_t last_end_ns;
   uint32_t consecutive_failures;
-  int sources_finished; /* source instances with a final ack (note 3) */
+  int sources_finished; /* source instances with a final ack (note 3a) */
+  int source_count;     /* source instances */
   /* sl_job_trigger_checkpoint: requests are numbered; the coordinator
    * serves all requests up to manual_served with one trigger, whose id it
    * stores first in manual_served_id. */
@@ -643,6 +672,8 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   sl_instance *inst = job->instances[i];
   const sl_ack *a = p->acks[i] ? p->acks[i] : cp->final_acks[i];
   assert(a);
+  /* Note 3: a final ack stands in only for ids it never received. */
+  assert(!a->final || a->max_seen_id < p->id);
   uint16_t op = (uint16_t)inst->op->id;
   uint64_t entries = 0, bytes = 0;
   sorted_entry *sorted = 0;
@@ -1057,6 +1088,25 @@ static int instance_slot(const sl_job *job, const sl_instance *inst) {
   return -1;
 }
 
+/* Notes 3, 3a: the counts of finished instances agree with the final
+ * acks held. */
+static __attribute__((unused)) bool finished_check(const sl_checkpointer *cp) {
+  int finals = 0, sources = 0, finished_sources = 0;
+  for (int i = 0; i < cp->job->instance_count; i++) {
+    bool source = cp->job->instances[i]->op->kind == SL_OP_SOURCE;
+    const sl_ack *f = cp->final_acks[i];
+    sources += source;
+    if (!f)
+      continue;
+    if (!f->final || f->inst != cp->job->instances[i])
+      return false;
+    finals++;
+    finished_sources += source;
+  }
+  return finals == cp->final_count && sources == cp->source_count &&
+         finished_sources == cp->sources_finished;
+}
+
 static void take_ack(sl_checkpointer *cp, sl_ack *a) {
   sl_job *job = cp->job;
   int i = instance_slot(job, a->inst);
@@ -1081,6 +1131,7 @@ static void take_ack(sl_checkpointer *cp, sl_ack *a) {
     cp->final_acks[i] = a;
     cp->final_count++;
     cp->sources_finished += a->inst->op->kind == SL_OP_SOURCE;
+    assert(finished_check(cp));
     return;
   }
   pending *p = find_pending(cp, a->checkpoint_id);
@@ -1098,6 +1149,8 @@ static void take_ack(sl_checkpointer *cp, sl_ack *a) {
 static int all_acked(const sl_checkpointer *cp, const pending *p) {
   int result = 1;
   for (int i = 0; i < cp->job->instance_count; i++) {
+    assert(!p->acks[i] ||
+           (p->acks[i]->checkpoint_id == p->id && !p->acks[i]->final));
     if (p->acks[i])
       continue;
     const sl_ack *f = cp->final_acks[i];
@@ -1195,12 +1248,13 @@ static void start_final(sl_checkpointer *cp) {
   hand_to_writer(cp, p);
 }
 
-/* A new checkpoint may start: the job runs, no source has finished (note
- * 3), the final checkpoint has not begun, and fewer than max_concurrent are
- * in flight. */
+/* A new checkpoint may start: the job runs, a source still runs (note
+ * 3a: finished ones stand in), the final checkpoint has not begun, and
+ * fewer than max_concurrent are in flight. */
 static bool can_trigger(sl_checkpointer *cp) {
+  assert(cp->sources_finished <= cp->source_count);
   return !atomic_load(&cp->job->stopping) && !cp->final_started &&
-         cp->sources_finished == 0 &&
+         cp->sources_finished < cp->source_count &&
          (uint32_t)in_flight(cp) < cp->max_concurrent;
 }
 
@@ -1529,6 +1583,8 @@ static int alloc_checkpointer(sl_job *job) {
   pthread_mutex_init(&cp->write_lock, 0);
   pthread_mutex_init(&cp->history_lock, 0);
   size_t n = (size_t)job->instance_count;
+  for (int i = 0; i < job->instance_count; i++)
+    cp->source_count += job->instances[i]->op->kind == SL_OP_SOURCE;
   cp->final_acks = calloc(n, sizeof *cp->final_acks);
   cp->durable_epoch = calloc(n, sizeof *cp->durable_epoch);
   cp->durable_row_seq = calloc(n, sizeof *cp->durable_row_seq);

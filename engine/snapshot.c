@@ -12,7 +12,9 @@
  * 3. Aligned mode (exactly-once, DESIGN.md invariant 3): a channel that
  *    delivers barrier n is blocked — runtime.c reads nothing more from it —
  *    until every channel that has not ended delivered n.  A channel that
- *    delivered END counts as aligned.  Then: snapshot, barrier n on every
+ *    delivered END counts as aligned, for n and every later barrier: so
+ *    an instance downstream of a finished one goes on checkpointing
+ *    (coordinator.c note 3a).  Then: snapshot, barrier n on every
  *    output, unblock all channels.  At-least-once mode counts barriers
  *    without blocking and snapshots when the last one arrives; a newer
  *    barrier makes it forget an older, incomplete one.
@@ -97,6 +99,9 @@ static __attribute__((unused)) bool aligner_check(const sl_instance *inst) {
       return false; /* a blocked channel is not read, so cannot end */
   }
   if (seen != inst->cp.barriers_seen)
+    return false;
+  /* coordinator.c note 11: a restored finished instance never aligns. */
+  if (inst->cp.restored_finished && (inst->cp.aligning_id || blocked))
     return false;
   if (inst->cp.aligning_id == 0)
     return blocked == 0 && seen == 0;
@@ -227,6 +232,7 @@ static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
   uint64_t t0 = sl_now_ns();
   /* Allocated after the previous snapshot, so that this one, which holds
    * up the barrier, does not wait for the allocator. */
+  assert(final || !inst->cp.restored_finished); /* note 7 */
   sl_ack *ack = inst->cp.next_ack ? inst->cp.next_ack : calloc(1, sizeof *ack);
   inst->cp.next_ack = 0;
   if (!ack)
