@@ -123,6 +123,10 @@ typedef struct sl_instance_checkpoint {
   uint64_t seen_settled;
   bool maintain_pending; /* the cow map has reclaiming left to do */
   bool final_acked;      /* the final snapshot was handed over */
+  /* The checkpoint restored says this instance had finished (its blob
+   * carries SL_BLOB_FINISHED, or the checkpoint is a final one): it is
+   * never finished again (coordinator.c note 11). */
+  bool restored_finished;
 
   /* Checkpoint id -> epoch frozen for it, oldest first (note 9). */
   struct {
@@ -189,9 +193,14 @@ int sl_savepoint_install(struct sl_job *job, const char *fingerprint);
 /* The blob of an instance (coordinator.c write_instance): a flag byte,
  * the operator state if flag SL_BLOB_STATE, then the event-time trailer
  * (watermark, largest timestamp: two int64, native order) if flag
- * SL_BLOB_EVENT_TIME. */
+ * SL_BLOB_EVENT_TIME.  SL_BLOB_FINISHED: the blob is the instance's final
+ * snapshot, taken after its end of input (coordinator.c note 11).  Stores
+ * written before that flag existed have none; their final checkpoints are
+ * recognised by the checkpoint record's "final" field. */
 #define SL_BLOB_STATE 1u
 #define SL_BLOB_EVENT_TIME 2u
+#define SL_BLOB_FINISHED 4u
+#define SL_BLOB_FLAGS (SL_BLOB_STATE | SL_BLOB_EVENT_TIME | SL_BLOB_FINISHED)
 #define SL_BLOB_EVENT_TIME_BYTES 16u
 
 /* snapshot.c (called from runtime.c on the instance's thread) */
@@ -200,6 +209,7 @@ int sl_snapshot_barrier(struct sl_ctx *inst, struct sl_channel *ch,
 int sl_snapshot_channel_ended(struct sl_ctx *inst);
 int sl_snapshot_source_poll(struct sl_ctx *inst);
 int sl_snapshot_final(struct sl_ctx *inst);
+int sl_snapshot_final_restored(struct sl_ctx *inst);
 int sl_snapshot_notifications(struct sl_ctx *inst);
 bool sl_snapshot_notification_pending(const struct sl_ctx *inst);
 bool sl_snapshot_wait_final(struct sl_ctx *inst);

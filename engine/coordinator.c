@@ -20,9 +20,32 @@
  *    received n and dropped it (n looked settled, or a newer barrier
  *    replaced it in at-least-once mode), it processed records after n, and
  *    n can no longer complete: it is aborted as subsumed.  The final ack
- *    carries max_seen_id for this test.  No checkpoint is triggered once a
- *    source has finished (a finished source emits no barriers, and its
- *    consumers would need to drain before they could stand in).
+ *    carries max_seen_id for this test.
+ * 3a. Checkpoints go on after sources finished (as Flink's FLIP-147), as
+ *    long as one source still runs (can_trigger):
+ *    (a) a finished source snapshots and emits nothing for n; a channel
+ *        that delivered END counts as aligned for every later barrier and
+ *        is never blocked (snapshot.c note 3), so each consumer reads a
+ *        finished channel up to its END before it can snapshot n, in
+ *        aligned and in at-least-once mode: its snapshot n holds every
+ *        record the finished instance emitted;
+ *    (b) an instance that stands in for n never received barrier n, so
+ *        none of its upstream instances sent n to it; each of them sent
+ *        it END, so each finished without emitting n, and stands in for n
+ *        too (or n aborts by the test above).  A checkpoint's finished
+ *        instances are thus closed upstream, and their consumers' snapshots
+ *        hold all their output;
+ *    (c) the final ack stands in with SL_BLOB_FINISHED (note 11), so a
+ *        restore from n (resume, savepoint, failover) restores it
+ *        finished: it emits nothing but END, and its consumers' channels
+ *        end at once, as they had when they snapshotted n;
+ *    (d) the same final ack stands in for every later checkpoint: its
+ *        deltas and row batches are written once (durable_epoch,
+ *        durable_row_seq), its blob each time; with max_concurrent > 1
+ *        each in-flight id applies the test above on its own; aborts,
+ *        timeouts and the final checkpoint (note 7) are as before.
+ *    Once every source finished nothing is triggered: no barrier could be
+ *    emitted, and the final checkpoint follows when the rest drain.
  * 4. When every instance has acknowledged n (or is final), the coordinator
  *    hands n to the writer thread.  The writer puts n's deltas (oldest
  *    first, skipping those already durable) and blobs into one LMDB write
@@ -66,14 +89,38 @@
  *    a table changes only with a complete checkpoint, and exactly by the
  *    rows of the records before n's barrier; rows of an aborted
  *    checkpoint stay in the instance and go with the next.
+ * 11. Finished instances (after Flink's FLIP-147).  An instance finishes
+ *    once per job lineage, not once per attempt: the blob written from a
+ *    final ack carries SL_BLOB_FINISHED, so every checkpoint a final ack
+ *    stands in for (note 3), the final checkpoint included, records that
+ *    the instance had finished, beside its last state.  An instance
+ *    restored from such a checkpoint (a resume, a start from a savepoint,
+ *    a failover restart) is "restored finished": it opens and restores
+ *    (a sink's restore commits what the checkpoint pre-committed, which
+ *    is idempotent), but runs neither its input nor finish() nor its
+ *    end-of-input timers again (runtime.c note 7, timer.c note 8): it
+ *    acknowledges its restored state, unchanged, as its final snapshot
+ *    (snapshot.c sl_snapshot_final_restored) and writes END.  So a
+ *    resumed finished job adds no output, and a timer re-armed during the
+ *    end-of-input firing never fires.  A store written before the flag
+ *    existed is still read: there a checkpoint whose record says "final"
+ *    has every instance finished (read_restored_final); other old
+ *    checkpoints have none.  The upstream instances of a finished one are
+ *    finished in the same checkpoint (it finished after all their ENDs,
+ *    so none of them sent a barrier it could have snapshotted).
  *
  * States of a checkpoint (function making the transition in brackets):
  *
- *   TRIGGERED --[all acked: hand_to_writer]--> WRITING
+ *   FREE --[can_trigger: a source still runs, fewer than max_concurrent
+ *     |     in flight: trigger]
+ *     v
+ *   TRIGGERED --[each instance acked, or stands in with its final ack
+ *       |        (notes 3, 3a): all_acked, hand_to_writer]--> WRITING
  *       |                                        |  [writer_main: commit]
- *       | [timeout / failed ack:                 +-----------> COMPLETED
- *       |  abort_checkpoint]                     |  [write failed / abort
- *       v                                        v   requested]
+ *       | [timeout / failed ack / an instance    +-----------> COMPLETED
+ *       |  finished after dropping n:            |  [write failed / abort
+ *       |  abort_checkpoint]                     |   requested]
+ *       v                                        v
  *    ABORTED <-----------------------------------+
  */
 #include <errno.h>
@@ -165,7 +212,8 @@ struct sl_checkpointer {
   uint64_t next_trigger_ns;
   uint64_t last_end_ns;
   uint32_t consecutive_failures;
-  int sources_finished; /* source instances with a final ack (note 3) */
+  int sources_finished; /* source instances with a final ack (note 3a) */
+  int source_count;     /* source instances */
   /* sl_job_trigger_checkpoint: requests are numbered; the coordinator
    * serves all requests up to manual_served with one trigger, whose id it
    * stores first in manual_served_id. */
@@ -205,6 +253,7 @@ struct sl_checkpointer {
   sl_checkpoint_stats latest_failed;
   _Atomic uint64_t restored_from; /* read by sl_job_last_checkpoint() while
                                      a restart writes it */
+  bool restored_final; /* restored_from is a final checkpoint (note 11) */
 };
 
 uint64_t sl_now_ns(void) {
@@ -623,6 +672,8 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   sl_instance *inst = job->instances[i];
   const sl_ack *a = p->acks[i] ? p->acks[i] : cp->final_acks[i];
   assert(a);
+  /* Note 3: a final ack stands in only for ids it never received. */
+  assert(!a->final || a->max_seen_id < p->id);
   uint16_t op = (uint16_t)inst->op->id;
   uint64_t entries = 0, bytes = 0;
   sorted_entry *sorted = 0;
@@ -670,7 +721,12 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   uint8_t *blob = blob_bytes <= sizeof small ? small : malloc(blob_bytes);
   if (!blob)
     return ENOMEM;
-  blob[0] = (uint8_t)((a->has_blob ? 1u : 0u) | (a->has_event_time ? 2u : 0u));
+  /* Note 11: a final ack marks its instance finished in every checkpoint
+   * it stands in for. */
+  blob[0] = (uint8_t)((a->has_blob ? SL_BLOB_STATE : 0u) |
+                      (a->has_event_time ? SL_BLOB_EVENT_TIME : 0u) |
+                      (a->final ? SL_BLOB_FINISHED : 0u));
+  assert((blob[0] & ~SL_BLOB_FLAGS) == 0);
   if (user_bytes)
     memcpy(blob + 1, a->blob, user_bytes);
   if (a->has_event_time)
@@ -1032,6 +1088,25 @@ static int instance_slot(const sl_job *job, const sl_instance *inst) {
   return -1;
 }
 
+/* Notes 3, 3a: the counts of finished instances agree with the final
+ * acks held. */
+static __attribute__((unused)) bool finished_check(const sl_checkpointer *cp) {
+  int finals = 0, sources = 0, finished_sources = 0;
+  for (int i = 0; i < cp->job->instance_count; i++) {
+    bool source = cp->job->instances[i]->op->kind == SL_OP_SOURCE;
+    const sl_ack *f = cp->final_acks[i];
+    sources += source;
+    if (!f)
+      continue;
+    if (!f->final || f->inst != cp->job->instances[i])
+      return false;
+    finals++;
+    finished_sources += source;
+  }
+  return finals == cp->final_count && sources == cp->source_count &&
+         finished_sources == cp->sources_finished;
+}
+
 static void take_ack(sl_checkpointer *cp, sl_ack *a) {
   sl_job *job = cp->job;
   int i = instance_slot(job, a->inst);
@@ -1056,6 +1131,7 @@ static void take_ack(sl_checkpointer *cp, sl_ack *a) {
     cp->final_acks[i] = a;
     cp->final_count++;
     cp->sources_finished += a->inst->op->kind == SL_OP_SOURCE;
+    assert(finished_check(cp));
     return;
   }
   pending *p = find_pending(cp, a->checkpoint_id);
@@ -1073,6 +1149,8 @@ static void take_ack(sl_checkpointer *cp, sl_ack *a) {
 static int all_acked(const sl_checkpointer *cp, const pending *p) {
   int result = 1;
   for (int i = 0; i < cp->job->instance_count; i++) {
+    assert(!p->acks[i] ||
+           (p->acks[i]->checkpoint_id == p->id && !p->acks[i]->final));
     if (p->acks[i])
       continue;
     const sl_ack *f = cp->final_acks[i];
@@ -1170,12 +1248,13 @@ static void start_final(sl_checkpointer *cp) {
   hand_to_writer(cp, p);
 }
 
-/* A new checkpoint may start: the job runs, no source has finished (note
- * 3), the final checkpoint has not begun, and fewer than max_concurrent are
- * in flight. */
+/* A new checkpoint may start: the job runs, a source still runs (note
+ * 3a: finished ones stand in), the final checkpoint has not begun, and
+ * fewer than max_concurrent are in flight. */
 static bool can_trigger(sl_checkpointer *cp) {
+  assert(cp->sources_finished <= cp->source_count);
   return !atomic_load(&cp->job->stopping) && !cp->final_started &&
-         cp->sources_finished == 0 &&
+         cp->sources_finished < cp->source_count &&
          (uint32_t)in_flight(cp) < cp->max_concurrent;
 }
 
@@ -1353,13 +1432,17 @@ static int restore_blob(sl_job *job, sl_instance *inst) {
   if (rc == SL_ENOTFOUND)
     return 0;
   uint8_t flags = rc == 0 && bytes >= 1 ? ((uint8_t *)blob)[0] : 0;
-  if (rc == 0 && (bytes < 1 || flags > 3 || ((flags & 2) && bytes < 17)))
+  if (rc == 0 &&
+      (bytes < 1 || (flags & ~SL_BLOB_FLAGS) != 0 ||
+       ((flags & SL_BLOB_EVENT_TIME) && bytes < 1 + SL_BLOB_EVENT_TIME_BYTES)))
     rc = SL_ECORRUPT;
   if (rc) {
     free(blob);
     return restore_failed(job, inst, "operator state", rc);
   }
-  if (flags & 2) { /* the event-time trailer (write_instance) */
+  if (flags & SL_BLOB_FINISHED) /* note 11 */
+    inst->cp.restored_finished = true;
+  if (flags & SL_BLOB_EVENT_TIME) { /* the trailer (write_instance) */
     bytes -= 16;
     memcpy(inst->cp.event_time_restored, (uint8_t *)blob + bytes, 16);
     inst->cp.has_event_time_restored = true;
@@ -1376,8 +1459,39 @@ static int restore_blob(sl_job *job, sl_instance *inst) {
 }
 
 static int restore_instance(sl_job *job, sl_instance *inst) {
+  /* Note 11: every instance of a final checkpoint had finished, also in a
+   * store older than SL_BLOB_FINISHED. */
+  inst->cp.restored_finished = job->cp->restored_final;
   int rc = inst->cp.keyed ? restore_keyed(job, inst) : 0;
   return rc ? rc : restore_blob(job, inst);
+}
+
+/* Note 11: whether checkpoint id (being restored) is a final one, from
+ * its record (write_once's layout: u32 version, u32 final, ...). */
+static int read_restored_final(sl_job *job, uint64_t id) {
+  sl_checkpointer *cp = job->cp;
+  void *record = 0;
+  uint32_t bytes = 0;
+  int rc = sl_store_get_checkpoint(cp->store, id, &record, &bytes);
+  cp->restored_final = false;
+  if (rc == 0) {
+    uint32_t head[2] = {0, 0};
+    if (bytes >= sizeof head)
+      memcpy(head, record, sizeof head);
+    bool known = (head[0] == 1 && bytes == 24) ||
+                 (head[0] == 2 && bytes == sizeof(cp_record));
+    if (!known || head[1] > 1)
+      rc = SL_ECORRUPT;
+    cp->restored_final = rc == 0 && head[1] == 1;
+  }
+  free(record);
+  if (rc)
+    sl_job_set_error(job, "%s: the record of checkpoint %" PRIu64
+                     " cannot be read: %s%s%s",
+                     job->config.checkpoint.state_dir, id, sl_strerror(rc),
+                     rc == SL_ECORRUPT ? "" : ": ",
+                     rc == SL_ECORRUPT ? "" : sl_store_error(cp->store));
+  return rc;
 }
 
 /* Key groups owned by instance k of p: a contiguous range. */
@@ -1469,6 +1583,8 @@ static int alloc_checkpointer(sl_job *job) {
   pthread_mutex_init(&cp->write_lock, 0);
   pthread_mutex_init(&cp->history_lock, 0);
   size_t n = (size_t)job->instance_count;
+  for (int i = 0; i < job->instance_count; i++)
+    cp->source_count += job->instances[i]->op->kind == SL_OP_SOURCE;
   cp->final_acks = calloc(n, sizeof *cp->final_acks);
   cp->durable_epoch = calloc(n, sizeof *cp->durable_epoch);
   cp->durable_row_seq = calloc(n, sizeof *cp->durable_row_seq);
@@ -1588,6 +1704,10 @@ int sl_checkpointer_setup(sl_job *job) {
   /* Each instance restores its own state on its thread, in parallel
    * (sl_checkpointer_restore_instance). */
   uint64_t from = rc == 0 ? atomic_load(&job->cp->restored_from) : 0;
+  if (rc == 0)
+    job->cp->restored_final = false;
+  if (from)
+    rc = read_restored_final(job, from);
   for (int i = 0; i < job->instance_count && rc == 0; i++)
     job->instances[i]->cp.restored_from = from;
   atomic_store(&job->restores_pending, from ? job->instance_count : 0);

@@ -39,6 +39,7 @@
 #define RECORD_V2_BYTES 40u
 #define BLOB_FLAG_STATE 1u
 #define BLOB_FLAG_EVENT_TIME 2u
+#define BLOB_FLAG_FINISHED 4u /* coordinator.c note 11; nothing follows */
 #define BLOB_EVENT_TIME_BYTES 16u
 
 struct sl_state_dir {
@@ -156,7 +157,8 @@ static int operator_index(const sl_state_dir *sd, int op_id) {
 /* Decodes one blob (note 3); SL_ECORRUPT for bytes that do not fit. */
 static int decode_blob(const uint8_t *data, uint32_t bytes,
                        sl_inspect_blob *b) {
-  if (bytes < 1 || data[0] > (BLOB_FLAG_STATE | BLOB_FLAG_EVENT_TIME))
+  if (bytes < 1 || data[0] > (BLOB_FLAG_STATE | BLOB_FLAG_EVENT_TIME |
+                              BLOB_FLAG_FINISHED))
     return SL_ECORRUPT;
   uint32_t trailer = (data[0] & BLOB_FLAG_EVENT_TIME) ? BLOB_EVENT_TIME_BYTES
                                                       : 0;

@@ -26,12 +26,23 @@
  * 6. Keyed state of a job without checkpoints is reclaimed here, after a
  *    pass over the inputs, since no checkpoint ever releases its epochs
  *    (reclaim_unversioned).
+ * 7. An instance finishes once (coordinator.c note 11).  Restored from a
+ *    checkpoint that says it had finished, it runs open and restore (a
+ *    sink's restore commits what that checkpoint pre-committed), then
+ *    neither reads records nor calls next(), finish or the end-of-input
+ *    timers: it hands over its restored state as its final snapshot,
+ *    writes END, reads its inputs only up to their END (its upstream
+ *    instances finished too; a record there means the checkpoint does
+ *    not fit the job, and fails it), and waits for the final checkpoint
+ *    like any finished instance (run_finished).
  *
  * Thread states (function making the transition in brackets):
  *
  *   created --[instance_main: open]--> running --[inputs ended]--> finishing
- *      |                                  |                            |
- *      | open failed                      | stop / failure             | END sent
+ *      |   \                              |                            |
+ *      |    [restored finished:            | stop / failure             | END sent
+ *      |     run_finished]---------------- | -------------------------> |
+ *      | open failed                      |                            v
  *      v                                  v                            v
  *   failed <----------------------- stopping -----------------> closed, joined
  *                                     [sl_instance_fail / sl_job_stop]
@@ -640,6 +651,60 @@ static int run_inputs(sl_instance *inst) {
   return 0;
 }
 
+/* Note 7: the entries of one channel of an instance restored as finished,
+ * up to END.  Returns 0, or SL_ESTORE (a record) with the cause set. */
+static int skip_to_end(sl_instance *inst, sl_channel *ch, bool *progressed) {
+  sl_ring *r = ch->ring;
+  uint64_t end = r->consumer_position + sl_ring_readable_consumer(r);
+  while (!ch->ended && r->consumer_position < end) {
+    const sl_entry *e = sl_ring_peek_consumer(r);
+    if (e->kind == SL_ENTRY_RECORDS) {
+      sl_ctx_fail(inst, "checkpoint %" PRIu64 " says this instance had "
+                  "finished, but input %d delivered records: the "
+                  "checkpoint does not fit this job",
+                  inst->cp.restored_from, ch->input);
+      return SL_ESTORE;
+    }
+    if (e->kind == SL_ENTRY_END) {
+      ch->ended = true;
+      inst->channels_ended++;
+    }
+    sl_ring_advance_consumer(r, sl_entry_bytes(e)); /* controls: nothing */
+    *progressed = true;
+  }
+  sl_ring_release_consumer(r, false);
+  return 0;
+}
+
+/* Note 7, after the final snapshot and END: every input up to its END,
+ * notifications acted on meanwhile (a complete hook is idempotent). */
+static int run_finished(sl_instance *inst) {
+  sl_job *job = inst->job;
+  assert(inst->cp.restored_finished);
+  while (inst->channels_ended < inst->channel_count) {
+    bool progressed = false;
+    for (int c = 0; c < inst->channel_count; c++) {
+      int rc = inst->channels[c].ended
+                   ? 0
+                   : skip_to_end(inst, &inst->channels[c], &progressed);
+      if (rc)
+        return rc;
+    }
+    if (unlikely(job_stopping(job)))
+      return SL_ESTOPPED;
+    if (sl_snapshot_notification_pending(inst)) {
+      int rc = sl_snapshot_notifications(inst);
+      if (rc)
+        return rc;
+      continue;
+    }
+    if (!progressed && inst->channels_ended < inst->channel_count &&
+        !wait_until(inst, SL_WAIT_IDLE, any_input_readable, 0))
+      return SL_ESTOPPED;
+  }
+  return 0;
+}
+
 static int run_source(sl_instance *inst) {
   sl_job *job = inst->job;
   for (;;) {
@@ -830,9 +895,40 @@ static void *instance_main(void *arg) {
   return 0;
 }
 
+/* Run the instance to its end of input, finish, take the final snapshot
+ * and write END. */
+static int instance_finish(sl_instance *inst) {
+  sl_op *op = inst->op;
+  int rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
+  /* End of input: the final watermark fires every event-time timer still
+   * pending, and the processing-time ones too (timer.c note 5). */
+  if (rc == 0)
+    rc = op->kind == SL_OP_SOURCE ? sl_event_source_end(inst)
+                                  : sl_event_input_end(inst);
+  if (rc == 0 && (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
+      op->fn.process.finish) {
+    inst->current = 0;
+    rc = op->fn.process.finish(inst, inst->state);
+    if (rc > 0)
+      rc = 0; /* only negative values are errors, as for process() */
+  }
+  if (rc == 0)
+    rc = sl_snapshot_final(inst); /* snapshot.c note 7 */
+  return rc == 0 ? send_end(inst) : rc;
+}
+
+/* Note 7: an instance restored as finished: its restored state as its
+ * final snapshot, END, then its inputs up to their END. */
+static int instance_refinish(sl_instance *inst) {
+  assert(inst->cp.restored_finished && inst->job->cp);
+  int rc = sl_snapshot_final_restored(inst);
+  if (rc == 0)
+    rc = send_end(inst);
+  return rc == 0 ? run_finished(inst) : rc;
+}
+
 /* The whole life of an instance: open, restore, run, finish, close. */
 static void instance_run(sl_instance *inst) {
-  sl_op *op = inst->op;
   int rc = instance_open(inst);
   if (rc) {
     if (!inst->cause[0])
@@ -865,24 +961,10 @@ static void instance_run(sl_instance *inst) {
                 inst->cp.restored_from);
   if (rc == 0 && inst->cp.restored_from && unlikely(inst->job->faults != 0))
     sl_inject_crash_point(inst->job, SL_CRASH_AFTER_RESTORE);
-  if (rc == 0)
-    rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
-  /* End of input: the final watermark fires every event-time timer still
-   * pending, and the processing-time ones too (timer.c note 5). */
-  if (rc == 0)
-    rc = op->kind == SL_OP_SOURCE ? sl_event_source_end(inst)
-                                  : sl_event_input_end(inst);
-  if (rc == 0 && (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
-      op->fn.process.finish) {
-    inst->current = 0;
-    rc = op->fn.process.finish(inst, inst->state);
-    if (rc > 0)
-      rc = 0; /* only negative values are errors, as for process() */
-  }
-  if (rc == 0)
-    rc = sl_snapshot_final(inst); /* snapshot.c note 7 */
-  if (rc == 0)
-    rc = send_end(inst);
+  if (rc == 0 && inst->cp.restored_finished)
+    rc = instance_refinish(inst); /* note 7: never finished twice */
+  else if (rc == 0)
+    rc = instance_finish(inst);
   if (rc == 0 && inst->cp.final_acked) {
     /* Sinks commit only once the final checkpoint is durable. */
     if (!wait_until(inst, SL_WAIT_IDLE, final_done, 0))

@@ -34,7 +34,9 @@
  *    old instance without a trailer counts as having none).  The lowest
  *    watermark never makes a record late that an old instance would have
  *    kept; the instances of a keyed operator normally share one anyway
- *    (every upstream instance's watermark reaches each of them).
+ *    (every upstream instance's watermark reaches each of them).  If
+ *    every old instance had finished (SL_BLOB_FINISHED, coordinator.c
+ *    note 11) every new one has; if only some had, it is refused.
  * 5. The rewritten blobs and the job's own fingerprint are committed in
  *    one transaction of the copy before the copy becomes the state
  *    directory's store (sl_store_install), so a crash leaves either no
@@ -503,10 +505,12 @@ typedef struct rescale {
 } rescale;
 
 /* Note 4 for one operator going from old to new instances: the lowest
- * watermark and largest timestamp of the old blobs into event_time[2], or
- * a refusal if one holds operator state. */
+ * watermark and largest timestamp of the old blobs into event_time[2],
+ * and into *finished how many old instances had finished (coordinator.c
+ * note 11), or a refusal if one holds operator state. */
 static int rescale_read(sl_store *store, const sl_op *op, int old,
-                        int64_t event_time[2], char *err, size_t err_bytes) {
+                        int64_t event_time[2], int *finished, char *err,
+                        size_t err_bytes) {
   assert(old >= 1 && old <= SL_MAX_PARALLELISM); /* manifest_operators */
   assert(old != op->parallelism);
   event_time[0] = INT64_MAX;
@@ -518,7 +522,7 @@ static int rescale_read(sl_store *store, const sl_op *op, int old,
                                (void **)&blob, &bytes);
     int64_t saved[2] = {SL_WATERMARK_MIN, SL_NO_TIMESTAMP};
     uint8_t flags = rc == 0 && bytes >= 1 ? blob[0] : 0;
-    if (rc == 0 && (bytes < 1 || flags > 3 ||
+    if (rc == 0 && (bytes < 1 || (flags & ~SL_BLOB_FLAGS) != 0 ||
                     ((flags & SL_BLOB_EVENT_TIME) &&
                      bytes < 1 + SL_BLOB_EVENT_TIME_BYTES)))
       rc = SL_ECORRUPT;
@@ -539,6 +543,7 @@ static int rescale_read(sl_store *store, const sl_op *op, int old,
                  "cannot be split or merged: keep its parallelism at %d "
                  "(only keyed state is redistributed)", op->name,
                  old, op->parallelism, k, old);
+    *finished += (flags & SL_BLOB_FINISHED) != 0;
     if (saved[0] < event_time[0])
       event_time[0] = saved[0];
     if (saved[1] > event_time[1])
@@ -553,14 +558,24 @@ static int rescale_operator(sl_store *store, sl_store_txn *txn,
                             const sl_op *op, int old, char *err,
                             size_t err_bytes) {
   int64_t event_time[2];
-  int rc = rescale_read(store, op, old, event_time, err, err_bytes);
+  int finished = 0;
+  int rc = rescale_read(store, op, old, event_time, &finished, err,
+                        err_bytes);
   if (rc)
     return rc;
+  /* coordinator.c note 11: all finished stay finished; some cannot be
+   * told apart once the key groups are dealt out again. */
+  if (finished != 0 && finished != old)
+    return say(err, err_bytes, SL_ESTORE, "operator '%s' has parallelism "
+               "%d there and %d in this job, but only %d of its instances "
+               "had finished: keep its parallelism at %d", op->name, old,
+               op->parallelism, finished, old);
   assert(op->parallelism >= 1 && op->parallelism <= SL_MAX_PARALLELISM);
   bool has_event_time = event_time[0] != SL_WATERMARK_MIN ||
                         event_time[1] != SL_NO_TIMESTAMP;
   uint8_t blob[1 + SL_BLOB_EVENT_TIME_BYTES];
-  blob[0] = has_event_time ? SL_BLOB_EVENT_TIME : 0;
+  blob[0] = (uint8_t)((has_event_time ? SL_BLOB_EVENT_TIME : 0u) |
+                      (finished ? SL_BLOB_FINISHED : 0u));
   memcpy(blob + 1, event_time, SL_BLOB_EVENT_TIME_BYTES);
   uint32_t bytes = has_event_time ? sizeof blob : 1;
   for (int k = op->parallelism; k < old && rc == 0; k++)

@@ -12,7 +12,9 @@
  * 3. Aligned mode (exactly-once, DESIGN.md invariant 3): a channel that
  *    delivers barrier n is blocked — runtime.c reads nothing more from it —
  *    until every channel that has not ended delivered n.  A channel that
- *    delivered END counts as aligned.  Then: snapshot, barrier n on every
+ *    delivered END counts as aligned, for n and every later barrier: so
+ *    an instance downstream of a finished one goes on checkpointing
+ *    (coordinator.c note 3a).  Then: snapshot, barrier n on every
  *    output, unblock all channels.  At-least-once mode counts barriers
  *    without blocking and snapshots when the last one arrives; a newer
  *    barrier makes it forget an older, incomplete one.
@@ -35,6 +37,8 @@
  * 7. At the end of input an instance takes a final snapshot (no barrier
  *    follows it; its END does that job downstream), then waits until the
  *    final checkpoint is durable before its sinks commit and it closes.
+ *    An instance restored as finished takes its final snapshot from what
+ *    it restored, without calling a hook (coordinator.c note 11).
  * 8. The aligner state (aligning_id, barriers_seen, blocked channels) obeys
  *    aligner_check(), asserted at each transition.
  * 9. Each snapshot remembers (checkpoint id, epoch); releasing n releases
@@ -96,6 +100,9 @@ static __attribute__((unused)) bool aligner_check(const sl_instance *inst) {
   }
   if (seen != inst->cp.barriers_seen)
     return false;
+  /* coordinator.c note 11: a restored finished instance never aligns. */
+  if (inst->cp.restored_finished && (inst->cp.aligning_id || blocked))
+    return false;
   if (inst->cp.aligning_id == 0)
     return blocked == 0 && seen == 0;
   /* Aligned mode blocks exactly the channels that delivered the barrier. */
@@ -135,7 +142,9 @@ static int call_snapshot_hook(sl_instance *inst, uint64_t id) {
     hook = op->fn.source.snapshot;
   else if (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK)
     hook = op->fn.process.snapshot;
-  if (!hook)
+  /* coordinator.c note 11: a finished instance's state is what it
+   * restored; its operator does not run again. */
+  if (!hook || inst->cp.restored_finished)
     return 0;
   inst->cp.in_snapshot = true;
   inst->cp.row_tag = id ? id : UINT64_MAX; /* note 10: 0 is the final */
@@ -223,6 +232,7 @@ static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
   uint64_t t0 = sl_now_ns();
   /* Allocated after the previous snapshot, so that this one, which holds
    * up the barrier, does not wait for the allocator. */
+  assert(final || !inst->cp.restored_finished); /* note 7 */
   sl_ack *ack = inst->cp.next_ack ? inst->cp.next_ack : calloc(1, sizeof *ack);
   inst->cp.next_ack = 0;
   if (!ack)
@@ -368,6 +378,26 @@ int sl_snapshot_final(sl_instance *inst) {
   int rc = take_snapshot(inst, 0, true, sl_now_ns(), 0);
   inst->cp.final_acked = rc == 0;
   return rc;
+}
+
+/* coordinator.c note 11: the final snapshot of an instance restored as
+ * finished.  Its keyed state is the map it restored (no delta: the store
+ * holds it already); its operator state is the blob it restored, copied
+ * as it was (no hook runs); its event time is the restored one. */
+int sl_snapshot_final_restored(sl_instance *inst) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  assert(cp->restored_finished && cp->restored_from != 0);
+  assert(!cp->has_blob_new && !cp->final_acked);
+  if (cp->has_blob_restored) {
+    cp->blob_new = malloc(cp->blob_restored_bytes ? cp->blob_restored_bytes
+                                                  : 1);
+    if (!cp->blob_new)
+      return ENOMEM;
+    memcpy(cp->blob_new, cp->blob_restored, cp->blob_restored_bytes);
+    cp->blob_new_bytes = cp->blob_restored_bytes;
+    cp->has_blob_new = true;
+  }
+  return sl_snapshot_final(inst);
 }
 
 bool sl_snapshot_notification_pending(const sl_instance *inst) {

@@ -60,6 +60,13 @@
  *    exactly as they were before the failure, and a source's next
  *    watermark is computed from the same maximum.  Flink starts from
  *    nothing, and a replay can then keep a record its first run dropped.
+ * 8. An instance restored as finished (coordinator.c note 11) already
+ *    fired everything at its end of input; the timers left in its state
+ *    were registered while they fired (note 5: a periodic timer re-arming
+ *    itself).  They are not loaded into the heaps, so they never fire,
+ *    and the end of input is not run again.  Its event time is restored
+ *    (the final snapshot saves it again) but not sent: its END is all its
+ *    consumers get.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -248,14 +255,17 @@ static int restore_event_time(sl_instance *inst) {
   for (int c = 0; c < inst->channel_count; c++)
     inst->channels[c].watermark = watermark;
   /* Downstream instances restore their own; sending it again costs one
-   * entry and makes a source's consumers current at once. */
-  return inst->op->kind == SL_OP_SINK ? 0 : send_watermark(inst, watermark);
+   * entry and makes a source's consumers current at once.  A finished
+   * instance sends only its END (note 8). */
+  if (inst->op->kind == SL_OP_SINK || inst->cp.restored_finished)
+    return 0;
+  return send_watermark(inst, watermark);
 }
 
 int sl_event_restore(sl_instance *inst) {
   int rc = restore_event_time(inst);
-  if (rc)
-    return rc;
+  if (rc || inst->cp.restored_finished)
+    return rc; /* note 8: its timers never fire */
   if (!inst->cp.keyed || !inst->op->fn.process.on_timer ||
       (inst->op->kind != SL_OP_PROCESS && inst->op->kind != SL_OP_SINK))
     return 0;
