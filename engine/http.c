@@ -928,6 +928,14 @@ static int set_savepoint_dirs(sl_http *h, const sl_http_options *o) {
   if (!o->savepoint_root[0])
     return EINVAL;
   char path[PATH_MAX], made[PATH_MAX];
+  char dirs[HTTP_PROTECTED_MAX + 1][PATH_MAX];
+  size_t n = protected_paths(h, dirs);
+  /* Before creating it, and again once it exists (links resolved). */
+  if (!sl_http_canonical_path(o->savepoint_root, made, sizeof made))
+    return errno;
+  for (size_t i = 0; i < n; i++)
+    if (sl_http_path_inside(made, dirs[i]))
+      return EINVAL; /* every savepoint would land in the job's own dir */
   if (snprintf(path, sizeof path, "%s", o->savepoint_root) >= (int)sizeof path)
     return ENAMETOOLONG;
   for (char *p = path + 1; *p; p++) /* mkdir -p */
@@ -944,11 +952,9 @@ static int set_savepoint_dirs(sl_http *h, const sl_http_options *o) {
   struct stat st;
   if (stat(made, &st) != 0 || !S_ISDIR(st.st_mode))
     return ENOTDIR;
-  char dirs[HTTP_PROTECTED_MAX + 1][PATH_MAX];
-  size_t n = protected_paths(h, dirs);
   for (size_t i = 0; i < n; i++)
     if (sl_http_path_inside(made, dirs[i]))
-      return EINVAL; /* every savepoint would land in the job's own dir */
+      return EINVAL;
   h->savepoint_root = strdup(made);
   return h->savepoint_root ? 0 : ENOMEM;
 }
