@@ -125,7 +125,6 @@ struct sl_http {
   client *clients;
   unsigned client_count;
   bool reaper_stop;
-  bool reaper_started;
   pthread_t reaper;
 };
 
@@ -309,10 +308,14 @@ static bool savepoint_name(struct MHD_Connection *conn, const request *req,
     return true;
   json_error_t e;
   *json = json_loadb(req->body, req->body_bytes, JSON_REJECT_DUPLICATES, &e);
+  if (!*json) {
+    *rc = respond_error(conn, MHD_HTTP_BAD_REQUEST, 0,
+                        "the body is not JSON (line %d: %s)", e.line, e.text);
+    return false;
+  }
   if (!json_is_object(*json)) {
     *rc = respond_error(conn, MHD_HTTP_BAD_REQUEST, 0,
-                        "the body is not a JSON object (line %d: %s)", e.line,
-                        *json ? "not an object" : e.text);
+                        "the body is JSON but not an object {\"dir\": NAME}");
     return false;
   }
   json_t *v = json_object_get(*json, "dir");
@@ -1035,8 +1038,8 @@ SL_EXPORT int sl_http_start_with(sl_job *job, const sl_http_options *options,
     http_free(h);
     return listen_error(&a, bytes);
   }
-  h->reaper_started = pthread_create(&h->reaper, 0, reaper_main, h) == 0;
-  if (!h->reaper_started) { /* without it note 8 does not hold */
+  if (pthread_create(&h->reaper, 0, reaper_main, h) != 0) {
+    /* without it note 8 does not hold */
     MHD_stop_daemon(h->daemon);
     http_free(h);
     return ENOMEM;
