@@ -175,11 +175,10 @@ static void fixture_job(fixture *f) {
   cr_assert_eq(sl_op_sink(f->job, ODD_NAME, by, 2, &ops, 0, &snk), 0);
 }
 
-/* fixture_job, the endpoint started with o (NULL: fixture_options) on
- * 127.0.0.1 and an ephemeral port, then the job started if asked. */
-static void fixture_start_with(fixture *f, bool start_job,
-                               const sl_http_options *o) {
-  fixture_job(f);
+/* After fixture_job: the endpoint started with o (NULL: fixture_options)
+ * on 127.0.0.1 and an ephemeral port, then the job started if asked. */
+static void fixture_serve(fixture *f, bool start_job,
+                          const sl_http_options *o) {
   sl_http_options mine = fixture_options(f);
   cr_assert_eq(sl_http_start_with(f->job, o ? o : &mine, &f->http), 0);
   f->port = sl_http_port(f->http);
@@ -189,7 +188,8 @@ static void fixture_start_with(fixture *f, bool start_job,
 }
 
 static void fixture_start(fixture *f, bool start_job) {
-  fixture_start_with(f, start_job, 0);
+  fixture_job(f);
+  fixture_serve(f, start_job, 0);
 }
 
 /* Wait (bounded) for records and a completed checkpoint. */
@@ -961,7 +961,7 @@ Test(http, slow_clients_do_not_lock_out_others) {
   fixture_job(&f);
   sl_http_options o = fixture_options(&f);
   o.header_timeout_ms = 600000;
-  fixture_start_with(&f, true, &o);
+  fixture_serve(&f, true, &o);
   int fds[SLOW_CLIENTS];
   for (int i = 0; i < SLOW_CLIENTS; i++)
     fds[i] = slow_client(f.port, 0);
@@ -994,7 +994,7 @@ Test(http, the_header_timeout_closes_slow_and_trickling_clients) {
   fixture_job(&f);
   sl_http_options o = fixture_options(&f);
   o.header_timeout_ms = 1000;
-  fixture_start_with(&f, true, &o);
+  fixture_serve(&f, true, &o);
   int fds[8];
   for (int i = 0; i < 8; i++)
     fds[i] = slow_client(f.port, 0);
