@@ -719,9 +719,11 @@ static sl_http *start_http(const options *o, sl_job *job) {
     die_usage("--http %s: %s is not a loopback address, so the endpoint "
               "needs a bearer token: --http-token-file FILE or "
               "SLUICE_HTTP_TOKEN", o->http, addr);
-  if (rc == EINVAL && opts.bearer_token)
-    fprintf(stderr, "sluice: the http token must be 16 to 1024 visible "
-            "ASCII characters\n");
+  explicit_bzero(token, sizeof token); /* the library keeps its copy */
+  if (rc == EINVAL)
+    fprintf(stderr, "sluice: --http: a token must be 16 to 1024 visible "
+            "ASCII characters, and --savepoint-dir must lie outside "
+            "--state-dir and --output\n");
   if (rc) {
     fprintf(stderr, "sluice: cannot serve http on %s port %d: %s\n", addr,
             opts.port, sl_strerror(rc));

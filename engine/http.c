@@ -966,6 +966,8 @@ static void http_free(sl_http *h) {
   for (size_t i = 0; i < h->protected_count; i++)
     free(h->protected_dirs[i]);
   free(h->savepoint_root);
+  if (h->token) /* a secret: not left in freed memory */
+    explicit_bzero(h->token, h->token_bytes);
   free(h->token);
   pthread_cond_destroy(&h->clients_cond);
   pthread_mutex_destroy(&h->clients_lock);
