@@ -54,6 +54,7 @@ typedef struct options {
   char faults[4096];      /* --fault specs joined by ';' */
   const char *savepoint_dir; /* SIGUSR1 savepoints go below it */
   const char *http;       /* --http [ADDR:]PORT, or NULL */
+  const char *http_token_file; /* --http-token-file FILE, or NULL */
 } options;
 
 static void usage(FILE *out) {
@@ -96,7 +97,8 @@ static void usage(FILE *out) {
           "  --fresh              DIR holds checkpoints: delete them, start over\n"
           "  --from-savepoint SP  start from savepoint SP (copied into --state-dir,\n"
           "                       which must hold no checkpoints, or --fresh)\n"
-          "  --savepoint-dir DIR  SIGUSR1 writes a savepoint to DIR/savepoint-<id>\n"
+          "  --savepoint-dir DIR  SIGUSR1 writes a savepoint to DIR/savepoint-<id>;\n"
+          "                       the only place POST /savepoints may write\n"
           "  --checkpoint-interval-ms N  between checkpoints (default 1000)\n"
           "  --checkpoint-timeout-ms N   abort a checkpoint after N ms (default 60000)\n"
           "  --min-pause-ms N     least pause between checkpoints (default 0)\n"
@@ -113,10 +115,17 @@ static void usage(FILE *out) {
           "                       fixed-delay[:ATTEMPTS[:DELAY_MS]],\n"
           "                       exponential-delay[:INITIAL_MS[:MAX_MS[:MULT[:JITTER]]]],\n"
           "                       failure-rate[:MAX[:INTERVAL_MS[:DELAY_MS]]]\n"
-          "                       (omitted fields: Flink's defaults)\n"
+          "                       (omitted fields: Flink's defaults)\n");
+  /* Two calls: C11 promises string literals of 4095 bytes only. */
+  fprintf(out,
           "  --http [ADDR:]PORT   serve /metrics, /jobs, /checkpoints and POST\n"
           "                       /savepoints on ADDR (default 127.0.0.1);\n"
-          "                       port 0 picks a free one (printed)\n"
+          "                       port 0 picks a free one (printed); POST\n"
+          "                       /savepoints writes below --savepoint-dir only\n"
+          "  --http-token-file FILE  requests need Authorization: Bearer TOKEN,\n"
+          "                       TOKEN the file's first line (else the\n"
+          "                       SLUICE_HTTP_TOKEN variable); needed for an\n"
+          "                       ADDR other than loopback\n"
           "  --quiet              no live status line\n"
           "  --status-interval-ms N  status every N ms (default: 500 in place on\n"
           "                       a terminal, else a line every 5000)\n"
@@ -203,6 +212,10 @@ static void parse_options(int argc, char **argv, int first, options *o) {
       if (!v)
         die_usage("%s needs a value", a);
       o->http = v, i++;
+    } else if (strcmp(a, "--http-token-file") == 0) {
+      if (!v)
+        die_usage("%s needs a value", a);
+      o->http_token_file = v, i++;
     } else if (strcmp(a, "--quiet") == 0)
       o->quiet = true;
     else if (strcmp(a, "--status-interval-ms") == 0)
@@ -648,6 +661,33 @@ static void *savepointer_main(void *arg) {
   }
 }
 
+/* The bearer token of the endpoint into token: the first line of
+ * --http-token-file, else $SLUICE_HTTP_TOKEN; false if neither is set.
+ * A file that cannot be read, or holds no token, is a usage error. */
+static bool http_token(const options *o, char *token, size_t token_bytes) {
+  if (!o->http_token_file) {
+    const char *env = getenv("SLUICE_HTTP_TOKEN");
+    if (!env || !*env)
+      return false;
+    if (strlen(env) >= token_bytes)
+      die_usage("SLUICE_HTTP_TOKEN is over %zu bytes", token_bytes - 1);
+    strcpy(token, env);
+    return true;
+  }
+  FILE *f = fopen(o->http_token_file, "r");
+  if (!f)
+    die_usage("--http-token-file %s: %s", o->http_token_file,
+              strerror(errno));
+  bool read = fgets(token, (int)token_bytes, f) != 0;
+  fclose(f);
+  size_t n = read ? strcspn(token, "\r\n") : 0;
+  if (n == 0)
+    die_usage("--http-token-file %s: no token on its first line",
+              o->http_token_file);
+  token[n] = 0;
+  return true;
+}
+
 /* --http [ADDR:]PORT: start the endpoint (before the job, so a port in use
  * fails at once) and say where it listens.  NULL on failure (said). */
 static sl_http *start_http(const options *o, sl_job *job) {
@@ -665,17 +705,33 @@ static sl_http *start_http(const options *o, sl_job *job) {
     addr[n] = 0;
     port_text = colon + 1;
   }
-  int port = (int)parse_u64("--http", port_text, 0, 65535);
+  char token[1100];
+  const char *protected[] = {o->output_dir, 0};
+  sl_http_options opts = SL_HTTP_OPTIONS_INIT;
+  opts.address = addr;
+  opts.port = (int)parse_u64("--http", port_text, 0, 65535);
+  opts.savepoint_root = o->savepoint_dir;
+  opts.protected_dirs = protected;
+  opts.bearer_token = http_token(o, token, sizeof token) ? token : 0;
   sl_http *http = 0;
-  int rc = sl_http_start(job, addr, port, &http);
+  int rc = sl_http_start_with(job, &opts, &http);
+  if (rc == SL_EUSAGE)
+    die_usage("--http %s: %s is not a loopback address, so the endpoint "
+              "needs a bearer token: --http-token-file FILE or "
+              "SLUICE_HTTP_TOKEN", o->http, addr);
+  explicit_bzero(token, sizeof token); /* the library keeps its copy */
+  if (rc == EINVAL)
+    fprintf(stderr, "sluice: --http: a token must be 16 to 1024 visible "
+            "ASCII characters, and --savepoint-dir must lie outside "
+            "--state-dir and --output\n");
   if (rc) {
     fprintf(stderr, "sluice: cannot serve http on %s port %d: %s\n", addr,
-            port, sl_strerror(rc));
+            opts.port, sl_strerror(rc));
     return 0;
   }
-  fprintf(stderr, "sluice: http endpoint on http://%s%s%s:%d\n",
+  fprintf(stderr, "sluice: http endpoint on http://%s%s%s:%d%s\n",
           strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
-          sl_http_port(http));
+          sl_http_port(http), opts.bearer_token ? " (bearer token)" : "");
   return http;
 }
 

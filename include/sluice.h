@@ -75,7 +75,7 @@
  *   sl_job_checkpoint_*stats,  any thread (a consistent copy under a lock)
  *   sl_job_last_checkpoint
  *   sl_job_metrics             any thread, any time until sl_job_destroy
- *   sl_http_start, _stop       any thread; stop before sl_job_destroy
+ *   sl_http_start(_with), _stop  any thread; stop before sl_job_destroy
  *   sl_log_*                   any thread, any time
  */
 #ifndef SLUICE_H
@@ -1046,31 +1046,96 @@ void sl_metrics_free(sl_metrics *m);
 
 /* ------------------------------------------------------------------------ */
 /* HTTP endpoint (engine/http.c, libmicrohttpd).  An embedded server for
- * one job, on its own thread:
+ * one job, on its own threads:
  *
  *   GET  /metrics         Prometheus text exposition format 0.0.4
  *   GET  /jobs            the job as JSON: state, uptime, restarts, last
  *                         failure, operators with their instances, totals
  *   GET  /checkpoints     JSON after Flink's /jobs/:id/checkpoints: counts,
  *                         latest, history (optional ?limit=N, 0 .. 64)
- *   POST /savepoints      trigger a savepoint into dir (query dir=..., or a
- *                         form body dir=..., or a JSON body {"dir": ...})
+ *   POST /savepoints      write a savepoint below the savepoint root: the
+ *                         query's dir=NAME or a JSON body {"dir": NAME}
+ *                         names it relative to the root; without a name it
+ *                         is savepoint-<checkpoint id>-<unix ms>
  *
  * An unknown path gets 404, a wrong method 405 (with an Allow header), bad
  * parameters 400, each with a JSON body {"error": "..."}.  Handlers read
  * the job only through sl_job_metrics() (and the savepoint call), so the
- * endpoint never stalls an instance thread. */
+ * endpoint never stalls an instance thread.
+ *
+ * Security rules (engine/http.c, notes 5 to 9), each refusal a JSON error:
+ *
+ * - Savepoints are written only below savepoint_root.  Without one, POST
+ *   /savepoints gets 403.  A name is refused (403) if it is absolute and
+ *   not below the root, has an empty, "." or ".." component, a NUL (also
+ *   as %00) or another control character, passes through a symbolic link
+ *   (components are opened with O_NOFOLLOW), or lies inside the job's
+ *   state directory or one of protected_dirs.
+ * - Cross-site requests get 403: a POST whose Content-Type is a form type
+ *   (application/x-www-form-urlencoded, multipart/form-data, text/plain),
+ *   a request whose Origin is not the endpoint itself (http://ADDR:PORT of
+ *   the address the client reached), and, on a loopback address, a Host
+ *   that names neither that address nor localhost (DNS rebinding).
+ * - A non-loopback address (0.0.0.0 and :: included) needs bearer_token;
+ *   with a token every request needs "Authorization: Bearer TOKEN"
+ *   (compared in constant time), else 401.
+ * - A client has header_timeout_ms from connecting (or from its previous
+ *   answer) to send a whole request, headers and body; then the connection
+ *   is closed.  At most connections_per_client_max connections per client
+ *   address and connections_max in all; more are closed at once.
+ * - A Content-Length over 64 KiB gets 413 before any of the body is read;
+ *   a chunked body that grows past it closes the connection. */
 
 typedef struct sl_http sl_http;
 
-/** Start a server for job, listening on address (an IPv4 or IPv6 literal;
- * NULL: "127.0.0.1") and port (0: an ephemeral port, see sl_http_port()).
- * The job may be started before or after; the server must be stopped
- * before sl_job_destroy().  Errors: EINVAL (job or http NULL, address not
- * a numeric IP address, port outside 0 .. 65535), an errno of socket(),
- * bind() or listen() (EADDRINUSE, EACCES, ...), ENOMEM, EIO (the server
- * could not start for another reason).  On error *http is NULL and
- * nothing is left running. */
+/** Options of sl_http_start_with().  struct_bytes tells the library which
+ * fields the caller knows: set it to sizeof(sl_http_options) (the
+ * initializer SL_HTTP_OPTIONS_INIT does), so a program built against this
+ * header keeps working with a later library that has more fields, which
+ * then take their defaults.  Every field left zero means its default. */
+typedef struct sl_http_options {
+  size_t struct_bytes; /* sizeof(sl_http_options) */
+  /** An IPv4 or IPv6 literal; NULL: "127.0.0.1". */
+  const char *address;
+  /** 0: an ephemeral port, see sl_http_port(). */
+  int port;
+  /** The directory savepoints are written below (created, with its
+   * parents, if missing); NULL: POST /savepoints is refused. */
+  const char *savepoint_root;
+  /** More directories no savepoint may be written into or below, NULL
+   * terminated (the file sinks' output directories); the job's state
+   * directory is always one.  May be NULL. */
+  const char *const *protected_dirs;
+  /** The bearer token every request must carry; NULL: none.  Required on
+   * a non-loopback address.  16 to 1024 visible ASCII characters (0x21 ..
+   * 0x7e).  Copied. */
+  const char *bearer_token;
+  /** Time to send a whole request (0: 5000 ms). */
+  uint32_t header_timeout_ms;
+  /** Connections at once (0: 64), and per client address (0: 8). */
+  uint32_t connections_max;
+  uint32_t connections_per_client_max;
+} sl_http_options;
+
+#define SL_HTTP_OPTIONS_INIT {.struct_bytes = sizeof(sl_http_options)}
+
+/** Start a server for job with options (see sl_http_options).  The job
+ * may be started before or after; the server must be stopped before
+ * sl_job_destroy().  Errors: EINVAL (job, options or http NULL;
+ * struct_bytes smaller than the first version of the struct, or larger
+ * than this library's with nonzero bytes past it; address not a numeric IP
+ * address; port outside 0 .. 65535; a malformed token; a limit above
+ * 1024 connections or 600000 ms), SL_EUSAGE (a non-loopback address
+ * without bearer_token), ENOTDIR / EACCES / ... (savepoint_root cannot be
+ * created or is not a directory, or lies inside the state directory or a
+ * protected directory: EINVAL), an errno of socket(), bind() or listen()
+ * (EADDRINUSE, EACCES, ...), ENOMEM, EIO (the server could not start for
+ * another reason).  On error *http is NULL and nothing is left running. */
+int sl_http_start_with(sl_job *job, const sl_http_options *options,
+                       sl_http **http);
+
+/** sl_http_start_with() with only address and port set: no savepoint root
+ * (POST /savepoints is refused) and no token (so loopback only). */
 int sl_http_start(sl_job *job, const char *address, int port, sl_http **http);
 
 /** The port the server listens on (the real one when started with 0). */

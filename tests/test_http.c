@@ -1,9 +1,12 @@
 /* test_http.c — the HTTP endpoint (libmicrohttpd) against a running job,
- * driven with the real curl program: /metrics parses as Prometheus text
- * 0.0.4 (HELP and TYPE before every sample, numeric values, escaped
- * labels), /jobs and /checkpoints parse as JSON with the expected fields,
- * 404 / 405 / 400 / 413 answers, POST /savepoints reaches the savepoint
- * call, the start errors, and `sluice run --http 0` serving /metrics.
+ * driven with the real curl program and raw sockets on 127.0.0.1:
+ * /metrics parses as Prometheus text 0.0.4 (HELP and TYPE before every
+ * sample, numeric values, escaped labels), /jobs and /checkpoints parse as
+ * JSON with the expected fields, 404 / 405 / 400 answers, the start
+ * errors, and `sluice run --http 0` serving /metrics.  Then the security
+ * rules (sluice.h, "HTTP endpoint"): savepoints only below the root, each
+ * refused name leaving no file anywhere; form types, foreign Origins and
+ * Hosts refused; the bearer token; slow clients; 413 before the body.
  *
  * The CLI binary comes from the environment (SLUICE_BIN, set by meson). */
 #include <criterion/criterion.h>
@@ -13,10 +16,16 @@
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,21 +127,41 @@ static int count_per_key(sl_ctx *ctx, void *state, int input,
   return 0;
 }
 
+/* The test's directory T holds T/state (the job's), T/root (the
+ * savepoint root) and T/out (a protected directory, as a file sink's
+ * output would be). */
 typedef struct fixture {
   char *dir;
+  char *state;
+  char *root;
+  char *out;
   uint64_t position;
   sl_job *job;
   sl_http *http;
   int port;
 } fixture;
 
-/* source -> key_by -> ODD_NAME (keyed counts, sink) with checkpoints every
- * 20 ms; the endpoint on an ephemeral port; the job started. */
-static void fixture_start(fixture *f, bool start_job) {
+/* The endpoint's options for f: its root and protected directory. */
+static sl_http_options fixture_options(const fixture *f) {
+  static const char *protected[2];
+  protected[0] = f->out;
+  sl_http_options o = SL_HTTP_OPTIONS_INIT;
+  o.savepoint_root = f->root;
+  o.protected_dirs = protected;
+  return o;
+}
+
+/* The job with checkpoints every 20 ms, not started: source -> key_by
+ * -> ODD_NAME (keyed counts, sink). */
+static void fixture_job(fixture *f) {
   memset(f, 0, sizeof *f);
   f->dir = sl_test_temp_dir("http");
+  f->state = sl_test_path_in(f->dir, "state");
+  f->root = sl_test_path_in(f->dir, "root");
+  f->out = sl_test_path_in(f->dir, "out");
+  cr_assert_eq(mkdir(f->out, 0700), 0);
   sl_job_config config = {0};
-  config.checkpoint.state_dir = f->dir;
+  config.checkpoint.state_dir = f->state;
   config.checkpoint.interval_ms = 20;
   config.checkpoint.no_sync = 1;
   config.no_pinning = 1;
@@ -144,11 +173,23 @@ static void fixture_start(fixture *f, bool start_job) {
                             &src), 0);
   cr_assert_eq(sl_op_key_by(f->job, "by_key", src, tuple_key, 0, &by), 0);
   cr_assert_eq(sl_op_sink(f->job, ODD_NAME, by, 2, &ops, 0, &snk), 0);
-  cr_assert_eq(sl_http_start(f->job, 0, 0, &f->http), 0);
+}
+
+/* After fixture_job: the endpoint started with o (NULL: fixture_options)
+ * on 127.0.0.1 and an ephemeral port, then the job started if asked. */
+static void fixture_serve(fixture *f, bool start_job,
+                          const sl_http_options *o) {
+  sl_http_options mine = fixture_options(f);
+  cr_assert_eq(sl_http_start_with(f->job, o ? o : &mine, &f->http), 0);
   f->port = sl_http_port(f->http);
   cr_assert(f->port > 0 && f->port < 65536);
   if (start_job)
     cr_assert_eq(sl_job_start(f->job), 0, "%s", sl_job_error(f->job));
+}
+
+static void fixture_start(fixture *f, bool start_job) {
+  fixture_job(f);
+  fixture_serve(f, start_job, 0);
 }
 
 /* Wait (bounded) for records and a completed checkpoint. */
@@ -168,6 +209,9 @@ static void fixture_stop(fixture *f) {
             sl_job_error(f->job));
   sl_http_stop(f->http); /* also after the job ended */
   sl_job_destroy(f->job);
+  free(f->state);
+  free(f->root);
+  free(f->out);
   sl_test_remove_tree(f->dir);
 }
 
@@ -396,7 +440,7 @@ Test(http, bad_requests) {
   r = curl(f.port, "/metrics/", "");
   assert_error(&r, 404);
   reply_free(&r);
-  r = curl(f.port, "/metrics", "-X POST -d x=1");
+  r = curl(f.port, "/metrics", "-X POST");
   assert_error(&r, 405);
   cr_assert(strstr(r.headers, "Allow: GET, HEAD"), "%s", r.headers);
   reply_free(&r);
@@ -407,17 +451,15 @@ Test(http, bad_requests) {
   assert_error(&r, 405);
   cr_assert(strstr(r.headers, "Allow: POST"), "%s", r.headers);
   reply_free(&r);
-  r = curl(f.port, "/savepoints", "-X POST");
-  assert_error(&r, 400); /* no directory */
-  reply_free(&r);
   r = curl(f.port, "/savepoints", "-H 'Content-Type: application/json' "
                                   "-d '{\"dir\": 7}'");
   assert_error(&r, 400);
   reply_free(&r);
-  r = curl(f.port, "/savepoints", "-d 'dir=%00x'");
-  assert_error(&r, 400); /* a NUL inside the name */
+  r = curl(f.port, "/savepoints", "-H 'Content-Type: application/json' "
+                                  "-d '[\"dir\"]'");
+  assert_error(&r, 400);
   reply_free(&r);
-  /* A body over 64 KiB. */
+  /* A body over 64 KiB, sent (curl sends it with the headers). */
   char big[] = "/tmp/sluice-http-big-XXXXXX";
   int fd = mkstemp(big);
   cr_assert(fd >= 0);
@@ -426,51 +468,13 @@ Test(http, bad_requests) {
   for (int i = 0; i < 20; i++)
     cr_assert_eq(write(fd, block, sizeof block), (ssize_t)sizeof block);
   close(fd);
-  char args[128];
-  snprintf(args, sizeof args, "--data-binary '@%s'", big);
+  char args[160];
+  snprintf(args, sizeof args,
+           "-H 'Content-Type: application/json' --data-binary '@%s'", big);
   r = curl(f.port, "/savepoints", args);
   assert_error(&r, 413);
   reply_free(&r);
   unlink(big);
-  fixture_stop(&f);
-}
-
-/* POST /savepoints reaches sl_job_savepoint: the answer echoes the
- * directory, whether the savepoint was written (200 and its id) or refused
- * (a 4xx/5xx JSON error; the placeholder says 501). */
-static void assert_savepoint_reply(const reply *r, const char *dir) {
-  json_t *v = reply_json(r);
-  cr_assert_str_eq(json_string_value(json_object_get(v, "dir")), dir, "%s",
-                   r->body);
-  if (r->status == 200) {
-    cr_assert(json_integer_value(json_object_get(v, "checkpoint_id")) > 0);
-  } else {
-    cr_assert(r->status >= 400 && r->status < 600, "%d", r->status);
-    const char *e = json_string_value(json_object_get(v, "error"));
-    cr_assert(e && *e);
-  }
-  json_decref(v);
-}
-
-Test(http, savepoint_request_reaches_the_call) {
-  fixture f;
-  fixture_start(&f, true);
-  fixture_warm(&f);
-  char *query_dir = sl_test_path_in(f.dir, "sp-query");
-  char path[512];
-  snprintf(path, sizeof path, "/savepoints?dir=%s", query_dir);
-  reply r = curl(f.port, path, "-X POST");
-  assert_savepoint_reply(&r, query_dir);
-  reply_free(&r);
-  r = curl(f.port, "/savepoints", "-d 'dir=/tmp/sluice-http-sp%20form+x'");
-  assert_savepoint_reply(&r, "/tmp/sluice-http-sp form x");
-  reply_free(&r);
-  r = curl(f.port, "/savepoints",
-           "-H 'Content-Type: application/json' "
-           "-d '{\"target-directory\": \"/tmp/sluice-http-sp-json\"}'");
-  assert_savepoint_reply(&r, "/tmp/sluice-http-sp-json");
-  reply_free(&r);
-  free(query_dir);
   fixture_stop(&f);
 }
 
@@ -506,38 +510,657 @@ Test(http, start_errors) {
   cr_assert_null(second);
   sl_http_stop(first);
   sl_http_stop(0);
+  /* The options' size says which fields the caller knows. */
+  sl_http_options o = SL_HTTP_OPTIONS_INIT;
+  cr_assert_eq(sl_http_start_with(job, 0, &h), EINVAL);
+  o.struct_bytes = sizeof(size_t);
+  cr_assert_eq(sl_http_start_with(job, &o, &h), EINVAL, "too small");
+  struct {
+    sl_http_options o;
+    uint64_t later_field; /* a newer caller's field */
+  } newer = {.o = SL_HTTP_OPTIONS_INIT};
+  newer.o.struct_bytes = sizeof newer;
+  cr_assert_eq(sl_http_start_with(job, &newer.o, &h), 0, "unset: default");
+  sl_http_stop(h);
+  newer.later_field = 1;
+  cr_assert_eq(sl_http_start_with(job, &newer.o, &h), EINVAL,
+               "a field this library does not know, set");
+  cr_assert_null(h);
+  o = (sl_http_options)SL_HTTP_OPTIONS_INIT;
+  o.connections_per_client_max = 9;
+  o.connections_max = 8;
+  cr_assert_eq(sl_http_start_with(job, &o, &h), EINVAL);
+  o = (sl_http_options)SL_HTTP_OPTIONS_INIT;
+  o.bearer_token = "short";
+  cr_assert_eq(sl_http_start_with(job, &o, &h), EINVAL, "a guessable token");
+  o.bearer_token = "a token with spaces in it";
+  cr_assert_eq(sl_http_start_with(job, &o, &h), EINVAL);
   sl_job_destroy(job);
+}
+
+/* ------------------------------------------------------------ raw sockets */
+
+/* A TCP connection to 127.0.0.1:port, from the loopback address source
+ * (NULL: the kernel's choice, 127.0.0.1). */
+static int raw_connect(int port, const char *source) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  cr_assert(fd >= 0, "socket: %s", strerror(errno));
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  if (source) {
+    cr_assert_eq(inet_pton(AF_INET, source, &a.sin_addr), 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0, "bind %s: %s",
+                 source, strerror(errno));
+  }
+  a.sin_port = htons((uint16_t)port);
+  cr_assert_eq(inet_pton(AF_INET, "127.0.0.1", &a.sin_addr), 1);
+  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect: %s",
+               strerror(errno));
+  return fd;
+}
+
+static void raw_send(int fd, const char *text) {
+  size_t n = strlen(text);
+  cr_assert_eq(send(fd, text, n, MSG_NOSIGNAL), (ssize_t)n, "send: %s",
+               strerror(errno));
+}
+
+/* Whether the server closed fd, waiting up to bound_ms (anything it sends
+ * meanwhile is read and dropped). */
+static bool raw_closed(int fd, int bound_ms) {
+  double end = sl_test_now_s() + bound_ms / 1e3;
+  for (int i = 0; i < 100000; i++) {
+    double left_ms = (end - sl_test_now_s()) * 1e3;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, left_ms > 0 ? (int)left_ms : 0) <= 0)
+      return false; /* bound reached: still open */
+    char buf[512];
+    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+      return true;
+  }
+  return false;
+}
+
+/* Everything the server sends on fd until it closes it, within bound_ms
+ * (malloc'd text; what came so far if the bound is reached). */
+static char *raw_read_all(int fd, int bound_ms) {
+  size_t cap = 1 << 16, used = 0;
+  char *text = calloc(1, cap + 1);
+  cr_assert(text);
+  double end = sl_test_now_s() + bound_ms / 1e3;
+  while (used < cap) {
+    double left_ms = (end - sl_test_now_s()) * 1e3;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (left_ms <= 0 || poll(&p, 1, (int)left_ms) <= 0)
+      break;
+    ssize_t n = recv(fd, text + used, cap - used, 0);
+    if (n <= 0)
+      break;
+    used += (size_t)n;
+  }
+  text[used] = 0;
+  return text;
+}
+
+/* ------------------------------------------------------------ directories */
+
+static int name_order(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names in dir, sorted, joined by ',' (malloc'd). */
+static char *listing(const char *dir) {
+  DIR *d = opendir(dir);
+  cr_assert(d, "%s: %s", dir, strerror(errno));
+  char *names[64];
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      cr_assert(n < 64, "%s holds too many files", dir);
+      names[n++] = strdup(e->d_name);
+    }
+  closedir(d);
+  qsort(names, n, sizeof names[0], name_order);
+  char *text = calloc(1, 64 * 260);
+  cr_assert(text);
+  for (size_t i = 0; i < n; i++) {
+    strcat(text, i ? "," : "");
+    strcat(text, names[i]);
+    free(names[i]);
+  }
+  return text;
+}
+
+static void assert_listing(const char *dir, const char *want) {
+  char *got = listing(dir);
+  cr_assert_str_eq(got, want, "%s holds %s, not %s", dir, got, want);
+  free(got);
+}
+
+static bool exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* POST /savepoints?QUERY (no body) answered with status and an error. */
+static void post_refused(int port, const char *query, const char *args,
+                         int status) {
+  char path[2048];
+  snprintf(path, sizeof path, "/savepoints?%s", query);
+  reply r = curl(port, path, args ? args : "-X POST");
+  cr_assert_eq(r.status, status, "%s: got %d: %s", query, r.status, r.body);
+  assert_error(&r, status);
+  reply_free(&r);
+}
+
+/* ------------------------------------------------------------ savepoints */
+
+Test(http, savepoint_below_the_root_is_written_and_readable) {
+  fixture f;
+  fixture_start(&f, true);
+  fixture_warm(&f);
+  char root[PATH_MAX];
+  cr_assert(realpath(f.root, root), "the root was created at start");
+  reply r = curl(f.port, "/savepoints?dir=nightly/first", "-X POST");
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  json_t *v = reply_json(&r);
+  json_int_t id = json_integer_value(json_object_get(v, "checkpoint_id"));
+  cr_assert(id > 0);
+  char want[PATH_MAX + 32];
+  snprintf(want, sizeof want, "%s/nightly/first", root);
+  cr_assert_str_eq(json_string_value(json_object_get(v, "path")), want);
+  cr_assert_str_eq(json_string_value(json_object_get(v, "dir")),
+                   "nightly/first");
+  json_decref(v);
+  reply_free(&r);
+
+  /* `sluice checkpoints SAVEPOINT` reads it back, naming the checkpoint. */
+  const char *bin = getenv("SLUICE_BIN");
+  cr_assert(bin && *bin, "SLUICE_BIN is not set (meson sets it)");
+  char *out_path = sl_test_path_in(f.dir, "listing.txt");
+  char cmd[3 * PATH_MAX];
+  snprintf(cmd, sizeof cmd, "'%s' checkpoints '%s' > '%s' 2>&1", bin, want,
+           out_path);
+  int rc = system(cmd);
+  char *text = sl_test_slurp(out_path);
+  cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "exit %d:\n%s", rc, text);
+  char id_text[32];
+  snprintf(id_text, sizeof id_text, "%lld", (long long)id);
+  cr_assert(strstr(text, id_text), "no checkpoint %s in:\n%s", id_text, text);
+  free(text);
+  unlink(out_path);
+  free(out_path);
+
+  /* A JSON body, an absolute path below the root, and no name at all. */
+  r = curl(f.port, "/savepoints", "-H 'Content-Type: application/json' "
+                                  "-d '{\"dir\": \"second\"}'");
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  reply_free(&r);
+  char query[PATH_MAX + 64];
+  snprintf(query, sizeof query, "/savepoints?dir=%s/third", root);
+  r = curl(f.port, query, "-X POST");
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  reply_free(&r);
+  r = curl(f.port, "/savepoints", "-X POST");
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  v = reply_json(&r);
+  const char *generated = json_string_value(json_object_get(v, "dir"));
+  cr_assert(generated && strncmp(generated, "savepoint-", 10) == 0, "%s",
+            r.body);
+  char expect[512];
+  snprintf(expect, sizeof expect, "nightly,%s,second,third", generated);
+  assert_listing(f.root, expect);
+  json_decref(v);
+  reply_free(&r);
+  /* A name that holds a savepoint already. */
+  post_refused(f.port, "dir=second", 0, 409);
+  assert_listing(f.dir, "out,root,state");
+  fixture_stop(&f);
+}
+
+Test(http, savepoint_names_outside_the_root_are_refused) {
+  fixture f;
+  fixture_start(&f, true);
+  fixture_warm(&f);
+  char *link = sl_test_path_in(f.root, "link");
+  cr_assert_eq(symlink(f.dir, link), 0, "a link out of the root");
+  char *escape = sl_test_path_in(f.dir, "escape");
+  char tmp_escape[128];
+  snprintf(tmp_escape, sizeof tmp_escape, "/tmp/sluice-http-escape-%d",
+           (int)getpid());
+  static const struct {
+    const char *query;
+    int status;
+  } cases[] = {
+      {"dir=../escape", 403},      {"dir=a/../../escape", 403},
+      {"dir=..", 403},             {"dir=./x", 403},
+      {"dir=a%00b", 403},          {"dir=%00", 403},
+      {"dir=x%00/../../escape", 403},
+      {"dir=a//b", 403},           {"dir=a/", 403},
+      {"dir=a%0Ab", 403},          {"dir=", 400},
+      {"dir=link/escape", 403},    {"dir=link", 403},
+      {"dir=link/../escape", 403},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    post_refused(f.port, cases[i].query, 0, cases[i].status);
+  char query[PATH_MAX + 64];
+  snprintf(query, sizeof query, "dir=%s", escape); /* absolute, outside */
+  post_refused(f.port, query, 0, 403);
+  snprintf(query, sizeof query, "dir=%s", tmp_escape);
+  post_refused(f.port, query, 0, 403);
+  snprintf(query, sizeof query, "dir=%s/root/../escape", f.dir);
+  post_refused(f.port, query, 0, 403);
+  reply r = curl(f.port, "/savepoints",
+                 "-H 'Content-Type: application/json' "
+                 "-d '{\"dir\": \"../escape\"}'");
+  assert_error(&r, 403);
+  reply_free(&r);
+
+  /* Nothing was written outside the root, nor inside it. */
+  assert_listing(f.dir, "out,root,state");
+  assert_listing(f.root, "link");
+  assert_listing(f.out, "");
+  cr_assert(!exists(escape) && !exists(tmp_escape));
+
+  /* The job's own directories, with a root that holds them. */
+  sl_http_options o = fixture_options(&f);
+  o.savepoint_root = f.dir;
+  sl_http *wide = 0;
+  cr_assert_eq(sl_http_start_with(f.job, &o, &wide), 0);
+  int port = sl_http_port(wide);
+  post_refused(port, "dir=state", 0, 403);
+  post_refused(port, "dir=state/sp", 0, 403);
+  post_refused(port, "dir=out", 0, 403);
+  post_refused(port, "dir=out/sp", 0, 403);
+  sl_http_stop(wide);
+  assert_listing(f.dir, "out,root,state");
+  assert_listing(f.out, "");
+  char *state_sp = sl_test_path_in(f.state, "sp");
+  cr_assert(!exists(state_sp));
+  /* A root inside the state directory is refused at start, uncreated. */
+  char *inside = sl_test_path_in(f.state, "savepoints");
+  o.savepoint_root = inside;
+  cr_assert_eq(sl_http_start_with(f.job, &o, &wide), EINVAL);
+  cr_assert_null(wide);
+  cr_assert(!exists(inside));
+  free(inside);
+  free(state_sp);
+  free(escape);
+  free(link);
+  fixture_stop(&f);
+}
+
+Test(http, savepoints_are_refused_without_a_root) {
+  fixture f;
+  fixture_start(&f, true);
+  fixture_warm(&f);
+  sl_http *plain = 0;
+  cr_assert_eq(sl_http_start(f.job, 0, 0, &plain), 0);
+  int port = sl_http_port(plain);
+  char query[PATH_MAX + 64];
+  snprintf(query, sizeof query, "/savepoints?dir=%s/escape", f.dir);
+  reply r = curl(port, query, "-X POST");
+  assert_error(&r, 403);
+  cr_assert(strstr(r.body, "savepoint root"), "%s", r.body);
+  reply_free(&r);
+  r = curl(port, "/savepoints", "-X POST");
+  assert_error(&r, 403);
+  reply_free(&r);
+  sl_http_stop(plain);
+  assert_listing(f.dir, "out,root,state");
+  assert_listing(f.root, "");
+  fixture_stop(&f);
+}
+
+/* ------------------------------------------------------------ cross-site */
+
+Test(http, form_posts_are_refused) {
+  fixture f;
+  fixture_start(&f, true);
+  fixture_warm(&f);
+  static const char *const forms[] = {
+      "-d dir=form1", /* application/x-www-form-urlencoded */
+      "-F dir=form2", /* multipart/form-data */
+      "-H 'Content-Type: text/plain' -d dir=form3",
+      "-H 'Content-Type: Text/Plain; charset=utf-8' -d x",
+      "-H 'Content-Type: application/x-www-form-urlencoded' -X POST"};
+  for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+    reply r = curl(f.port, "/savepoints?dir=query", forms[i]);
+    assert_error(&r, 403);
+    cr_assert(strstr(r.body, "Content-Type"), "%s", r.body);
+    reply_free(&r);
+  }
+  assert_listing(f.root, "");
+  assert_listing(f.dir, "out,root,state");
+  fixture_stop(&f);
+}
+
+Test(http, foreign_origins_and_hosts_are_refused) {
+  fixture f;
+  fixture_start(&f, true);
+  fixture_warm(&f);
+  char args[512];
+  /* Foreign: another host, an opaque origin, another scheme, port or
+   * address (the port goes between before and after). */
+  static const struct {
+    const char *before, *after;
+  } foreign[] = {{"http://evil.example", 0}, {"null", 0},
+                 {"https://127.0.0.1:", ""}, {"http://127.0.0.1:", "1"},
+                 {"http://127.0.0.2:", ""}};
+  for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+    char origin[128];
+    if (foreign[i].after)
+      snprintf(origin, sizeof origin, "%s%d%s", foreign[i].before, f.port,
+               foreign[i].after);
+    else
+      snprintf(origin, sizeof origin, "%s", foreign[i].before);
+    snprintf(args, sizeof args, "-H 'Origin: %s'", origin);
+    reply r = curl(f.port, "/jobs", args);
+    assert_error(&r, 403);
+    reply_free(&r);
+    snprintf(args, sizeof args, "-X POST -H 'Origin: %s'", origin);
+    r = curl(f.port, "/savepoints?dir=cross", args);
+    assert_error(&r, 403);
+    reply_free(&r);
+  }
+  assert_listing(f.root, "");
+  /* DNS rebinding: a foreign name for 127.0.0.1, same-origin for it. */
+  snprintf(args, sizeof args, "-H 'Host: evil.example:%d'", f.port);
+  reply r = curl(f.port, "/jobs", args);
+  assert_error(&r, 403);
+  reply_free(&r);
+  /* The endpoint itself, by address or as localhost. */
+  snprintf(args, sizeof args, "-X POST -H 'Origin: http://127.0.0.1:%d'",
+           f.port);
+  r = curl(f.port, "/savepoints?dir=same", args);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  reply_free(&r);
+  snprintf(args, sizeof args,
+           "-H 'Origin: http://localhost:%d' -H 'Host: localhost:%d'", f.port,
+           f.port);
+  r = curl(f.port, "/jobs", args);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  reply_free(&r);
+  assert_listing(f.root, "same");
+  fixture_stop(&f);
+}
+
+/* ------------------------------------------------------------ the token */
+
+#define TOKEN "s3cr3t-t0ken-for-the-tests"
+
+/* A GET of /jobs with args answered with status. */
+static void get_jobs_status(int port, const char *args, int status) {
+  reply r = curl(port, "/jobs", args);
+  cr_assert_eq(r.status, status, "%s: %d %s", args, r.status, r.body);
+  if (status == 401) {
+    assert_error(&r, 401);
+    cr_assert(strstr(r.headers, "WWW-Authenticate: Bearer"), "%s", r.headers);
+  }
+  reply_free(&r);
+}
+
+static void assert_token_enforced(int port) {
+  get_jobs_status(port, "", 401);
+  get_jobs_status(port, "-H 'Authorization: Bearer s3cr3t-t0ken-for-the-test!'",
+                  401);
+  get_jobs_status(port, "-H 'Authorization: Bearer s3cr3t'", 401);
+  get_jobs_status(port, "-H 'Authorization: Bearer " TOKEN "x'", 401);
+  get_jobs_status(port, "-H 'Authorization: Basic " TOKEN "'", 401);
+  get_jobs_status(port, "-H 'Authorization: Bearer " TOKEN "'", 200);
+  get_jobs_status(port, "-H 'Authorization: bearer " TOKEN "'", 200);
+}
+
+Test(http, a_non_loopback_address_needs_a_token) {
+  /* Only the bind is on 0.0.0.0 (and ::): every request goes to
+   * 127.0.0.1, so the test sends nothing off the machine. */
+  fixture f;
+  fixture_start(&f, true);
+  sl_http *h = (sl_http *)1;
+  cr_assert_eq(sl_http_start(f.job, "0.0.0.0", 0, &h), SL_EUSAGE);
+  cr_assert_null(h);
+  cr_assert_eq(sl_http_start(f.job, "::", 0, &h), SL_EUSAGE);
+  sl_http_options o = fixture_options(&f);
+  o.address = "0.0.0.0";
+  cr_assert_eq(sl_http_start_with(f.job, &o, &h), SL_EUSAGE);
+  o.bearer_token = TOKEN;
+  cr_assert_eq(sl_http_start_with(f.job, &o, &h), 0);
+  assert_token_enforced(sl_http_port(h));
+  sl_http_stop(h);
+  /* On loopback the token is optional, and enforced when given. */
+  o.address = "127.0.0.1";
+  cr_assert_eq(sl_http_start_with(f.job, &o, &h), 0);
+  assert_token_enforced(sl_http_port(h));
+  reply r = curl(sl_http_port(h), "/savepoints?dir=tokenless", "-X POST");
+  assert_error(&r, 401);
+  reply_free(&r);
+  sl_http_stop(h);
+  assert_listing(f.root, "");
+  fixture_stop(&f);
+}
+
+/* ------------------------------------------------------------ slow clients */
+
+/* A request's head without the blank line that ends it. */
+static int slow_client(int port, const char *source) {
+  int fd = raw_connect(port, source);
+  char head[128];
+  snprintf(head, sizeof head, "GET /jobs HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n",
+           port);
+  raw_send(fd, head);
+  return fd;
+}
+
+#define SLOW_CLIENTS 20
+
+Test(http, slow_clients_do_not_lock_out_others) {
+  /* A long header timeout, so the slow clients stay for the whole test:
+   * only the caps are at work here (default: 8 per address). */
+  fixture f;
+  fixture_job(&f);
+  sl_http_options o = fixture_options(&f);
+  o.header_timeout_ms = 600000;
+  fixture_serve(&f, true, &o);
+  int fds[SLOW_CLIENTS];
+  for (int i = 0; i < SLOW_CLIENTS; i++)
+    fds[i] = slow_client(f.port, 0);
+  /* The per-address cap closes the ones past 8 at once; wait for that,
+   * looking at every client in turn (at most 20 s in all). */
+  bool closed[SLOW_CLIENTS] = {false};
+  int closed_count = 0;
+  for (int round = 0; round < 2000 && closed_count < SLOW_CLIENTS - 8;
+       round++)
+    for (int i = 0; i < SLOW_CLIENTS; i++)
+      if (!closed[i] && raw_closed(fds[i], round ? 10 : 0))
+        closed[i] = true, closed_count++;
+  cr_assert_eq(closed_count, SLOW_CLIENTS - 8, "closed %d of %d slow clients",
+               closed_count, SLOW_CLIENTS);
+  /* With 8 still connected, another client is served at once. */
+  reply r = curl(f.port, "/jobs", "--interface 127.0.0.2");
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  reply_free(&r);
+  int open = 0;
+  for (int i = 0; i < SLOW_CLIENTS; i++)
+    open += !raw_closed(fds[i], 0);
+  cr_assert_eq(open, 8, "the slow clients were still connected");
+  for (int i = 0; i < SLOW_CLIENTS; i++)
+    close(fds[i]);
+  fixture_stop(&f);
+}
+
+Test(http, the_header_timeout_closes_slow_and_trickling_clients) {
+  fixture f;
+  fixture_job(&f);
+  sl_http_options o = fixture_options(&f);
+  o.header_timeout_ms = 1000;
+  fixture_serve(&f, true, &o);
+  int fds[8];
+  for (int i = 0; i < 8; i++)
+    fds[i] = slow_client(f.port, 0);
+  /* A client that sends a byte of its headers every 20 ms: the idle
+   * timeout would never fire; the deadline does.  At most 60 s. */
+  int trickler = raw_connect(f.port, "127.0.0.3");
+  bool dropped = false;
+  for (int i = 0; i < 3000 && !dropped; i++) {
+    dropped = send(trickler, "X", 1, MSG_NOSIGNAL) != 1 ||
+              raw_closed(trickler, 20);
+  }
+  cr_assert(dropped, "a trickling client kept its connection for 60 s");
+  for (int i = 0; i < 8; i++)
+    cr_assert(raw_closed(fds[i], 30000), "slow client %d was not closed", i);
+  /* Its address's slots are free again. */
+  reply r = curl(f.port, "/jobs", "");
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  reply_free(&r);
+  for (int i = 0; i < 8; i++)
+    close(fds[i]);
+  close(trickler);
+  fixture_stop(&f);
+}
+
+/* ------------------------------------------------------------ 413 */
+
+Test(http, an_oversized_content_length_gets_413_before_the_body) {
+  fixture f;
+  fixture_start(&f, true);
+  /* The last one overflows 64 bits: libmicrohttpd answers it itself. */
+  static const char *const lengths[] = {"1000000000", "65537",
+                                        "99999999999999999999999"};
+  for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+    int fd = raw_connect(f.port, 0);
+    char head[256];
+    snprintf(head, sizeof head,
+             "POST /savepoints HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+             "Content-Type: application/json\r\nContent-Length: %s\r\n\r\n",
+             f.port, lengths[i]);
+    raw_send(fd, head); /* and not one byte of the body */
+    char *answer = raw_read_all(fd, 20000);
+    bool json = strstr(answer, "\"error\"") != 0;
+    answer[strcspn(answer, "\r\n")] = 0; /* the status line, for messages */
+    cr_assert(strncmp(answer, "HTTP/1.1 413 ", 13) == 0,
+              "Content-Length %s: %s", lengths[i], answer);
+    cr_assert(json || i == 2, "no JSON error after %s", answer);
+    free(answer);
+    close(fd);
+  }
+  assert_listing(f.root, "");
+  fixture_stop(&f);
 }
 
 /* ------------------------------------------------------------ the CLI */
 
-Test(http, cli_run_http_serves_metrics) {
+/* Run the CLI with args (NULL-terminated, after "run"), its output into
+ * log; with token set, SLUICE_HTTP_TOKEN=token, else none. */
+static pid_t cli_spawn(const char *const *args, const char *log,
+                       const char *token) {
   const char *bin = getenv("SLUICE_BIN");
   cr_assert(bin && *bin, "SLUICE_BIN is not set (meson sets it)");
-  char log[] = "/tmp/sluice-http-cli-XXXXXX";
-  int fd = mkstemp(log);
+  const char *argv[32] = {bin, "run"};
+  int n = 2;
+  for (int i = 0; args[i]; i++) {
+    cr_assert(n < 31);
+    argv[n++] = args[i];
+  }
+  argv[n] = 0;
+  int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   cr_assert(fd >= 0);
   pid_t pid = fork();
   cr_assert(pid >= 0);
   if (pid == 0) {
     dup2(fd, 1);
     dup2(fd, 2);
-    execl(bin, bin, "run", "keyed", "--records", "100000000000", "--quiet",
-          "--http", "0", (char *)0);
+    if (token)
+      setenv("SLUICE_HTTP_TOKEN", token, 1);
+    else
+      unsetenv("SLUICE_HTTP_TOKEN");
+    execv(bin, (char *const *)argv);
     _exit(127);
   }
   close(fd);
-  int port = 0;
-  for (int i = 0; i < 10000 && !port; i++) { /* <= 10 s */
+  return pid;
+}
+
+/* The port of "http endpoint on http://HOST:PORT" in log, waiting for it
+ * (at most 10 s). */
+static int cli_port(const char *log, const char *host) {
+  char prefix[96];
+  snprintf(prefix, sizeof prefix, "http endpoint on http://%s:", host);
+  for (int i = 0; i < 10000; i++) {
     char *text = sl_test_slurp(log);
-    const char *at = strstr(text, "http endpoint on http://127.0.0.1:");
-    if (at)
-      port = atoi(at + strlen("http endpoint on http://127.0.0.1:"));
+    const char *at = strstr(text, prefix);
+    int port = at ? atoi(at + strlen(prefix)) : 0;
     free(text);
-    if (!port)
+    if (port)
+      return port;
+    sl_test_sleep_us(1000);
+  }
+  cr_assert_fail("no endpoint line in the CLI's output");
+  return 0;
+}
+
+static void cli_interrupt(pid_t pid) {
+  kill(pid, SIGINT);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 130,
+            "exit status %d", status);
+}
+
+Test(http, cli_refuses_a_non_loopback_address_without_a_token) {
+  char *dir = sl_test_temp_dir("http-cli");
+  char *log = sl_test_path_in(dir, "log");
+  static const char *const args[] = {"keyed", "--records", "100000000000",
+                                     "--quiet", "--http", "0.0.0.0:0", 0};
+  pid_t pid = cli_spawn(args, log, 0);
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 20000 && !done; i++) { /* at most 20 s */
+    done = waitpid(pid, &status, WNOHANG);
+    if (!done)
       sl_test_sleep_us(1000);
   }
-  cr_assert(port > 0, "no endpoint line in the CLI's output");
+  if (!done) { /* it started: the refusal is missing */
+    kill(pid, SIGKILL);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+  }
+  char *text = sl_test_slurp(log);
+  cr_assert(done, "the CLI served 0.0.0.0 without a token:\n%s", text);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2,
+            "exit status %d:\n%s", status, text);
+  cr_assert(strstr(text, "bearer token") && strstr(text, "--http-token-file"),
+            "%s", text);
+  free(text);
+
+  /* With a token file: served (only ever asked on 127.0.0.1), and only
+   * to requests that carry the token. */
+  char *token_file = sl_test_path_in(dir, "token");
+  FILE *t = fopen(token_file, "w");
+  cr_assert(t);
+  fputs(TOKEN "\n", t);
+  fclose(t);
+  static const char *const with[] = {"keyed", "--records", "100000000000",
+                                     "--quiet", "--http", "0.0.0.0:0",
+                                     "--http-token-file", 0, 0};
+  const char *argv[9];
+  memcpy(argv, with, sizeof with);
+  argv[7] = token_file;
+  pid = cli_spawn(argv, log, "another-token-from-the-environment");
+  int port = cli_port(log, "0.0.0.0");
+  assert_token_enforced(port);
+  cli_interrupt(pid);
+  free(token_file);
+  free(log);
+  sl_test_remove_tree(dir);
+}
+
+Test(http, cli_run_http_serves_metrics) {
+  char *dir = sl_test_temp_dir("http-cli");
+  char *log = sl_test_path_in(dir, "log");
+  static const char *const args[] = {"keyed", "--records", "100000000000",
+                                     "--quiet", "--http", "0", 0};
+  pid_t pid = cli_spawn(args, log, 0);
+  int port = cli_port(log, "127.0.0.1");
   reply r = curl(port, "/metrics", "");
   cr_assert_eq(r.status, 200);
   cr_assert(sample_value(r.body, "sluice_job_info{state=\"RUNNING\"} ") == 1,
@@ -548,10 +1171,7 @@ Test(http, cli_run_http_serves_metrics) {
   check_exposition(copy);
   free(copy);
   reply_free(&r);
-  kill(pid, SIGINT);
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 130,
-            "exit status %d", status);
-  unlink(log);
+  cli_interrupt(pid);
+  free(log);
+  sl_test_remove_tree(dir);
 }
