@@ -114,10 +114,12 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "lmdb_check.h"
 #include "sluice.h"
 
 /* Readers at once (open_env): a job's instances restore in parallel. */
@@ -239,6 +241,9 @@ struct sl_store {
   MDB_dbi dbi[DB_COUNT]; /* indexed by database number */
   char *dir;
   int lock_fd; /* -1: none (read-only, or not taken yet) */
+  /* The directory itself, flock'd: exclusively by a writer, shared by a
+   * reader that found no writer (store.h note 5); -1: not open. */
+  int dir_fd;
   bool read_only;
   bool no_lock_file; /* read_only without lock.mdb (MDB_NOLOCK) */
   bool no_sync;
@@ -679,13 +684,35 @@ static int inspect_data_file(sl_store *s, bool *empty) {
   return 0;
 }
 
-/* The writer's exclusive lock (store.h note 5).  *created: this call made
- * the lock file, so a refusal later may remove it again. */
+/* Opens the directory itself for its flock (store.h note 5). */
+static int open_dir_fd(sl_store *s) {
+  assert(s->dir_fd < 0);
+  s->dir_fd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (s->dir_fd < 0)
+    return store_fail(s, errno, "cannot open the directory: %s",
+                      strerror(errno));
+  return 0;
+}
+
+/* The writer's exclusive lock (store.h note 5): first the directory's own
+ * flock, which no unlink can take away, then the "lock" file's, which
+ * older sluice versions take.  *created: this call made the lock file, so
+ * a refusal later may remove it again. */
 static int take_lock(sl_store *s, bool *created) {
   assert(!s->read_only);
   assert(s->lock_fd < 0);
+  int rc = open_dir_fd(s);
+  if (rc != 0)
+    return rc;
+  if (flock(s->dir_fd, LOCK_EX | LOCK_NB) != 0)
+    return errno == EWOULDBLOCK
+               ? store_fail(s, SL_ESTORE,
+                            "in use by another process (it holds the lock "
+                            "of the directory)")
+               : store_fail(s, errno, "cannot lock the directory: %s",
+                            strerror(errno));
   char path[PATH_MAX];
-  int rc = dir_path(s, "lock", path, sizeof path);
+  rc = dir_path(s, "lock", path, sizeof path);
   if (rc != 0)
     return rc;
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, STORE_FILE_MODE);
@@ -702,6 +729,39 @@ static int take_lock(sl_store *s, bool *created) {
     return store_fail(s, SL_ESTORE,
                       "in use by another process (it holds %s)", path);
   return store_fail(s, errno, "cannot lock %s: %s", path, strerror(errno));
+}
+
+/* A reader's view of the writer's lock (store.h note 5): a shared flock
+ * of the directory, kept while the handle lives, if no writer holds it
+ * (*writer false); else *writer is true and nothing is held. */
+static int reader_lock(sl_store *s, bool *writer) {
+  assert(s->read_only);
+  int rc = open_dir_fd(s);
+  if (rc != 0)
+    return rc;
+  *writer = flock(s->dir_fd, LOCK_SH | LOCK_NB) != 0;
+  if (*writer && errno != EWOULDBLOCK)
+    return store_fail(s, errno, "cannot lock the directory: %s",
+                      strerror(errno));
+  return 0;
+}
+
+/* Store.h note 8: the walk of data.mdb before LMDB maps it. */
+static int check_data_file(sl_store *s) {
+  char path[PATH_MAX];
+  int rc = dir_path(s, "data.mdb", path, sizeof path);
+  if (rc != 0)
+    return rc;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return store_fail(s, errno, "cannot open %s: %s", path, strerror(errno));
+  /* The walk's message names the file itself: it goes in whole. */
+  rc = sl_lmdb_check_file(fd, path, SL_STORE_MAX_MAP_BYTES, 0, s->error,
+                          sizeof s->error);
+  close(fd);
+  if (rc == ENOMEM && !s->error[0])
+    return store_fail(s, ENOMEM, "out of memory");
+  return rc;
 }
 
 static int open_env(sl_store *s, bool writemap) {
@@ -1026,10 +1086,20 @@ static int open_steps(sl_store *s, const sl_store_options *options) {
                     "holds no sluice store (a read-only open creates none)");
   if (rc == 0)
     rc = registry_add(s);
-  bool lock_created = false, locked = false;
+  bool lock_created = false, locked = false, writer_live = false;
   if (rc == 0 && !s->read_only)
     rc = take_lock(s, &lock_created);
   locked = rc == 0 && !s->read_only;
+  if (rc == 0 && s->read_only)
+    rc = reader_lock(s, &writer_live);
+  /* Note 5: a reader that keeps writers out needs no lock.mdb, and makes
+   * or writes none. */
+  if (rc == 0 && s->read_only && !writer_live)
+    s->no_lock_file = true;
+  /* Note 8: a store a live writer holds was walked when it opened, and
+   * its pages change under a walk; every other one is walked now. */
+  if (rc == 0 && has_data && !data_empty && !writer_live)
+    rc = check_data_file(s);
   if (rc == 0)
     rc = open_store(s, options, has_data && !data_empty);
   if (rc == SL_ESTORE && lock_created && locked) {
@@ -1074,6 +1144,7 @@ int sl_store_open(const char *dir, const sl_store_options *options,
   }
   s->dir = dir_copy;
   s->lock_fd = -1;
+  s->dir_fd = -1;
   s->read_only = options->read_only != 0;
   s->no_lock_file = s->read_only && options->no_lock_file != 0;
   s->no_sync = options->no_sync != 0;
@@ -1106,6 +1177,8 @@ void sl_store_close(sl_store *s) {
     mdb_env_close(s->env);
   if (s->lock_fd >= 0)
     close(s->lock_fd);
+  if (s->dir_fd >= 0)
+    close(s->dir_fd); /* releases the directory's flock */
   registry_remove(s);
   free(s->txn.blob_keys);
   free(s->txn.copy);
@@ -2795,6 +2868,7 @@ static sl_store *handle_new(const char *dir, bool read_only) {
   }
   s->dir = dir_copy;
   s->lock_fd = -1;
+  s->dir_fd = -1;
   s->read_only = read_only;
   s->txn.store = s;
   s->txn.state = TXN_IDLE;
@@ -2861,6 +2935,8 @@ static int inspect_steps(sl_store *s, sl_store_info *info) {
     return store_fail(s, ENOENT, "holds no data.mdb");
   if (rc == 0 && empty)
     return store_fail(s, SL_ESTORE, "data.mdb is empty");
+  if (rc == 0)
+    rc = check_data_file(s); /* store.h note 8 */
   if (rc != 0)
     return rc; /* with its message */
   if ((rc = mdb_env_create(&s->env)) != 0) {
