@@ -119,7 +119,8 @@ __attribute__((format(printf, 3, 4))) static int
 check_fail(walker *w, int rc, const char *format, ...) {
   if (!w->err || w->err_bytes == 0)
     return rc;
-  int at = snprintf(w->err, w->err_bytes, "%s: ", w->name);
+  int at = snprintf(w->err, w->err_bytes, "%s%s: ", w->name,
+                    rc == SL_ECORRUPT ? " is damaged" : "");
   if (at < 0 || (size_t)at >= w->err_bytes)
     return rc;
   va_list args;

@@ -138,6 +138,10 @@
  * updates of format 1, WRITEMAP made puts 1.3x faster.) */
 #define STORE_WRITEMAP false
 #define STORE_DIR_MODE 0755
+/* A writer waits this long at most for readers that hold the directory's
+ * shared lock (lock_directory): 5 s. */
+#define STORE_LOCK_WAIT_TRIES 500
+#define STORE_LOCK_WAIT_US 10000
 #define STORE_FILE_MODE 0644
 /* At least LMDB's largest key (511 by default); longer keys are refused
  * before they reach the buffer. */
@@ -407,8 +411,8 @@ static int corrupt(sl_store *s, int db, const MDB_val *key,
                    const char *problem) {
   char text[3 * MESSAGE_KEY_BYTES + 64];
   key_text(db, key, text, sizeof text);
-  return store_fail(s, SL_ECORRUPT, "database %s, %s: %s", db_names[db], text,
-                    problem);
+  return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: database %s, %s: %s",
+                    db_names[db], text, problem);
 }
 
 /* ------------------------------------------------------------ values */
@@ -694,25 +698,39 @@ static int open_dir_fd(sl_store *s) {
   return 0;
 }
 
-/* The writer's exclusive lock (store.h note 5): first the directory's own
- * flock, which no unlink can take away, then the "lock" file's, which
- * older sluice versions take.  *created: this call made the lock file, so
- * a refusal later may remove it again. */
-static int take_lock(sl_store *s, bool *created) {
-  assert(!s->read_only);
-  assert(s->lock_fd < 0);
+/* The directory's exclusive flock for a writer that holds the "lock"
+ * file's (store.h note 5).  A shared holder is a reader that found no
+ * writer: inspection is short, so it is waited for, a bounded time; a
+ * writer whose "lock" file was deleted under it also holds the directory,
+ * and the wait ends in the same refusal. */
+static int lock_directory(sl_store *s) {
   int rc = open_dir_fd(s);
   if (rc != 0)
     return rc;
-  if (flock(s->dir_fd, LOCK_EX | LOCK_NB) != 0)
-    return errno == EWOULDBLOCK
-               ? store_fail(s, SL_ESTORE,
-                            "in use by another process (it holds the lock "
-                            "of the directory)")
-               : store_fail(s, errno, "cannot lock the directory: %s",
-                            strerror(errno));
+  /* Bounded: STORE_LOCK_WAIT_TRIES waits of STORE_LOCK_WAIT_US. */
+  for (int attempt = 0; attempt <= STORE_LOCK_WAIT_TRIES; attempt++) {
+    if (flock(s->dir_fd, LOCK_EX | LOCK_NB) == 0)
+      return 0;
+    if (errno != EWOULDBLOCK)
+      return store_fail(s, errno, "cannot lock the directory: %s",
+                        strerror(errno));
+    struct timespec wait = {0, STORE_LOCK_WAIT_US * 1000L};
+    nanosleep(&wait, 0);
+  }
+  return store_fail(s, SL_ESTORE,
+                    "in use by another process (it holds the lock of the "
+                    "directory itself)");
+}
+
+/* The writer's exclusive lock (store.h note 5): first the "lock" file's
+ * flock (writers of every sluice version take it), then the directory's
+ * own, which no unlink can take away.  *created: this call made the lock
+ * file, so a refusal later may remove it again. */
+static int take_lock(sl_store *s, bool *created) {
+  assert(!s->read_only);
+  assert(s->lock_fd < 0);
   char path[PATH_MAX];
-  rc = dir_path(s, "lock", path, sizeof path);
+  int rc = dir_path(s, "lock", path, sizeof path);
   if (rc != 0)
     return rc;
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, STORE_FILE_MODE);
@@ -724,7 +742,7 @@ static int take_lock(sl_store *s, bool *created) {
                       strerror(errno));
   s->lock_fd = fd;
   if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-    return 0;
+    return lock_directory(s);
   if (errno == EWOULDBLOCK)
     return store_fail(s, SL_ESTORE,
                       "in use by another process (it holds %s)", path);

@@ -1,0 +1,512 @@
+/* test_corrupt.c — damaged state directories (issue 17), in the manner of
+ * SQLite's corrupt*.test and dbfuzz: a small store written by a real
+ * checkpointed job is damaged in every way below, one copy at a time, and
+ * every reader and writer of it must give SL_ECORRUPT naming the file, or
+ * exactly what the undamaged store gives.  Never a signal, a hang or a
+ * sanitizer report (the suite runs in the ASan build too).
+ *
+ * The campaign (suite corrupt):
+ * - every page header of data.mdb, 4 bytes flipped at each of its three
+ *   fields (page number; pad and flags; lower and upper);
+ * - data.mdb truncated at every page boundary (a 0-byte data.mdb is an
+ *   interrupted creation, store.h note 4: read-only it is no store);
+ * - random byte flips anywhere in data.mdb (seeded: SLUICE_CORRUPT_SEED,
+ *   the seed is printed);
+ * - lock.mdb and lock truncated or flipped (nothing live: exact result).
+ * For each copy: a read-only open and a read of everything (blobs,
+ * checkpoint records, the merged keyed state of every operator), the
+ * inspection API of `sluice checkpoints`, and a writer that reads, then
+ * commits two checkpoints with 65512-byte blobs (so LMDB allocates
+ * overflow pages and reuses free ones), read back after.
+ *
+ * Beside it: the named crashes of the issue with a real job resumed on
+ * the damaged directory, the CLI (SLUICE_BIN) on damaged directories,
+ * `sluice checkpoints` writing nothing, the writer's lock surviving the
+ * deletion of "lock", and a full disk (a real tmpfs) reported as such. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "inspect.h"
+#include "sluice.h"
+#include "store.h"
+#include "test_dirs.h"
+#include "test_util.h"
+
+#define SOURCE_P 2
+#define KEYS 4096
+#define OPS_MAX 8       /* operator ids of the job are below this */
+#define BLOB_BYTES 65512 /* the size of the issue's overflowing write */
+#define DEFAULT_SEED 20261203u
+
+/* ------------------------------------------------------------ helpers */
+
+__attribute__((unused)) static const char *sluice_bin(void) {
+  const char *bin = getenv("SLUICE_BIN");
+  cr_assert(bin && *bin, "SLUICE_BIN is not set (meson sets it)");
+  return bin;
+}
+
+static void write_bytes(const char *path, const void *data, size_t bytes) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+  cr_assert_eq(write(fd, data, bytes), (ssize_t)bytes);
+  cr_assert_eq(close(fd), 0);
+}
+
+static void assert_contains(const char *text, const char *part) {
+  cr_assert(text && strstr(text, part), "\"%s\" lacks \"%s\"",
+            text ? text : "(null)", part);
+}
+
+/* xorshift64*: the campaign's random numbers, from its printed seed. */
+static uint64_t next_random(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *state = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* FNV-1a over everything a store gives a restore. */
+static void mix(uint64_t *h, const void *data, size_t bytes) {
+  const uint8_t *p = data;
+  for (size_t i = 0; i < bytes; i++)
+    *h = (*h ^ p[i]) * 0x100000001b3ull;
+}
+
+static void mix_u64(uint64_t *h, uint64_t v) { mix(h, &v, sizeof v); }
+
+/* ------------------------------------------------------------ the job */
+
+/* The job of the campaign's store: keyed source (2) -> verifying sink
+ * (2), checkpoints every 5 ms.  Returns sl_job_run's result; on success
+ * the sink must have seen exactly count records, in order. */
+static int run_job(const char *state_dir, uint64_t count, char *err,
+                   size_t err_bytes) {
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state_dir;
+  config.checkpoint.interval_ms = 5;
+  config.checkpoint.no_sync = 1;
+  config.checkpoint.store_policy = SL_STORE_RESUME;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_keyed(job, "src", SOURCE_P, count, KEYS, &src), 0);
+  cr_assert_eq(sl_sink_verify(job, "verify", src, 2, count, KEYS, &sink), 0);
+  int rc = sl_job_run(job);
+  snprintf(err, err_bytes, "%s", sl_job_error(job));
+  if (rc == 0) {
+    sl_verify_counts v;
+    cr_assert_eq(sl_verify_result(sink, &v), 0);
+    cr_assert_eq(v.records, count, "a resumed job's output differs");
+    cr_assert_eq(v.lost + v.duplicates + v.out_of_order, 0);
+  }
+  sl_job_destroy(job);
+  return rc;
+}
+
+/* ------------------------------------------------------------ digests */
+
+static int digest_blob(void *arg, uint16_t op, uint16_t instance,
+                       uint64_t checkpoint_id, const void *data,
+                       uint32_t bytes) {
+  uint64_t *h = arg;
+  mix_u64(h, (uint64_t)op << 16 | instance);
+  mix_u64(h, checkpoint_id);
+  mix(h, data, bytes);
+  return 0;
+}
+
+static int digest_state(void *arg, uint16_t key_group, const void *key,
+                        uint32_t key_bytes, const void *value,
+                        uint32_t value_bytes) {
+  uint64_t *h = arg;
+  mix_u64(h, key_group);
+  mix(h, key, key_bytes);
+  mix_u64(h, value_bytes);
+  mix(h, value, value_bytes);
+  return 0;
+}
+
+/* Everything a restore reads from st, hashed into *digest. */
+static int store_digest(sl_store *st, uint64_t *digest) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  sl_store_view view;
+  int rc = sl_store_read_view(st, &view, digest_blob, &h);
+  if (rc != 0)
+    return rc;
+  mix_u64(&h, view.latest);
+  mix(&h, view.graph, strlen(view.graph));
+  free(view.graph);
+  uint64_t *ids = 0;
+  size_t count = 0;
+  if ((rc = sl_store_list_checkpoints(st, &ids, &count)) != 0)
+    return rc;
+  for (size_t i = 0; rc == 0 && i < count; i++) {
+    void *record;
+    uint32_t bytes;
+    rc = sl_store_get_checkpoint(st, ids[i], &record, &bytes);
+    if (rc == 0) {
+      mix_u64(&h, ids[i]);
+      mix(&h, record, bytes);
+      free(record);
+    }
+  }
+  free(ids);
+  for (uint16_t op = 0; rc == 0 && op < OPS_MAX; op++)
+    rc = sl_store_read_state(st, op, 0, UINT16_MAX, digest_state, &h);
+  *digest = h;
+  return rc;
+}
+
+/* The writes of a resumed job's writer: two checkpoints with large blobs
+ * (overflow pages, then the first's freed pages reused) and some state. */
+static int store_write(sl_store *st) {
+  static uint8_t blob[BLOB_BYTES];
+  for (int round = 0; round < 2; round++) {
+    memset(blob, 'a' + round, sizeof blob);
+    sl_store_txn *txn;
+    int rc = sl_store_begin(st, &txn);
+    if (rc != 0)
+      return rc;
+    for (uint16_t instance = 0; rc == 0 && instance < SOURCE_P; instance++)
+      rc = sl_store_put_blob(txn, 0, instance, blob, sizeof blob);
+    for (uint32_t key = 0; rc == 0 && key < 64; key++) {
+      uint64_t value = key * 1000u + (uint64_t)round;
+      rc = sl_store_put_state(txn, 1, (uint16_t)(key % 16), &key, sizeof key,
+                              &value, sizeof value);
+    }
+    if (rc == 0)
+      rc = sl_store_commit(txn, sl_store_latest(st) + 1, "x", 1);
+    else
+      sl_store_abort(txn);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ fixture */
+
+/* A store of a real job, kept in memory, and what its readers and its
+ * writer give undamaged; the damaged copies go to `work`. */
+typedef struct fixture {
+  char *root, *state, *work;
+  uint8_t *data, *lock_mdb; /* data.mdb and lock.mdb as the job left them */
+  size_t data_bytes, lock_mdb_bytes;
+  uint32_t page_bytes;
+  char *graph;
+  uint64_t latest, digest, digest_after;
+  size_t checkpoint_count;
+  uint64_t cases, refused; /* outcomes: all, and SL_ECORRUPT */
+} fixture;
+
+static fixture fx;
+
+static uint64_t job_records(void) { return sl_test_scaled(20000, 2000); }
+
+/* Runs the job on fx.state twice (the second resumes at the end and takes
+ * a final checkpoint: at least two checkpoints, whatever the timing). */
+static void job_store(void) {
+  char err[1024];
+  fx.root = sl_test_temp_dir("corrupt");
+  fx.state = sl_test_path_in(fx.root, "state");
+  fx.work = sl_test_path_in(fx.root, "work");
+  cr_assert_eq(run_job(fx.state, job_records(), err, sizeof err), 0, "%s",
+               err);
+  cr_assert_eq(run_job(fx.state, job_records(), err, sizeof err), 0, "%s",
+               err);
+  cr_assert_eq(mkdir(fx.work, 0755), 0);
+}
+
+static void fixture_setup(void) {
+  job_store();
+  char *path = sl_test_path_in(fx.state, "data.mdb");
+  fx.data = (uint8_t *)sl_test_read_file(path, &fx.data_bytes);
+  free(path);
+  path = sl_test_path_in(fx.state, "lock.mdb");
+  fx.lock_mdb = (uint8_t *)sl_test_read_file(path, &fx.lock_mdb_bytes);
+  free(path);
+  cr_assert(fx.data && fx.lock_mdb);
+  memcpy(&fx.page_bytes, fx.data + 16 + 24, sizeof fx.page_bytes);
+  cr_assert(fx.page_bytes >= 512 && fx.data_bytes % fx.page_bytes == 0);
+  sl_store_info info;
+  char err[1024];
+  cr_assert_eq(sl_store_inspect(fx.state, &info, err, sizeof err), 0, "%s",
+               err);
+  fx.graph = info.graph;
+  fx.latest = info.latest;
+  cr_assert(fx.latest >= 2);
+  /* The undamaged outcomes, through the very paths the cases take. */
+  sl_store *st;
+  sl_store_options ro = {.read_only = 1};
+  cr_assert_eq(sl_store_open(fx.state, &ro, &st, err, sizeof err), 0, "%s",
+               err);
+  cr_assert_eq(store_digest(st, &fx.digest), 0, "%s", sl_store_error(st));
+  uint64_t *ids;
+  cr_assert_eq(sl_store_list_checkpoints(st, &ids, &fx.checkpoint_count), 0);
+  free(ids);
+  sl_store_close(st);
+  sl_store_options rw = {.graph_fingerprint = fx.graph, .no_sync = 1};
+  cr_assert_eq(sl_store_open(fx.work, &rw, &st, err, sizeof err), 0);
+  sl_store_close(st); /* an empty store: replaced by each case's copy */
+  write_bytes(sl_test_path_in(fx.work, "data.mdb"), fx.data, fx.data_bytes);
+  cr_assert_eq(sl_store_open(fx.work, &rw, &st, err, sizeof err), 0, "%s",
+               err);
+  cr_assert_eq(store_write(st), 0, "%s", sl_store_error(st));
+  sl_store_close(st);
+  cr_assert_eq(sl_store_open(fx.work, &ro, &st, err, sizeof err), 0, "%s",
+               err);
+  cr_assert_eq(store_digest(st, &fx.digest_after), 0);
+  sl_store_close(st);
+}
+
+static void fixture_teardown(void) {
+  cr_log_info("%" PRIu64 " damaged copies: %" PRIu64 " refused with "
+              "SL_ECORRUPT, %" PRIu64 " read exactly as undamaged",
+              fx.cases, fx.refused, fx.cases - fx.refused);
+  free(fx.data);
+  free(fx.lock_mdb);
+  free(fx.graph);
+  free(fx.state);
+  free(fx.work);
+  if (fx.root)
+    sl_test_remove_tree(fx.root);
+  memset(&fx, 0, sizeof fx);
+}
+
+/* ------------------------------------------------------------ one case */
+
+/* rc is 0, or SL_ECORRUPT with a message naming file.  Returns rc. */
+static int outcome(int rc, const char *message, const char *file,
+                   const char *label, const char *step) {
+  cr_assert(rc == 0 || rc == SL_ECORRUPT,
+            "%s, %s: rc %d (%s) instead of 0 or SL_ECORRUPT: %s", label,
+            step, rc, sl_strerror(rc), message);
+  if (rc != 0)
+    assert_contains(message, file);
+  return rc;
+}
+
+/* The copy in fx.work, read by a restore's reader. */
+static int case_read(const char *label) {
+  char err[1024] = "";
+  sl_store *st;
+  sl_store_options ro = {.read_only = 1};
+  int rc = sl_store_open(fx.work, &ro, &st, err, sizeof err);
+  if (outcome(rc, err, "data.mdb", label, "read-only open") != 0)
+    return rc;
+  uint64_t digest = 0;
+  rc = store_digest(st, &digest);
+  snprintf(err, sizeof err, "%s", sl_store_error(st));
+  sl_store_close(st);
+  if (outcome(rc, err, "data.mdb", label, "read") != 0)
+    return rc;
+  cr_assert_eq(digest, fx.digest, "%s: read without an error, but not what "
+               "the undamaged store holds", label);
+  return 0;
+}
+
+/* The copy in fx.work, read by `sluice checkpoints`'s API. */
+static void case_inspect(const char *label) {
+  char err[1024] = "";
+  sl_state_dir *sd;
+  int rc = sl_state_dir_open(fx.work, 0, &sd, err, sizeof err);
+  if (outcome(rc, err, "data.mdb", label, "inspect") != 0)
+    return;
+  const sl_state_dir_info *info = sl_state_dir_info_get(sd);
+  bool refused = false;
+  for (size_t i = 0; !refused && i < info->checkpoint_count; i++) {
+    sl_inspect_checkpoint c;
+    rc = sl_state_dir_checkpoint(sd, info->checkpoint_ids[i], &c, err,
+                                 sizeof err);
+    refused = outcome(rc, err, "data.mdb", label, "inspect a record") != 0;
+  }
+  if (!refused) {
+    cr_assert_eq(info->latest, fx.latest, "%s: inspect", label);
+    cr_assert_eq(info->checkpoint_count, fx.checkpoint_count, "%s", label);
+  }
+  sl_state_dir_close(sd);
+}
+
+/* The copy in fx.work, resumed by a writer: read, then two checkpoints. */
+static void case_write(const char *label) {
+  char err[1024] = "";
+  sl_store *st;
+  sl_store_options rw = {.graph_fingerprint = fx.graph, .no_sync = 1};
+  int rc = sl_store_open(fx.work, &rw, &st, err, sizeof err);
+  if (outcome(rc, err, "data.mdb", label, "writer open") != 0)
+    return;
+  uint64_t digest = 0;
+  rc = store_digest(st, &digest);
+  if (rc == 0) {
+    cr_assert_eq(digest, fx.digest, "%s: writer read", label);
+    rc = store_write(st);
+  }
+  snprintf(err, sizeof err, "%s", sl_store_error(st));
+  sl_store_close(st);
+  if (outcome(rc, err, "data.mdb", label, "writer") != 0)
+    return;
+  sl_store_options ro = {.read_only = 1};
+  rc = sl_store_open(fx.work, &ro, &st, err, sizeof err);
+  if (outcome(rc, err, "data.mdb", label, "reopen after writes") != 0)
+    return;
+  rc = store_digest(st, &digest);
+  snprintf(err, sizeof err, "%s", sl_store_error(st));
+  sl_store_close(st);
+  if (outcome(rc, err, "data.mdb", label, "read after writes") == 0)
+    cr_assert_eq(digest, fx.digest_after, "%s: after writes", label);
+}
+
+/* Puts data (data.mdb) and, if given, lock.mdb and lock into fx.work. */
+static void case_files(const uint8_t *data, size_t data_bytes,
+                       const uint8_t *lock_mdb, size_t lock_mdb_bytes,
+                       const char *lock, size_t lock_bytes) {
+  static const char *const names[] = {"data.mdb", "lock.mdb", "lock"};
+  for (size_t i = 0; i < 3; i++) {
+    char *path = sl_test_path_in(fx.work, names[i]);
+    unlink(path);
+    if (i == 0)
+      write_bytes(path, data, data_bytes);
+    else if (i == 1 && lock_mdb)
+      write_bytes(path, lock_mdb, lock_mdb_bytes);
+    else if (i == 2 && lock)
+      write_bytes(path, lock, lock_bytes);
+    free(path);
+  }
+}
+
+/* Every path on the damaged data.mdb of bytes data. */
+static void run_case(const uint8_t *data, size_t data_bytes,
+                     const char *label) {
+  fx.cases++;
+  case_files(data, data_bytes, 0, 0, 0, 0);
+  int read = case_read(label);
+  fx.refused += read != 0;
+  case_files(data, data_bytes, 0, 0, 0, 0);
+  case_inspect(label);
+  case_files(data, data_bytes, 0, 0, 0, 0);
+  case_write(label);
+}
+
+/* ------------------------------------------------------------ campaign */
+
+TestSuite(corrupt, .init = fixture_setup, .fini = fixture_teardown,
+          .timeout = 600);
+
+Test(corrupt, every_page_header) {
+  uint8_t *copy = malloc(fx.data_bytes);
+  cr_assert(copy);
+  size_t pages = fx.data_bytes / fx.page_bytes;
+  static const size_t fields[] = {0, 8, 12}; /* pgno; pad, flags; lower, upper */
+  uint64_t random = DEFAULT_SEED;
+  for (size_t page = 0; page < pages; page++)
+    for (size_t f = 0; f < 3; f++) {
+      memcpy(copy, fx.data, fx.data_bytes);
+      uint32_t flip = (uint32_t)next_random(&random) | 1u, word;
+      size_t at = page * fx.page_bytes + fields[f];
+      memcpy(&word, copy + at, sizeof word);
+      word ^= flip;
+      memcpy(copy + at, &word, sizeof word);
+      char label[128];
+      snprintf(label, sizeof label, "page %zu header bytes %zu..%zu ^ 0x%08x",
+               page, fields[f], fields[f] + 3, flip);
+      run_case(copy, fx.data_bytes, label);
+    }
+  free(copy);
+  cr_assert(fx.refused > 0 && fx.refused < fx.cases,
+            "some flips must be refused, some (of unused bytes) not");
+}
+
+Test(corrupt, truncation_at_every_page) {
+  size_t pages = fx.data_bytes / fx.page_bytes;
+  for (size_t page = 1; page < pages; page++) {
+    char label[64];
+    snprintf(label, sizeof label, "truncated to %zu pages", page);
+    run_case(fx.data, page * fx.page_bytes, label);
+  }
+  /* The sizes of the issue, and one inside a page. */
+  run_case(fx.data, fx.data_bytes / 2, "truncated to half");
+  run_case(fx.data, 8192, "truncated to 8 KiB");
+  run_case(fx.data, fx.data_bytes - 100, "truncated inside the last page");
+  /* Every truncation loses a live page, as the job's store is compact
+   * at its end: each one must be refused. */
+  cr_assert_eq(fx.refused, fx.cases, "a truncated store was read");
+  /* 0 bytes: an interrupted creation (store.h note 4), no store. */
+  case_files(fx.data, 0, 0, 0, 0, 0);
+  sl_store *st;
+  char err[1024];
+  sl_store_options ro = {.read_only = 1};
+  cr_assert_eq(sl_store_open(fx.work, &ro, &st, err, sizeof err), ENOENT);
+}
+
+Test(corrupt, random_byte_flips) {
+  uint64_t seed = DEFAULT_SEED;
+  const char *text = getenv("SLUICE_CORRUPT_SEED");
+  if (text && *text)
+    seed = strtoull(text, 0, 10);
+  cr_log_info("random_byte_flips: seed %" PRIu64
+              " (set SLUICE_CORRUPT_SEED to repeat another)", seed);
+  fprintf(stderr, "corrupt::random_byte_flips seed %" PRIu64 "\n", seed);
+  uint64_t random = seed ? seed : 1;
+  uint8_t *copy = malloc(fx.data_bytes);
+  cr_assert(copy);
+  uint64_t copies = sl_test_scaled(600, 150);
+  for (uint64_t n = 0; n < copies; n++) {
+    memcpy(copy, fx.data, fx.data_bytes);
+    int flips = 1 + (int)(next_random(&random) % 4);
+    char label[160];
+    int at = snprintf(label, sizeof label, "seed %" PRIu64 " copy %" PRIu64
+                      ":", seed, n);
+    for (int i = 0; i < flips; i++) {
+      size_t offset = (size_t)(next_random(&random) % fx.data_bytes);
+      uint8_t mask = (uint8_t)(next_random(&random) % 255 + 1);
+      copy[offset] ^= mask;
+      at += snprintf(label + at, sizeof label - (size_t)at, " [%zu]^%02x",
+                     offset, mask);
+    }
+    run_case(copy, fx.data_bytes, label);
+  }
+  free(copy);
+  cr_assert(fx.refused > 0, "no random flip was refused");
+}
+
+/* lock.mdb and lock hold nothing live once no process has the store:
+ * whatever their damage, readers and writers give the exact result. */
+Test(corrupt, lock_files) {
+  uint64_t random = DEFAULT_SEED;
+  uint8_t *lock_mdb = malloc(fx.lock_mdb_bytes);
+  cr_assert(lock_mdb);
+  for (int n = 0; n < 24; n++) {
+    memcpy(lock_mdb, fx.lock_mdb, fx.lock_mdb_bytes);
+    size_t bytes = fx.lock_mdb_bytes;
+    if (n % 3 == 0)
+      bytes = (size_t)(next_random(&random) % fx.lock_mdb_bytes);
+    for (int i = 0; i < 8; i++)
+      lock_mdb[next_random(&random) % fx.lock_mdb_bytes] ^= 0x5a;
+    char lock[16];
+    memset(lock, (int)(next_random(&random) & 0xff), sizeof lock);
+    char label[64];
+    snprintf(label, sizeof label, "lock.mdb damaged (%zu bytes), lock %d",
+             bytes, n);
+    case_files(fx.data, fx.data_bytes, lock_mdb, bytes, lock, n % 16);
+    cr_assert_eq(case_read(label), 0, "%s", label);
+    case_files(fx.data, fx.data_bytes, lock_mdb, bytes, lock, n % 16);
+    case_inspect(label);
+    case_files(fx.data, fx.data_bytes, lock_mdb, bytes, lock, n % 16);
+    case_write(label);
+  }
+  free(lock_mdb);
+}
