@@ -330,7 +330,10 @@ __attribute__((format(printf, 3, 4))) static int
 store_fail(sl_store *s, int rc, const char *format, ...) {
   assert(rc != 0);
   assert(s->dir != 0);
-  int at = snprintf(s->error, sizeof s->error, "%s: ", s->dir);
+  /* Damage is always named by the file it is in (store.h note 8). */
+  bool name_file = rc == SL_ECORRUPT && strncmp(format, "data.mdb", 8) != 0;
+  int at = snprintf(s->error, sizeof s->error, "%s: %s", s->dir,
+                    name_file ? "data.mdb is damaged: " : "");
   if (at < 0 || (size_t)at >= sizeof s->error)
     return rc; /* the directory alone fills the buffer */
   va_list args;
@@ -351,6 +354,12 @@ static int lmdb_fail(sl_store *s, int rc, const char *what) {
                       "sl_store_grow and write the transaction again)",
                       what, info.me_mapsize);
   }
+  if (rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND)
+    return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: %s: %s", what,
+                      mdb_strerror(rc)); /* what the walk cannot see */
+  if (rc == ENOSPC)
+    return store_fail(s, rc, "%s: %s (writing %s/data.mdb)", what,
+                      strerror(rc), s->dir);
   return store_fail(s, rc, "%s: %s", what, mdb_strerror(rc));
 }
 
@@ -844,6 +853,9 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
                                const char *fingerprint) {
   MDB_val v;
   int rc = meta_get(s, txn, "magic", &v);
+  if (rc == MDB_NOTFOUND && meta_get(s, txn, "format", &v) == 0)
+    return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: meta "
+                      "\"magic\" is missing, \"format\" is there");
   if (rc == MDB_NOTFOUND || (rc == 0 && (v.mv_size != STORE_MAGIC_BYTES ||
                                          memcmp(v.mv_data, STORE_MAGIC,
                                                 STORE_MAGIC_BYTES) != 0)))
@@ -852,7 +864,9 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
   if (rc == 0)
     rc = meta_get(s, txn, "format", &v);
   if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != sizeof(uint32_t)))
-    return store_fail(s, SL_ECORRUPT, "meta \"format\" is missing or bad");
+    return store_fail(s, SL_ECORRUPT,
+                      "data.mdb is damaged: meta \"format\" is missing or "
+                      "bad");
   if (rc != 0)
     return rc;
   uint32_t format = (uint32_t)((const uint8_t *)v.mv_data)[0] |
@@ -962,6 +976,11 @@ static int check_empty(sl_store *s, MDB_txn *txn, bool *fresh) {
   if (rc != 0)
     return lmdb_fail(s, rc, "look into the environment");
   *fresh = st.ms_entries == 0;
+  MDB_dbi other;
+  if (!*fresh &&
+      mdb_dbi_open(txn, db_names[DB_CHECKPOINTS], 0, &other) == 0)
+    return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: the database "
+                      "meta is missing, the others are there");
   if (!*fresh)
     return store_fail(s, SL_ESTORE,
                       "an LMDB environment, but not a sluice store");
@@ -2915,6 +2934,10 @@ static int inspect_meta(sl_store *s, MDB_txn *txn, sl_store_info *info) {
   MDB_val v;
   if (rc == 0)
     rc = meta_get(s, txn, "magic", &v); /* sets a message but NOTFOUND */
+  MDB_val format;
+  if (rc == MDB_NOTFOUND && meta_get(s, txn, "format", &format) == 0)
+    return store_fail(s, SL_ECORRUPT, "meta \"magic\" is missing, "
+                      "\"format\" is there");
   if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ||
       (rc == 0 && (v.mv_size != STORE_MAGIC_BYTES ||
                    memcmp(v.mv_data, STORE_MAGIC, STORE_MAGIC_BYTES) != 0)))
