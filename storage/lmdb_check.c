@@ -98,7 +98,7 @@ typedef struct walker {
   uint64_t last_page, txnid;
   uint8_t *live, *freed; /* one bit a page number (note 2) */
   uint8_t *levels[SL_LMDB_CHECK_DEPTH_MAX]; /* malloc'd when reached */
-  /* One node array a level, and one more: the scratch of nodes_disjoint. */
+  /* One node array a level, and one more: the scratch of nodes_packed. */
   node *nodes[SL_LMDB_CHECK_DEPTH_MAX + 1];
   uint8_t *value; /* an overflow value of the free list */
   size_t value_capacity;
@@ -264,16 +264,25 @@ static int node_read(walker *w, const uint8_t *p, uint64_t pgno, bool leaf,
   return 0;
 }
 
-/* No two nodes of a page overlap (LMDB's deletes move the bytes between
- * upper and a node by its size: an overlap would move them out). */
-static int nodes_disjoint(walker *w, const node *nodes, uint32_t count,
-                          uint64_t pgno, node *scratch) {
+/* The nodes of a page lie side by side, from upper to the end of the
+ * page, none overlapping (LMDB's deletes move the bytes between upper
+ * and a node by its size: an overlap would move them out). */
+static int nodes_packed(walker *w, const node *nodes, uint32_t count,
+                        uint64_t pgno, uint16_t upper, node *scratch) {
   memcpy(scratch, nodes, count * sizeof *nodes);
   qsort(scratch, count, sizeof *scratch, node_order);
   for (uint32_t i = 1; i < count; i++)
-    if (scratch[i - 1].offset + scratch[i - 1].bytes > scratch[i].offset)
-      return CORRUPT(w, "page %" PRIu64 " of %s: two nodes overlap at "
-                     "offset %" PRIu32, pgno, w->tree, scratch[i].offset);
+    if (scratch[i - 1].offset + scratch[i - 1].bytes != scratch[i].offset)
+      return CORRUPT(w, "page %" PRIu64 " of %s: the nodes at offsets %"
+                     PRIu32 " and %" PRIu32 " overlap or leave a gap", pgno,
+                     w->tree, scratch[i - 1].offset, scratch[i].offset);
+  /* LMDB packs nodes from upper to the page's end (mdb_node_add takes
+   * room at upper, mdb_node_del closes the hole). */
+  if (scratch[0].offset != upper ||
+      scratch[count - 1].offset + scratch[count - 1].bytes != w->page_bytes)
+    return CORRUPT(w, "page %" PRIu64 " of %s: its nodes do not fill "
+                   "[upper %u, %" PRIu32 ")", pgno, w->tree, upper,
+                   w->page_bytes);
   return 0;
 }
 
@@ -483,7 +492,7 @@ static int page_walk(walker *w, uint64_t pgno, int level, bound low,
   if (rc == 0 && count == 0)
     rc = CORRUPT(w, "page %" PRIu64 " of %s has no nodes", pgno, w->tree);
   if (rc == 0)
-    rc = nodes_disjoint(w, nodes, count, pgno, scratch);
+    rc = nodes_packed(w, nodes, count, pgno, upper, scratch);
   if (rc == 0)
     rc = keys_ordered(w, nodes, count, leaf, pgno, low, high);
   for (uint32_t i = 0; rc == 0 && leaf && i < count; i++)

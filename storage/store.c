@@ -138,6 +138,8 @@
  * updates of format 1, WRITEMAP made puts 1.3x faster.) */
 #define STORE_WRITEMAP false
 #define STORE_DIR_MODE 0755
+/* Free space under which an EIO of LMDB is a full disk (disk_full). */
+#define STORE_FULL_DISK_BYTES (256u << 10)
 /* A writer waits this long at most for readers that hold the directory's
  * shared lock (lock_directory): 5 s. */
 #define STORE_LOCK_WAIT_TRIES 500
@@ -343,9 +345,23 @@ store_fail(sl_store *s, int rc, const char *format, ...) {
   return rc;
 }
 
+/* Store.h note 8: LMDB reports a write cut short as EIO ("TODO: Use which
+ * error code?" in mdb_page_flush), and on a file system that filled up
+ * under a commit that is what it gets: pwrite writes what fits and
+ * returns the short count.  Such a write leaves less than a block free,
+ * so EIO with under STORE_FULL_DISK_BYTES free is taken for ENOSPC. */
+static bool disk_full(const sl_store *s) {
+  struct statvfs fs;
+  if (statvfs(s->dir, &fs) != 0)
+    return false;
+  return (uint64_t)fs.f_bavail * fs.f_frsize < STORE_FULL_DISK_BYTES;
+}
+
 /* An LMDB (or errno) failure of the step `what`.  A full map says what to
  * do about it (store.h note 3). */
 static int lmdb_fail(sl_store *s, int rc, const char *what) {
+  if (rc == EIO && disk_full(s))
+    rc = ENOSPC;
   if (rc == MDB_MAP_FULL) {
     MDB_envinfo info;
     mdb_env_info(s->env, &info);

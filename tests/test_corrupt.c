@@ -35,6 +35,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "inspect.h"
@@ -51,7 +52,7 @@
 
 /* ------------------------------------------------------------ helpers */
 
-__attribute__((unused)) static const char *sluice_bin(void) {
+static const char *sluice_bin(void) {
   const char *bin = getenv("SLUICE_BIN");
   cr_assert(bin && *bin, "SLUICE_BIN is not set (meson sets it)");
   return bin;
@@ -509,4 +510,339 @@ Test(corrupt, lock_files) {
     case_write(label);
   }
   free(lock_mdb);
+}
+
+/* ------------------------------------------------------------ named crashes
+ * The crashes of issue 17, each with a real job resumed on the damaged
+ * directory: SL_ECORRUPT naming data.mdb, or the exact output. */
+
+/* The newest meta page's root of the main database (always live). */
+static uint64_t main_root_page(const uint8_t *data, uint32_t page_bytes) {
+  uint64_t txnid[2], root[2];
+  for (int i = 0; i < 2; i++) {
+    const uint8_t *meta = data + (size_t)i * page_bytes + 16;
+    memcpy(&txnid[i], meta + 128, sizeof txnid[i]);
+    memcpy(&root[i], meta + 24 + 48 + 40, sizeof root[i]);
+  }
+  return root[txnid[0] < txnid[1] ? 1 : 0];
+}
+
+/* A real job resumed on fx.work holding data (more records than the
+ * store's run, so its writer takes more checkpoints): the outcome. */
+static int resume_case(const uint8_t *data, size_t bytes, const char *label) {
+  case_files(data, bytes, 0, 0, 0, 0);
+  char err[2048];
+  int rc = run_job(fx.work, 2 * job_records(), err, sizeof err);
+  fx.cases++;
+  fx.refused += rc != 0;
+  return outcome(rc, err, "data.mdb", label, "resumed job");
+}
+
+TestSuite(crash, .fini = fixture_teardown, .timeout = 600);
+
+/* SIGBUS (exit 135) before: LMDB read past the end of the map. */
+Test(crash, truncated_store_resume_refuses) {
+  fixture_setup();
+  cr_assert_neq(resume_case(fx.data, fx.data_bytes / 2, "half"), 0);
+  cr_assert_neq(resume_case(fx.data, 8192, "8 KiB"), 0);
+  char err[1024];
+  sl_state_dir *sd;
+  cr_assert_eq(sl_state_dir_open(fx.work, 0, &sd, err, sizeof err),
+               SL_ECORRUPT);
+  assert_contains(err, "data.mdb");
+}
+
+/* SIGSEGV in mdb_cursor_get <- merged_view <- sl_store_read_state, and
+ * the heap-buffer-overflow WRITE in mdb_put <- sl_store_put_blob, before:
+ * 4 bytes of a page header flipped, for every page, then a resume whose
+ * writer goes on checkpointing. */
+Test(crash, header_flips_then_resume_and_write) {
+  fixture_setup();
+  uint8_t *copy = malloc(fx.data_bytes);
+  cr_assert(copy);
+  size_t pages = fx.data_bytes / fx.page_bytes;
+  for (size_t page = 0; page < pages; page++)
+    for (size_t field = 8; field <= 12; field += 4) {
+      memcpy(copy, fx.data, fx.data_bytes);
+      size_t at = page * fx.page_bytes + field;
+      for (int i = 0; i < 4; i++)
+        copy[at + (size_t)i] ^= (uint8_t)(0x5a + i);
+      char label[64];
+      snprintf(label, sizeof label, "page %zu bytes %zu..%zu", page, field,
+               field + 3);
+      resume_case(copy, fx.data_bytes, label);
+    }
+  uint64_t root = main_root_page(fx.data, fx.page_bytes);
+  memcpy(copy, fx.data, fx.data_bytes);
+  copy[root * fx.page_bytes + 14] ^= 0x40; /* upper */
+  cr_assert_neq(resume_case(copy, fx.data_bytes, "the main root's upper"), 0);
+  free(copy);
+  cr_assert(fx.refused > 0 && fx.refused < fx.cases);
+}
+
+/* ------------------------------------------------------------ the CLI */
+
+/* Runs `sluice ARGS` (shell words); stdout and stderr into *out and *err
+ * (malloc'd); the exit status (a signal fails the test). */
+static int sluice(const char *args, char **out, char **err) {
+  char *dir = sl_test_temp_dir("corrupt-cli");
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>'%s/err'", sluice_bin(),
+           args, dir, dir);
+  int status = system(cmd);
+  cr_assert(status != -1 && WIFEXITED(status), "%s: status %d", cmd, status);
+  char *path = sl_test_path_in(dir, "out");
+  *out = sl_test_slurp(path);
+  free(path);
+  path = sl_test_path_in(dir, "err");
+  *err = sl_test_slurp(path);
+  free(path);
+  sl_test_remove_tree(dir);
+  return WEXITSTATUS(status);
+}
+
+/* The count job of the CLI on root/state, output root/out. */
+static void cli_job(const char *root, const char *extra, int want) {
+  char args[2048], *out, *err;
+  snprintf(args, sizeof args, "run count --records %" PRIu64 " --keys 500 "
+           "--parallelism 2 --state-dir '%s/state' --output '%s/out' "
+           "--no-sync --quiet %s", sl_test_scaled(200000, 20000), root, root,
+           extra);
+  int status = sluice(args, &out, &err);
+  cr_assert_eq(status, want, "sluice %s: exit %d: %s", args, status, err);
+  if (want != 0) { /* one line that names the damaged file */
+    cr_assert(strchr(err, '\n') == err + strlen(err) - 1,
+              "more than one line: %s", err);
+    assert_contains(err, "data.mdb");
+  }
+  free(out);
+  free(err);
+}
+
+TestSuite(cli, .timeout = 300);
+
+/* `sluice checkpoints` and `sluice run --resume` on damaged directories:
+ * one line naming data.mdb, exit status 1 (SIGBUS and SIGSEGV before). */
+Test(cli, damaged_store_exit_1) {
+  char *root = sl_test_temp_dir("corrupt-cli");
+  cli_job(root, "", 0);
+  char *data_path = sl_test_path_in(root, "state/data.mdb");
+  size_t bytes;
+  uint8_t *data = (uint8_t *)sl_test_read_file(data_path, &bytes);
+  cr_assert(data);
+  uint32_t page_bytes;
+  memcpy(&page_bytes, data + 16 + 24, sizeof page_bytes);
+  uint64_t root_page = main_root_page(data, page_bytes);
+  for (int damage = 0; damage < 3; damage++) {
+    size_t size = damage == 0 ? bytes / 2 : damage == 1 ? 8192 : bytes;
+    if (damage == 2) /* the main root's lower and upper */
+      for (size_t i = 12; i < 16; i++)
+        data[root_page * page_bytes + i] ^= 0xa5;
+    write_bytes(data_path, data, size);
+    char args[1024], *out, *err;
+    snprintf(args, sizeof args, "checkpoints '%s/state'", root);
+    cr_assert_eq(sluice(args, &out, &err), 1, "damage %d: %s", damage, err);
+    cr_assert(strchr(err, '\n') == err + strlen(err) - 1, "%s", err);
+    assert_contains(err, data_path);
+    cr_assert_str_empty(out);
+    free(out);
+    free(err);
+    cli_job(root, "--resume", 1);
+  }
+  free(data);
+  free(data_path);
+  sl_test_remove_tree(root);
+}
+
+/* One entry of a directory listing: name, size, mtime, content hash. */
+typedef struct entry_state {
+  char name[64];
+  off_t size;
+  struct timespec mtime;
+  uint64_t hash;
+} entry_state;
+
+/* The listing of dir's files (their names sorted by ls), at most 16. */
+static size_t dir_state(const char *dir, entry_state *entries) {
+  static const char *const names[] = {"data.mdb", "lock.mdb", "lock",
+                                      "manifest.json", "savepoints.jsonl"};
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char *path = sl_test_path_in(dir, names[i]);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+      entry_state *e = &entries[n++];
+      snprintf(e->name, sizeof e->name, "%s", names[i]);
+      e->size = st.st_size;
+      e->mtime = st.st_mtim;
+      size_t bytes;
+      char *data = sl_test_read_file(path, &bytes);
+      e->hash = 0xcbf29ce484222325ull;
+      mix(&e->hash, data, bytes);
+      free(data);
+    }
+    free(path);
+  }
+  return n;
+}
+
+static void assert_same_state(const char *dir, const entry_state *before,
+                              size_t count) {
+  entry_state after[16];
+  size_t n = dir_state(dir, after);
+  cr_assert_eq(n, count, "%s: files were added or removed", dir);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_str_eq(after[i].name, before[i].name);
+    cr_assert_eq(after[i].size, before[i].size, "%s", after[i].name);
+    cr_assert_eq(after[i].hash, before[i].hash, "%s changed", after[i].name);
+    cr_assert(after[i].mtime.tv_sec == before[i].mtime.tv_sec &&
+                  after[i].mtime.tv_nsec == before[i].mtime.tv_nsec,
+              "%s was written", after[i].name);
+  }
+  DIR *d = opendir(dir); /* nothing else appeared either */
+  cr_assert(d);
+  size_t others = 0;
+  for (struct dirent *e; (e = readdir(d)) != 0;)
+    others += e->d_name[0] != '.';
+  closedir(d);
+  cr_assert_eq(others, n, "%s holds a new file", dir);
+}
+
+/* `sluice checkpoints DIR` writes nothing: not in a state directory
+ * without lock.mdb, nor one with it, nor in a partial savepoint. */
+Test(cli, checkpoints_writes_nothing) {
+  char *root = sl_test_temp_dir("corrupt-cli");
+  cli_job(root, "", 0);
+  char *state = sl_test_path_in(root, "state");
+  char *partial = sl_test_path_in(root, "partial");
+  cr_assert_eq(mkdir(partial, 0755), 0);
+  char *from = sl_test_path_in(state, "data.mdb");
+  char *to = sl_test_path_in(partial, "data.mdb");
+  size_t bytes;
+  char *data = sl_test_read_file(from, &bytes);
+  write_bytes(to, data, bytes);
+  free(data);
+  const char *dirs[] = {state, state, partial};
+  for (int i = 0; i < 3; i++) {
+    if (i == 1) { /* the second time without lock.mdb */
+      char *lock_mdb = sl_test_path_in(state, "lock.mdb");
+      cr_assert_eq(unlink(lock_mdb), 0);
+      free(lock_mdb);
+    }
+    entry_state before[16];
+    size_t n = dir_state(dirs[i], before);
+    char args[1024], *out, *err;
+    snprintf(args, sizeof args, "checkpoints '%s'", dirs[i]);
+    cr_assert_eq(sluice(args, &out, &err), 0, "%s", err);
+    assert_contains(out, "checkpoint");
+    assert_same_state(dirs[i], before, n);
+    free(out);
+    free(err);
+  }
+  free(from);
+  free(to);
+  free(state);
+  free(partial);
+  sl_test_remove_tree(root);
+}
+
+/* ------------------------------------------------------------ the lock */
+
+TestSuite(lock, .timeout = 120);
+
+/* Deleting "lock" while a writer runs lets no second writer in: the
+ * writer's lock is on the directory itself.  Two real processes. */
+Test(lock, deleted_lock_file_keeps_second_writer_out) {
+  char *dir = sl_test_temp_dir("corrupt-lock");
+  int ready[2], done[2];
+  cr_assert_eq(pipe(ready), 0);
+  cr_assert_eq(pipe(done), 0);
+  sl_store_options rw = {.graph_fingerprint = "g", .no_sync = 1};
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) { /* the first writer */
+    sl_store *st;
+    char err[1024];
+    char ok = sl_store_open(dir, &rw, &st, err, sizeof err) == 0 ? 'y' : 'n';
+    if (write(ready[1], &ok, 1) != 1 || read(done[0], &ok, 1) != 1)
+      _exit(3);
+    sl_store_close(st);
+    _exit(0);
+  }
+  char ok;
+  cr_assert_eq(read(ready[0], &ok, 1), 1);
+  cr_assert_eq(ok, 'y', "the first writer could not open");
+  char *lock = sl_test_path_in(dir, "lock");
+  cr_assert_eq(unlink(lock), 0);
+  sl_store *st;
+  char err[1024];
+  cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), SL_ESTORE,
+               "a second writer got in: %s", err);
+  assert_contains(err, "in use by another process");
+  sl_store_options ro = {.read_only = 1}; /* a reader beside it may */
+  cr_assert_eq(sl_store_open(dir, &ro, &st, err, sizeof err), 0, "%s", err);
+  sl_store_close(st);
+  cr_assert_eq(write(done[1], "x", 1), 1);
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), 0, "%s", err);
+  sl_store_close(st);
+  free(lock);
+  sl_test_remove_tree(dir);
+}
+
+/* ------------------------------------------------------------ full disk */
+
+static char full_disk_mount[256];
+
+static void full_disk_unmount(void) {
+  if (full_disk_mount[0]) {
+    umount2(full_disk_mount, MNT_DETACH);
+    rmdir(full_disk_mount);
+    full_disk_mount[0] = 0;
+  }
+}
+
+TestSuite(full_disk, .fini = full_disk_unmount, .timeout = 120);
+
+/* A commit on a full file system is "No space left on device", naming
+ * data.mdb ("Input/output error" before: LMDB's short write).  A real
+ * 2 MiB tmpfs. */
+Test(full_disk, commit_reports_no_space) {
+  char *dir = sl_test_temp_dir("corrupt-full");
+  snprintf(full_disk_mount, sizeof full_disk_mount, "%s", dir);
+  if (mount("tmpfs", dir, "tmpfs", 0, "size=2m") != 0) {
+    int e = errno;
+    full_disk_mount[0] = 0;
+    rmdir(dir);
+    free(dir);
+    cr_skip_test("cannot mount a 2 MiB tmpfs (%s): this test needs root "
+                 "(CI runs it as root)", strerror(e));
+  }
+  char *state = sl_test_path_in(dir, "state");
+  sl_store_options rw = {.graph_fingerprint = "g"};
+  sl_store *st;
+  char err[1024];
+  cr_assert_eq(sl_store_open(state, &rw, &st, err, sizeof err), 0, "%s", err);
+  static uint8_t blob[256 << 10];
+  int rc = 0;
+  /* Bounded: 2 MiB hold fewer than 64 blobs of 256 KiB. */
+  for (uint16_t i = 0; rc == 0 && i < 64; i++) {
+    memset(blob, i, sizeof blob);
+    sl_store_txn *txn;
+    cr_assert_eq(sl_store_begin(st, &txn), 0);
+    rc = sl_store_put_blob(txn, 0, i, blob, sizeof blob);
+    if (rc == 0)
+      rc = sl_store_commit(txn, (uint64_t)i + 1, "r", 1);
+    else
+      sl_store_abort(txn);
+  }
+  cr_assert_eq(rc, ENOSPC, "rc %d: %s", rc, sl_store_error(st));
+  assert_contains(sl_store_error(st), "No space left on device");
+  assert_contains(sl_store_error(st), "data.mdb");
+  cr_log_info("full disk: %s", sl_store_error(st));
+  sl_store_close(st);
+  free(state);
+  free(dir);
 }
