@@ -38,8 +38,10 @@
  *    a cycle or a shared page is refused, so the walk ends), read with
  *    pread into a buffer of its level (no map: a walk cannot fault), its
  *    own number in its header, flags exactly P_BRANCH or P_LEAF, lower
- *    and upper inside the page and in order, every node inside [upper,
- *    page size), keys at most 511 bytes, sorted, and within the bounds
+ *    and upper inside the page and in order, the nodes packed side by
+ *    side from upper to the page's end (as LMDB keeps them: it adds a
+ *    node at upper and closes the hole a delete leaves), keys at most
+ *    511 bytes, sorted, and within the bounds
  *    its parents' keys give (LMDB's binary search relies on them), all
  *    leaves at the record's depth, at most SL_LMDB_CHECK_DEPTH_MAX
  *    levels (LMDB's cursor stack).  The counts of branch, leaf and

@@ -1,5 +1,5 @@
 /* store.c — the LMDB store of a job's state directory (store.h holds the
- * design notes 1-5 and the contract of every call).
+ * design notes 1-8 and the contract of every call).
  *
  * NOTES ON THE IMPLEMENTATION
  *
@@ -31,13 +31,16 @@
  *
  *    The LMDB write transaction exists exactly in ACTIVE (txn_check()).
  *    As a failed one holds nothing, the map may grow before it is ended.
- * 5. Opening (store.h notes 4, 5), in this order: inspect the directory
- *    with plain file calls (a foreign directory sees no write at all);
- *    read data.mdb's first meta page for LMDB's magic; claim the directory
- *    in the in-process registry; take the flock (writers); open the
+ * 5. Opening (store.h notes 4, 5, 8), in this order: inspect the
+ *    directory with plain file calls (a foreign directory sees no write
+ *    at all); read data.mdb's first meta page for LMDB's magic; claim the
+ *    directory in the in-process registry; take the flocks (a writer: of
+ *    "lock", then of the directory, take_lock; a reader: the directory's
+ *    shared one, or none beside a live writer, reader_lock); walk
+ *    data.mdb unless a live writer holds it (check_data_file); open the
  *    environment; check meta, or initialise it if the environment is
- *    empty.  The environment is opened once, after the lock: a second
- *    writer never reaches LMDB.
+ *    empty.  The environment is opened once, after the lock and the
+ *    walk: a second writer and a damaged file never reach LMDB.
  * 6. In-process registry.  LMDB forbids opening one environment twice in a
  *    process (closing the second handle would drop the first one's fcntl
  *    locks).  flock stops a second writer but not a reader beside a
