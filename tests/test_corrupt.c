@@ -199,6 +199,50 @@ static int store_write(sl_store *st) {
   return 0;
 }
 
+/* The same job started from the savepoint sp into the new state_dir. */
+static int run_job_from(const char *state_dir, const char *sp, uint64_t count,
+                        char *err, size_t err_bytes) {
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state_dir;
+  config.checkpoint.interval_ms = 5;
+  config.checkpoint.no_sync = 1;
+  config.checkpoint.from_savepoint = sp;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_keyed(job, "src", SOURCE_P, count, KEYS, &src), 0);
+  cr_assert_eq(sl_sink_verify(job, "verify", src, 2, count, KEYS, &sink), 0);
+  int rc = sl_job_run(job);
+  snprintf(err, err_bytes, "%s", sl_job_error(job));
+  if (rc == 0) {
+    sl_verify_counts v;
+    cr_assert_eq(sl_verify_result(sink, &v), 0);
+    cr_assert_eq(v.records, count, "a job from a savepoint differs");
+    cr_assert_eq(v.lost + v.duplicates + v.out_of_order, 0);
+  }
+  sl_job_destroy(job);
+  return rc;
+}
+
+/* A savepoint of the job's end in sp (the job runs count records). */
+static void job_savepoint(const char *state_dir, const char *sp,
+                          uint64_t count) {
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = state_dir;
+  config.checkpoint.interval_ms = 5;
+  config.checkpoint.no_sync = 1;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_keyed(job, "src", SOURCE_P, count, KEYS, &src), 0);
+  cr_assert_eq(sl_sink_verify(job, "verify", src, 2, count, KEYS, &sink), 0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  cr_assert_eq(sl_job_wait(job), 0, "%s", sl_job_error(job));
+  char err[1024];
+  cr_assert_eq(sl_job_savepoint(job, sp, 0, err, sizeof err), 0, "%s", err);
+  sl_job_destroy(job);
+}
+
 /* ------------------------------------------------------------ fixture */
 
 /* A store of a real job, kept in memory, and what its readers and its
@@ -845,4 +889,82 @@ Test(full_disk, commit_reports_no_space) {
   sl_store_close(st);
   free(state);
   free(dir);
+}
+
+/* ------------------------------------------------------------ savepoints */
+
+TestSuite(savepoint_damage, .timeout = 600);
+
+/* A job started from a damaged savepoint (data.mdb: every page header,
+ * truncations, random flips; manifest.json: random flips): SL_ECORRUPT
+ * naming data.mdb, a refusal naming manifest.json, or the exact output. */
+Test(savepoint_damage, start_from_damaged_savepoint) {
+  char *root = sl_test_temp_dir("corrupt-sp");
+  char *state = sl_test_path_in(root, "state");
+  char *sp = sl_test_path_in(root, "sp");
+  uint64_t count = job_records();
+  job_savepoint(state, sp, count);
+  char *data_path = sl_test_path_in(sp, "data.mdb");
+  char *manifest_path = sl_test_path_in(sp, "manifest.json");
+  size_t data_bytes, manifest_bytes;
+  uint8_t *data = (uint8_t *)sl_test_read_file(data_path, &data_bytes);
+  uint8_t *manifest = (uint8_t *)sl_test_read_file(manifest_path,
+                                                   &manifest_bytes);
+  cr_assert(data && manifest);
+  uint32_t page_bytes;
+  memcpy(&page_bytes, data + 16 + 24, sizeof page_bytes);
+  uint8_t *copy = malloc(data_bytes > manifest_bytes ? data_bytes
+                                                     : manifest_bytes);
+  cr_assert(copy);
+  size_t pages = data_bytes / page_bytes;
+  uint64_t random = DEFAULT_SEED, cases = 0, refused = 0;
+  size_t flips = (size_t)sl_test_scaled(60, 20);
+  size_t total = 2 * pages + flips + flips;
+  for (size_t c = 0; c < total; c++, cases++) {
+    bool in_manifest = c >= 2 * pages + flips;
+    const uint8_t *from = in_manifest ? manifest : data;
+    size_t bytes = in_manifest ? manifest_bytes : data_bytes;
+    memcpy(copy, from, bytes);
+    char label[96];
+    if (c < pages) { /* a page header's lower and upper */
+      for (size_t i = 12; i < 16; i++)
+        copy[c * page_bytes + i] ^= 0x5a;
+      snprintf(label, sizeof label, "savepoint page %zu header", c);
+    } else if (c < 2 * pages) {
+      bytes = (c - pages) * page_bytes + page_bytes / 2;
+      snprintf(label, sizeof label, "savepoint truncated to %zu", bytes);
+    } else {
+      size_t at = (size_t)(next_random(&random) % bytes);
+      copy[at] ^= (uint8_t)(next_random(&random) % 255 + 1);
+      snprintf(label, sizeof label, "%s byte %zu flipped",
+               in_manifest ? "manifest.json" : "data.mdb", at);
+    }
+    write_bytes(in_manifest ? manifest_path : data_path, copy, bytes);
+    char *target = sl_test_path_in(root, "target");
+    char err[2048];
+    int rc = run_job_from(target, sp, 2 * count, err, sizeof err);
+    refused += rc != 0;
+    if (in_manifest && rc == SL_ESTORE) /* a text: refused, naming it */
+      assert_contains(err, "manifest.json");
+    else
+      outcome(rc, err, in_manifest ? "manifest.json" : "data.mdb", label,
+              "start from the savepoint");
+    write_bytes(in_manifest ? manifest_path : data_path, from,
+                in_manifest ? manifest_bytes : data_bytes);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", target);
+    cr_assert_eq(system(cmd), 0);
+    free(target);
+  }
+  cr_log_info("%" PRIu64 " damaged savepoints: %" PRIu64 " refused", cases,
+              refused);
+  cr_assert(refused > 0 && refused < cases);
+  free(copy);
+  free(data);
+  free(manifest);
+  free(data_path);
+  free(manifest_path);
+  free(state);
+  free(sp);
+  sl_test_remove_tree(root);
 }
