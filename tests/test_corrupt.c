@@ -307,7 +307,9 @@ static void fixture_setup(void) {
   sl_store_options rw = {.graph_fingerprint = fx.graph, .no_sync = 1};
   cr_assert_eq(sl_store_open(fx.work, &rw, &st, err, sizeof err), 0);
   sl_store_close(st); /* an empty store: replaced by each case's copy */
-  write_bytes(sl_test_path_in(fx.work, "data.mdb"), fx.data, fx.data_bytes);
+  char *work_data = sl_test_path_in(fx.work, "data.mdb");
+  write_bytes(work_data, fx.data, fx.data_bytes);
+  free(work_data);
   cr_assert_eq(sl_store_open(fx.work, &rw, &st, err, sizeof err), 0, "%s",
                err);
   cr_assert_eq(store_write(st), 0, "%s", sl_store_error(st));
