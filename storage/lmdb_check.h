@@ -60,8 +60,10 @@
  *    data.
  * 6. Cost: one pread a page reached (plus overflow runs), one bit of
  *    memory a page of the file, SL_LMDB_CHECK_DEPTH_MAX page buffers.
- *    It is O(file) time at every open that checks (measured in the
- *    report of issue 17; see sl_lmdb_check_stats.pages_read).
+ *    It is O(store) time at every open that checks: a store of 1M keyed
+ *    entries (compacted, 122 MiB file, 9445 live pages, 21824 free) takes
+ *    60 ms of CPU (0.4 s wall on a loaded 2-core machine, page cache
+ *    warm), about 6 us a page.
  * 7. Only a file no process writes may be walked: a live writer reuses
  *    free pages under the walk.  store.c walks a store while it holds the
  *    writer's lock, or a reader's shared lock that keeps writers out
