@@ -548,6 +548,7 @@ Test(corrupt, lock_files) {
     char label[64];
     snprintf(label, sizeof label, "lock.mdb damaged (%zu bytes), lock %d",
              bytes, n);
+    fx.cases++;
     case_files(fx.data, fx.data_bytes, lock_mdb, bytes, lock, n % 16);
     cr_assert_eq(case_read(label), 0, "%s", label);
     case_files(fx.data, fx.data_bytes, lock_mdb, bytes, lock, n % 16);
