@@ -427,18 +427,19 @@ static int manifest_check(sl_job *job, const char *dir, const char *format,
     return SL_ESTORE;
   }
   if (version != SAVEPOINT_VERSION || store_format != SL_STORE_FORMAT_VERSION) {
-    sl_job_set_error(job, "savepoint %s: savepoint format %lld with store "
-                     "format %lld; this sluice reads savepoint format %d "
-                     "with store format %u", dir, (long long)version,
+    sl_job_set_error(job, "savepoint %s: %s says savepoint format %lld "
+                     "with store format %lld; this sluice reads savepoint "
+                     "format %d with store format %u", dir, MANIFEST_NAME,
+                     (long long)version,
                      (long long)store_format, SAVEPOINT_VERSION,
                      SL_STORE_FORMAT_VERSION);
     return SL_ESTORE;
   }
   if (max_parallelism != (json_int_t)job->config.max_parallelism) {
-    sl_job_set_error(job, "savepoint %s: written with max_parallelism %lld, "
+    sl_job_set_error(job, "savepoint %s: %s says max_parallelism %lld, "
                      "this job has %" PRIu32 " (key groups cannot be split "
                      "or merged: start it with max_parallelism %lld)", dir,
-                     (long long)max_parallelism, job->config.max_parallelism,
+                     MANIFEST_NAME, (long long)max_parallelism, job->config.max_parallelism,
                      (long long)max_parallelism);
     return SL_ESTORE;
   }
@@ -447,8 +448,9 @@ static int manifest_check(sl_job *job, const char *dir, const char *format,
     return ENOMEM;
   int rc = strcmp(graph, ours) == 0 ? 0 : SL_ESTORE;
   if (rc)
-    sl_job_set_error(job, "savepoint %s: written by job graph " QUOTE_FORMAT
-                     ", this job is " QUOTE_FORMAT, dir, QUOTE_ARGS(graph),
+    sl_job_set_error(job, "savepoint %s: %s: written by job graph "
+                     QUOTE_FORMAT ", this job is " QUOTE_FORMAT, dir,
+                     MANIFEST_NAME, QUOTE_ARGS(graph),
                      QUOTE_ARGS(ours));
   free(ours);
   return rc;
@@ -588,6 +590,37 @@ static int rescale_operator(sl_store *store, sl_store_txn *txn,
   return 0;
 }
 
+/* The manifest's parallelism of op against the copy (note 3): every
+ * instance of a checkpoint has a blob (coordinator.c), so blobs 0 .. old-1
+ * are there and blob old is not.  A manifest whose text was damaged into
+ * another valid number would otherwise rescale what was not rescaled. */
+static int instances_check(sl_store *store, const sl_op *op, int old,
+                           char *err, size_t err_bytes) {
+  assert(old >= 1 && old <= SL_MAX_PARALLELISM);
+  void *blob = 0;
+  uint32_t bytes = 0;
+  int last = sl_store_get_blob(store, (uint16_t)op->id, (uint16_t)(old - 1),
+                               &blob, &bytes);
+  free(blob);
+  blob = 0;
+  int beyond = old < SL_MAX_PARALLELISM
+                   ? sl_store_get_blob(store, (uint16_t)op->id,
+                                       (uint16_t)old, &blob, &bytes)
+                   : SL_ENOTFOUND;
+  free(blob);
+  if (last == SL_ECORRUPT || beyond == SL_ECORRUPT)
+    return say(err, err_bytes, SL_ECORRUPT, "%s", sl_store_error(store));
+  if (last == 0 && beyond == SL_ENOTFOUND)
+    return 0;
+  if ((last != 0 && last != SL_ENOTFOUND) ||
+      (beyond != 0 && beyond != SL_ENOTFOUND))
+    return say(err, err_bytes, last ? last : beyond, "%s",
+               sl_store_error(store));
+  return say(err, err_bytes, SL_ESTORE, "%s says operator '%s' had %d "
+             "instances, but data.mdb holds blobs of another number",
+             MANIFEST_NAME, op->name, old);
+}
+
 /* sl_store_install's edit (store.h): the copy against its manifest, then
  * every operator whose parallelism changed. */
 static int rescale_edit(void *arg, sl_store *store, sl_store_txn *txn,
@@ -602,9 +635,12 @@ static int rescale_edit(void *arg, sl_store *store, sl_store_txn *txn,
   for (int i = 0; i < job->physical_count; i++) {
     const sl_op *op = job->physical[i];
     int old = r->m->parallelism[i];
+    int rc = instances_check(store, op, old, err, err_bytes);
+    if (rc)
+      return rc;
     if (old == op->parallelism)
       continue;
-    int rc = rescale_operator(store, txn, op, old, err, err_bytes);
+    rc = rescale_operator(store, txn, op, old, err, err_bytes);
     if (rc)
       return rc;
   }
@@ -634,7 +670,8 @@ int sl_savepoint_install(sl_job *job, const char *fingerprint) {
     rc = sl_store_install(c->state_dir, dir, &options, message,
                           sizeof message);
     if (rc)
-      sl_job_set_error(job, "starting from savepoint %s: %s", dir, message);
+      sl_job_set_error(job, "starting from savepoint %s (its data.mdb "
+                       "against its %s): %s", dir, MANIFEST_NAME, message);
   }
   json_decref(m->json);
   free(m);

@@ -1,5 +1,5 @@
 /* store.c — the LMDB store of a job's state directory (store.h holds the
- * design notes 1-5 and the contract of every call).
+ * design notes 1-8 and the contract of every call).
  *
  * NOTES ON THE IMPLEMENTATION
  *
@@ -31,13 +31,16 @@
  *
  *    The LMDB write transaction exists exactly in ACTIVE (txn_check()).
  *    As a failed one holds nothing, the map may grow before it is ended.
- * 5. Opening (store.h notes 4, 5), in this order: inspect the directory
- *    with plain file calls (a foreign directory sees no write at all);
- *    read data.mdb's first meta page for LMDB's magic; claim the directory
- *    in the in-process registry; take the flock (writers); open the
+ * 5. Opening (store.h notes 4, 5, 8), in this order: inspect the
+ *    directory with plain file calls (a foreign directory sees no write
+ *    at all); read data.mdb's first meta page for LMDB's magic; claim the
+ *    directory in the in-process registry; take the flocks (a writer: of
+ *    "lock", then of the directory, take_lock; a reader: the directory's
+ *    shared one, or none beside a live writer, reader_lock); walk
+ *    data.mdb unless a live writer holds it (check_data_file); open the
  *    environment; check meta, or initialise it if the environment is
- *    empty.  The environment is opened once, after the lock: a second
- *    writer never reaches LMDB.
+ *    empty.  The environment is opened once, after the lock and the
+ *    walk: a second writer and a damaged file never reach LMDB.
  * 6. In-process registry.  LMDB forbids opening one environment twice in a
  *    process (closing the second handle would drop the first one's fcntl
  *    locks).  flock stops a second writer but not a reader beside a
@@ -114,10 +117,12 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "lmdb_check.h"
 #include "sluice.h"
 
 /* Readers at once (open_env): a job's instances restore in parallel. */
@@ -136,6 +141,12 @@
  * updates of format 1, WRITEMAP made puts 1.3x faster.) */
 #define STORE_WRITEMAP false
 #define STORE_DIR_MODE 0755
+/* Free space under which an EIO of LMDB is a full disk (disk_full). */
+#define STORE_FULL_DISK_BYTES (256u << 10)
+/* A writer waits this long at most for readers that hold the directory's
+ * shared lock (lock_directory): 5 s. */
+#define STORE_LOCK_WAIT_TRIES 500
+#define STORE_LOCK_WAIT_US 10000
 #define STORE_FILE_MODE 0644
 /* At least LMDB's largest key (511 by default); longer keys are refused
  * before they reach the buffer. */
@@ -239,6 +250,9 @@ struct sl_store {
   MDB_dbi dbi[DB_COUNT]; /* indexed by database number */
   char *dir;
   int lock_fd; /* -1: none (read-only, or not taken yet) */
+  /* The directory itself, flock'd: exclusively by a writer, shared by a
+   * reader that found no writer (store.h note 5); -1: not open. */
+  int dir_fd;
   bool read_only;
   bool no_lock_file; /* read_only without lock.mdb (MDB_NOLOCK) */
   bool no_sync;
@@ -321,7 +335,10 @@ __attribute__((format(printf, 3, 4))) static int
 store_fail(sl_store *s, int rc, const char *format, ...) {
   assert(rc != 0);
   assert(s->dir != 0);
-  int at = snprintf(s->error, sizeof s->error, "%s: ", s->dir);
+  /* Damage is always named by the file it is in (store.h note 8). */
+  bool name_file = rc == SL_ECORRUPT && strncmp(format, "data.mdb", 8) != 0;
+  int at = snprintf(s->error, sizeof s->error, "%s: %s", s->dir,
+                    name_file ? "data.mdb is damaged: " : "");
   if (at < 0 || (size_t)at >= sizeof s->error)
     return rc; /* the directory alone fills the buffer */
   va_list args;
@@ -331,9 +348,23 @@ store_fail(sl_store *s, int rc, const char *format, ...) {
   return rc;
 }
 
+/* Store.h note 8: LMDB reports a write cut short as EIO ("TODO: Use which
+ * error code?" in mdb_page_flush), and on a file system that filled up
+ * under a commit that is what it gets: pwrite writes what fits and
+ * returns the short count.  Such a write leaves less than a block free,
+ * so EIO with under STORE_FULL_DISK_BYTES free is taken for ENOSPC. */
+static bool disk_full(const sl_store *s) {
+  struct statvfs fs;
+  if (statvfs(s->dir, &fs) != 0)
+    return false;
+  return (uint64_t)fs.f_bavail * fs.f_frsize < STORE_FULL_DISK_BYTES;
+}
+
 /* An LMDB (or errno) failure of the step `what`.  A full map says what to
  * do about it (store.h note 3). */
 static int lmdb_fail(sl_store *s, int rc, const char *what) {
+  if (rc == EIO && disk_full(s))
+    rc = ENOSPC;
   if (rc == MDB_MAP_FULL) {
     MDB_envinfo info;
     mdb_env_info(s->env, &info);
@@ -342,6 +373,12 @@ static int lmdb_fail(sl_store *s, int rc, const char *what) {
                       "sl_store_grow and write the transaction again)",
                       what, info.me_mapsize);
   }
+  if (rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND)
+    return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: %s: %s", what,
+                      mdb_strerror(rc)); /* what the walk cannot see */
+  if (rc == ENOSPC)
+    return store_fail(s, rc, "%s: %s (writing %s/data.mdb)", what,
+                      strerror(rc), s->dir);
   return store_fail(s, rc, "%s: %s", what, mdb_strerror(rc));
 }
 
@@ -402,8 +439,8 @@ static int corrupt(sl_store *s, int db, const MDB_val *key,
                    const char *problem) {
   char text[3 * MESSAGE_KEY_BYTES + 64];
   key_text(db, key, text, sizeof text);
-  return store_fail(s, SL_ECORRUPT, "database %s, %s: %s", db_names[db], text,
-                    problem);
+  return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: database %s, %s: %s",
+                    db_names[db], text, problem);
 }
 
 /* ------------------------------------------------------------ values */
@@ -679,8 +716,44 @@ static int inspect_data_file(sl_store *s, bool *empty) {
   return 0;
 }
 
-/* The writer's exclusive lock (store.h note 5).  *created: this call made
- * the lock file, so a refusal later may remove it again. */
+/* Opens the directory itself for its flock (store.h note 5). */
+static int open_dir_fd(sl_store *s) {
+  assert(s->dir_fd < 0);
+  s->dir_fd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (s->dir_fd < 0)
+    return store_fail(s, errno, "cannot open the directory: %s",
+                      strerror(errno));
+  return 0;
+}
+
+/* The directory's exclusive flock for a writer that holds the "lock"
+ * file's (store.h note 5).  A shared holder is a reader that found no
+ * writer: inspection is short, so it is waited for, a bounded time; a
+ * writer whose "lock" file was deleted under it also holds the directory,
+ * and the wait ends in the same refusal. */
+static int lock_directory(sl_store *s) {
+  int rc = open_dir_fd(s);
+  if (rc != 0)
+    return rc;
+  /* Bounded: STORE_LOCK_WAIT_TRIES waits of STORE_LOCK_WAIT_US. */
+  for (int attempt = 0; attempt <= STORE_LOCK_WAIT_TRIES; attempt++) {
+    if (flock(s->dir_fd, LOCK_EX | LOCK_NB) == 0)
+      return 0;
+    if (errno != EWOULDBLOCK)
+      return store_fail(s, errno, "cannot lock the directory: %s",
+                        strerror(errno));
+    struct timespec wait = {0, STORE_LOCK_WAIT_US * 1000L};
+    nanosleep(&wait, 0);
+  }
+  return store_fail(s, SL_ESTORE,
+                    "in use by another process (it holds the lock of the "
+                    "directory itself)");
+}
+
+/* The writer's exclusive lock (store.h note 5): first the "lock" file's
+ * flock (writers of every sluice version take it), then the directory's
+ * own, which no unlink can take away.  *created: this call made the lock
+ * file, so a refusal later may remove it again. */
 static int take_lock(sl_store *s, bool *created) {
   assert(!s->read_only);
   assert(s->lock_fd < 0);
@@ -697,11 +770,44 @@ static int take_lock(sl_store *s, bool *created) {
                       strerror(errno));
   s->lock_fd = fd;
   if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-    return 0;
+    return lock_directory(s);
   if (errno == EWOULDBLOCK)
     return store_fail(s, SL_ESTORE,
                       "in use by another process (it holds %s)", path);
   return store_fail(s, errno, "cannot lock %s: %s", path, strerror(errno));
+}
+
+/* A reader's view of the writer's lock (store.h note 5): a shared flock
+ * of the directory, kept while the handle lives, if no writer holds it
+ * (*writer false); else *writer is true and nothing is held. */
+static int reader_lock(sl_store *s, bool *writer) {
+  assert(s->read_only);
+  int rc = open_dir_fd(s);
+  if (rc != 0)
+    return rc;
+  *writer = flock(s->dir_fd, LOCK_SH | LOCK_NB) != 0;
+  if (*writer && errno != EWOULDBLOCK)
+    return store_fail(s, errno, "cannot lock the directory: %s",
+                      strerror(errno));
+  return 0;
+}
+
+/* Store.h note 8: the walk of data.mdb before LMDB maps it. */
+static int check_data_file(sl_store *s) {
+  char path[PATH_MAX];
+  int rc = dir_path(s, "data.mdb", path, sizeof path);
+  if (rc != 0)
+    return rc;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return store_fail(s, errno, "cannot open %s: %s", path, strerror(errno));
+  /* The walk's message names the file itself: it goes in whole. */
+  rc = sl_lmdb_check_file(fd, path, SL_STORE_MAX_MAP_BYTES, 0, s->error,
+                          sizeof s->error);
+  close(fd);
+  if (rc == ENOMEM && !s->error[0])
+    return store_fail(s, ENOMEM, "out of memory");
+  return rc;
 }
 
 static int open_env(sl_store *s, bool writemap) {
@@ -766,6 +872,9 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
                                const char *fingerprint) {
   MDB_val v;
   int rc = meta_get(s, txn, "magic", &v);
+  if (rc == MDB_NOTFOUND && meta_get(s, txn, "format", &v) == 0)
+    return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: meta "
+                      "\"magic\" is missing, \"format\" is there");
   if (rc == MDB_NOTFOUND || (rc == 0 && (v.mv_size != STORE_MAGIC_BYTES ||
                                          memcmp(v.mv_data, STORE_MAGIC,
                                                 STORE_MAGIC_BYTES) != 0)))
@@ -774,7 +883,9 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
   if (rc == 0)
     rc = meta_get(s, txn, "format", &v);
   if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != sizeof(uint32_t)))
-    return store_fail(s, SL_ECORRUPT, "meta \"format\" is missing or bad");
+    return store_fail(s, SL_ECORRUPT,
+                      "data.mdb is damaged: meta \"format\" is missing or "
+                      "bad");
   if (rc != 0)
     return rc;
   uint32_t format = (uint32_t)((const uint8_t *)v.mv_data)[0] |
@@ -884,6 +995,11 @@ static int check_empty(sl_store *s, MDB_txn *txn, bool *fresh) {
   if (rc != 0)
     return lmdb_fail(s, rc, "look into the environment");
   *fresh = st.ms_entries == 0;
+  MDB_dbi other;
+  if (!*fresh &&
+      mdb_dbi_open(txn, db_names[DB_CHECKPOINTS], 0, &other) == 0)
+    return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: the database "
+                      "meta is missing, the others are there");
   if (!*fresh)
     return store_fail(s, SL_ESTORE,
                       "an LMDB environment, but not a sluice store");
@@ -1026,10 +1142,20 @@ static int open_steps(sl_store *s, const sl_store_options *options) {
                     "holds no sluice store (a read-only open creates none)");
   if (rc == 0)
     rc = registry_add(s);
-  bool lock_created = false, locked = false;
+  bool lock_created = false, locked = false, writer_live = false;
   if (rc == 0 && !s->read_only)
     rc = take_lock(s, &lock_created);
   locked = rc == 0 && !s->read_only;
+  if (rc == 0 && s->read_only)
+    rc = reader_lock(s, &writer_live);
+  /* Note 5: a reader that keeps writers out needs no lock.mdb, and makes
+   * or writes none. */
+  if (rc == 0 && s->read_only && !writer_live)
+    s->no_lock_file = true;
+  /* Note 8: a store a live writer holds was walked when it opened, and
+   * its pages change under a walk; every other one is walked now. */
+  if (rc == 0 && has_data && !data_empty && !writer_live)
+    rc = check_data_file(s);
   if (rc == 0)
     rc = open_store(s, options, has_data && !data_empty);
   if (rc == SL_ESTORE && lock_created && locked) {
@@ -1074,6 +1200,7 @@ int sl_store_open(const char *dir, const sl_store_options *options,
   }
   s->dir = dir_copy;
   s->lock_fd = -1;
+  s->dir_fd = -1;
   s->read_only = options->read_only != 0;
   s->no_lock_file = s->read_only && options->no_lock_file != 0;
   s->no_sync = options->no_sync != 0;
@@ -1106,6 +1233,8 @@ void sl_store_close(sl_store *s) {
     mdb_env_close(s->env);
   if (s->lock_fd >= 0)
     close(s->lock_fd);
+  if (s->dir_fd >= 0)
+    close(s->dir_fd); /* releases the directory's flock */
   registry_remove(s);
   free(s->txn.blob_keys);
   free(s->txn.copy);
@@ -2795,6 +2924,7 @@ static sl_store *handle_new(const char *dir, bool read_only) {
   }
   s->dir = dir_copy;
   s->lock_fd = -1;
+  s->dir_fd = -1;
   s->read_only = read_only;
   s->txn.store = s;
   s->txn.state = TXN_IDLE;
@@ -2823,6 +2953,10 @@ static int inspect_meta(sl_store *s, MDB_txn *txn, sl_store_info *info) {
   MDB_val v;
   if (rc == 0)
     rc = meta_get(s, txn, "magic", &v); /* sets a message but NOTFOUND */
+  MDB_val format;
+  if (rc == MDB_NOTFOUND && meta_get(s, txn, "format", &format) == 0)
+    return store_fail(s, SL_ECORRUPT, "meta \"magic\" is missing, "
+                      "\"format\" is there");
   if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE ||
       (rc == 0 && (v.mv_size != STORE_MAGIC_BYTES ||
                    memcmp(v.mv_data, STORE_MAGIC, STORE_MAGIC_BYTES) != 0)))
@@ -2861,6 +2995,8 @@ static int inspect_steps(sl_store *s, sl_store_info *info) {
     return store_fail(s, ENOENT, "holds no data.mdb");
   if (rc == 0 && empty)
     return store_fail(s, SL_ESTORE, "data.mdb is empty");
+  if (rc == 0)
+    rc = check_data_file(s); /* store.h note 8 */
   if (rc != 0)
     return rc; /* with its message */
   if ((rc = mdb_env_create(&s->env)) != 0) {

@@ -61,7 +61,8 @@
  * 4. Opening checks, in this order, and refuses with SL_ESTORE and a
  *    message naming the directory and the problem, changing nothing:
  *    the path is not a directory; the directory holds files but no
- *    data.mdb (not a store); data.mdb is not an LMDB file; the magic is
+ *    data.mdb (not a store); data.mdb is not an LMDB file; data.mdb is
+ *    damaged (SL_ECORRUPT, note 8); the magic is
  *    wrong (an LMDB file of someone else); the format version is not
  *    SL_STORE_FORMAT_VERSION (older formats are not converted); the graph
  *    fingerprint differs (the message quotes both).  A missing or empty
@@ -70,9 +71,17 @@
  *    created only once the checks that need no LMDB have passed, and
  *    removed again if a later check refuses the directory.
  * 5. Only one process may write a store: sl_store_open takes an exclusive
- *    lock (flock on a "lock" file in the directory); a second writer gets
- *    SL_ESTORE "in use by another process".  read_only opens skip the lock
- *    and use read transactions only (inspection while a job runs).
+ *    flock on a "lock" file in the directory (as older versions do) and
+ *    then on the directory itself, which cannot be deleted while it holds
+ *    the store: deleting "lock" under a running job lets no second writer
+ *    in.  A second writer gets SL_ESTORE "in use by another process".  A
+ *    read_only open takes no exclusive lock: if a writer holds the
+ *    directory, it reads beside it through LMDB's reader table (lock.mdb,
+ *    which the writer made); if none does, it holds a shared flock of the
+ *    directory until it closes and opens with MDB_NOLOCK, so it creates
+ *    and writes no file at all (`sluice checkpoints` changes nothing),
+ *    and a writer that starts meanwhile waits for it (at most 5 s, then
+ *    SL_ESTORE "in use"): unregistered readers must not see pages reused.
  *    LMDB allows one handle per environment per process, so a second open
  *    of the same directory in one process is refused (SL_ESTORE "in use:
  *    already open in this process"), read-only or not.
@@ -103,6 +112,25 @@
  *    data.mdb (or with the old one), a crash after it the installed
  *    store; a staging directory left behind is ignored by sl_store_open
  *    and removed by the next install.
+ * 8. Damage.  LMDB 0.9 checksums no page and trusts its map: a truncated
+ *    data.mdb faults (SIGBUS) past its end, a flipped page header sends
+ *    its cursors and its page writer outside the page.  So before LMDB
+ *    maps a data.mdb that no live writer holds (every writer open, every
+ *    reader open without a writer, sl_store_inspect, the copy of an
+ *    install), storage/lmdb_check.c reads it with pread and walks every
+ *    page the newest meta page reaches (its notes 1-7): meta pages, file
+ *    size against the last page, every tree, overflow run and the free
+ *    list.  A file that fails is refused with SL_ECORRUPT and a message
+ *    "DIR/data.mdb is damaged: ..." naming the page and the problem.  What
+ *    the walk lets through keeps every offset and order LMDB relies on;
+ *    a flipped byte inside a key or value then fails its checksum (note
+ *    1) when read: SL_ECORRUPT "DIR: data.mdb is damaged: database ...".
+ *    Damage to bytes nothing live uses (free pages, the older meta's
+ *    trees, unused page space, lock.mdb and lock of a store no process
+ *    has open) changes nothing: the store reads exactly as before.  The
+ *    cost is one pread a page at open (O(store)).  A 0-byte data.mdb is
+ *    an interrupted creation (note 4), not damage.  A full file system
+ *    under a commit is ENOSPC naming data.mdb (LMDB itself says EIO).
  *
  * CONCURRENCY: a store handle is used by one thread at a time (the engine's
  * writer thread, or the restoring thread before the job runs).  A write
@@ -143,20 +171,21 @@ typedef struct sl_store_options {
   int no_sync;
   /** Initial map size in bytes; 0 = 64 MiB.  Grows by doubling. */
   uint64_t initial_map_bytes;
-  /** 1: open an existing store read-only (no lock, no writes); ENOENT if
-   * there is none. */
+  /** 1: open an existing store read-only (no exclusive lock, no writes;
+   * without a live writer no file is created or written either, note 5);
+   * ENOENT if there is none. */
   int read_only;
-  /** With read_only: open without LMDB's lock file (MDB_NOLOCK), so not
-   * even lock.mdb is created or written: for a store no process writes
-   * (a savepoint's copy).  A writer at the same time could change pages
+  /** With read_only: open without LMDB's lock file (MDB_NOLOCK) even if
+   * a writer holds the directory: for a store no process writes (a
+   * savepoint's copy).  A writer at the same time could change pages
    * under such a reader. */
   int no_lock_file;
 } sl_store_options;
 
 /** Open (creating if missing or empty) the store in dir.  On error *store is
  * NULL and err (if not NULL) holds a message naming dir and the problem.
- * Errors: SL_ESTORE (notes 4 and 5), SL_ECORRUPT (a meta value fails its
- * checksum or is missing), EINVAL (NULL argument or fingerprint), ENOENT
+ * Errors: SL_ESTORE (notes 4 and 5), SL_ECORRUPT (data.mdb is damaged,
+ * note 8; a meta value fails its checksum or is missing), EINVAL (NULL argument or fingerprint), ENOENT
  * (read_only and no store), ENOMEM, errno values from the file system,
  * LMDB codes. */
 int sl_store_open(const char *dir, const sl_store_options *options,
@@ -435,8 +464,9 @@ typedef struct sl_store_info {
  * for a store no process writes (a savepoint).  A format other than
  * SL_STORE_FORMAT_VERSION is returned, not refused.  Errors: ENOENT (no
  * dir/data.mdb), SL_ESTORE (not an LMDB file or not a sluice store),
- * SL_ECORRUPT (a meta value fails its checksum or is missing), ENOMEM,
- * LMDB codes; err names dir and the problem. */
+ * SL_ECORRUPT (data.mdb is damaged, note 8: it is walked first; a meta
+ * value fails its checksum or is missing), ENOMEM, LMDB codes; err names
+ * dir and the problem. */
 int sl_store_inspect(const char *dir, sl_store_info *info, char *err,
                      size_t err_bytes);
 
