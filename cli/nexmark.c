@@ -20,9 +20,9 @@
  *   killed run leaves none (cli_retire_output).
  * - FILE.parts belongs to one job lineage (include/sluice.h, the file
  *   sink).  A run that can never be resumed (no --state-dir) or that asked
- *   for --fresh deletes another lineage's parts there; a run with a state
- *   directory and neither flag is refused if FILE.parts holds them; the
- *   parts stay for a later --resume.
+ *   for --fresh deletes another lineage's committed parts there; a run
+ *   with a state directory and neither flag is refused if FILE.parts holds
+ *   them (they stay for a later --resume of their run).
  * - An explicit --resume with no complete checkpoint in the state
  *   directory is refused ("nothing to resume in DIR", exit 1): it never
  *   starts fresh nor merges another run's parts.

@@ -23,7 +23,7 @@ int cli_refuse_empty_resume(const sl_job_config *config) {
   sl_state_dir_close(sd);
   if (rc == ENOENT || (rc == 0 && latest == 0)) {
     fprintf(stderr,
-            "sluice: nothing to resume in %s: %s; start over with --fresh\n",
+            "sluice: nothing to resume in %s: %s; start without --resume\n",
             c->state_dir,
             rc == ENOENT ? "no checkpoint store there"
                          : "it holds no complete checkpoint");

@@ -1306,8 +1306,8 @@ typedef struct sl_file_sink_config {
    * it is created (not when appended to). */
   const char *header;
   /** Transactional sink, a start with nothing to restore: 1 deletes the
-   * part files of another job lineage in dir (see below) and claims it;
-   * 0 (default) refuses them: the job fails with EEXIST and a
+   * committed parts of another job lineage in dir (see below) and claims
+   * it; 0 (default) refuses them: the job fails with EEXIST and a
    * message naming dir and a file.  Set it for a start that means to
    * replace what dir holds (the CLI's --fresh, or a run that checkpoints
    * nowhere and so can never be resumed). */
@@ -1322,9 +1322,11 @@ typedef struct sl_file_sink_config {
  * started with nothing to restore and every run resumed from its
  * checkpoints (resume, failover, savepoint).  The lineage id is random, in
  * dir/.sluice-lineage and in the sink's checkpointed state.  A start with
- * nothing to restore accepts dir if it holds no part file (committed or
- * pending) or its marker names the same lineage (a restart before the
- * first checkpoint); otherwise see clear_other_lineage.  A restore refuses
+ * nothing to restore accepts dir if its marker names the same lineage (an
+ * in-process restart before the first checkpoint) or if it holds no
+ * committed part (part-*); it then deletes every pending part in dir (no
+ * checkpoint of its lineage refers to them) and writes the marker.
+ * Another lineage's committed parts: see clear_other_lineage.  A restore refuses
  * (EEXIST) a dir whose marker names another lineage, and one holding
  * a committed part of an instance past the restored checkpoint (output of
  * a run that went on from it, as the job a savepoint was taken of); a

@@ -99,13 +99,17 @@ static int write_marker(const char *dir, uint64_t lineage, char *err,
   return rc;
 }
 
-/* A part file of any instance: committed part-* or pending .part-*. */
-static bool is_part(const char *name) {
-  return strncmp(name, "part-", 5) == 0 || strncmp(name, ".part-", 6) == 0;
+static bool is_committed(const char *name) {
+  return strncmp(name, "part-", 5) == 0;
 }
 
-/* The first part file of dir into first (or "" if none); with clear,
- * delete every part file instead.  Returns 0 or an errno value. */
+static bool is_pending(const char *name) {
+  return strncmp(name, ".part-", 6) == 0;
+}
+
+/* The first committed part of dir into first (or "" if none); with clear,
+ * delete every part file instead (committed and pending).  Returns 0 or an
+ * errno value. */
 static int scan_parts(const char *dir, bool clear, char *first,
                       size_t first_bytes, char *err, size_t err_bytes) {
   first[0] = 0;
@@ -119,7 +123,7 @@ static int scan_parts(const char *dir, bool clear, char *first,
   struct dirent *e;
   for (uint32_t n = 0; rc == 0 && n < OUTPUT_DIR_MAX_ENTRIES &&
                        (e = readdir(d)); n++) {
-    if (!is_part(e->d_name))
+    if (!is_committed(e->d_name) && !(clear && is_pending(e->d_name)))
       continue;
     if (!clear) {
       snprintf(first, first_bytes, "%s", e->d_name);
@@ -160,8 +164,10 @@ int sl_output_claim(const char *dir, uint64_t lineage, bool clear,
              "delete it (--fresh)", dir, first, whose);
     return EEXIST;
   }
-  if (first[0] && (rc = scan_parts(dir, true, first, sizeof first, err,
-                                   err_bytes)) != 0)
+  /* No committed part, or clearing them: the pending parts go too (no
+   * checkpoint of this lineage refers to them: note 2). */
+  rc = scan_parts(dir, true, first, sizeof first, err, err_bytes);
+  if (rc)
     return rc;
   return write_marker(dir, lineage, err, err_bytes);
 }

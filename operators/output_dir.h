@@ -10,14 +10,15 @@
  *    DIR/.sluice-lineage (one line, "sluice-lineage 0123456789abcdef") and
  *    in every checkpoint of the sink's state, so a resumed run knows it.
  * 2. A start with nothing to restore claims DIR (sl_output_claim): it is
- *    accepted when the marker names its own lineage (a restart before the
- *    first checkpoint completed) or when DIR holds no part file at all
- *    (committed part-* or pending .part-*); then the marker is (re)written.
- *    Part files of another lineage, or of none (no marker), refuse the
- *    start with EEXIST naming DIR, unless the caller asked for a
- *    fresh start that clears them: every part file goes, then the marker
- *    is written.  Pending parts of another lineage are refused like
- *    committed ones: a checkpoint of that lineage may still commit them.
+ *    accepted at once when the marker names its own lineage (an in-process
+ *    restart before the first checkpoint completed).  Otherwise committed
+ *    parts (part-*) of another lineage, or of none (no marker), refuse the
+ *    start with EEXIST naming DIR and a file, unless the caller asked for
+ *    a fresh start that clears them.  Without committed parts, or when
+ *    clearing, every part file goes (committed and pending .part-*, of any
+ *    instance: pending parts are output no checkpoint of this lineage
+ *    refers to, e.g. of a process killed before its first checkpoint),
+ *    then the marker is written.
  * 3. A restore (sl_output_check_restored) accepts DIR when the marker
  *    names the restored lineage; a missing marker is written (a savepoint
  *    started into a new directory); another lineage's marker refuses the
@@ -45,8 +46,8 @@
 uint64_t sl_output_new_lineage(void);
 
 /** Note 2: claim dir for lineage on a start with nothing to restore.
- * clear: delete the part files of another lineage instead of refusing.
- * Returns 0, EEXIST (another lineage's parts; err says which file
+ * clear: delete another lineage's committed parts instead of refusing.
+ * Returns 0, EEXIST (another lineage's committed parts; err says which file
  * and what to do), or an errno value (err names the path). */
 int sl_output_claim(const char *dir, uint64_t lineage, bool clear,
                     char *err, size_t err_bytes);

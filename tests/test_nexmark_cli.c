@@ -21,50 +21,7 @@
 
 #include "test_dirs.h"
 
-#define MAX_ARGS 48
-
-static const char *sluice_bin(void) {
-  const char *bin = getenv("SLUICE_BIN");
-  cr_assert(bin && *bin, "SLUICE_BIN is not set (meson sets it)");
-  return bin;
-}
-
-/* Start `sluice ARGS...` with stdout and stderr appended to log. */
-static pid_t start(const char *log, const char *const *args) {
-  const char *argv[MAX_ARGS + 2];
-  argv[0] = sluice_bin();
-  int n = 0;
-  while (args[n]) {
-    cr_assert(n < MAX_ARGS);
-    argv[n + 1] = args[n];
-    n++;
-  }
-  argv[n + 1] = NULL;
-  pid_t pid = fork();
-  cr_assert(pid >= 0, "fork: %s", strerror(errno));
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd < 0)
-      _exit(127);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  return pid;
-}
-
-/* Exit status of pid (128 + signal if killed). */
-static int finish(pid_t pid) {
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    cr_assert(errno == EINTR, "waitpid: %s", strerror(errno));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static int run(const char *log, const char *const *args) {
-  return finish(start(log, args));
-}
+#include "test_spawn.h"
 
 static size_t count_lines(const char *data, size_t size) {
   size_t n = 0;
@@ -146,7 +103,7 @@ static void kill_and_resume(const char *query, const char *parallelism,
   size_t nb = sizeof base / sizeof base[0];
   memcpy(plain, base, sizeof base);
   plain[nb] = "--output", plain[nb + 1] = expected, plain[nb + 2] = NULL;
-  cr_assert_eq(run(log, plain), 0, "uninterrupted run failed");
+  cr_assert_eq(sl_test_run_sluice(log, plain), 0, "uninterrupted run failed");
 
   const char *killed[40];
   memcpy(killed, base, sizeof base);
@@ -167,13 +124,13 @@ static void kill_and_resume(const char *query, const char *parallelism,
                  ? "--fresh"
                  : "--resume";
     size_t before = log_size(log);
-    pid_t pid = start(log, killed);
+    pid_t pid = sl_test_spawn(log, killed);
     if (attempt < 3) {
       struct timespec t = {0, (100 + rand() % 500) * 1000000L};
       nanosleep(&t, NULL);
       kill(pid, SIGKILL);
     }
-    rc = finish(pid);
+    rc = sl_test_reap(pid);
     kills += rc == 128 + SIGKILL;
     last_bytes = log_size(log) - before;
   }
@@ -214,7 +171,7 @@ Test(nexmark_cli, event_file_gives_the_generator_rows, .timeout = 240) {
   const char *gen[] = {"nexmark", "gen", "--events", events, "--rate",
                        rate, "--out-of-order-ms", "1000", "--output",
                        file, NULL};
-  cr_assert_eq(run(log, gen), 0);
+  cr_assert_eq(sl_test_run_sluice(log, gen), 0);
   const char *queries[] = {"q2", "q8", "q7"};
   for (int i = 0; i < 3; i++) {
     const char *from_gen[] = {"nexmark", "run", "--query", queries[i],
@@ -224,8 +181,8 @@ Test(nexmark_cli, event_file_gives_the_generator_rows, .timeout = 240) {
     const char *from_file[] = {"nexmark", "run", "--query", queries[i],
                                "--input", file, "--output", b, "--quiet",
                                NULL};
-    cr_assert_eq(run(log, from_gen), 0, "%s from the generator", queries[i]);
-    cr_assert_eq(run(log, from_file), 0, "%s from the file", queries[i]);
+    cr_assert_eq(sl_test_run_sluice(log, from_gen), 0, "%s from the generator", queries[i]);
+    cr_assert_eq(sl_test_run_sluice(log, from_file), 0, "%s from the file", queries[i]);
     assert_same_file(a, b, 5);
   }
   sl_test_remove_tree(dir);
@@ -238,21 +195,21 @@ Test(nexmark_cli, bad_flags_and_files_are_refused_clearly, .timeout = 120) {
   char *bad = sl_test_path_in(dir, "bad.jsonl");
   char *out = sl_test_path_in(dir, "out.csv");
   const char *q6[] = {"nexmark", "run", "--query", "q6", NULL};
-  cr_assert_eq(run(log, q6), 2);
+  cr_assert_eq(sl_test_run_sluice(log, q6), 2);
   assert_log_has(log, "--query: 'q6' is not one of");
   const char *both[] = {"nexmark", "run", "--query", "q1", "--events", "10",
                         "--input", bad, NULL};
-  cr_assert_eq(run(log, both), 2);
+  cr_assert_eq(sl_test_run_sluice(log, both), 2);
   assert_log_has(log, "--events and --input exclude each other");
   const char *nonum[] = {"nexmark", "gen", "--events", "ten", NULL};
-  cr_assert_eq(run(log, nonum), 2);
+  cr_assert_eq(sl_test_run_sluice(log, nonum), 2);
   assert_log_has(log, "--events: 'ten' is not a whole number");
   const char *resume[] = {"nexmark", "run", "--query", "q1", "--resume",
                           NULL};
-  cr_assert_eq(run(log, resume), 2);
+  cr_assert_eq(sl_test_run_sluice(log, resume), 2);
   assert_log_has(log, "--resume and --fresh need --state-dir");
   const char *verb[] = {"nexmark", "walk", NULL};
-  cr_assert_eq(run(log, verb), 2);
+  cr_assert_eq(sl_test_run_sluice(log, verb), 2);
   assert_log_has(log, "unknown command 'walk'");
 
   /* A missing file and a malformed line fail the job, naming them; the
@@ -260,7 +217,7 @@ Test(nexmark_cli, bad_flags_and_files_are_refused_clearly, .timeout = 120) {
   char *missing = sl_test_path_in(dir, "missing.jsonl");
   const char *nofile[] = {"nexmark", "run", "--query", "q0", "--input",
                           missing, "--output", out, "--quiet", NULL};
-  cr_assert_eq(run(log, nofile), 1);
+  cr_assert_eq(sl_test_run_sluice(log, nofile), 1);
   assert_log_has(log, missing);
   FILE *f = fopen(bad, "w");
   cr_assert(f);
@@ -272,7 +229,7 @@ Test(nexmark_cli, bad_flags_and_files_are_refused_clearly, .timeout = 120) {
   fclose(f);
   const char *malformed[] = {"nexmark", "run", "--query", "q0", "--input",
                              bad, "--output", out, "--quiet", NULL};
-  cr_assert_eq(run(log, malformed), 1);
+  cr_assert_eq(sl_test_run_sluice(log, malformed), 1);
   assert_log_has(log, "line 2");
   cr_assert_eq(access(out, F_OK), -1, "output written by a failed run");
   sl_test_remove_tree(dir);
@@ -412,7 +369,7 @@ Test(nexmark_cli, newlines_and_quotes_in_fields_survive_the_merge,
       setenv("SLUICE_MERGE_RUN_BYTES", run_bytes[i], 1);
     else
       unsetenv("SLUICE_MERGE_RUN_BYTES");
-    cr_assert_eq(run(log, q3), 0, "q3 failed (run bytes %s)",
+    cr_assert_eq(sl_test_run_sluice(log, q3), 0, "q3 failed (run bytes %s)",
                  run_bytes[i] ? run_bytes[i] : "default");
     size_t n = 0, m = 0;
     char *got = sl_test_read_file(out, &n);
@@ -462,12 +419,12 @@ Test(nexmark_cli, a_failed_run_leaves_no_earlier_output, .timeout = 120) {
   const char *refused[] = {"nexmark", "run", "--query", "q3", "--input",
                            events, "--output", out, "--state-dir", state,
                            "--resume", "--quiet", NULL};
-  cr_assert_eq(run(log, good), 0);
+  cr_assert_eq(sl_test_run_sluice(log, good), 0);
   cr_assert_eq(access(out, F_OK), 0, "no output after a good run");
-  cr_assert_eq(run(log, failing), 1);
+  cr_assert_eq(sl_test_run_sluice(log, failing), 1);
   cr_assert_eq(access(out, F_OK), -1, "a failed run left %s", out);
-  cr_assert_eq(run(log, good), 0);
-  cr_assert_eq(run(log, refused), 1);
+  cr_assert_eq(sl_test_run_sluice(log, good), 0);
+  cr_assert_eq(sl_test_run_sluice(log, refused), 1);
   cr_assert_eq(access(out, F_OK), -1, "a refused run left %s", out);
   sl_test_remove_tree(dir);
   free(events), free(bad), free(out), free(state), free(log);
@@ -490,7 +447,7 @@ Test(nexmark_cli, resume_with_nothing_to_resume_is_refused, .timeout = 120) {
   const char *earlier[] = {"nexmark", "run", "--query", "q1", "--events",
                            "2000", "--output", out, "--state-dir",
                            first_state, "--quiet", NULL};
-  cr_assert_eq(run(log, earlier), 0);
+  cr_assert_eq(sl_test_run_sluice(log, earlier), 0);
   /* A run that failed before its first checkpoint: a store, no
    * checkpoint in it. */
   const char *fails[] = {"nexmark", "run", "--query", "q1", "--events",
@@ -498,14 +455,14 @@ Test(nexmark_cli, resume_with_nothing_to_resume_is_refused, .timeout = 120) {
                          "--fresh", "--checkpoint-interval", "86400000",
                          "--fault", "fail:op=events,record=10", "--quiet",
                          NULL};
-  cr_assert_eq(run(log, fails), 1);
+  cr_assert_eq(sl_test_run_sluice(log, fails), 1);
   const char *dirs[] = {missing, empty, failed};
   for (int i = 0; i < 3; i++) {
     const char *resume[] = {"nexmark", "run", "--query", "q1", "--events",
                             "2000", "--output", out, "--state-dir", dirs[i],
                             "--resume", "--quiet", NULL};
     size_t before = log_size(log);
-    cr_assert_eq(run(log, resume), 1, "--resume from %s", dirs[i]);
+    cr_assert_eq(sl_test_run_sluice(log, resume), 1, "--resume from %s", dirs[i]);
     char want[600];
     snprintf(want, sizeof want, "sluice: nothing to resume in %s", dirs[i]);
     cr_assert(log_has_since(log, before, want), "no \"%s\" in the log",
