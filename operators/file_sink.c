@@ -28,11 +28,11 @@
  *    checkpoint refers to them, so none could ever commit them, and left
  *    alone they would outlive the run as uncommitted files.
  * 7. DIR belongs to one job lineage (output_dir.h): a start with nothing
- *    to restore claims it first, refusing another lineage's part files
- *    unless config.clear_other_lineage; a restore checks the lineage its
- *    state names, and refuses a committed part of this instance at or past
- *    the restored next SEQ (output of a run that went on from the same
- *    checkpoint, e.g. the job a savepoint was taken of).  Commits never
+ *    to restore claims it first, refusing another lineage's committed
+ *    parts unless config.clear_other_lineage; a restore checks the lineage
+ *    its state names, and refuses a committed part of this instance at or
+ *    past the restored next SEQ (output of a run that went on from the
+ *    same checkpoint, e.g. the job a savepoint was taken of).  Commits never
  *    replace a part (note 3 uses sl_output_commit).  The instances of one
  *    sink claim under one mutex, so the first does the work and the
  *    others find their own marker.
