@@ -40,7 +40,8 @@ typedef struct row {
 
 /* Note 2. */
 static int compare_bytes(const char *a, size_t na, const char *b, size_t nb) {
-  int c = memcmp(a, b, na < nb ? na : nb);
+  size_t n = na < nb ? na : nb;
+  int c = n ? memcmp(a, b, n) : 0; /* an empty row may have no buffer */
   if (c)
     return c;
   return na < nb ? -1 : na > nb;
@@ -93,7 +94,8 @@ static int next_csv_row(FILE *f, char **chunk, size_t *chunk_bytes,
     size_t keep = (size_t)n - (ends && !quoted);
     if (bytes_reserve(out, keep))
       return ENOMEM;
-    memcpy(out->data + out->used, *chunk, keep);
+    if (keep)
+      memcpy(out->data + out->used, *chunk, keep);
     out->used += keep;
     if (ends && !quoted)
       return 1;
@@ -322,7 +324,8 @@ static int add_row(merger *m, const char *data, size_t n) {
       return ENOMEM;
     m->rows = r, m->row_capacity = c;
   }
-  memcpy(m->data.data + m->data.used, data, n);
+  if (n)
+    memcpy(m->data.data + m->data.used, data, n);
   m->rows[m->count++] = (row){m->data.data + m->data.used, n};
   m->data.used += n;
   return 0;
