@@ -313,7 +313,8 @@ static bool wait_for(pid_t pid, double seconds, int *status) {
   }
 }
 
-/* A run ended by itself: success, or a killed-by-its-own-crash-fault. */
+/* A run ended by itself: success, a killed-by-its-own-crash-fault, or a
+ * refused --resume. */
 static bool ended_well(harness *h, int status, bool crash_fault) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
     return true;
@@ -321,6 +322,10 @@ static bool ended_well(harness *h, int status, bool crash_fault) {
     h->crashes++;
     return false;
   }
+  /* A --resume after a run that died before its first checkpoint is
+   * refused; the next run starts over (main). */
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && nothing_to_resume(h))
+    return false;
   fprintf(stderr, "crash_harness: a run failed (status %d); its log:\n", status);
   show_log(h);
   exit(1);
