@@ -7,13 +7,25 @@
  * The run's exactly-once output (--output FILE) goes through the
  * transactional file sink into FILE.parts/ (committed part files, one
  * series per sink instance); when the job has finished, the committed rows
- * are sorted and written to FILE with the query's CSV header (through
- * FILE.tmp and a rename, so FILE is either the old one or complete).
- * Sorting makes the file independent of the parallelism and of how the
- * rows interleaved, so a run killed and resumed (--resume) can be compared
- * byte for byte with an uninterrupted one.  The parts stay in FILE.parts
- * (a resumed run continues them); a run without --resume deletes the
- * committed parts of an earlier run there first.
+ * are sorted and written to FILE with the query's CSV header (cli/merge.h:
+ * RFC 4180 rows in byte order, an external merge sort in bounded memory,
+ * through FILE.tmp and a rename).  Sorting makes the file independent of
+ * the parallelism and of how the rows interleaved, so a run killed and
+ * resumed (--resume) can be compared byte for byte with an uninterrupted
+ * one.
+ *
+ * Earlier runs' results:
+ * - FILE exists only after a run that finished: every run with --output
+ *   removes FILE (and FILE.tmp) before it starts, so a failed, refused or
+ *   killed run leaves none (cli_retire_output).
+ * - FILE.parts belongs to one job lineage (include/sluice.h, the file
+ *   sink).  A run that can never be resumed (no --state-dir) or that asked
+ *   for --fresh deletes another lineage's committed parts there; a run
+ *   with a state directory and neither flag is refused if FILE.parts holds
+ *   them (they stay for a later --resume of their run).
+ * - An explicit --resume with no complete checkpoint in the state
+ *   directory is refused ("nothing to resume in DIR", exit 1): it never
+ *   starts fresh nor merges another run's parts.
  *
  * Without --output the rows go to a checksum sink (count and an
  * order-independent hash, printed at the end).
@@ -33,7 +45,9 @@
 #include <unistd.h>
 
 #include "cli_util.h"
+#include "merge.h"
 #include "nexmark.h"
+#include "output.h"
 #include "sluice.h"
 
 #define NEXMARK_MAX_INPUTS 64
@@ -78,7 +92,11 @@ void nexmark_usage(FILE *out) {
           "  --input FILE...        read events from JSON-lines files instead\n"
           "  --output FILE          exactly-once output: sorted CSV rows with a\n"
           "                         header in FILE, part files in FILE.parts/\n"
-          "                         (default: count and checksum the rows)\n"
+          "                         (default: count and checksum the rows); an\n"
+          "                         earlier FILE is removed first, so FILE\n"
+          "                         exists only after a run that finished.  The\n"
+          "                         sort spills runs of SLUICE_MERGE_RUN_BYTES\n"
+          "                         (default 64 MiB) beside FILE\n"
           "  --parallelism P        instances of every operator (default 1; the\n"
           "                         event-file source always runs one)\n"
           "  --watermark-lag-ms L   watermarks trail the largest date_time by L\n"
@@ -87,8 +105,10 @@ void nexmark_usage(FILE *out) {
           "  --checkpoint-interval MS  take checkpoints every MS ms (needs\n"
           "                         --state-dir; default 1000)\n"
           "  --state-dir DIR        checkpoint into the LMDB store in DIR\n"
-          "  --resume               continue from DIR's newest checkpoint\n"
-          "  --fresh                delete DIR's checkpoints first\n"
+          "  --resume               continue from DIR's newest checkpoint (none:\n"
+          "                         refused, \"nothing to resume in DIR\")\n"
+          "  --fresh                delete DIR's checkpoints, and another run's\n"
+          "                         parts in FILE.parts, first\n"
           "  --no-sync              commit checkpoints without fsync\n"
           "  --at-least-once        unaligned barriers (duplicates on resume)\n"
           "  --fault SPEC           inject faults (repeatable; README \"Failure\n"
@@ -230,11 +250,17 @@ static int nexmark_gen(nexmark_options *o) {
   char err[256];
   if (nx_generator_validate(&o->gen, err, sizeof err) != 0)
     die_usage("nexmark gen: %s", err);
+  /* A file goes through FILE.tmp and a rename, and an earlier FILE goes
+   * first: a failed or killed gen leaves no file that looks complete. */
   FILE *out = stdout;
+  char tmp[8300] = "";
   if (o->output && strcmp(o->output, "-") != 0) {
-    out = fopen(o->output, "w");
+    if (cli_retire_output(o->output) != 0)
+      return 1;
+    snprintf(tmp, sizeof tmp, "%s.tmp", o->output);
+    out = fopen(tmp, "w");
     if (!out) {
-      fprintf(stderr, "sluice: cannot create %s: %s\n", o->output,
+      fprintf(stderr, "sluice: cannot create %s: %s\n", tmp,
               strerror(errno));
       return 1;
     }
@@ -254,6 +280,10 @@ static int nexmark_gen(nexmark_options *o) {
     rc = errno ? errno : EIO;
   if (out != stdout && fclose(out) != 0 && rc == 0)
     rc = errno ? errno : EIO;
+  if (rc == 0 && tmp[0] && rename(tmp, o->output) != 0)
+    rc = errno;
+  if (rc && tmp[0])
+    unlink(tmp);
   free(g);
   free(line);
   if (rc) {
@@ -268,147 +298,6 @@ static int nexmark_gen(nexmark_options *o) {
 }
 
 /* ------------------------------------------------------------ output */
-
-typedef struct line_set {
-  char **lines;
-  size_t count, capacity;
-} line_set;
-
-static int compare_lines(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int compare_names(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Add the lines of the committed part at path, without its header. */
-static int read_part(const char *path, const char *header, line_set *set) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return errno;
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t len;
-  bool first = true;
-  int rc = 0;
-  while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
-    if (len > 0 && line[len - 1] == '\n')
-      line[--len] = 0;
-    if (first && strcmp(line, header) == 0) {
-      first = false;
-      continue;
-    }
-    first = false;
-    if (set->count == set->capacity) {
-      size_t c = set->capacity ? set->capacity * 2 : 4096;
-      char **l = realloc(set->lines, c * sizeof *l);
-      if (!l) {
-        rc = ENOMEM;
-        break;
-      }
-      set->lines = l, set->capacity = c;
-    }
-    if (!(set->lines[set->count] = strdup(line)))
-      rc = ENOMEM;
-    else
-      set->count++;
-  }
-  if (rc == 0 && ferror(f))
-    rc = EIO;
-  free(line);
-  fclose(f);
-  return rc;
-}
-
-/* Every committed part file name in dir ("part-*"), sorted. */
-static int list_parts(const char *dir, char ***names, size_t *count) {
-  *names = NULL, *count = 0;
-  DIR *d = opendir(dir);
-  if (!d)
-    return errno == ENOENT ? 0 : errno;
-  size_t cap = 0;
-  int rc = 0;
-  for (struct dirent *e; rc == 0 && (e = readdir(d));) {
-    if (strncmp(e->d_name, "part-", 5) != 0)
-      continue;
-    if (*count == cap) {
-      cap = cap ? cap * 2 : 64;
-      char **n = realloc(*names, cap * sizeof *n);
-      if (!n) {
-        rc = ENOMEM;
-        break;
-      }
-      *names = n;
-    }
-    if (!((*names)[*count] = strdup(e->d_name)))
-      rc = ENOMEM;
-    else
-      (*count)++;
-  }
-  closedir(d);
-  if (*count)
-    qsort(*names, *count, sizeof **names, compare_names);
-  return rc;
-}
-
-static void free_names(char **names, size_t count) {
-  for (size_t i = 0; i < count; i++)
-    free(names[i]);
-  free(names);
-}
-
-/* A fresh run: remove committed parts an earlier run left in dir. */
-static int clear_parts(const char *dir) {
-  char **names;
-  size_t count;
-  int rc = list_parts(dir, &names, &count);
-  char path[8192];
-  for (size_t i = 0; rc == 0 && i < count; i++) {
-    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-    if (unlink(path) != 0 && errno != ENOENT)
-      rc = errno;
-  }
-  free_names(names, count);
-  return rc;
-}
-
-/* Sort every committed row of dir into path (through path.tmp). */
-static int merge_output(const char *dir, const char *path,
-                        const char *header, uint64_t *rows) {
-  char **names;
-  size_t count;
-  line_set set = {0};
-  int rc = list_parts(dir, &names, &count);
-  char file[8192];
-  for (size_t i = 0; rc == 0 && i < count; i++) {
-    snprintf(file, sizeof file, "%s/%s", dir, names[i]);
-    rc = read_part(file, header, &set);
-  }
-  free_names(names, count);
-  if (rc == 0 && set.count)
-    qsort(set.lines, set.count, sizeof *set.lines, compare_lines);
-  snprintf(file, sizeof file, "%s.tmp", path);
-  FILE *f = rc == 0 ? fopen(file, "w") : NULL;
-  if (rc == 0 && !f)
-    rc = errno;
-  if (f) {
-    fprintf(f, "%s\n", header);
-    for (size_t i = 0; i < set.count; i++)
-      fprintf(f, "%s\n", set.lines[i]);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-      rc = errno ? errno : EIO;
-    if (fclose(f) != 0 && rc == 0)
-      rc = errno;
-    if (rc == 0 && rename(file, path) != 0)
-      rc = errno;
-  }
-  for (size_t i = 0; i < set.count; i++)
-    free(set.lines[i]);
-  free(set.lines);
-  *rows = set.count;
-  return rc;
-}
 
 /* ------------------------------------------------------------ status */
 
@@ -532,7 +421,8 @@ static void check_run_options(nexmark_options *o, char *parts, size_t size) {
 
 /* Source, query and sink. */
 static int build_nexmark(const nexmark_options *o, sl_job *job,
-                         const char *parts, sl_checksum *sum) {
+                         const char *parts, bool clear_parts,
+                         sl_checksum *sum) {
   sl_op *events, *result, *sink;
   int rc = o->input_count
                ? nx_source_file(job, "events", o->inputs, o->input_count,
@@ -549,6 +439,7 @@ static int build_nexmark(const nexmark_options *o, sl_job *job,
         .format_user = (void *)(intptr_t)o->query,
         .suffix = ".csv",
         .header = nx_query_header(o->query),
+        .clear_other_lineage = clear_parts,
     };
     rc = sl_sink_file(job, "output", result, o->parallelism, &fc, &sink);
   } else if (rc == 0) {
@@ -640,10 +531,12 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
   cli_unwatch_signals();
   uint64_t rows = 0;
   if (rc == 0 && o->output) {
-    int m = merge_output(parts, o->output, nx_query_header(o->query), &rows);
+    char err[1024];
+    int m = merge_parts(parts, o->output, nx_query_header(o->query),
+                        merge_run_bytes(), &rows, err, sizeof err);
     if (m) {
       fprintf(stderr, "sluice: writing %s from %s: %s\n", o->output, parts,
-              strerror(m));
+              err[0] ? err : strerror(m));
       return 1;
     }
   }
@@ -659,19 +552,15 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
 static int nexmark_run(nexmark_options *o) {
   char parts[4096] = "";
   check_run_options(o, parts, sizeof parts);
-  /* Committed parts of an earlier run go only when nothing can resume
-   * them: no state directory, or --fresh.  With a state directory and
-   * neither flag, the engine refuses a store that holds checkpoints, and
-   * the parts must survive for a later --resume. */
-  bool no_resume = !o->config.checkpoint.state_dir ||
-                   o->config.checkpoint.store_policy == SL_STORE_FRESH;
-  if (o->output && no_resume) {
-    int rc = clear_parts(parts);
-    if (rc) {
-      fprintf(stderr, "sluice: cannot clear %s: %s\n", parts, strerror(rc));
-      return 1;
-    }
-  }
+  /* Another run's parts go only when nothing could resume this run's
+   * (no state directory) or --fresh asked for it; else the sink refuses
+   * them (note at the top). */
+  bool clear_parts = !o->config.checkpoint.state_dir ||
+                     o->config.checkpoint.store_policy == SL_STORE_FRESH;
+  if (o->output && cli_retire_output(o->output) != 0)
+    return 1;
+  if (cli_refuse_empty_resume(&o->config) != 0)
+    return 1;
   sl_job *job = NULL;
   int rc = sl_job_create(&o->config, &job);
   if (rc) {
@@ -679,7 +568,7 @@ static int nexmark_run(nexmark_options *o) {
     return 2;
   }
   sl_checksum sum = {0};
-  rc = build_nexmark(o, job, parts, &sum);
+  rc = build_nexmark(o, job, parts, clear_parts, &sum);
   if (rc) {
     fprintf(stderr, "sluice: cannot build nexmark q%d: %s\n", o->query,
             sl_job_error(job)[0] ? sl_job_error(job) : sl_strerror(rc));

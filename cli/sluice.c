@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "cli_util.h"
+#include "output.h"
 #include "sluice.h"
 
 /* jemalloc reads this at start-up: back the heap with transparent huge
@@ -93,8 +94,8 @@ static void usage(FILE *out) {
           "  --pin-round-robin    pin instances round-robin in creation order\n"
           "  --no-pin             do not pin threads\n"
           "  --state-dir DIR      take checkpoints into the LMDB store in DIR\n"
-          "  --resume             DIR holds checkpoints: resume from the newest\n"
-          "  --fresh              DIR holds checkpoints: delete them, start over\n"
+          "  --resume             resume from DIR's newest checkpoint (or refuse)\n"
+          "  --fresh              delete DIR's checkpoints (and --output's parts)\n"
           "  --from-savepoint SP  start from savepoint SP (copied into --state-dir,\n"
           "                       which must hold no checkpoints, or --fresh)\n"
           "  --savepoint-dir DIR  SIGUSR1 writes a savepoint to DIR/savepoint-<id>;\n"
@@ -400,6 +401,17 @@ static bool verify_output(const options *o, char *why, size_t why_size) {
   return ok;
 }
 
+/* ------------------------------------------------------------ output */
+
+/* --output DIR belongs to one job lineage (the file sink, include/
+ * sluice.h): another lineage's parts there are deleted only by a run that
+ * can never be resumed (no --state-dir) or that asked for --fresh; any
+ * other start is refused naming DIR. */
+static int output_clears(const options *o) {
+  return !o->config.checkpoint.state_dir ||
+         o->config.checkpoint.store_policy == SL_STORE_FRESH;
+}
+
 /* ------------------------------------------------------------ window */
 
 /* What the window job emits when a window is full. */
@@ -534,7 +546,8 @@ static int build_window(const options *o, sl_job *job, sl_op **verify) {
                             .exactly_once = o->config.checkpoint.mode ==
                                             SL_EXACTLY_ONCE,
                             .format = format_window,
-                            .suffix = ".csv"};
+                            .suffix = ".csv",
+                            .clear_other_lineage = output_clears(o)};
   if (!rc)
     rc = sl_sink_file(job, "sink", win, p, &fc, &sink);
   if (!rc)
@@ -569,7 +582,8 @@ static int build_job(const options *o, sl_job *job, sl_checksum *sum,
       sl_file_sink_config fc = {.dir = o->output_dir,
                                 .exactly_once = 1,
                                 .format = format_tuple,
-                                .suffix = ".csv"};
+                                .suffix = ".csv",
+                                .clear_other_lineage = output_clears(o)};
       rc = sl_sink_file(job, "sink", mid2, p, &fc, &sink);
     } else if (!rc) {
       rc = sl_sink_checksum(job, "sink", mid2, p, sum, &sink);
@@ -895,6 +909,8 @@ static int run_job(options *o) {
               "resumed run is checked by");
   if (o->parallelism > 128)
     o->config.max_parallelism = (uint32_t)o->parallelism; /* key groups */
+  if (cli_refuse_empty_resume(&o->config) != 0)
+    return 1;
   sl_job *job = 0;
   int rc = sl_job_create(&o->config, &job);
   if (rc) {

@@ -1370,13 +1370,35 @@ typedef struct sl_file_sink_config {
    * Each committed part starts with it, and a plain out file gets it when
    * it is created (not when appended to). */
   const char *header;
+  /** Transactional sink, a start with nothing to restore: 1 deletes the
+   * committed parts of another job lineage in dir (see below) and claims
+   * it; 0 (default) refuses them: the job fails with EEXIST and a
+   * message naming dir and a file.  Set it for a start that means to
+   * replace what dir holds (the CLI's --fresh, or a run that checkpoints
+   * nowhere and so can never be resumed). */
+  int clear_other_lineage;
 } sl_file_sink_config;
 
 /** A file sink writing one line per record.  Committed files of instance K
  * are named part-K-SEQ<suffix> (SEQ zero-padded, increasing), so reading
- * them in name order gives the instance's output in order.  Errors: EINVAL
- * (no dir, or over 4095 bytes; a header too long or with a newline), as
- * the builders. */
+ * them in name order gives the instance's output in order.
+ *
+ * A transactional sink's dir belongs to one job lineage: the run that
+ * started with nothing to restore and every run resumed from its
+ * checkpoints (resume, failover, savepoint).  The lineage id is random, in
+ * dir/.sluice-lineage and in the sink's checkpointed state.  A start with
+ * nothing to restore accepts dir if its marker names the same lineage (an
+ * in-process restart before the first checkpoint) or if it holds no
+ * committed part (part-*); it then deletes every pending part in dir (no
+ * checkpoint of its lineage refers to them) and writes the marker.
+ * Another lineage's committed parts: see clear_other_lineage.  A restore refuses
+ * (EEXIST) a dir whose marker names another lineage, and one holding
+ * a committed part of an instance past the restored checkpoint (output of
+ * a run that went on from it, as the job a savepoint was taken of); a
+ * missing marker is written.  A commit never replaces an existing file: a
+ * target that exists fails the job (EEXIST, naming it).  The plain sink
+ * claims nothing (it appends).  Errors: EINVAL (no dir, or over 4095
+ * bytes; a header too long or with a newline), as the builders. */
 int sl_sink_file(sl_job *job, const char *name, sl_op *input, int parallelism,
                  const sl_file_sink_config *config, sl_op **op);
 

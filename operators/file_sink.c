@@ -27,11 +27,21 @@
  *    before its first checkpoint) deletes the instance's pending parts: no
  *    checkpoint refers to them, so none could ever commit them, and left
  *    alone they would outlive the run as uncommitted files.
+ * 7. DIR belongs to one job lineage (output_dir.h): a start with nothing
+ *    to restore claims it first, refusing another lineage's committed
+ *    parts unless config.clear_other_lineage; a restore checks the lineage
+ *    its state names, and refuses a committed part of this instance at or
+ *    past the restored next SEQ (output of a run that went on from the
+ *    same checkpoint, e.g. the job a savepoint was taken of).  Commits never
+ *    replace a part (note 3 uses sl_output_commit).  The instances of one
+ *    sink claim under one mutex, so the first does the work and the
+ *    others find their own marker.
  *
  * The plain sink appends to DIR/out-K.SUFFIX and flushes on each snapshot;
  * after a resume the records since the restored checkpoint appear again
  * (at-least-once).
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -44,14 +54,21 @@
 
 #include "fault.h"
 #include "internal.h"
+#include "output_dir.h"
 
 #define FILE_SINK_MAX_PENDING 4096 /* parts awaiting commit per instance */
+/* First word of the saved state since lineages (note 7): state saved
+ * before starts with the next SEQ, which never comes near it. */
+#define FILE_SINK_STATE_MAGIC 0x32766c6e6b6e6973ull /* "sinknlv2" */
+#define FILE_SINK_STATE_HEADER_WORDS 3 /* magic, lineage, next SEQ */
 
 typedef struct file_sink {
   sl_file_sink_config config;
   char dir[4096];
   char suffix[32];
   char header[4096]; /* first line of every file, "" for none */
+  uint64_t lineage;  /* drawn when built: this run's, if it restores none */
+  pthread_mutex_t claim_lock; /* instances claim DIR one at a time */
 } file_sink;
 
 /* Write the header line, if any, at the start of a new file. */
@@ -67,8 +84,9 @@ typedef struct part {
 } part;
 
 typedef struct file_sink_instance {
-  const file_sink *sink;
+  file_sink *sink;
   int index;
+  uint64_t lineage; /* the sink's, or the restored state's (note 7) */
   FILE *file;       /* open part (or the plain file) */
   uint64_t seq;     /* SEQ of the open part, or of the next one */
   bool written;     /* the open part holds records */
@@ -190,12 +208,15 @@ static int commit_parts(sl_ctx *ctx, file_sink_instance *f, uint64_t id,
     char from[4200], to[4200];
     part_path(f, f->pending[i].seq, false, from, sizeof from);
     part_path(f, f->pending[i].seq, true, to, sizeof to);
-    if (rename(from, to) != 0 && rc == 0) {
-      int e = errno;
+    int e = sl_output_commit(from, to, restoring);
+    if (e && rc == 0) {
       struct stat st;
-      if (!(e == ENOENT && restoring && stat(to, &st) == 0))
+      if (e == EEXIST)
+        rc = fail_errno(ctx, e, "cannot commit (a committed part is never "
+                        "replaced)", to);
+      else if (!(e == ENOENT && restoring && stat(to, &st) == 0))
         rc = fail_errno(ctx, e, "cannot commit", from);
-    } else if (ctx->job->faults) {
+    } else if (e == 0 && ctx->job->faults) {
       /* inject.c: a crash between the renames of one commit */
       sl_inject_crash_point(ctx->job, SL_CRASH_SINK_COMMIT);
     }
@@ -239,13 +260,17 @@ static int file_sink_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
     if (rc)
       return rc;
   }
-  /* State: next SEQ, then the pending SEQs. */
-  uint64_t state_words[1 + FILE_SINK_MAX_PENDING];
-  state_words[0] = f->seq;
+  /* State: magic, lineage, next SEQ, then the pending SEQs. */
+  enum { H = FILE_SINK_STATE_HEADER_WORDS };
+  uint64_t state_words[H + FILE_SINK_MAX_PENDING];
+  assert(f->lineage != 0);
+  state_words[0] = FILE_SINK_STATE_MAGIC;
+  state_words[1] = f->lineage;
+  state_words[2] = f->seq;
   for (int i = 0; i < f->pending_count; i++)
-    state_words[1 + i] = f->pending[i].seq;
+    state_words[H + i] = f->pending[i].seq;
   return sl_operator_state_set(ctx, state_words,
-                               (uint32_t)(8 * (1 + f->pending_count)));
+                               (uint32_t)(8 * (H + f->pending_count)));
 }
 
 static void file_sink_complete(sl_ctx *ctx, void *state, uint64_t id) {
@@ -285,6 +310,88 @@ static void delete_pending(const char *dir, int index) {
   closedir(d);
 }
 
+/* Decode the saved state (bytes 0: none) into f: the next SEQ, the
+ * pending parts, and the lineage (0 in state saved before lineages). */
+static int decode_state(sl_ctx *ctx, file_sink_instance *f, const void *data,
+                        uint32_t bytes, uint64_t id) {
+  uint32_t words = bytes / 8, header = 1;
+  uint64_t w0 = 0;
+  if (bytes >= 8)
+    memcpy(&w0, data, 8);
+  if (w0 == FILE_SINK_STATE_MAGIC)
+    header = FILE_SINK_STATE_HEADER_WORDS;
+  if (bytes && (bytes % 8 || words < header ||
+                words - header > FILE_SINK_MAX_PENDING)) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": file sink state of %" PRIu32
+                " bytes is malformed", id, bytes);
+    return -EINVAL;
+  }
+  uint64_t word[FILE_SINK_STATE_HEADER_WORDS] = {0};
+  if (bytes)
+    memcpy(word, data, 8 * header);
+  f->lineage = header == FILE_SINK_STATE_HEADER_WORDS ? word[1] : 0;
+  f->seq = bytes ? word[header - 1] : 0;
+  f->pending_count = 0;
+  for (uint32_t i = header; i < words; i++) {
+    uint64_t seq;
+    memcpy(&seq, (const char *)data + 8 * i, 8);
+    f->pending[f->pending_count].seq = seq;
+    f->pending[f->pending_count].checkpoint_id = id;
+    f->pending_count++;
+  }
+  assert(f->pending_count <= FILE_SINK_MAX_PENDING);
+  return 0;
+}
+
+/* Note 7: a committed part of this instance at or past the restored next
+ * SEQ is another run's (the restore never wrote it); its name goes into
+ * found.  Returns 0 or an errno value. */
+static int committed_past(const file_sink_instance *f, char *found,
+                          size_t found_bytes) {
+  found[0] = 0;
+  DIR *d = opendir(f->sink->dir);
+  if (!d)
+    return errno;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int k, end = 0;
+    unsigned long long seq;
+    if (sscanf(e->d_name, "part-%d-%llu%n", &k, &seq, &end) != 2 ||
+        k != f->index || seq < f->seq ||
+        strcmp(e->d_name + end, f->sink->suffix) != 0)
+      continue;
+    snprintf(found, found_bytes, "%s", e->d_name);
+    break;
+  }
+  closedir(d);
+  return 0;
+}
+
+/* Note 7: the restored lineage must own DIR. */
+static int check_lineage(sl_ctx *ctx, file_sink_instance *f, uint64_t id) {
+  char err[SL_ERROR_BYTES] = "";
+  pthread_mutex_lock(&f->sink->claim_lock);
+  int rc = sl_output_check_restored(f->sink->dir, &f->lineage,
+                                    f->sink->lineage, id, err, sizeof err);
+  pthread_mutex_unlock(&f->sink->claim_lock);
+  if (rc) {
+    sl_ctx_fail(ctx, "%s", err[0] ? err : sl_strerror(rc));
+    return rc > 0 ? -rc : rc;
+  }
+  char found[256];
+  rc = committed_past(f, found, sizeof found);
+  if (rc)
+    return fail_errno(ctx, rc, "cannot read directory", f->sink->dir);
+  if (found[0]) {
+    sl_ctx_fail(ctx, "output directory %s holds %s, committed after "
+                "checkpoint %" PRIu64 " by a run that went on from it: "
+                "start from it into another directory", f->sink->dir,
+                found, id);
+    return -EEXIST;
+  }
+  return 0;
+}
+
 /* Note 4. */
 static int file_sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
   file_sink_instance *f = state;
@@ -295,20 +402,11 @@ static int file_sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
     bytes = 0; /* nothing committed yet: every pending part is later output */
   else if (rc)
     return rc;
-  else if (bytes < 8 || bytes % 8 || bytes / 8 - 1 > FILE_SINK_MAX_PENDING) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": file sink state of %" PRIu32
-                " bytes is malformed", id, bytes);
-    return -EINVAL;
-  }
-  const uint64_t *words = data;
-  f->pending_count = 0;
-  for (uint32_t i = 1; i < bytes / 8; i++) {
-    f->pending[f->pending_count].seq = words[i];
-    f->pending[f->pending_count].checkpoint_id = id;
-    f->pending_count++;
-  }
-  f->seq = bytes ? words[0] : 0;
-  rc = commit_parts(ctx, f, id, true);
+  rc = decode_state(ctx, f, data, bytes, id);
+  if (rc == 0)
+    rc = check_lineage(ctx, f, id);
+  if (rc == 0)
+    rc = commit_parts(ctx, f, id, true);
   if (rc)
     return rc;
   DIR *d = opendir(f->sink->dir);
@@ -320,15 +418,35 @@ static int file_sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
   return 0;
 }
 
+/* Note 7: a start with nothing to restore claims DIR for this run. */
+static int claim_dir(sl_ctx *ctx, file_sink *sink) {
+  char err[SL_ERROR_BYTES] = "";
+  pthread_mutex_lock(&sink->claim_lock);
+  int rc = sl_output_claim(sink->dir, sink->lineage,
+                           sink->config.clear_other_lineage != 0, err,
+                           sizeof err);
+  pthread_mutex_unlock(&sink->claim_lock);
+  if (rc == 0)
+    return 0;
+  sl_ctx_fail(ctx, "%s", err[0] ? err : sl_strerror(rc));
+  return rc > 0 ? -rc : rc;
+}
+
 static int file_sink_open(sl_ctx *ctx, void *user, void **state) {
-  const file_sink *sink = user;
+  file_sink *sink = user;
   if (mkdir(sink->dir, 0777) != 0 && errno != EEXIST)
     return fail_errno(ctx, errno, "cannot create directory", sink->dir);
+  if (sink->config.exactly_once && ctx->cp.restored_from == 0) {
+    int rc = claim_dir(ctx, sink);
+    if (rc)
+      return rc;
+  }
   file_sink_instance *f = calloc(1, sizeof *f);
   if (!f)
     return -ENOMEM;
   f->sink = sink;
   f->index = sl_ctx_instance(ctx);
+  f->lineage = sink->lineage; /* a restore replaces it with its own */
   /* Note 6: nothing to restore, so any pending part of this instance is
    * the output of an earlier run (or attempt) none of whose checkpoints
    * completed: no checkpoint can ever commit it. */
@@ -390,6 +508,12 @@ static void file_sink_close(sl_ctx *ctx, void *state) {
   free(f);
 }
 
+static void free_sink(void *user) {
+  file_sink *sink = user;
+  pthread_mutex_destroy(&sink->claim_lock);
+  free(sink);
+}
+
 SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
                            int parallelism, const sl_file_sink_config *config,
                            sl_op **op) {
@@ -410,6 +534,8 @@ SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
   sink->config.dir = sink->dir;
   sink->config.suffix = sink->suffix;
   sink->config.header = sink->header;
+  sink->lineage = sl_output_new_lineage();
+  pthread_mutex_init(&sink->claim_lock, NULL);
   static const sl_process_ops exactly_once = {
       .open = file_sink_open,
       .process = file_sink_process,
@@ -425,9 +551,9 @@ SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
   int rc = sl_op_sink(job, name, input, parallelism,
                       config->exactly_once ? &exactly_once : &plain, sink, op);
   if (rc) {
-    free(sink);
+    free_sink(sink);
     return rc;
   }
-  (*op)->user_free = free;
+  (*op)->user_free = free_sink;
   return 0;
 }

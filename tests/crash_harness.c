@@ -214,8 +214,13 @@ static void random_fault(harness *h, bool resuming, char *spec, size_t n) {
 }
 
 /* Start one run; returns its pid.  Its output goes to WORK/run.log. */
+/* How a run starts: RUN_RESUME after a run that may have checkpointed,
+ * RUN_FRESH after a --resume refused as "nothing to resume" (the killed
+ * run left no complete checkpoint; --fresh clears its pending parts). */
+enum { RUN_FIRST, RUN_RESUME, RUN_FRESH };
+
 static pid_t start_run(harness *h, const char *state, const char *out,
-                       bool resume, const char *fault) {
+                       int how, const char *fault) {
   char records[32], keys[32], window[32], parallelism[32];
   snprintf(records, sizeof records, "%" PRIu64, h->records);
   snprintf(keys, sizeof keys, "%" PRIu64, h->keys);
@@ -241,8 +246,8 @@ static pid_t start_run(harness *h, const char *state, const char *out,
   argv[a++] = "--checkpoint-interval-ms";
   argv[a++] = "20";
   argv[a++] = "--quiet";
-  if (resume)
-    argv[a++] = "--resume";
+  if (how != RUN_FIRST)
+    argv[a++] = how == RUN_RESUME ? "--resume" : "--fresh";
   if (h->at_least_once)
     argv[a++] = "--at-least-once";
   if (fault && fault[0]) {
@@ -271,6 +276,19 @@ static pid_t start_run(harness *h, const char *state, const char *out,
   return pid;
 }
 
+/* The last run's log says its --resume found no checkpoint. */
+static bool nothing_to_resume(const harness *h) {
+  char path[400], line[1024];
+  snprintf(path, sizeof path, "%s/run.log", h->work);
+  FILE *f = fopen(path, "r");
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = strstr(line, "sluice: nothing to resume in ") != 0;
+  if (f)
+    fclose(f);
+  return found;
+}
+
 static void show_log(const harness *h) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "tail -n 20 '%s/run.log' >&2", h->work);
@@ -295,7 +313,8 @@ static bool wait_for(pid_t pid, double seconds, int *status) {
   }
 }
 
-/* A run ended by itself: success, or a killed-by-its-own-crash-fault. */
+/* A run ended by itself: success, a killed-by-its-own-crash-fault, or a
+ * refused --resume. */
 static bool ended_well(harness *h, int status, bool crash_fault) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
     return true;
@@ -303,6 +322,10 @@ static bool ended_well(harness *h, int status, bool crash_fault) {
     h->crashes++;
     return false;
   }
+  /* A --resume after a run that died before its first checkpoint is
+   * refused; the next run starts over (main). */
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 1 && nothing_to_resume(h))
+    return false;
   fprintf(stderr, "crash_harness: a run failed (status %d); its log:\n", status);
   show_log(h);
   exit(1);
@@ -315,7 +338,7 @@ static void reference_run(harness *h) {
   snprintf(state, sizeof state, "%s/reference-state", h->work);
   snprintf(out, sizeof out, "%s/reference-out", h->work);
   double t0 = now_s();
-  pid_t pid = start_run(h, state, out, false, 0);
+  pid_t pid = start_run(h, state, out, RUN_FIRST, 0);
   int status;
   wait_for(pid, -1, &status);
   h->run_seconds = now_s() - t0;
@@ -418,7 +441,10 @@ int main(int argc, char **argv) {
     char fault[200] = "";
     if (h.faults)
       random_fault(&h, cycle > 0, fault, sizeof fault);
-    pid_t pid = start_run(&h, state, out, cycle > 0, fault);
+    pid_t pid = start_run(&h, state, out,
+                          cycle == 0 ? RUN_FIRST
+                          : nothing_to_resume(&h) ? RUN_FRESH : RUN_RESUME,
+                          fault);
     int status;
     bool ended;
     if (time_up) {

@@ -9,60 +9,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "test_dirs.h"
 
-#define MAX_ARGS 48
-
-static const char *sluice_bin(void) {
-  const char *bin = getenv("SLUICE_BIN");
-  cr_assert(bin && *bin, "SLUICE_BIN is not set (meson sets it)");
-  return bin;
-}
-
-/* Start `sluice ARGS...` with stdout and stderr appended to log. */
-static pid_t start(const char *log, const char *const *args) {
-  const char *argv[MAX_ARGS + 2];
-  argv[0] = sluice_bin();
-  int n = 0;
-  while (args[n]) {
-    cr_assert(n < MAX_ARGS);
-    argv[n + 1] = args[n];
-    n++;
-  }
-  argv[n + 1] = NULL;
-  pid_t pid = fork();
-  cr_assert(pid >= 0, "fork: %s", strerror(errno));
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd < 0)
-      _exit(127);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  return pid;
-}
-
-/* Exit status of pid (128 + signal if killed). */
-static int finish(pid_t pid) {
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    cr_assert(errno == EINTR, "waitpid: %s", strerror(errno));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static int run(const char *log, const char *const *args) {
-  return finish(start(log, args));
-}
+#include "test_spawn.h"
 
 static size_t count_lines(const char *data, size_t size) {
   size_t n = 0;
@@ -99,6 +58,22 @@ static void assert_log_has(const char *log, const char *text) {
   free(data);
 }
 
+static size_t log_size(const char *log) {
+  size_t n = 0;
+  char *data = sl_test_read_file(log, &n);
+  free(data);
+  return data ? n : 0;
+}
+
+/* The log holds text at or after byte from. */
+static bool log_has_since(const char *log, size_t from, const char *text) {
+  size_t n = 0;
+  char *data = sl_test_read_file(log, &n);
+  bool found = data && from <= n && strstr(data + from, text) != NULL;
+  free(data);
+  return found;
+}
+
 static unsigned scale(void) {
   const char *s = getenv("SLUICE_TEST_SCALE");
   unsigned v = s ? (unsigned)atoi(s) : 1;
@@ -128,25 +103,36 @@ static void kill_and_resume(const char *query, const char *parallelism,
   size_t nb = sizeof base / sizeof base[0];
   memcpy(plain, base, sizeof base);
   plain[nb] = "--output", plain[nb + 1] = expected, plain[nb + 2] = NULL;
-  cr_assert_eq(run(log, plain), 0, "uninterrupted run failed");
+  cr_assert_eq(sl_test_run_sluice(log, plain), 0, "uninterrupted run failed");
 
   const char *killed[40];
   memcpy(killed, base, sizeof base);
   const char *more[] = {"--output", got, "--state-dir", state,
                         "--checkpoint-interval", "50", "--rate-limit",
-                        limit, "--resume", NULL};
+                        limit, NULL, NULL};
   memcpy(killed + nb, more, sizeof more);
+  const char **how = &killed[nb + 8]; /* the first run starts fresh */
   srand(seed);
   int kills = 0, rc = -1;
+  size_t last_bytes = 0;
   for (int attempt = 0; attempt < 8 && rc != 0; attempt++) {
-    pid_t pid = start(log, killed);
+    /* After a kill before the first checkpoint, --resume is refused
+     * ("nothing to resume"): the next run starts over with --fresh. */
+    if (attempt > 0)
+      *how = log_has_since(log, log_size(log) - last_bytes,
+                           "nothing to resume in")
+                 ? "--fresh"
+                 : "--resume";
+    size_t before = log_size(log);
+    pid_t pid = sl_test_spawn(log, killed);
     if (attempt < 3) {
       struct timespec t = {0, (100 + rand() % 500) * 1000000L};
       nanosleep(&t, NULL);
       kill(pid, SIGKILL);
     }
-    rc = finish(pid);
+    rc = sl_test_reap(pid);
     kills += rc == 128 + SIGKILL;
+    last_bytes = log_size(log) - before;
   }
   cr_assert_eq(rc, 0, "the resumed run did not finish");
   cr_assert_geq(kills, 1, "no run was killed mid-way");
@@ -185,7 +171,7 @@ Test(nexmark_cli, event_file_gives_the_generator_rows, .timeout = 240) {
   const char *gen[] = {"nexmark", "gen", "--events", events, "--rate",
                        rate, "--out-of-order-ms", "1000", "--output",
                        file, NULL};
-  cr_assert_eq(run(log, gen), 0);
+  cr_assert_eq(sl_test_run_sluice(log, gen), 0);
   const char *queries[] = {"q2", "q8", "q7"};
   for (int i = 0; i < 3; i++) {
     const char *from_gen[] = {"nexmark", "run", "--query", queries[i],
@@ -195,8 +181,8 @@ Test(nexmark_cli, event_file_gives_the_generator_rows, .timeout = 240) {
     const char *from_file[] = {"nexmark", "run", "--query", queries[i],
                                "--input", file, "--output", b, "--quiet",
                                NULL};
-    cr_assert_eq(run(log, from_gen), 0, "%s from the generator", queries[i]);
-    cr_assert_eq(run(log, from_file), 0, "%s from the file", queries[i]);
+    cr_assert_eq(sl_test_run_sluice(log, from_gen), 0, "%s from the generator", queries[i]);
+    cr_assert_eq(sl_test_run_sluice(log, from_file), 0, "%s from the file", queries[i]);
     assert_same_file(a, b, 5);
   }
   sl_test_remove_tree(dir);
@@ -209,21 +195,21 @@ Test(nexmark_cli, bad_flags_and_files_are_refused_clearly, .timeout = 120) {
   char *bad = sl_test_path_in(dir, "bad.jsonl");
   char *out = sl_test_path_in(dir, "out.csv");
   const char *q6[] = {"nexmark", "run", "--query", "q6", NULL};
-  cr_assert_eq(run(log, q6), 2);
+  cr_assert_eq(sl_test_run_sluice(log, q6), 2);
   assert_log_has(log, "--query: 'q6' is not one of");
   const char *both[] = {"nexmark", "run", "--query", "q1", "--events", "10",
                         "--input", bad, NULL};
-  cr_assert_eq(run(log, both), 2);
+  cr_assert_eq(sl_test_run_sluice(log, both), 2);
   assert_log_has(log, "--events and --input exclude each other");
   const char *nonum[] = {"nexmark", "gen", "--events", "ten", NULL};
-  cr_assert_eq(run(log, nonum), 2);
+  cr_assert_eq(sl_test_run_sluice(log, nonum), 2);
   assert_log_has(log, "--events: 'ten' is not a whole number");
   const char *resume[] = {"nexmark", "run", "--query", "q1", "--resume",
                           NULL};
-  cr_assert_eq(run(log, resume), 2);
+  cr_assert_eq(sl_test_run_sluice(log, resume), 2);
   assert_log_has(log, "--resume and --fresh need --state-dir");
   const char *verb[] = {"nexmark", "walk", NULL};
-  cr_assert_eq(run(log, verb), 2);
+  cr_assert_eq(sl_test_run_sluice(log, verb), 2);
   assert_log_has(log, "unknown command 'walk'");
 
   /* A missing file and a malformed line fail the job, naming them; the
@@ -231,7 +217,7 @@ Test(nexmark_cli, bad_flags_and_files_are_refused_clearly, .timeout = 120) {
   char *missing = sl_test_path_in(dir, "missing.jsonl");
   const char *nofile[] = {"nexmark", "run", "--query", "q0", "--input",
                           missing, "--output", out, "--quiet", NULL};
-  cr_assert_eq(run(log, nofile), 1);
+  cr_assert_eq(sl_test_run_sluice(log, nofile), 1);
   assert_log_has(log, missing);
   FILE *f = fopen(bad, "w");
   cr_assert(f);
@@ -243,9 +229,247 @@ Test(nexmark_cli, bad_flags_and_files_are_refused_clearly, .timeout = 120) {
   fclose(f);
   const char *malformed[] = {"nexmark", "run", "--query", "q0", "--input",
                              bad, "--output", out, "--quiet", NULL};
-  cr_assert_eq(run(log, malformed), 1);
+  cr_assert_eq(sl_test_run_sluice(log, malformed), 1);
   assert_log_has(log, "line 2");
   cr_assert_eq(access(out, F_OK), -1, "output written by a failed run");
   sl_test_remove_tree(dir);
   free(log), free(bad), free(out), free(missing);
+}
+
+/* ------------------------------------------------------------ output */
+
+/* Events for q3 whose person names hold newlines, quotes and commas:
+ * persons 2000.. in ID, each seller of two category-10 auctions. */
+static void write_tricky_events(const char *path, int persons) {
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "%s: %s", path, strerror(errno));
+  static const char *const names[] = {
+      "Ann\\nLee", "Bo \\\"the\\\" Kid", "Cy, Jr.\\n\\\"x\\\"\\n", "Dee",
+      "\\nEd", "Fa\\r\\nGo", "Gil\\\"\\\"", "Hal,\\n,"};
+  long long t = 1700000000000LL;
+  for (int i = 0; i < persons; i++)
+    fprintf(f,
+            "{\"event_type\":0,\"person\":{\"id\":%d,\"name\":\"%s %d\","
+            "\"email_address\":\"e\",\"credit_card\":\"c\",\"city\":"
+            "\"Boise\",\"state\":\"ID\",\"date_time\":%lld,\"extra\":\"\"}}\n",
+            2000 + i, names[i % 8], i, t + i);
+  for (int i = 0; i < 2 * persons; i++)
+    fprintf(f,
+            "{\"event_type\":1,\"auction\":{\"id\":%d,\"item_name\":\"i\","
+            "\"description\":\"d\",\"initial_bid\":1,\"reserve\":2,"
+            "\"date_time\":%lld,\"expires\":%lld,\"seller\":%d,"
+            "\"category\":10,\"extra\":\"\"}}\n",
+            5000 + i, t + persons + i, t + persons + i + 100000,
+            2000 + i % persons);
+  fclose(f);
+}
+
+typedef struct text_rows {
+  char **data;
+  size_t *bytes;
+  size_t count, capacity;
+} text_rows;
+
+/* Split text into RFC 4180 rows (a newline inside quotes is data), the
+ * way the test reads a CSV file independently of the CLI. */
+static void split_rows(const char *text, size_t n, text_rows *out) {
+  size_t start = 0;
+  bool quoted = false;
+  for (size_t i = 0; i < n; i++) {
+    quoted ^= text[i] == '"';
+    if (text[i] != '\n' || quoted)
+      continue;
+    if (out->count == out->capacity) {
+      out->capacity = out->capacity ? 2 * out->capacity : 256;
+      out->data = realloc(out->data, out->capacity * sizeof *out->data);
+      out->bytes = realloc(out->bytes, out->capacity * sizeof *out->bytes);
+      cr_assert(out->data && out->bytes);
+    }
+    out->data[out->count] = malloc(i - start + 1);
+    cr_assert(out->data[out->count]);
+    memcpy(out->data[out->count], text + start, i - start);
+    out->bytes[out->count++] = i - start;
+    start = i + 1;
+  }
+  cr_assert_not(quoted, "the text ends inside a quoted field");
+  cr_assert_eq(start, n, "the text does not end with a newline");
+}
+
+/* The sorted rows (byte order) of every committed part in dir, with the
+ * header row of each part left out, then joined as the merged file should
+ * be: header, then one row per line. */
+static char *expected_merge(const char *dir, const char *header,
+                            size_t *size) {
+  text_rows rows = {0};
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "ls '%s' | grep '^part-'", dir);
+  FILE *ls = popen(cmd, "r");
+  cr_assert(ls);
+  char name[256];
+  while (fgets(name, sizeof name, ls)) {
+    name[strcspn(name, "\n")] = 0;
+    char *path = sl_test_path_in(dir, name);
+    size_t n = 0;
+    char *data = sl_test_read_file(path, &n);
+    cr_assert(data);
+    size_t skip = strlen(header) + 1;
+    cr_assert(n >= skip && memcmp(data, header, skip - 1) == 0);
+    split_rows(data + skip, n - skip, &rows);
+    free(data);
+    free(path);
+  }
+  pclose(ls);
+  /* Insertion sort by memcmp then length: few rows, plain and obvious. */
+  for (size_t i = 1; i < rows.count; i++)
+    for (size_t j = i; j > 0; j--) {
+      size_t a = rows.bytes[j - 1], b = rows.bytes[j];
+      int c = memcmp(rows.data[j - 1], rows.data[j], a < b ? a : b);
+      if (c < 0 || (c == 0 && a <= b))
+        break;
+      char *t = rows.data[j];
+      rows.data[j] = rows.data[j - 1], rows.data[j - 1] = t;
+      rows.bytes[j] = a, rows.bytes[j - 1] = b;
+    }
+  size_t total = strlen(header) + 1;
+  for (size_t i = 0; i < rows.count; i++)
+    total += rows.bytes[i] + 1;
+  char *out = malloc(total + 1), *p = out;
+  cr_assert(out);
+  p += sprintf(p, "%s\n", header);
+  for (size_t i = 0; i < rows.count; i++) {
+    memcpy(p, rows.data[i], rows.bytes[i]);
+    p += rows.bytes[i];
+    *p++ = '\n';
+    free(rows.data[i]);
+  }
+  free(rows.data);
+  free(rows.bytes);
+  *size = total;
+  return out;
+}
+
+/* Rows whose fields hold newlines and quotes come out of the merge whole
+ * and in byte order, with the in-memory sort and with an external merge
+ * forced into many runs (SLUICE_MERGE_RUN_BYTES). */
+Test(nexmark_cli, newlines_and_quotes_in_fields_survive_the_merge,
+     .timeout = 120) {
+  char *dir = sl_test_temp_dir("nexmark-cli");
+  char *events = sl_test_path_in(dir, "events.jsonl");
+  char *out = sl_test_path_in(dir, "q3.csv");
+  char *parts = sl_test_path_in(dir, "q3.csv.parts");
+  char *log = sl_test_path_in(dir, "log");
+  write_tricky_events(events, 40);
+  const char *q3[] = {"nexmark", "run", "--query", "q3", "--input", events,
+                      "--output", out, "--quiet", NULL};
+  const char *run_bytes[] = {NULL, "300", "1"};
+  char *first = NULL;
+  size_t first_bytes = 0;
+  for (int i = 0; i < 3; i++) {
+    if (run_bytes[i])
+      setenv("SLUICE_MERGE_RUN_BYTES", run_bytes[i], 1);
+    else
+      unsetenv("SLUICE_MERGE_RUN_BYTES");
+    cr_assert_eq(sl_test_run_sluice(log, q3), 0, "q3 failed (run bytes %s)",
+                 run_bytes[i] ? run_bytes[i] : "default");
+    size_t n = 0, m = 0;
+    char *got = sl_test_read_file(out, &n);
+    char *want = expected_merge(parts, "name,city,state,id", &m);
+    cr_assert(got);
+    cr_assert_eq(n, m, "merged %zu bytes, the parts hold %zu", n, m);
+    cr_assert(memcmp(got, want, n) == 0, "the merge differs:\n%s\n--- "
+              "expected:\n%s", got, want);
+    /* One row whole: a quoted name with a doubled quote and newlines. */
+    cr_assert(strstr(got, "\"Cy, Jr.\n\"\"x\"\"\n 2\",Boise,ID,5002\n"),
+              "a row with newlines and quotes is not whole:\n%s", got);
+    /* 80 rows and the header, some rows over several lines. */
+    cr_assert_gt(count_lines(got, n), 81);
+    if (i == 0)
+      first = got, first_bytes = n;
+    else
+      cr_assert(n == first_bytes && memcmp(got, first, n) == 0,
+                "run size %s changed the output", run_bytes[i]);
+    if (i > 0)
+      free(got);
+    free(want);
+  }
+  unsetenv("SLUICE_MERGE_RUN_BYTES");
+  free(first);
+  sl_test_remove_tree(dir);
+  free(events), free(out), free(parts), free(log);
+}
+
+/* A run that fails, or is refused, leaves no earlier FILE behind that
+ * would look like its result. */
+Test(nexmark_cli, a_failed_run_leaves_no_earlier_output, .timeout = 120) {
+  char *dir = sl_test_temp_dir("nexmark-cli");
+  char *events = sl_test_path_in(dir, "events.jsonl");
+  char *bad = sl_test_path_in(dir, "bad.jsonl");
+  char *out = sl_test_path_in(dir, "out.csv");
+  char *state = sl_test_path_in(dir, "state");
+  char *log = sl_test_path_in(dir, "log");
+  write_tricky_events(events, 10);
+  FILE *f = fopen(bad, "w");
+  cr_assert(f);
+  fputs("{\"event_type\":2,\"bid\":{\"auction\":\"x\"}}\n", f);
+  fclose(f);
+  const char *good[] = {"nexmark", "run", "--query", "q3", "--input",
+                        events, "--output", out, "--quiet", NULL};
+  const char *failing[] = {"nexmark", "run", "--query", "q3", "--input",
+                           bad, "--output", out, "--quiet", NULL};
+  const char *refused[] = {"nexmark", "run", "--query", "q3", "--input",
+                           events, "--output", out, "--state-dir", state,
+                           "--resume", "--quiet", NULL};
+  cr_assert_eq(sl_test_run_sluice(log, good), 0);
+  cr_assert_eq(access(out, F_OK), 0, "no output after a good run");
+  cr_assert_eq(sl_test_run_sluice(log, failing), 1);
+  cr_assert_eq(access(out, F_OK), -1, "a failed run left %s", out);
+  cr_assert_eq(sl_test_run_sluice(log, good), 0);
+  cr_assert_eq(sl_test_run_sluice(log, refused), 1);
+  cr_assert_eq(access(out, F_OK), -1, "a refused run left %s", out);
+  sl_test_remove_tree(dir);
+  free(events), free(bad), free(out), free(state), free(log);
+}
+
+/* An explicit --resume with nothing to resume (no state directory, an
+ * empty one, a store without a complete checkpoint) is refused: it must
+ * not start fresh and merge the parts an earlier run committed. */
+Test(nexmark_cli, resume_with_nothing_to_resume_is_refused, .timeout = 120) {
+  char *dir = sl_test_temp_dir("nexmark-cli");
+  char *out = sl_test_path_in(dir, "out.csv");
+  char *first_state = sl_test_path_in(dir, "first");
+  char *missing = sl_test_path_in(dir, "missing");
+  char *empty = sl_test_path_in(dir, "empty");
+  char *failed = sl_test_path_in(dir, "failed");
+  char *other = sl_test_path_in(dir, "other.csv");
+  char *log = sl_test_path_in(dir, "log");
+  cr_assert_eq(mkdir(empty, 0755), 0);
+  /* An earlier run commits its parts in out.csv.parts. */
+  const char *earlier[] = {"nexmark", "run", "--query", "q1", "--events",
+                           "2000", "--output", out, "--state-dir",
+                           first_state, "--quiet", NULL};
+  cr_assert_eq(sl_test_run_sluice(log, earlier), 0);
+  /* A run that failed before its first checkpoint: a store, no
+   * checkpoint in it. */
+  const char *fails[] = {"nexmark", "run", "--query", "q1", "--events",
+                         "2000", "--output", other, "--state-dir", failed,
+                         "--fresh", "--checkpoint-interval", "86400000",
+                         "--fault", "fail:op=events,record=10", "--quiet",
+                         NULL};
+  cr_assert_eq(sl_test_run_sluice(log, fails), 1);
+  const char *dirs[] = {missing, empty, failed};
+  for (int i = 0; i < 3; i++) {
+    const char *resume[] = {"nexmark", "run", "--query", "q1", "--events",
+                            "2000", "--output", out, "--state-dir", dirs[i],
+                            "--resume", "--quiet", NULL};
+    size_t before = log_size(log);
+    cr_assert_eq(sl_test_run_sluice(log, resume), 1, "--resume from %s", dirs[i]);
+    char want[600];
+    snprintf(want, sizeof want, "sluice: nothing to resume in %s", dirs[i]);
+    cr_assert(log_has_since(log, before, want), "no \"%s\" in the log",
+              want);
+    cr_assert_eq(access(out, F_OK), -1, "%s written", out);
+  }
+  sl_test_remove_tree(dir);
+  free(out), free(first_state), free(missing), free(empty), free(failed);
+  free(other), free(log);
 }
