@@ -820,14 +820,16 @@ enum { TIES_MAX = 1, TIES_ITEMS = 2 };
 typedef struct ties_spec {
   uint32_t item_bytes;                      /* at most 64 */
   int64_t (*value)(const void *item);       /* what is maximised */
-  int64_t (*item_time)(const void *item);   /* checked first (note 8) */
+  int64_t (*item_time)(const void *item);   /* checked first (note 8);
+                                               NULL: checked upstream */
   int64_t (*window_end)(const void *item);  /* the item's window */
   int (*emit)(sl_ctx *ctx, const void *item, int64_t end); /* one winner */
 } ties_spec;
 
 static int ties_add(sl_ctx *ctx, const ties_spec *spec, const sl_record *in) {
   int rc = 0;
-  if (!time_of(ctx, spec->item_time(in->data), "date_time", &rc))
+  if (spec->item_time &&
+      !time_of(ctx, spec->item_time(in->data), "date_time", &rc))
     return rc;
   int64_t end = spec->window_end(in->data);
   if (window_late(ctx, end))
@@ -1032,10 +1034,6 @@ static int64_t q5_window_end(const void *item) {
   return ((const q5_row *)item)->end;
 }
 
-/* A q5 row's window start stands for its time (a valid time's window). */
-static int64_t q5_item_time(const void *item) {
-  return ((const q5_row *)item)->start;
-}
 
 static int q5_emit(sl_ctx *ctx, const void *item, int64_t end) {
   return sl_emit(ctx, item, sizeof(q5_row));
@@ -1050,7 +1048,8 @@ static int build_q5(sl_job *job, sl_op *events, int p, sl_op **result) {
                                        .process = q5_count,
                                        .on_timer = q5_count_timer,
                                        .close = scratch_close};
-  static const ties_spec hot = {sizeof(q5_row), q5_value, q5_item_time,
+  /* q5.count made the windows from valid times (note 8). */
+  static const ties_spec hot = {sizeof(q5_row), q5_value, NULL,
                                 q5_window_end, q5_emit};
   sl_op *bids, *by_auction, *counts, *by_window;
   int rc = sl_op_flat_map(job, "q5.bids", events, p, q5_project, NULL, &bids);
