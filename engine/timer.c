@@ -74,6 +74,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "time_check.h"
 
 #define TIMER_STATE_ID 0xFFFFu
 #define TIMER_KIND 5u
@@ -449,7 +450,8 @@ uint64_t sl_event_processing_wait_ns(sl_instance *inst) {
   int64_t now = sl_wall_ms();
   if (h->items[0].time < now)
     return 0;
-  int64_t wait_ms = h->items[0].time - now + 1;
+  int64_t wait_ms = sl_time_add_sat(sl_time_sub_sat(h->items[0].time, now),
+                                    1);
   return wait_ms > 1000000 ? 1000000000000ull : (uint64_t)wait_ms * 1000000u;
 }
 
@@ -627,11 +629,14 @@ int sl_event_source_tick(sl_instance *inst) {
   if (w->every_call || now >= inst->watermark_due_ns) {
     inst->watermark_due_ns = now + (uint64_t)w->interval_ms * 1000000u;
     if (inst->max_timestamp != SL_NO_TIMESTAMP) {
-      /* W = max - bound - 1, saturating at the low end. */
-      int64_t candidate =
-          inst->max_timestamp < SL_WATERMARK_MIN + w->out_of_orderness + 2
-              ? SL_WATERMARK_MIN + 1
-              : inst->max_timestamp - w->out_of_orderness - 1;
+      /* W = max - bound - 1, saturating at the low end (time_check.h
+       * note 4): bound >= 0, so W < max <= INT64_MAX and a record's time
+       * never makes the final SL_WATERMARK_MAX. */
+      int64_t candidate = sl_time_sub_sat(
+          sl_time_sub_sat(inst->max_timestamp, w->out_of_orderness), 1);
+      if (candidate <= SL_WATERMARK_MIN)
+        candidate = SL_WATERMARK_MIN + 1;
+      assert(candidate < SL_WATERMARK_MAX);
       if (candidate > inst->watermark) {
         inst->watermark = candidate;
         atomic_store_explicit(&inst->watermark_shared, candidate,

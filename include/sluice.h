@@ -616,6 +616,23 @@ int sl_ctx_stopping(const sl_ctx *ctx);
 #define SL_WATERMARK_MIN INT64_MIN /* no watermark yet */
 #define SL_WATERMARK_MAX INT64_MAX /* end of input: everything is due */
 
+/* Valid event times.  A record time that windows, timers and watermarks
+ * can work with lies in [SL_TIME_MIN_VALID, SL_TIME_MAX_VALID] (+-2^62,
+ * about 146 million years of milliseconds either side of the epoch); the
+ * room left up to the int64 limits holds window sizes, slides, gaps and
+ * allowed lateness of up to SL_TIME_SPAN_MAX (2^61), so every window
+ * bound and cleanup time of a valid time is representable and below
+ * SL_WATERMARK_MAX.  The file sources refuse a timestamp outside the
+ * range ("FILE line N: ...", or a dead letter where the source has
+ * them), and so does the Nexmark event parser; a window operator fails
+ * the job, naming itself and the time, on a record outside it (one a
+ * callback emitted with sl_emit_ts).  Nothing wraps.  Timers and
+ * sl_emit_ts take any int64 (a timer at SL_WATERMARK_MAX fires at the
+ * end of input). */
+#define SL_TIME_MIN_VALID (-(INT64_C(1) << 62))
+#define SL_TIME_MAX_VALID ((INT64_C(1) << 62) - 1)
+#define SL_TIME_SPAN_MAX (INT64_C(1) << 61)
+
 enum sl_time_domain { SL_EVENT_TIME = 0, SL_PROCESSING_TIME = 1 };
 
 typedef struct sl_watermark_config {
@@ -1179,7 +1196,9 @@ int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
  * with the updated result.  A record whose every window is past that point
  * is late: dropped and counted (sl_op_stats.late_records), or sent to the
  * side output late_port.  Window contents and pending timers are keyed
- * state: checkpointed and restored exactly.
+ * state: checkpointed and restored exactly.  An event-time record whose
+ * timestamp is not a valid time (SL_TIME_MIN_VALID .. SL_TIME_MAX_VALID)
+ * fails the job with an error naming the operator and the timestamp.
  *
  * Results are computed either incrementally (acc_bytes, init, add, emit;
  * merge too for session windows), keeping one accumulator per window, or
@@ -1214,10 +1233,12 @@ typedef struct sl_window_config {
   int type;   /* enum sl_window_type */
   int domain; /* SL_EVENT_TIME (default) or SL_PROCESSING_TIME; unused by
                  count windows */
-  int64_t size;  /* tumbling, sliding: length (> 0); count: records */
+  int64_t size;  /* tumbling, sliding: length (1 .. SL_TIME_SPAN_MAX);
+                    count: records (> 0) */
   int64_t slide; /* sliding: step, 0 < slide <= size */
-  int64_t gap;   /* session: the largest gap inside a session (> 0) */
-  int64_t allowed_lateness; /* event time only; >= 0 */
+  int64_t gap;   /* session: the largest gap inside a session
+                    (1 .. SL_TIME_SPAN_MAX) */
+  int64_t allowed_lateness; /* event time only; 0 .. SL_TIME_SPAN_MAX */
   int late_port; /* 0: drop late records; 1 .. SL_MAX_SIDE_OUTPUTS: emit
                     them there (consume with sl_op_side_output) */
   /* Incremental aggregation: an accumulator of acc_bytes (1 .. 64 KiB)

@@ -74,6 +74,13 @@
  *    lazily, since timers registered during the end-of-input firing do not
  *    fire (timer.c note 5): there each session keeps exactly its own timer
  *    at end - 1, deleted when it merges (L is 0 there).
+ * 7. Extreme times (time_check.h).  An event-time record must carry a
+ *    valid time (SL_TIME_MIN_VALID .. SL_TIME_MAX_VALID), and sizes,
+ *    slides, gaps and lateness are at most SL_TIME_SPAN_MAX: so every
+ *    start, end and cleanup time is an int64 below SL_WATERMARK_MAX, and
+ *    the final watermark still fires and purges every window.  A record
+ *    outside the range fails the job, naming the operator and the
+ *    timestamp; nothing wraps.  Count windows count records (uint64).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -81,6 +88,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "time_check.h"
 
 enum {
   ID_HEADER = 0xFF01,
@@ -133,10 +141,14 @@ struct sl_window_contents {
   uint32_t count;
 };
 
-/* a + b for b >= 0, saturating: a huge allowed lateness means "keep
- * until the end", not an overflow. */
-static inline int64_t add_sat(int64_t a, int64_t b) {
-  return a > INT64_MAX - b ? INT64_MAX : a + b;
+/* The cleanup time end - 1 + L of a window (note 3).  Every window of a
+ * valid time, with spans the config check allowed, has one below
+ * SL_WATERMARK_MAX (time_check.h note 2); the saturation only keeps a
+ * window from state written under other rules until the end of input,
+ * instead of wrapping. */
+static inline int64_t cleanup_time(const sl_window_config *c, int64_t end) {
+  assert(end > INT64_MIN);
+  return sl_time_add_sat(end - 1, c->allowed_lateness);
 }
 
 static inline int64_t floor_mod(int64_t a, int64_t b) {
@@ -364,6 +376,14 @@ static int64_t record_time(sl_ctx *ctx, const window_op *w,
     sl_ctx_fail(ctx, "a record without a timestamp reached an event-time "
                 "window (emit with sl_emit_ts)");
     *rc = EINVAL;
+  } else if (!sl_time_valid(in->timestamp)) {
+    /* Its windows' bounds or cleanup time would not fit in an int64
+     * (time_check.h note 2): refused, never wrapped. */
+    sl_ctx_fail(ctx, "timestamp %" PRId64 " is outside the valid event "
+                "times %" PRId64 " .. %" PRId64 " (SL_TIME_MIN_VALID .. "
+                "SL_TIME_MAX_VALID)", in->timestamp, SL_TIME_MIN_VALID,
+                SL_TIME_MAX_VALID);
+    *rc = EINVAL;
   }
   return in->timestamp;
 }
@@ -390,7 +410,7 @@ static int time_window_add(sl_ctx *ctx, window_instance *s, uint64_t key,
     rc = sl_timer_register(ctx, c->domain, end - 1);
     if (rc == 0 && c->allowed_lateness > 0)
       rc = sl_timer_register(ctx, c->domain,
-                             add_sat(end - 1, c->allowed_lateness));
+                             cleanup_time(c, end));
     if (rc)
       return rc;
   }
@@ -422,11 +442,15 @@ static int time_process(sl_ctx *ctx, window_instance *s, const sl_record *in) {
   int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
                                           : SL_WATERMARK_MIN;
   int64_t slide = c->type == SL_WINDOW_TUMBLING ? c->size : c->slide;
+  /* ts is valid and size, slide <= SL_TIME_SPAN_MAX (check_config), so
+   * nothing below overflows (time_check.h note 2): each start lies in
+   * (ts - size, ts], each end in (ts, ts + size]. */
+  assert(sl_time_valid(ts) && sl_time_span_valid(c->size));
   int64_t last_start = ts - floor_mod(ts, slide);
   bool added = false;
   for (int64_t start = last_start; start > ts - c->size; start -= slide) {
     int64_t end = start + c->size;
-    if (wm != SL_WATERMARK_MIN && add_sat(end - 1, c->allowed_lateness) <= wm)
+    if (wm != SL_WATERMARK_MIN && cleanup_time(c, end) <= wm)
       continue; /* this window is gone (note 5) */
     rc = time_window_add(ctx, s, key, start, end, wm, in);
     if (rc)
@@ -443,15 +467,17 @@ static int time_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
   if (rc)
     return rc;
   /* Fire: the window ending at time + 1 (none for a saturated cleanup
-   * time). */
-  int64_t end = time < INT64_MAX ? time + 1 : INT64_MAX;
+   * time, nor one whose start would not fit: no record made those). */
+  int64_t end = INT64_MAX, start = INT64_MIN;
+  bool representable = sl_time_add(time, 1, &end) &&
+                       sl_time_sub(end, c->size, &start);
   uint64_t id = time_id(end);
   bool found = false;
-  rc = time < INT64_MAX ? header_load(ctx, s, id, &found) : 0;
+  rc = representable ? header_load(ctx, s, id, &found) : 0;
   if (rc)
     return rc;
   if (found) {
-    sl_window win = {.start = end - c->size, .end = end};
+    sl_window win = {.start = start, .end = end};
     window_header *h = (window_header *)s->buffer;
     if (!h->fired) {
       rc = window_fire(ctx, s, key, id, &win);
@@ -467,7 +493,10 @@ static int time_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
   }
   if (c->allowed_lateness > 0) {
     /* Cleanup: the window ending at time + 1 - L. */
-    int64_t old_end = (time - c->allowed_lateness) + 1;
+    int64_t old_end;
+    if (!sl_time_sub(time, c->allowed_lateness, &old_end) ||
+        !sl_time_add(old_end, 1, &old_end))
+      return 0; /* no window's cleanup time */
     uint64_t old_id = time_id(old_end);
     rc = header_load(ctx, s, old_id, &found);
     if (rc == 0 && found)
@@ -555,7 +584,7 @@ static int session_timers(sl_ctx *ctx, const sl_window_config *c,
  * fired, then at its cleanup time end - 1 + L. */
 static int64_t session_due(const sl_window_config *c, const session *x,
                            bool fired) {
-  return fired ? add_sat(x->end - 1, c->allowed_lateness) : x->end - 1;
+  return fired ? cleanup_time(c, x->end) : x->end - 1;
 }
 
 /* Fold session `from`'s state into `into`'s (header of into in s->buffer);
@@ -728,6 +757,7 @@ static int session_process(sl_ctx *ctx, window_instance *s,
   /* Lateness is judged on the session the record would end up in (note 5,
    * as Flink's merging windows): a record inside an open session is not
    * late even if its own [ts, ts + gap) would be. */
+  assert(sl_time_valid(ts) && sl_time_span_valid(c->gap)); /* no overflow */
   session probe = {.start = ts, .end = ts + c->gap};
   for (uint64_t i = 0; i < n; i++) {
     const session *x = &s->sessions[i];
@@ -737,7 +767,7 @@ static int session_process(sl_ctx *ctx, window_instance *s,
     }
   }
   if (wm != SL_WATERMARK_MIN &&
-      add_sat(probe.end - 1, c->allowed_lateness) <= wm)
+      cleanup_time(c, probe.end) <= wm)
     return late_record(ctx, s->w, in);
   /* Find the sessions the new one overlaps; merge them (note 4). */
   session_merge m = {.merged = {.start = ts, .end = ts + c->gap}};
@@ -1045,12 +1075,24 @@ static int check_config(sl_job *job, const char *name,
                                    "SL_PROCESSING_TIME");
   if (c->type != SL_WINDOW_SESSION && c->size <= 0)
     return config_error(job, name, "size must be > 0");
+  /* Spans up to 2^61 keep every window bound of a valid time in range
+   * (time_check.h note 2). */
+  bool timed = c->type != SL_WINDOW_COUNT;
+  if (timed && c->type != SL_WINDOW_SESSION && c->size > SL_TIME_SPAN_MAX)
+    return config_error(job, name, "size must be at most SL_TIME_SPAN_MAX "
+                                   "(2^61)");
   if (c->type == SL_WINDOW_SLIDING && (c->slide <= 0 || c->slide > c->size))
     return config_error(job, name, "slide must be in 1 .. size");
   if (c->type == SL_WINDOW_SESSION && c->gap <= 0)
     return config_error(job, name, "gap must be > 0");
+  if (c->type == SL_WINDOW_SESSION && c->gap > SL_TIME_SPAN_MAX)
+    return config_error(job, name, "gap must be at most SL_TIME_SPAN_MAX "
+                                   "(2^61)");
   if (c->allowed_lateness < 0)
     return config_error(job, name, "allowed_lateness must be >= 0");
+  if (c->allowed_lateness > SL_TIME_SPAN_MAX)
+    return config_error(job, name, "allowed_lateness must be at most "
+                                   "SL_TIME_SPAN_MAX (2^61)");
   if (c->allowed_lateness > 0 &&
       (c->domain != SL_EVENT_TIME || c->type == SL_WINDOW_COUNT))
     return config_error(job, name, "allowed_lateness applies to event-time "

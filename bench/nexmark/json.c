@@ -19,9 +19,15 @@
  *    field: a missing, unknown or duplicate field, a wrong type, a number
  *    with a fraction or exponent, an integer outside int64_t, a string
  *    over NX_MAX_STRING_BYTES, an unknown event_type or one that does not
- *    match the object, and anything after the object.  Bytes of 0x80 and
- *    up are taken as they are (not checked as UTF-8), so any byte string
- *    the writer wrote reads back equal.
+ *    match the object, and anything after the object.  Strings must be
+ *    well-formed UTF-8 under the rule the library's JSON-lines source
+ *    uses (operators/utf8_check.h: no overlong form, surrogate, code
+ *    point beyond U+10FFFF or cut sequence; no lone surrogate in a \u
+ *    escape), so both refuse the same lines; only bytes of 0x80 and up
+ *    pay for the check.  Any UTF-8 string the writer wrote reads back
+ *    equal.  (One difference stays: \u0000 is taken here, since
+ *    Nexmark strings carry their length; the library's C-string fields
+ *    refuse it.)
  * 3. Strings are unescaped into the caller's storage; an unescaped string
  *    is never longer than its JSON form, so storage of the line's length
  *    always suffices.  Field names are unescaped there too and the room
@@ -38,6 +44,12 @@
  *    lines do not hold up barriers.
  * 6. The path list is one allocation the job owns (sl_op_set_user_free)
  *    and frees when it is destroyed.
+ * 7. Event times (every date_time, and an auction's expires) must lie in
+ *    SL_TIME_MIN_VALID .. SL_TIME_MAX_VALID (sluice.h, the library's
+ *    time_check.h): INT64_MIN ("no timestamp") and times whose windows
+ *    would overflow are refused here, naming the field, so the file
+ *    source fails with "FILE line N: field "date_time": reason" before
+ *    any query sees them.
  */
 #include <assert.h>
 #include <errno.h>
@@ -54,6 +66,8 @@
 #include <unistd.h>
 
 #include "nexmark.h"
+#include "time_check.h" /* the library's valid event times (note 7) */
+#include "utf8_check.h" /* the library's UTF-8 rule (note 2) */
 
 /* Longest line of an event file: six strings at their limit, each byte
  * escaped as \u00XX, fit with room to spare. */
@@ -71,7 +85,8 @@ _Static_assert(6u * 6u * NX_MAX_STRING_BYTES + 1024u < FILE_MAX_LINE_BYTES,
 
 /* ------------------------------------------------------------ fields */
 
-enum field_kind { FIELD_INTEGER = 0, FIELD_STRING = 1 };
+/* FIELD_TIME: an integer that is an event time, checked (note 7). */
+enum field_kind { FIELD_INTEGER = 0, FIELD_STRING = 1, FIELD_TIME = 2 };
 
 typedef struct field {
   const char *name;
@@ -83,6 +98,9 @@ typedef struct field {
 #define INTEGER(type, member)                                                  \
   {#member, (uint8_t)(sizeof #member - 1), FIELD_INTEGER,                      \
    (uint16_t)offsetof(type, member)}
+#define TIME(type, member)                                                     \
+  {#member, (uint8_t)(sizeof #member - 1), FIELD_TIME,                         \
+   (uint16_t)offsetof(type, member)}
 #define STRING(type, member)                                                   \
   {#member, (uint8_t)(sizeof #member - 1), FIELD_STRING,                       \
    (uint16_t)offsetof(type, member)}
@@ -91,17 +109,17 @@ static const field person_fields[] = {
     INTEGER(nx_person, id),          STRING(nx_person, name),
     STRING(nx_person, email_address), STRING(nx_person, credit_card),
     STRING(nx_person, city),         STRING(nx_person, state),
-    INTEGER(nx_person, date_time),   STRING(nx_person, extra)};
+    TIME(nx_person, date_time),      STRING(nx_person, extra)};
 static const field auction_fields[] = {
     INTEGER(nx_auction, id),          STRING(nx_auction, item_name),
     STRING(nx_auction, description),  INTEGER(nx_auction, initial_bid),
-    INTEGER(nx_auction, reserve),     INTEGER(nx_auction, date_time),
-    INTEGER(nx_auction, expires),     INTEGER(nx_auction, seller),
+    INTEGER(nx_auction, reserve),     TIME(nx_auction, date_time),
+    TIME(nx_auction, expires),        INTEGER(nx_auction, seller),
     INTEGER(nx_auction, category),    STRING(nx_auction, extra)};
 static const field bid_fields[] = {
     INTEGER(nx_bid, auction), INTEGER(nx_bid, bidder),
     INTEGER(nx_bid, price),   STRING(nx_bid, channel),
-    STRING(nx_bid, url),      INTEGER(nx_bid, date_time),
+    STRING(nx_bid, url),      TIME(nx_bid, date_time),
     STRING(nx_bid, extra)};
 
 typedef struct kind {
@@ -141,11 +159,16 @@ static nx_str string_of(const nx_event *e, const field *f) {
 /* Bytes a JSON string holds as they are: not a control character, a
  * quote or a backslash.  Filled once (both directions use it). */
 static bool plain_byte[256];
+/* Bytes of a string the parser copies as they are: plain_byte without
+ * 0x80 and up, which go through the UTF-8 check (note 2). */
+static bool ascii_plain[256];
 static pthread_once_t plain_once = PTHREAD_ONCE_INIT;
 
 static void plain_fill(void) {
-  for (int c = 0; c < 256; c++)
+  for (int c = 0; c < 256; c++) {
     plain_byte[c] = c >= 0x20 && c != '"' && c != '\\';
+    ascii_plain[c] = c < 0x80 && plain_byte[c];
+  }
 }
 
 /* ------------------------------------------------------------ writer */
@@ -227,7 +250,7 @@ size_t nx_json_write(const nx_event *e, char *buffer, size_t buffer_bytes) {
     out_bytes(&o, i ? ",\"" : "\"", i ? 2 : 1);
     out_bytes(&o, f->name, f->name_length);
     out_bytes(&o, "\":", 2);
-    if (f->kind == FIELD_INTEGER)
+    if (f->kind != FIELD_STRING)
       out_integer(&o, integer_of(e, f));
     else
       out_string(&o, string_of(e, f));
@@ -386,6 +409,22 @@ static size_t escape(parser *ps, const char *name, char *dst) {
   return 1;
 }
 
+/* A UTF-8 sequence at ps->p (its lead byte, 0x80 and up) into dst: its
+ * length, 0 if it is not well-formed (the message is set). */
+static size_t utf8_run(parser *ps, const char *name, char *dst) {
+  const char *why = "";
+  size_t n = sl_utf8_sequence((const unsigned char *)ps->p,
+                              (size_t)(ps->end - ps->p), &why);
+  if (n == 0) {
+    string_fail(ps, name, "invalid UTF-8 at byte %zu: %s",
+                (size_t)(ps->p - ps->start) + 1, why);
+    return 0;
+  }
+  memcpy(dst, ps->p, n);
+  ps->p += n;
+  return n;
+}
+
 /* A string at ps->p (its opening quote), unescaped into the store (note
  * 3).  name is the field's, for errors; NULL for a field name. */
 static int parse_string(parser *ps, const char *name, nx_str *s) {
@@ -395,7 +434,7 @@ static int parse_string(parser *ps, const char *name, nx_str *s) {
   size_t length = 0;
   while (ps->p < ps->end) {
     const char *run = ps->p;
-    while (ps->p < ps->end && plain_byte[(unsigned char)*ps->p])
+    while (ps->p < ps->end && ascii_plain[(unsigned char)*ps->p])
       ps->p++;
     size_t plain = (size_t)(ps->p - run);
     assert(length + plain <= ps->store_left); /* note 3 */
@@ -403,6 +442,13 @@ static int parse_string(parser *ps, const char *name, nx_str *s) {
     length += plain;
     if (ps->p == ps->end)
       break;
+    if ((unsigned char)*ps->p >= 0x80) {
+      size_t n = utf8_run(ps, name, dst + length);
+      if (n == 0)
+        return EINVAL;
+      length += n;
+      continue;
+    }
     char c = *ps->p++;
     if (c == '"') {
       *s = (nx_str){.ptr = dst, .len = (uint32_t)length};
@@ -452,13 +498,28 @@ static int parse_integer(parser *ps, const char *name, int64_t *value) {
   return 0;
 }
 
+/* An event time of field name (note 7). */
+static int parse_time(parser *ps, const char *name, int64_t *value) {
+  int rc = parse_integer(ps, name, value);
+  if (rc)
+    return rc;
+  if (*value == INT64_MIN)
+    return fail(ps, "field \"%s\": INT64_MIN is not a time (it means no "
+                "timestamp)", name);
+  if (!sl_time_valid(*value))
+    return fail(ps, "field \"%s\": time %" PRId64 " is outside the valid "
+                "event times %" PRId64 " .. %" PRId64, name, *value,
+                SL_TIME_MIN_VALID, SL_TIME_MAX_VALID);
+  return 0;
+}
+
 /* A member's name at ps->p and the ':' after it.  The name is unescaped
  * into the store; the caller takes the room back (note 3). */
 static int parse_name(parser *ps, nx_str *name) {
   if (!at(ps, '"'))
     return syntax(ps, "expected a field name in quotes");
   const char *q = ps->p + 1; /* a name without escapes: read in place */
-  while (q < ps->end && plain_byte[(unsigned char)*q])
+  while (q < ps->end && ascii_plain[(unsigned char)*q])
     q++;
   if (q < ps->end && *q == '"') {
     *name = (nx_str){.ptr = ps->p + 1, .len = (uint32_t)(q - ps->p - 1)};
@@ -533,6 +594,8 @@ static int parse_member(parser *ps, const kind *k, nx_event *e,
   *seen |= 1u << i;
   if (f->kind == FIELD_INTEGER)
     return parse_integer(ps, f->name, integer_at(e, f));
+  if (f->kind == FIELD_TIME)
+    return parse_time(ps, f->name, integer_at(e, f));
   if (!at(ps, '"'))
     return fail(ps, "field \"%s\": expected a string", f->name);
   nx_str *s = string_at(e, f);

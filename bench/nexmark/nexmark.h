@@ -1,8 +1,13 @@
 /* nexmark.h — the Nexmark benchmark on sluice's public API: the event
  * model, the standard generator, event files (JSON lines) and the queries
  * q0-q5, q7, q8, q11.  Used by `sluice nexmark`, the nexmark tests and
- * bench/nexmark_bench.  Everything here is built on include/sluice.h only:
- * the queries double as examples of the API.
+ * bench/nexmark_bench.  Everything here is built on include/sluice.h only
+ * (the queries double as examples of the API), except two small internal
+ * headers of the library, so that one rule holds on both sides: the
+ * checked time arithmetic (engine/time_check.h) and the UTF-8 check
+ * (operators/utf8_check.h).  Event times in a file must lie in
+ * SL_TIME_MIN_VALID .. SL_TIME_MAX_VALID and strings be UTF-8, or the
+ * parser refuses the line (json.c notes 2, 7).
  *
  * OVERVIEW
  *

@@ -36,6 +36,14 @@
  *    the job's message (failed()).
  * 7. Result records are the *_row structs below; nx_query_format() checks a
  *    record's size against its query before it reads it.
+ * 8. Times.  Every time a query computes from comes through time_of(): a
+ *    time outside SL_TIME_MIN_VALID .. SL_TIME_MAX_VALID fails the job,
+ *    naming the operator (the event parser refuses those already, with
+ *    file and line; this catches a generator configured past them).  A
+ *    valid time plus or minus a window size of seconds stays far inside
+ *    int64, and timer times are checked with sl_time_add before use, so
+ *    no bound wraps and no timer is ever re-armed into the past (a
+ *    wrapped one was due at once, forever, at the final watermark).
  */
 #include <assert.h>
 #include <errno.h>
@@ -46,6 +54,7 @@
 
 #include "nexmark.h"
 #include "sluice.h"
+#include "time_check.h" /* the library's checked time arithmetic (note 8) */
 
 #define WINDOW_TUMBLE_MS 10000 /* q7, q8 */
 #define Q5_SIZE_MS 10000
@@ -164,9 +173,31 @@ static int failed(sl_ctx *ctx, int rc, const char *what) {
 }
 
 static int64_t window_start(int64_t ts, int64_t size) {
-  assert(size > 0);
-  int64_t m = ts % size;
-  return ts - (m < 0 ? m + size : m);
+  assert(size > 0 && size <= SL_TIME_SPAN_MAX && sl_time_valid(ts));
+  int64_t start, end;
+  bool ok = sl_time_window(ts, size, &start, &end);
+  assert(ok); /* a valid time's window fits (time_check.h note 2) */
+  (void)ok;
+  (void)end;
+  return start;
+}
+
+/* ts if it is a valid time (note 8); else the job fails, naming the
+ * operator and the field, and *rc is set. */
+static bool time_of(sl_ctx *ctx, int64_t ts, const char *what, int *rc) {
+  if (sl_time_valid(ts))
+    return true;
+  sl_ctx_fail(ctx, "%s %lld is outside the valid event times %lld .. %lld",
+              what, (long long)ts, (long long)SL_TIME_MIN_VALID,
+              (long long)SL_TIME_MAX_VALID);
+  *rc = -ERANGE;
+  return false;
+}
+
+/* The end of the window that fires at timer time `time`: time + 1, or
+ * false when that overflows (no window of a valid time ends there). */
+static bool end_of_timer(int64_t time, int64_t *end) {
+  return sl_time_add(time, 1, end);
 }
 
 /* A record for a window whose timer (end - 1) has fired is late (note 3):
@@ -789,18 +820,24 @@ enum { TIES_MAX = 1, TIES_ITEMS = 2 };
 typedef struct ties_spec {
   uint32_t item_bytes;                      /* at most 64 */
   int64_t (*value)(const void *item);       /* what is maximised */
+  int64_t (*item_time)(const void *item);   /* checked first (note 8);
+                                               NULL: checked upstream */
   int64_t (*window_end)(const void *item);  /* the item's window */
   int (*emit)(sl_ctx *ctx, const void *item, int64_t end); /* one winner */
 } ties_spec;
 
 static int ties_add(sl_ctx *ctx, const ties_spec *spec, const sl_record *in) {
+  int rc = 0;
+  if (spec->item_time &&
+      !time_of(ctx, spec->item_time(in->data), "date_time", &rc))
+    return rc;
   int64_t end = spec->window_end(in->data);
   if (window_late(ctx, end))
     return 0;
   int64_t value = spec->value(in->data);
   const void *stored;
   uint32_t bytes;
-  int rc = sl_state_get(ctx, TIES_MAX, &stored, &bytes);
+  rc = sl_state_get(ctx, TIES_MAX, &stored, &bytes);
   if (rc == SL_ENOTFOUND) {
     rc = sl_timer_register(ctx, SL_EVENT_TIME, end - 1); /* a new window */
   } else if (rc == 0) {
@@ -825,7 +862,8 @@ static int ties_process(sl_ctx *ctx, void *user, int input,
   const ties_spec *spec = user;
   if (in->size_bytes != spec->item_bytes)
     return malformed(ctx, in);
-  return failed(ctx, ties_add(ctx, spec, in), sl_ctx_name(ctx));
+  int rc = ties_add(ctx, spec, in);
+  return rc == -ERANGE ? rc : failed(ctx, rc, sl_ctx_name(ctx));
 }
 
 static int ties_timer(sl_ctx *ctx, void *user, int domain, int64_t time) {
@@ -836,12 +874,15 @@ static int ties_timer(sl_ctx *ctx, void *user, int domain, int64_t time) {
   if (rc)
     return rc == SL_ENOTFOUND ? 0 : failed(ctx, rc, sl_ctx_name(ctx));
   /* The list stays valid while emitting (no state call); bounded by it. */
+  int64_t end;
+  if (!end_of_timer(time, &end))
+    return 0; /* no window of a valid time: nothing was added for it */
   while (rc == 0 &&
          sl_list_next(list, list_bytes, &offset, &item, &item_bytes)) {
     int64_t aligned[8];
     assert(item_bytes == spec->item_bytes && item_bytes <= sizeof aligned);
     memcpy(aligned, item, item_bytes);
-    rc = spec->emit(ctx, aligned, time + 1);
+    rc = spec->emit(ctx, aligned, end);
   }
   if (rc == 0)
     rc = sl_state_delete(ctx, TIES_ITEMS);
@@ -909,12 +950,15 @@ static int64_t q5_first_due(int64_t pane, int64_t watermark) {
 }
 
 static int q5_count_bid(sl_ctx *ctx, scratch *s, int64_t ts) {
+  int rc = 0;
+  if (!time_of(ctx, ts, "timestamp", &rc))
+    return rc;
   int64_t pane = window_start(ts, Q5_SLIDE_MS);
   if (window_late(ctx, pane + Q5_SIZE_MS))
     return 0;
   const void *array = NULL;
   uint32_t bytes = 0;
-  int rc = sl_state_get(ctx, Q5_PANES, &array, &bytes);
+  rc = sl_state_get(ctx, Q5_PANES, &array, &bytes);
   if (rc && rc != SL_ENOTFOUND)
     return rc;
   bool found;
@@ -933,7 +977,8 @@ static int q5_count(sl_ctx *ctx, void *state, int input,
                     const sl_record *in) {
   if (in->size_bytes != sizeof(int64_t) || in->timestamp == SL_NO_TIMESTAMP)
     return malformed(ctx, in);
-  return failed(ctx, q5_count_bid(ctx, state, in->timestamp), "q5.count");
+  int rc = q5_count_bid(ctx, state, in->timestamp);
+  return rc == -ERANGE ? rc : failed(ctx, rc, "q5.count");
 }
 
 /* Window [time + 1 - size, time + 1) of the key's auction: emit its count,
@@ -941,6 +986,12 @@ static int q5_count(sl_ctx *ctx, void *state, int input,
  * end that holds a pane still kept. */
 static int q5_count_timer(sl_ctx *ctx, void *state, int domain,
                           int64_t time) {
+  /* Panes are of valid times (q5_count_bid), so their timers are far
+   * from the int64 limits; a time that is not (the final watermark's
+   * reach) has no window (note 8). */
+  if (time < SL_TIME_MIN_VALID - Q5_SIZE_MS ||
+      time > SL_TIME_MAX_VALID + Q5_SIZE_MS)
+    return 0;
   int64_t end = time + 1, start = end - Q5_SIZE_MS;
   const void *array;
   uint32_t bytes;
@@ -961,6 +1012,7 @@ static int q5_count_timer(sl_ctx *ctx, void *state, int domain,
                  ? pane.time + Q5_SLIDE_MS - 1
                  : time + Q5_SLIDE_MS;
   }
+  assert(next == INT64_MAX || next > time); /* never into the past */
   uint64_t auction;
   rc = sl_ctx_key(ctx, &auction);
   if (rc == 0 && num > 0) {
@@ -982,6 +1034,7 @@ static int64_t q5_window_end(const void *item) {
   return ((const q5_row *)item)->end;
 }
 
+
 static int q5_emit(sl_ctx *ctx, const void *item, int64_t end) {
   return sl_emit(ctx, item, sizeof(q5_row));
 }
@@ -995,8 +1048,9 @@ static int build_q5(sl_job *job, sl_op *events, int p, sl_op **result) {
                                        .process = q5_count,
                                        .on_timer = q5_count_timer,
                                        .close = scratch_close};
-  static const ties_spec hot = {sizeof(q5_row), q5_value, q5_window_end,
-                                q5_emit};
+  /* q5.count made the windows from valid times (note 8). */
+  static const ties_spec hot = {sizeof(q5_row), q5_value, NULL,
+                                q5_window_end, q5_emit};
   sl_op *bids, *by_auction, *counts, *by_window;
   int rc = sl_op_flat_map(job, "q5.bids", events, p, q5_project, NULL, &bids);
   if (rc == 0)
@@ -1042,6 +1096,11 @@ static int64_t bid_price(const void *item) {
   return ((const bid_row *)item)->price;
 }
 
+static int64_t bid_time(const void *item) {
+  return ((const bid_row *)item)->date_time;
+}
+
+/* ties_add checked the time first (bid_time). */
 static int64_t q7_window_end(const void *item) {
   int64_t ts = ((const bid_row *)item)->date_time;
   return window_start(ts, WINDOW_TUMBLE_MS) + WINDOW_TUMBLE_MS;
@@ -1056,8 +1115,12 @@ static int q7_emit_global(sl_ctx *ctx, const void *item, int64_t end) {
   return sl_emit(ctx, &row, sizeof row);
 }
 
+/* The key functions cannot fail: a bid of an invalid time gets key 0 and
+ * is refused by the ties process it reaches (note 8). */
 static uint64_t q7_share_key(void *user, const sl_record *in) {
   const bid_row *b = in->data;
+  if (!sl_time_valid(b->date_time))
+    return 0;
   uint64_t window = (uint64_t)(window_start(b->date_time, WINDOW_TUMBLE_MS) /
                                WINDOW_TUMBLE_MS);
   uint64_t bucket = (uint64_t)b->auction % Q7_BUCKETS;
@@ -1066,13 +1129,15 @@ static uint64_t q7_share_key(void *user, const sl_record *in) {
 
 static uint64_t q7_window_key(void *user, const sl_record *in) {
   const bid_row *b = in->data;
+  if (!sl_time_valid(b->date_time))
+    return 0;
   return (uint64_t)window_start(b->date_time, WINDOW_TUMBLE_MS);
 }
 
 static int build_q7(sl_job *job, sl_op *events, int p, sl_op **result) {
-  static const ties_spec local = {sizeof(bid_row), bid_price, q7_window_end,
-                                  q7_emit_local};
-  static const ties_spec global = {sizeof(bid_row), bid_price,
+  static const ties_spec local = {sizeof(bid_row), bid_price, bid_time,
+                                  q7_window_end, q7_emit_local};
+  static const ties_spec global = {sizeof(bid_row), bid_price, bid_time,
                                    q7_window_end, q7_emit_global};
   sl_op *bids, *by_share, *tops, *by_window;
   int rc = sl_op_flat_map(job, "q7.bids", events, p, q7_project, NULL, &bids);
@@ -1162,12 +1227,15 @@ static int64_t q8_item_start(const void *item) {
 
 static int q8_person_arrives(sl_ctx *ctx, const q8_person *p,
                              const char *name) {
+  int rc = 0;
+  if (!time_of(ctx, p->date_time, "person date_time", &rc))
+    return rc;
   int64_t start = window_start(p->date_time, WINDOW_TUMBLE_MS);
   if (window_late(ctx, start + WINDOW_TUMBLE_MS))
     return 0;
   const void *list, *item;
   uint32_t list_bytes, item_bytes, offset = 0;
-  int rc = sl_liststate_get(ctx, Q8_PEOPLE, &list, &list_bytes);
+  rc = sl_liststate_get(ctx, Q8_PEOPLE, &list, &list_bytes);
   if (rc && rc != SL_ENOTFOUND)
     return rc;
   /* Bounded by the list: each step moves offset forward. */
@@ -1193,10 +1261,13 @@ static int q8_person_arrives(sl_ctx *ctx, const q8_person *p,
 }
 
 static int q8_auction_arrives(sl_ctx *ctx, const q8_auction *a) {
+  int rc = 0;
+  if (!time_of(ctx, a->date_time, "auction date_time", &rc))
+    return rc;
   int64_t start = window_start(a->date_time, WINDOW_TUMBLE_MS);
   if (window_late(ctx, start + WINDOW_TUMBLE_MS))
     return 0;
-  int rc = sl_mapstate_get(ctx, Q8_AUCTION_WINDOWS, &start, sizeof start,
+  rc = sl_mapstate_get(ctx, Q8_AUCTION_WINDOWS, &start, sizeof start,
                            NULL, NULL);
   if (rc != SL_ENOTFOUND)
     return rc; /* 0: the seller has an auction in this window already */
@@ -1234,7 +1305,7 @@ static int q8_join(sl_ctx *ctx, void *state, int input,
   } else {
     return malformed(ctx, in);
   }
-  return failed(ctx, rc, "q8.join");
+  return rc == -ERANGE ? rc : failed(ctx, rc, "q8.join");
 }
 
 static bool q8_item_not_in(const void *item, uint32_t item_bytes,
@@ -1245,7 +1316,10 @@ static bool q8_item_not_in(const void *item, uint32_t item_bytes,
 
 /* end - 1 of window start: forget it on both sides. */
 static int q8_timer(sl_ctx *ctx, void *state, int domain, int64_t time) {
-  int64_t start = time + 1 - WINDOW_TUMBLE_MS;
+  int64_t end, start;
+  if (!end_of_timer(time, &end) ||
+      !sl_time_sub(end, WINDOW_TUMBLE_MS, &start))
+    return 0; /* no window of a valid time (note 8) */
   int rc = sl_mapstate_delete(ctx, Q8_AUCTION_WINDOWS, &start, sizeof start);
   if (rc == 0 || rc == SL_ENOTFOUND)
     rc = list_retain(ctx, state, Q8_PEOPLE, q8_item_not_in, start);
