@@ -475,19 +475,23 @@ static int read_position(sl_ctx *ctx, io_instance *s, uint64_t id,
     memcpy(words + P_FILE, data, bytes); /* the same order, shifted by one */
     words[P_VERSION] = 1;
     if (words[P_OFFSET] > 0)
-      sl_log(SL_LOG_WARN, "checkpoint %" PRIu64 ": the file source '%s' "
-             "has a position of an older format: its input is checked for "
-             "its path and length only", id, input_name(s));
+      sl_log(SL_LOG_WARN, "checkpoint %" PRIu64 ": a file source position "
+             "of the older format (version 1, at file #%" PRIu64 " of the list "
+             "that begins %s): the input is checked for its path and length "
+             "only, not its identity", id, words[P_FILE],
+             s->source->paths[0]);
     return 0;
   }
-  if (bytes == sizeof(uint64_t) * POSITION_WORDS)
-    memcpy(words, data, bytes);
+  /* The version word if there is one, then the rest if the size fits. */
+  memcpy(words, data, bytes < sizeof(uint64_t) * POSITION_WORDS
+                          ? (bytes >= 8 ? 8 : 0)
+                          : sizeof(uint64_t) * POSITION_WORDS);
   if (bytes != sizeof(uint64_t) * POSITION_WORDS ||
       words[P_VERSION] != POSITION_VERSION) {
     sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": the file source position is "
                 "%" PRIu32 " bytes of version %" PRIu64 ", a format this "
                 "build does not read (version %d, or 1)", id, bytes,
-                bytes >= 8 ? words[P_VERSION] : 0, POSITION_VERSION);
+                words[P_VERSION], POSITION_VERSION);
     return -EINVAL;
   }
   return 0;
