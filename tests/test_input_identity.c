@@ -212,6 +212,7 @@ static sl_job *build(const run_setup *r) {
   config.checkpoint.no_sync = 1;
   config.checkpoint.store_policy = r->policy;
   config.ring_bytes = 64 * 1024; /* the source runs ahead by this much */
+  config.spin_iterations = 20;   /* park soon: the gate holds for long */
   if (r->restart_attempts) {
     config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
     config.restart.attempts = r->restart_attempts;
@@ -244,9 +245,10 @@ static void wait_checkpoint(sl_job *job, uint64_t id) {
                 "checkpoint %" PRIu64 " never completed", id);
 }
 
-#define HOLD_FIRST 2000u
-#define HOLD_SECOND 40000u
-#define INPUT_LINES 60000u
+#define HOLD_FIRST 1000u
+#define HOLD_SECOND 12000u
+#define INPUT_LINES 16000u
+#define APPENDED_LINES 2000u
 
 /* Run 1: read input through the gate, checkpoint once between the holds,
  * stop at the second hold.  With keep_running the job is left running,
@@ -395,7 +397,7 @@ static void apply_change(const char *dir, const char *path, int format,
     change_byte_before(path, offset);
     break;
   case CHANGE_APPENDED:
-    append_items(path, format, INPUT_LINES, 5000);
+    append_items(path, format, INPUT_LINES, APPENDED_LINES);
     break;
   }
 }
@@ -425,7 +427,7 @@ static void resume_over(int format, enum change change) {
   int rc = resume(&r, why, sizeof why);
   if (change == CHANGE_APPENDED) {
     cr_assert_eq(rc, 0, "%s", why);
-    expect_exactly_once(out, INPUT_LINES + 5000);
+    expect_exactly_once(out, INPUT_LINES + APPENDED_LINES);
   } else {
     cr_assert_neq(rc, 0, "a resume over a changed file ran");
     cr_expect(strstr(why, input), "the error does not name %s: %s", input,
