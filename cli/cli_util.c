@@ -156,6 +156,13 @@ void cli_unwatch_signals(void) { watched_job = NULL; }
 
 int cli_signal_received(void) { return watched_signal; }
 
+/* The shell's convention, 128 + the signal's number: 130 for SIGINT, 143
+ * for SIGTERM, so a script can tell an interrupt from a termination. */
+int cli_stop_status(void) {
+  int sig = watched_signal;
+  return sig > 0 ? 128 + sig : 1;
+}
+
 /* SIGUSR1 -> one byte on savepoint_pipe (the read end is the caller's).
  * The write end is non-blocking: with the pipe full, a request is
  * dropped rather than the handler blocked. */

@@ -34,6 +34,9 @@ double seconds_since(const struct timespec *t0);
 void cli_watch_signals(sl_job *job);
 void cli_unwatch_signals(void);
 int cli_signal_received(void);
+/** Exit status of a job stopped by a signal: 128 + its number (130 for
+ * SIGINT, 143 for SIGTERM); 1 if no signal came. */
+int cli_stop_status(void);
 
 /** SIGUSR1 asks for a savepoint: its handler only writes the byte 's' to
  * a pipe (write() is async-signal-safe), whose read end this returns (-1:

@@ -118,7 +118,13 @@ void nexmark_usage(FILE *out) {
           "  --quiet                no live status line\n"
           "  --log-level LEVEL      error, warn, info (default; SLUICE_LOG_LEVEL\n"
           "                         sets it too) or debug\n"
-          "  --json                 print the summary as one JSON object\n");
+          "  --json                 print the summary as one JSON object\n"
+          "\n"
+          "An --input FIFO or /dev/stdin is read without blocking the job: SIGINT\n"
+          "or SIGTERM stops it even while no writer has come.  A --resume refuses\n"
+          "an event file replaced, truncated or changed before the checkpointed\n"
+          "position; one appended to resumes.  Exit status: 0 success, 1 failure,\n"
+          "2 usage error, 130 stopped by SIGINT, 143 stopped by SIGTERM.\n");
 }
 
 /* ------------------------------------------------------------ options */
@@ -545,7 +551,7 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
     fprintf(stderr, "sluice: nexmark q%d failed: %s\n", o->query,
             sl_job_error(job));
   if (rc == SL_ESTOPPED)
-    return cli_signal_received() ? 130 : 1;
+    return cli_stop_status(); /* 130 SIGINT, 143 SIGTERM */
   return rc == 0 ? 0 : 1;
 }
 

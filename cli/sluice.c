@@ -14,7 +14,7 @@
  *   sluice jobs | --help | --version
  *
  * Exit status: 0 success, 1 the job failed or its result did not verify,
- * 2 a usage error, 130 stopped by SIGINT/SIGTERM.
+ * 2 a usage error, 130 stopped by SIGINT, 143 stopped by SIGTERM.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -133,7 +133,10 @@ static void usage(FILE *out) {
           "  --log-level LEVEL    error, warn, info (default) or debug; the\n"
           "                       default comes from SLUICE_LOG_LEVEL if set\n"
           "  --json               print the summary as one JSON object\n"
-          "  -h, --help           this text\n");
+          "  -h, --help           this text\n"
+          "\n"
+          "Exit status: 0 success, 1 the job failed or did not verify, 2 a usage\n"
+          "error, 130 stopped by SIGINT, 143 stopped by SIGTERM.\n");
 }
 
 static void parse_options(int argc, char **argv, int first, options *o) {
@@ -993,7 +996,7 @@ static int run_job(options *o) {
     fprintf(stderr, "sluice: job %s failed: %s\n", o->job_name, sl_job_error(job));
   sl_job_destroy(job);
   if (rc == SL_ESTOPPED)
-    return cli_signal_received() ? 130 : 1;
+    return cli_stop_status(); /* 130 SIGINT, 143 SIGTERM */
   return rc == 0 && verified ? 0 : 1;
 }
 

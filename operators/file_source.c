@@ -24,16 +24,29 @@
  *    entries again); a start with nothing to restore empties it.  The
  *    stdin source saves no position, so its dead-letter file is only
  *    appended to and flushed at checkpoints.
- * 6. A restore checks that it reads the same input: the hash of the path
- *    being read is saved with the position, and a file shorter than the
- *    saved offset is refused.  For a CSV file with a header, restoring
- *    past line 1 reads line 1 again to rebuild the column map.
- * 7. Standard input: before each read the reader polls for at most
- *    IO_STDIN_WAIT_MS, and next() returns with what it has when nothing
- *    comes, so sl_job_stop() and checkpoint barriers are never held up by a
- *    quiet pipe.  Its reader, parser and line number live in the operator's
- *    data, not the instance's, so an in-process restart (failover) goes on
- *    with the bytes already read instead of dropping them.
+ * 6. A restore (a resume, a savepoint start or a failover) checks that
+ *    it reads the same input.  The position holds the hash of the path
+ *    being read and the file's identity (io_reader.c note 6: device,
+ *    inode, hashes of both ends of the consumed prefix).  A restore over
+ *    another path list, a file replaced, truncated below the position or
+ *    changed before it, or a FIFO read past its start fails the job with
+ *    "checkpoint C: input file PATH was replaced: ...".  Bytes appended
+ *    after the position are read as new input.  Positions saved before
+ *    identities (POSITION_WORDS_V1, version 1) are still accepted, with
+ *    a warning, and checked only for the path and the length: refusing
+ *    them would strand every state directory written by an older build,
+ *    and the next checkpoint saves the full position.  For a CSV file
+ *    with a header, restoring past line 1 reads line 1 again to rebuild
+ *    the column map.
+ * 7. Standard input, and a file that is a FIFO or a device: before each
+ *    read the reader polls for at most IO_STDIN_WAIT_MS, and next()
+ *    returns with what it has when nothing comes, so sl_job_stop() and
+ *    checkpoint barriers are never held up by a quiet pipe; such a file is
+ *    opened without blocking (io_open_input), since open(2) of a FIFO
+ *    waits for a writer.  The stdin reader, parser and line number live in
+ *    the operator's data, not the instance's, so an in-process restart
+ *    (failover) goes on with the bytes already read instead of dropping
+ *    them.
  */
 #include <assert.h>
 #include <errno.h>
@@ -48,6 +61,7 @@
 
 #include "internal.h"
 #include "io_internal.h"
+#include "log.h"
 
 #define IO_BATCH_BYTES (1u << 20)      /* records parsed per next(), in bytes */
 #define IO_RECORDS_PER_CALL 1024u      /* ... and in records */
@@ -56,7 +70,26 @@
 #define IO_MAX_LINE_BYTES (256u << 20) /* largest max_line_bytes */
 #define IO_PATH_BYTES 4096             /* a path, with its NUL */
 #define IO_STDIN_NAME "<stdin>"
-#define POSITION_WORDS 6
+#define POSITION_VERSION 2 /* position_word's layout */
+#define POSITION_WORDS_V1 6 /* version 1: no version word, no identity */
+
+/* The saved position, in 64-bit words (notes 2, 3, 5, 6). */
+enum position_word {
+  P_VERSION,    /* POSITION_VERSION */
+  P_FILE,       /* index of the file being read; path_count: all were */
+  P_OFFSET,     /* of the next line in it */
+  P_LINE,       /* that line's number */
+  P_DEAD_BYTES, /* length of the dead-letter file */
+  P_PATH_HASH,  /* of the path being read; 0 once all were */
+  P_SKIPPING,   /* inside an over-long line */
+  P_KIND,       /* io_identity: enum io_identity_kind */
+  P_DEVICE,
+  P_INODE,
+  P_SIZE,
+  P_HEAD_HASH,
+  P_TAIL_HASH,
+  POSITION_WORDS
+};
 
 _Static_assert(IO_LINES_PER_CALL >= IO_RECORDS_PER_CALL,
                "a call can fill its batch when every line is a record");
@@ -144,15 +177,19 @@ static void close_file(input *in) {
   in->reader.fd = -1;
 }
 
-/* Open file in->file_index, reading from its start. */
+/* Open file in->file_index, reading from its start; a FIFO or device
+ * without blocking (note 7). */
 static int open_file(sl_ctx *ctx, io_instance *s) {
   input *in = s->in;
   const char *path = s->source->paths[in->file_index];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  bool stream = false;
+  int fd = io_open_input(path, &stream);
   if (fd < 0)
-    return io_fail_errno(ctx, errno, "cannot open file", path);
-  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* advice: may fail */
+    return io_fail_errno(ctx, -fd, "cannot open file", path);
+  if (!stream)
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* advice: may fail */
   in->reader.fd = fd;
+  in->reader.poll_first = stream;
   io_reader_reset(&in->reader, 0, false);
   in->line = 1;
   io_parser_new_file(&in->parser);
@@ -318,25 +355,41 @@ static int io_next(sl_ctx *ctx, void *state) {
 
 /* ------------------------------------------------------------ checkpoints */
 
-/* Position: file index, offset, line, dead-letter length, path hash,
- * skipping (notes 2, 3, 5, 6). */
+/* The position (position_word; notes 2, 3, 5, 6). */
 static int io_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
   io_instance *s = state;
   int rc = io_dead_letter_sync(ctx, &s->dead);
   if (rc || s->source->is_stdin)
     return rc; /* stdin: no position (not replayable) */
   const input *in = s->in;
   bool open = in->reader.fd >= 0;
+  io_identity identity = {0};
+  if (open && (rc = io_identity_take(in->reader.fd, in->reader.offset,
+                                     &identity)) != 0) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": input file %s %s: %s", id,
+                input_name(s), rc == ENODATA ? "was truncated below the "
+                "position while it was read" : "cannot be read",
+                strerror(rc));
+    return -rc;
+  }
   uint64_t words[POSITION_WORDS] = {
-      (uint64_t)in->file_index,
-      open ? in->reader.offset : 0,
-      open ? in->line : 1,
-      s->dead.bytes,
-      in->file_index < s->source->path_count
-          ? path_hash(s->source->paths[in->file_index])
-          : 0,
-      open && in->reader.skipping};
+      [P_VERSION] = POSITION_VERSION,
+      [P_FILE] = (uint64_t)in->file_index,
+      [P_OFFSET] = open ? in->reader.offset : 0,
+      [P_LINE] = open ? in->line : 1,
+      [P_DEAD_BYTES] = s->dead.bytes,
+      [P_PATH_HASH] = in->file_index < s->source->path_count
+                          ? path_hash(s->source->paths[in->file_index])
+                          : 0,
+      [P_SKIPPING] = open && in->reader.skipping,
+      [P_KIND] = identity.kind,
+      [P_DEVICE] = identity.device,
+      [P_INODE] = identity.inode,
+      [P_SIZE] = identity.size_bytes,
+      [P_HEAD_HASH] = identity.head_hash,
+      [P_TAIL_HASH] = identity.tail_hash};
+  assert(words[P_FILE] <= (uint64_t)s->source->path_count);
+  assert(!open || words[P_OFFSET] == 0 || identity.kind != IO_IDENTITY_NONE);
   return sl_operator_state_set(ctx, words, sizeof words);
 }
 
@@ -361,31 +414,86 @@ static int reread_header(sl_ctx *ctx, io_instance *s) {
   return read_header(ctx, s, 1, line, bytes);
 }
 
-/* Open the saved file and seek to the saved offset. */
+/* Is the open file the one the position was taken in (note 6)? */
+static int check_identity(sl_ctx *ctx, io_instance *s, uint64_t id,
+                          const uint64_t *words) {
+  const io_identity saved = {.kind = words[P_KIND],
+                             .device = words[P_DEVICE],
+                             .inode = words[P_INODE],
+                             .size_bytes = words[P_SIZE],
+                             .head_hash = words[P_HEAD_HASH],
+                             .tail_hash = words[P_TAIL_HASH]};
+  char why[SL_ERROR_BYTES / 2];
+  int rc = io_identity_check(s->in->reader.fd, words[P_OFFSET], &saved, why,
+                             sizeof why);
+  if (rc == EINVAL) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": input file %s %s; it cannot "
+                "be resumed from there (the position is line %" PRIu64
+                ", byte %" PRIu64 ")", id, input_name(s), why,
+                words[P_LINE], words[P_OFFSET]);
+    return -EINVAL;
+  }
+  if (rc)
+    return io_fail_errno(ctx, rc, "cannot read file", input_name(s));
+  return 0;
+}
+
+/* Open the saved file, check it and seek to the saved offset. */
 static int seek_to(sl_ctx *ctx, io_instance *s, uint64_t id,
                    const uint64_t *words) {
   input *in = s->in;
   int rc = open_file(ctx, s);
+  if (rc == 0)
+    rc = check_identity(ctx, s, id, words);
   if (rc)
     return rc;
-  struct stat st;
-  if (fstat(in->reader.fd, &st) != 0)
-    return io_fail_errno(ctx, errno, "cannot stat file", input_name(s));
-  if ((uint64_t)st.st_size < words[1]) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": file %s is %" PRIu64 " bytes, "
-                "shorter than the saved offset %" PRIu64, id, input_name(s),
-                (uint64_t)st.st_size, words[1]);
-    return -EINVAL;
-  }
-  if (words[1] > 0 && io_parser_wants_header(&in->parser)) {
+  uint64_t offset = words[P_OFFSET];
+  if (offset > 0 && io_parser_wants_header(&in->parser)) {
     rc = reread_header(ctx, s);
     if (rc)
       return rc;
   }
-  if (lseek(in->reader.fd, (off_t)words[1], SEEK_SET) < 0)
+  if (offset > 0 && lseek(in->reader.fd, (off_t)offset, SEEK_SET) < 0)
     return io_fail_errno(ctx, errno, "cannot seek in file", input_name(s));
-  io_reader_reset(&in->reader, words[1], words[5] != 0);
-  in->line = words[2];
+  io_reader_reset(&in->reader, offset, words[P_SKIPPING] != 0);
+  in->line = words[P_LINE];
+  return 0;
+}
+
+/* The saved position into words, in the current layout: a version 1
+ * position gets identity kind NONE (note 6).  Returns 0, SL_ENOTFOUND
+ * (none saved) or -EINVAL with the instance failed. */
+static int read_position(sl_ctx *ctx, io_instance *s, uint64_t id,
+                         uint64_t *words) {
+  const void *data = 0;
+  uint32_t bytes = 0;
+  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  if (rc)
+    return rc;
+  memset(words, 0, sizeof(uint64_t) * POSITION_WORDS);
+  if (bytes == sizeof(uint64_t) * POSITION_WORDS_V1) {
+    memcpy(words + P_FILE, data, bytes); /* the same order, shifted by one */
+    words[P_VERSION] = 1;
+    if (words[P_OFFSET] > 0)
+      sl_log(SL_LOG_WARN, "checkpoint %" PRIu64 ": a file source position "
+             "of the older format (version 1, at file #%" PRIu64 " of the list "
+             "that begins %s): the input is checked for its path and length "
+             "only, not its identity", id, words[P_FILE],
+             s->source->paths[0]);
+    return 0;
+  }
+  /* The version word if there is one, then the rest if the size fits. */
+  memcpy(words, data, bytes < sizeof(uint64_t) * POSITION_WORDS
+                          ? (bytes >= 8 ? 8 : 0)
+                          : sizeof(uint64_t) * POSITION_WORDS);
+  if (bytes != sizeof(uint64_t) * POSITION_WORDS ||
+      words[P_VERSION] != POSITION_VERSION) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": the file source position is "
+                "%" PRIu32 " bytes of version %" PRIu64 ", a format this "
+                "build does not read (version %d, or 1)", id, bytes,
+                words[P_VERSION], POSITION_VERSION);
+    return -EINVAL;
+  }
   return 0;
 }
 
@@ -393,29 +501,29 @@ static int io_restore(sl_ctx *ctx, void *state, uint64_t id) {
   io_instance *s = state;
   const io_source *src = s->source;
   uint64_t words[POSITION_WORDS];
-  int rc = sl_operator_state_words(ctx, id, "file source position", words,
-                                   POSITION_WORDS);
+  int rc = read_position(ctx, s, id, words);
   if (rc == SL_ENOTFOUND) /* from the beginning */
     return io_dead_letter_truncate(ctx, &s->dead, id, 0);
   if (rc)
     return rc;
   /* The hash of the path being read; 0 once every file was read. */
-  if (words[0] > (uint64_t)src->path_count ||
-      words[4] != (words[0] < (uint64_t)src->path_count
-                       ? path_hash(src->paths[words[0]])
-                       : 0)) {
+  uint64_t file = words[P_FILE];
+  if (file > (uint64_t)src->path_count ||
+      words[P_PATH_HASH] != (file < (uint64_t)src->path_count
+                                 ? path_hash(src->paths[file])
+                                 : 0)) {
     sl_ctx_fail(ctx, "checkpoint %" PRIu64 " was taken reading file #%"
                 PRIu64 " of another file list (now %d files, #%" PRIu64
-                " being %s)", id, words[0], src->path_count, words[0],
-                words[0] < (uint64_t)src->path_count ? src->paths[words[0]]
-                                                     : "past the end");
+                " being %s)", id, file, src->path_count, file,
+                file < (uint64_t)src->path_count ? src->paths[file]
+                                                 : "past the end");
     return -EINVAL;
   }
-  rc = io_dead_letter_truncate(ctx, &s->dead, id, words[3]);
+  rc = io_dead_letter_truncate(ctx, &s->dead, id, words[P_DEAD_BYTES]);
   if (rc)
     return rc;
   close_file(s->in);
-  s->in->file_index = (int)words[0];
+  s->in->file_index = (int)file;
   if (s->in->file_index == src->path_count)
     return 0; /* every file was read */
   return seek_to(ctx, s, id, words);

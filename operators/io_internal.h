@@ -157,4 +157,43 @@ int io_dead_letter_write(sl_ctx *ctx, io_dead_letter *d, const char *path,
 /* Flush, sync if needed and close; errors are ignored (the end). */
 void io_dead_letter_close(io_dead_letter *d);
 
+/* ------------------------------------------------------------ identity */
+
+/* What a file source's position says about the input it was taken in
+ * (io_reader.c note 6): enough to tell, at a restore, that the bytes
+ * before the position are still the bytes that were read. */
+#define IO_IDENTITY_BYTES 4096u /* hashed at each end of the consumed prefix */
+
+enum io_identity_kind {
+  IO_IDENTITY_NONE = 0,    /* nothing consumed, or an old position: unknown */
+  IO_IDENTITY_REGULAR = 1, /* a regular file: the fields below are set */
+  IO_IDENTITY_STREAM = 2,  /* a pipe, FIFO, socket or device: not re-readable */
+};
+
+typedef struct io_identity {
+  uint64_t kind; /* enum io_identity_kind */
+  uint64_t device, inode;
+  uint64_t size_bytes; /* the file's size when the position was taken */
+  uint64_t head_hash;  /* XXH3 of bytes [0, min(offset, IO_IDENTITY_BYTES)) */
+  uint64_t tail_hash;  /* ... of the last IO_IDENTITY_BYTES before offset */
+} io_identity;
+
+/* The identity of the file open on fd, whose first offset bytes were
+ * consumed.  Offset 0 gives IO_IDENTITY_NONE (nothing to check later).
+ * Returns 0 or an errno (ENODATA: the file is now shorter than offset). */
+int io_identity_take(int fd, uint64_t offset, io_identity *identity);
+
+/* Is the file open on fd still the one saved read up to offset?  Returns
+ * 0, or EINVAL with why set to the end of a sentence that starts with the
+ * file's name ("was replaced: ..."), or an errno of reading it.  A file
+ * that grew past offset is the same file: logs grow by appending. */
+int io_identity_check(int fd, uint64_t offset, const io_identity *saved,
+                      char *why, size_t why_bytes);
+
+/* Open path for reading without blocking on a FIFO that has no writer
+ * yet.  A regular file is then set back to blocking reads; for anything
+ * else *stream is set and the reader must poll (io_reader note 4).
+ * Returns the descriptor or -errno. */
+int io_open_input(const char *path, bool *stream);
+
 #endif /* SL_IO_INTERNAL_H */

@@ -16,13 +16,33 @@
  *    '\n' (`skipping`), in pieces (IO_LINE_SKIPPED) so the caller keeps its
  *    per-call bound.  Skipping can outlive a call and a checkpoint, so the
  *    flag is part of the position.
- * 4. Standard input (poll_first): before each read the reader waits at
- *    most IO_STDIN_WAIT_MS for input and reports IO_LINE_WAIT if none came,
- *    so the source can return and let the engine stop or checkpoint.
+ * 4. Standard input, and a file that is a FIFO or device (poll_first):
+ *    before each read the reader waits at most IO_STDIN_WAIT_MS for input
+ *    and reports IO_LINE_WAIT if none came (or a non-blocking read found
+ *    nothing), so the source can return and let the engine stop or
+ *    checkpoint.  Such a file is opened with O_NONBLOCK (io_open_input):
+ *    open(2) of a FIFO without a writer would otherwise block for as long
+ *    as no writer comes, out of reach of sl_job_stop().  Until a writer
+ *    comes, poll(2) reports nothing (Linux reports POLLHUP only once a
+ *    writer has come and gone), so the wait is the same bounded wait.
  * 5. The dead-letter file counts its own length (what was written, not
  *    ftell(), which an append stream reports from 0 until its first
  *    flush), so a snapshot can save it and a restore can cut the file back
  *    to it.
+ * 6. Identity of the input (io_identity_take, io_identity_check).  A
+ *    position is only meaningful over the bytes it was taken in.  With it
+ *    a file source saves the file's device and inode and the XXH3 hashes
+ *    of the first and the last IO_IDENTITY_BYTES before the offset, read
+ *    again with pread(2) at the snapshot (two reads of at most 4 KiB per
+ *    checkpoint, off the record path).  A restore refuses, naming what
+ *    changed: a file that is not a regular file (its bytes cannot be read
+ *    again), another inode or device (the file was replaced, even by an
+ *    equal copy), a file now shorter than the offset (truncated below the
+ *    position), and other bytes at either end of the consumed prefix.
+ *    Bytes after the offset may differ or be new: appending is how logs
+ *    grow.  The bound has a price: an edit in place strictly between the
+ *    first and the last 4 KiB of a large consumed prefix, keeping the
+ *    inode and the length, goes unnoticed.
  */
 #include <assert.h>
 #include <errno.h>
@@ -96,6 +116,8 @@ static int reader_fill(io_reader *r) {
       r->eof = true;
       return 0;
     }
+    if (r->poll_first && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return IO_LINE_WAIT; /* note 4: a non-blocking input had nothing */
     if (errno != EINTR)
       return -errno;
   }
@@ -134,6 +156,136 @@ int io_reader_next(io_reader *r, const char **line, size_t *bytes) {
     if (rc)
       return rc;
   }
+}
+
+/* ------------------------------------------------------------ inputs */
+
+int io_open_input(const char *path, bool *stream) {
+  *stream = false;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* note 4 */
+  if (fd < 0)
+    return -errno;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *stream = true; /* stays non-blocking: the reader polls */
+    return fd;
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+/* ------------------------------------------------------------ identity */
+
+/* XXH3 of bytes [from, to) of fd (note 6).  Returns 0, ENODATA if the
+ * file ends before to, or an errno. */
+static int hash_range(int fd, uint64_t from, uint64_t to, uint64_t *hash) {
+  char bytes[IO_IDENTITY_BYTES];
+  assert(to >= from);
+  size_t want = (size_t)(to - from);
+  assert(want <= sizeof bytes);
+  size_t got = 0;
+  /* Each pass reads at least one byte or returns; EINTR retries. */
+  while (got < want) {
+    ssize_t n = pread(fd, bytes + got, want - got, (off_t)(from + got));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return errno;
+    if (n == 0)
+      return ENODATA;
+    got += (size_t)n;
+  }
+  *hash = sl_hash_bytes(bytes, want);
+  return 0;
+}
+
+static uint64_t head_end(uint64_t offset) {
+  return offset < IO_IDENTITY_BYTES ? offset : IO_IDENTITY_BYTES;
+}
+
+static uint64_t tail_start(uint64_t offset) {
+  return offset > IO_IDENTITY_BYTES ? offset - IO_IDENTITY_BYTES : 0;
+}
+
+int io_identity_take(int fd, uint64_t offset, io_identity *identity) {
+  memset(identity, 0, sizeof *identity);
+  if (offset == 0)
+    return 0; /* nothing consumed: any file will do at a restore */
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return errno;
+  if (!S_ISREG(st.st_mode)) {
+    identity->kind = IO_IDENTITY_STREAM;
+    return 0;
+  }
+  identity->kind = IO_IDENTITY_REGULAR;
+  identity->device = (uint64_t)st.st_dev;
+  identity->inode = (uint64_t)st.st_ino;
+  identity->size_bytes = (uint64_t)st.st_size;
+  int rc = hash_range(fd, 0, head_end(offset), &identity->head_hash);
+  if (rc == 0)
+    rc = hash_range(fd, tail_start(offset), offset, &identity->tail_hash);
+  return rc;
+}
+
+int io_identity_check(int fd, uint64_t offset, const io_identity *saved,
+                      char *why, size_t why_bytes) {
+  struct stat st;
+  if (offset == 0)
+    return 0; /* nothing was consumed */
+  if (fstat(fd, &st) != 0)
+    return errno;
+  if (!S_ISREG(st.st_mode) || saved->kind == IO_IDENTITY_STREAM) {
+    snprintf(why, why_bytes, "is not a regular file (a pipe, FIFO or "
+             "device): the %" PRIu64 " bytes read before the checkpoint "
+             "cannot be read again", offset);
+    return EINVAL;
+  }
+  if (saved->kind == IO_IDENTITY_REGULAR &&
+      (saved->device != (uint64_t)st.st_dev ||
+       saved->inode != (uint64_t)st.st_ino)) {
+    snprintf(why, why_bytes, "was replaced: it is now inode %" PRIu64
+             " on device %" PRIu64 ", the checkpoint read inode %" PRIu64
+             " on device %" PRIu64, (uint64_t)st.st_ino, (uint64_t)st.st_dev,
+             saved->inode, saved->device);
+    return EINVAL;
+  }
+  if ((uint64_t)st.st_size < offset) {
+    snprintf(why, why_bytes, "was truncated below the checkpointed position: "
+             "it is %" PRIu64 " bytes, the position is byte %" PRIu64,
+             (uint64_t)st.st_size, offset);
+    return EINVAL;
+  }
+  if (saved->kind != IO_IDENTITY_REGULAR)
+    return 0; /* an old position: no more to compare (file_source note 6) */
+  io_identity now;
+  int rc = io_identity_take(fd, offset, &now);
+  if (rc == ENODATA) { /* truncated between fstat() and the reads */
+    snprintf(why, why_bytes, "was truncated below the checkpointed position "
+             "(byte %" PRIu64 ") while it was being checked", offset);
+    return EINVAL;
+  }
+  if (rc)
+    return rc;
+  if (now.head_hash != saved->head_hash || now.tail_hash != saved->tail_hash) {
+    bool head = now.head_hash != saved->head_hash;
+    snprintf(why, why_bytes, "changed before the checkpointed position "
+             "(byte %" PRIu64 "): its %s %" PRIu64 " bytes differ from those "
+             "read", offset, head ? "first" : "last",
+             head ? head_end(offset) : offset - tail_start(offset));
+    return EINVAL;
+  }
+  return 0;
 }
 
 /* ------------------------------------------------------------ dead letters */

@@ -1080,7 +1080,8 @@ Test(file_source, restore_refuses_another_list_or_a_truncated_file) {
       cr_assert(strstr(error, "another list of event files"), "%s", error);
     } else {
       cr_assert_neq(rc, 0);
-      cr_assert(strstr(error, "shorter than the saved offset"), "%s", error);
+      cr_assert(strstr(error, "was truncated below the checkpointed "
+                           "position"), "%s", error);
     }
     sl_job_destroy(job);
   }

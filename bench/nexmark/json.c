@@ -33,12 +33,12 @@
  *    always suffices.  Field names are unescaped there too and the room
  *    taken back once compared.
  * 4. File source (parallelism 1).  Its position is (file index, offset of
- *    the next line, that line's number) and a hash of the path list.
- *    next() emits every line it consumed before it returns and snapshots
- *    run between next() calls, so the saved position is exactly after the
- *    last record emitted.  A restore refuses another path list and a file
- *    now shorter than the saved offset.  A malformed line fails the job
- *    with "FILE line N: reason"; empty (or blank) lines are skipped.
+ *    the next line, that line's number), a hash of the path list and the
+ *    identity of the file being read (note 8).  next() emits every line
+ *    it consumed before it returns and snapshots run between next()
+ *    calls, so the saved position is exactly after the last record
+ *    emitted.  A malformed line fails the job with "FILE line N: reason";
+ *    empty (or blank) lines are skipped.
  * 5. Bounded work per next(): at most FILE_RECORDS_PER_CALL records,
  *    FILE_LINES_PER_CALL lines and FILE_BYTES_PER_CALL bytes, so blank
  *    lines do not hold up barriers.
@@ -50,11 +50,32 @@
  *    would overflow are refused here, naming the field, so the file
  *    source fails with "FILE line N: field "date_time": reason" before
  *    any query sees them.
+ * 8. Changed input.  A restore (resume, savepoint, failover) refuses,
+ *    naming the file and what changed: another path list; a file that is
+ *    not a regular file, read past its start (its bytes cannot be read
+ *    again); another device or inode (replaced, even by an equal copy); a
+ *    file shorter than the offset (truncated below the position); other
+ *    bytes in the first or the last FILE_IDENTITY_BYTES before the offset
+ *    (XXH3 of each, read with pread(2) at the snapshot).  Bytes after the
+ *    offset may be new: an appended file resumes and reads them.  An edit
+ *    in place strictly between the two hashed ends, keeping inode and
+ *    length, goes unnoticed: the bound keeps a snapshot to two 4 KiB
+ *    reads.  A position of the older layout (FILE_POSITION_WORDS_V1, no
+ *    identity) is accepted with the checks it allows (path list, length),
+ *    so state directories of older builds still resume.  The library's
+ *    file source (operators/io_reader.c note 6) does the same; this file
+ *    keeps to the public API, hence its own copy.
+ * 9. Blocking inputs.  A FIFO or device (--input /dev/stdin, a named
+ *    pipe) is opened with O_NONBLOCK, since open(2) of a FIFO waits for a
+ *    writer, and each read first polls for at most FILE_STREAM_WAIT_MS;
+ *    next() returns when nothing came, so sl_job_stop() reaches the
+ *    source within that bound and no thread spins.
  */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -77,7 +98,10 @@
 #define FILE_LINES_PER_CALL 8192u
 #define FILE_BYTES_PER_CALL (8u << 20)
 #define FILE_PATH_BYTES 4096u
-#define FILE_POSITION_WORDS 4
+#define FILE_POSITION_VERSION 2
+#define FILE_POSITION_WORDS_V1 4 /* file, offset, line, list hash */
+#define FILE_IDENTITY_BYTES 4096u /* hashed at each end (note 8) */
+#define FILE_STREAM_WAIT_MS 100   /* longest poll of a FIFO (note 9) */
 #define DEFAULT_WATERMARK_LAG_MS 4000
 
 _Static_assert(6u * 6u * NX_MAX_STRING_BYTES + 1024u < FILE_MAX_LINE_BYTES,
@@ -747,6 +771,7 @@ typedef struct file_reader {
   char *buffer;    /* unread bytes: [begin, end) */
   size_t begin, end, capacity;
   bool eof;
+  bool stream;   /* a FIFO or device: poll before reading (note 9) */
   char *storage; /* parsed strings (FILE_MAX_LINE_BYTES) */
   uint64_t *record; /* NX_MAX_RECORD_BYTES */
 } file_reader;
@@ -782,6 +807,7 @@ static void file_shut(file_reader *fr) {
   fr->fd = -1;
   fr->begin = fr->end = 0;
   fr->eof = false;
+  fr->stream = false;
 }
 
 static void file_close(sl_ctx *ctx, void *state) {
@@ -800,27 +826,46 @@ static int errno_fail(sl_ctx *ctx, const char *what, const char *path) {
   return -e;
 }
 
-/* Open file fr->file at offset (its line number then `line`). */
-static int file_start(sl_ctx *ctx, file_reader *fr, uint64_t offset,
-                      uint64_t line) {
+/* Open file fr->file at its start; a FIFO or device without blocking
+ * (note 9), a regular file then set back to blocking reads. */
+static int file_start(sl_ctx *ctx, file_reader *fr) {
   const char *path = path_at(fr->list, fr->file);
   file_shut(fr);
-  fr->fd = open(path, O_RDONLY | O_CLOEXEC);
+  fr->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fr->fd < 0)
     return errno_fail(ctx, "cannot open event file", path);
-  if (offset && lseek(fr->fd, (off_t)offset, SEEK_SET) < 0)
-    return errno_fail(ctx, "cannot seek in event file", path);
-  fr->offset = offset;
-  fr->line = line;
+  struct stat st;
+  if (fstat(fr->fd, &st) != 0)
+    return errno_fail(ctx, "cannot stat event file", path);
+  fr->stream = !S_ISREG(st.st_mode);
+  int flags = fr->stream ? 0 : fcntl(fr->fd, F_GETFL);
+  if (flags < 0 || (!fr->stream &&
+                    fcntl(fr->fd, F_SETFL, flags & ~O_NONBLOCK) != 0))
+    return errno_fail(ctx, "cannot set up event file", path);
+  fr->offset = 0;
+  fr->line = 1;
   return 0;
 }
 
-/* Move the unread bytes to the front and read more. */
+/* What file_fill() and file_line() report besides a line and the end. */
+#define FILE_WAIT 2 /* a FIFO or device had nothing for now (note 9) */
+
+/* Move the unread bytes to the front and read more.  Returns 0,
+ * FILE_WAIT or a negative errno with the instance failed. */
 static int file_fill(sl_ctx *ctx, file_reader *fr) {
   memmove(fr->buffer, fr->buffer + fr->begin, fr->end - fr->begin);
   fr->end -= fr->begin;
   fr->begin = 0;
   assert(fr->end < fr->capacity);
+  if (fr->stream) {
+    struct pollfd p = {.fd = fr->fd, .events = POLLIN};
+    int ready = poll(&p, 1, FILE_STREAM_WAIT_MS);
+    if (ready == 0 || (ready < 0 && errno == EINTR))
+      return FILE_WAIT;
+    if (ready < 0)
+      return errno_fail(ctx, "cannot wait for event file",
+                        path_at(fr->list, fr->file));
+  }
   for (;;) { /* retries only on EINTR */
     ssize_t got = read(fr->fd, fr->buffer + fr->end, fr->capacity - fr->end);
     if (got >= 0) {
@@ -828,6 +873,8 @@ static int file_fill(sl_ctx *ctx, file_reader *fr) {
       fr->eof = got == 0;
       return 0;
     }
+    if (fr->stream && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return FILE_WAIT;
     if (errno != EINTR)
       return errno_fail(ctx, "cannot read event file",
                         path_at(fr->list, fr->file));
@@ -835,8 +882,8 @@ static int file_fill(sl_ctx *ctx, file_reader *fr) {
 }
 
 /* The next line of the open file: 1 with *line and *bytes (no newline)
- * and *consumed (with it), 0 at its end, negative on failure.  Takes it
- * from the buffer (fr->offset moves once the line is handled). */
+ * and *consumed (with it), 0 at its end, FILE_WAIT, negative on failure.
+ * Takes it from the buffer (fr->offset moves once the line is handled). */
 static int file_line(sl_ctx *ctx, file_reader *fr, const char **line,
                      size_t *bytes, size_t *consumed) {
   /* Each pass reads more or returns: bounded by the file's size. */
@@ -860,7 +907,7 @@ static int file_line(sl_ctx *ctx, file_reader *fr, const char **line,
       break;
     int rc = file_fill(ctx, fr);
     if (rc)
-      return rc;
+      return rc; /* FILE_WAIT or a failure */
   }
   sl_ctx_fail(ctx, "%s line %" PRIu64 ": longer than %u bytes",
               path_at(fr->list, fr->file), fr->line, FILE_MAX_LINE_BYTES);
@@ -909,13 +956,15 @@ static int file_next(sl_ctx *ctx, void *state) {
        lines++) {
     if (fr->file == fr->list->path_count)
       return SL_SOURCE_END;
-    int rc = fr->fd < 0 ? file_start(ctx, fr, 0, 1) : 0;
+    int rc = fr->fd < 0 ? file_start(ctx, fr) : 0;
     const char *text = NULL;
     size_t bytes = 0, consumed = 0;
     if (rc == 0)
       rc = file_line(ctx, fr, &text, &bytes, &consumed);
     if (rc < 0)
       return rc;
+    if (rc == FILE_WAIT)
+      return 0; /* note 9: back to the engine, which may stop or checkpoint */
     if (rc == 0) { /* the end of this file */
       file_shut(fr);
       fr->file++;
@@ -936,56 +985,196 @@ static int file_next(sl_ctx *ctx, void *state) {
   return fr->file == fr->list->path_count ? SL_SOURCE_END : 0;
 }
 
-/* Note 4: file, offset, line, list hash. */
+/* ------------------------------------------------------------ positions */
+
+/* The saved position, in 64-bit words (notes 4, 7). */
+enum file_position_word {
+  FP_VERSION,   /* FILE_POSITION_VERSION */
+  FP_FILE,      /* index of the file being read; path_count: all were */
+  FP_OFFSET,    /* of the next line in it */
+  FP_LINE,      /* that line's number */
+  FP_LIST_HASH, /* of the path list */
+  FP_KIND,      /* enum file_kind */
+  FP_DEVICE,
+  FP_INODE,
+  FP_HEAD_HASH, /* XXH3 of the first FILE_IDENTITY_BYTES before the offset */
+  FP_TAIL_HASH, /* ... of the last ones */
+  FILE_POSITION_WORDS
+};
+
+enum file_kind {
+  KIND_UNKNOWN = 0, /* nothing read yet, or a position of the old layout */
+  KIND_REGULAR = 1,
+  KIND_STREAM = 2, /* a FIFO or device: not readable again */
+};
+
+/* XXH3 of bytes [from, to) of fd.  Returns 0, ENODATA (the file ends
+ * first) or an errno. */
+static int hash_range(int fd, uint64_t from, uint64_t to, uint64_t *hash) {
+  char bytes[FILE_IDENTITY_BYTES];
+  assert(to >= from && to - from <= sizeof bytes);
+  size_t want = (size_t)(to - from), got = 0;
+  while (got < want) { /* each pass reads a byte or more, or returns */
+    ssize_t n = pread(fd, bytes + got, want - got, (off_t)(from + got));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return n < 0 ? errno : ENODATA;
+    got += (size_t)n;
+  }
+  *hash = sl_hash_bytes(bytes, want);
+  return 0;
+}
+
+/* The identity words (FP_KIND..FP_TAIL_HASH) of the file open on fd,
+ * read up to offset.  Returns 0 or an errno (ENODATA: now shorter). */
+static int identity_of(int fd, uint64_t offset, uint64_t *words) {
+  memset(words + FP_KIND, 0, sizeof *words * (FILE_POSITION_WORDS - FP_KIND));
+  struct stat st;
+  if (offset == 0)
+    return 0; /* nothing read: any file will do */
+  if (fstat(fd, &st) != 0)
+    return errno;
+  words[FP_KIND] = S_ISREG(st.st_mode) ? KIND_REGULAR : KIND_STREAM;
+  if (words[FP_KIND] == KIND_STREAM)
+    return 0;
+  words[FP_DEVICE] = (uint64_t)st.st_dev;
+  words[FP_INODE] = (uint64_t)st.st_ino;
+  uint64_t head = offset < FILE_IDENTITY_BYTES ? offset : FILE_IDENTITY_BYTES;
+  int rc = hash_range(fd, 0, head, &words[FP_HEAD_HASH]);
+  return rc ? rc : hash_range(fd, offset - head, offset, &words[FP_TAIL_HASH]);
+}
+
 static int file_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
   const file_reader *fr = state;
-  uint64_t words[FILE_POSITION_WORDS] = {fr->file, fr->offset, fr->line,
-                                         fr->list->list_hash};
   assert(fr->file <= fr->list->path_count);
+  uint64_t words[FILE_POSITION_WORDS] = {
+      [FP_VERSION] = FILE_POSITION_VERSION, [FP_FILE] = fr->file,
+      [FP_OFFSET] = fr->offset, [FP_LINE] = fr->line,
+      [FP_LIST_HASH] = fr->list->list_hash};
+  int rc = fr->fd >= 0 ? identity_of(fr->fd, fr->offset, words) : 0;
+  if (rc) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": event file %s %s", id,
+                path_at(fr->list, fr->file), rc == ENODATA
+                    ? "was truncated below the position while it was read"
+                    : strerror(rc));
+    return -rc;
+  }
+  assert(fr->offset == 0 || fr->fd < 0 || words[FP_KIND] != KIND_UNKNOWN);
   return sl_operator_state_set(ctx, words, sizeof words);
+}
+
+/* The saved position into words in the current layout (an old one gets
+ * KIND_UNKNOWN).  Returns 0, SL_ENOTFOUND or -EINVAL (instance failed). */
+static int read_position(sl_ctx *ctx, uint64_t id, uint64_t *words) {
+  const void *data;
+  uint32_t bytes;
+  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  if (rc)
+    return rc;
+  memset(words, 0, sizeof *words * FILE_POSITION_WORDS);
+  if (bytes == sizeof *words * FILE_POSITION_WORDS_V1) {
+    memcpy(words + FP_FILE, data, bytes); /* same order, one word later */
+    words[FP_VERSION] = 1;
+    return 0;
+  }
+  if (bytes == sizeof *words * FILE_POSITION_WORDS)
+    memcpy(words, data, bytes);
+  if (bytes != sizeof *words * FILE_POSITION_WORDS ||
+      words[FP_VERSION] != FILE_POSITION_VERSION) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": the event-file position is %"
+                PRIu32 " bytes of version %" PRIu64 ", a format this build "
+                "does not read", id, bytes, words[FP_VERSION]);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* Why the open file is not the one words were taken in (note 8), into
+ * why; false if it is.  *rc: 0, or an errno of reading it. */
+static bool input_changed(int fd, const uint64_t *words, char *why,
+                          size_t why_bytes, int *rc) {
+  uint64_t offset = words[FP_OFFSET];
+  struct stat st;
+  *rc = 0;
+  if (offset == 0)
+    return false;
+  if (fstat(fd, &st) != 0)
+    return (*rc = errno), false;
+  if (!S_ISREG(st.st_mode) || words[FP_KIND] == KIND_STREAM)
+    return snprintf(why, why_bytes, "is not a regular file (a pipe, FIFO "
+                    "or device): the %" PRIu64 " bytes read before the "
+                    "checkpoint cannot be read again", offset), true;
+  if (words[FP_KIND] == KIND_REGULAR &&
+      (words[FP_DEVICE] != (uint64_t)st.st_dev ||
+       words[FP_INODE] != (uint64_t)st.st_ino))
+    return snprintf(why, why_bytes, "was replaced: it is now inode %" PRIu64
+                    " on device %" PRIu64 ", the checkpoint read inode %"
+                    PRIu64 " on device %" PRIu64, (uint64_t)st.st_ino,
+                    (uint64_t)st.st_dev, words[FP_INODE], words[FP_DEVICE]),
+           true;
+  uint64_t now[FILE_POSITION_WORDS];
+  int e = (uint64_t)st.st_size < offset ? ENODATA
+          : words[FP_KIND] == KIND_REGULAR ? identity_of(fd, offset, now)
+                                           : 0;
+  if (e == ENODATA)
+    return snprintf(why, why_bytes, "was truncated below the checkpointed "
+                    "position: it is %" PRIu64 " bytes, the position is "
+                    "byte %" PRIu64, (uint64_t)st.st_size, offset), true;
+  if (e)
+    return (*rc = e), false;
+  if (words[FP_KIND] == KIND_REGULAR &&
+      (now[FP_HEAD_HASH] != words[FP_HEAD_HASH] ||
+       now[FP_TAIL_HASH] != words[FP_TAIL_HASH]))
+    return snprintf(why, why_bytes, "changed before the checkpointed "
+                    "position (byte %" PRIu64 "): its %s bytes differ from "
+                    "those read", offset,
+                    now[FP_HEAD_HASH] != words[FP_HEAD_HASH] ? "first 4 KiB"
+                    : "last 4 KiB before the position"), true;
+  return false;
 }
 
 static int file_restore(sl_ctx *ctx, void *state, uint64_t id) {
   file_reader *fr = state;
   const file_list *list = fr->list;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  uint64_t words[FILE_POSITION_WORDS];
+  int rc = read_position(ctx, id, words);
   if (rc == SL_ENOTFOUND)
     return 0; /* nothing saved: from the beginning */
   if (rc)
     return rc;
-  uint64_t words[FILE_POSITION_WORDS];
-  if (bytes != sizeof words) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": the event-file position is %"
-                PRIu32 " bytes, not %zu", id, bytes, sizeof words);
-    return -EINVAL;
-  }
-  memcpy(words, data, sizeof words);
-  if (words[3] != list->list_hash || words[0] > list->path_count) {
+  if (words[FP_LIST_HASH] != list->list_hash ||
+      words[FP_FILE] > list->path_count) {
     sl_ctx_fail(ctx, "checkpoint %" PRIu64 " was taken reading another list "
                 "of event files (now %" PRIu32 " files, the first %s)", id,
                 list->path_count, path_at(list, 0));
     return -EINVAL;
   }
   file_shut(fr);
-  fr->file = (uint32_t)words[0];
+  fr->file = (uint32_t)words[FP_FILE];
   fr->offset = 0;
   fr->line = 1;
   if (fr->file == list->path_count)
     return 0; /* every file was read */
-  struct stat st;
   const char *path = path_at(list, fr->file);
-  if (stat(path, &st) != 0)
-    return errno_fail(ctx, "cannot stat event file", path);
-  if ((uint64_t)st.st_size < words[1]) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": event file %s is %" PRIu64
-                " bytes, shorter than the saved offset %" PRIu64, id, path,
-                (uint64_t)st.st_size, words[1]);
+  rc = file_start(ctx, fr);
+  if (rc)
+    return rc;
+  char why[512];
+  if (input_changed(fr->fd, words, why, sizeof why, &rc)) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": event file %s %s; it cannot be "
+                "resumed from there (the position is line %" PRIu64 ", byte %"
+                PRIu64 ")", id, path, why, words[FP_LINE], words[FP_OFFSET]);
     return -EINVAL;
   }
-  return file_start(ctx, fr, words[1], words[2]);
+  if (rc)
+    return errno = rc, errno_fail(ctx, "cannot read event file", path);
+  if (words[FP_OFFSET] &&
+      lseek(fr->fd, (off_t)words[FP_OFFSET], SEEK_SET) < 0)
+    return errno_fail(ctx, "cannot seek in event file", path);
+  fr->offset = words[FP_OFFSET];
+  fr->line = words[FP_LINE];
+  return 0;
 }
 
 /* The list as one block (file_list), malloc'd; NULL: ENOMEM. */
