@@ -6,76 +6,11 @@
  *
  * SYNTAX
  *
- * One syntax everywhere: the job config string, the CLI flag (--fault SPEC,
- * repeatable) and the environment variable SLUICE_FAULTS.
- *
- *   SPEC  := FAULT ( ';' FAULT )*
- *   FAULT := KIND [ ':' PARAM ( ',' PARAM )* ]
- *   PARAM := NAME '=' VALUE | FLAG
- *
- * Whitespace around every token is ignored; empty FAULTs (";;", a trailing
- * ';') are skipped.  Names, kinds and values are case-sensitive.
- *
- *   fail      An operator instance fails while processing a record.
- *             op=NAME  instance=K  and exactly one of
- *               record=N   the instance's Nth record since it (re)started
- *               prob=P     each record with probability P (0 < P <= 1),
- *                          drawn from a generator seeded with seed=S
- *                          (default 1) and the instance, so a seed gives
- *                          the same failures every run
- *             times=T|inf  fires at most T times over the whole job,
- *                          all instances together (default 1); with
- *                          record=N: at record N of each (re)start until
- *                          the T times are used
- *   snapshot  An instance fails in the synchronous part of a snapshot.
- *             op  instance  nth=N (the Nth matching snapshot, default 1)
- *             times
- *   write     The checkpoint writer fails in its asynchronous write.
- *             nth  times
- *   restore   An instance fails while restoring.
- *             op  instance  nth  times
- *   store     A storage call fails.
- *             call=put|commit|sync (required)
- *             error=EIO|ENOSPC|MAP_FULL (default EIO)
- *             nth  times
- *             persistent (flag: times=inf)  transient (flag: times=1)
- *   slow      An instance sleeps delay_us=D (required, 1..10000000) before
- *             each of the records from=N (default 1) .. N+M-1 since it
- *             (re)started, records=M (default: all).
- *             op  instance
- *   crash     The process dies at once (SIGKILL) at a named point.
- *             point=mid-write|after-commit|sink-commit|snapshot|
- *                   after-restore (required)
- *             nth
- *
- * op is an operator name as the engine knows it: 1..SL_MAX_NAME-1 (47)
- * bytes, none of them ',' ';' '=' ':' or whitespace; absent = any
- * operator.  instance is 0..SL_MAX_PARALLELISM-1 (255); absent = any.
- * Numbers are decimal, unsigned, at most 2^64-1; nth, times, record, from
- * and records are at least 1.  prob is a decimal fraction ("0.001", "1",
- * ".5"), no sign or exponent.  Everything else is an error: an unknown
- * kind or parameter, a parameter given twice or not taken by the kind, a
- * required one missing, a bad value, fail with both or neither of record
- * and prob, seed without prob, persistent/transient together or with
- * times.
- *
- * Examples:
- *
- *   fail:op=count,record=5000
- *       the first instance of 'count' to reach its 5000th record fails,
- *       once
- *   fail: op=count, instance=2, prob=0.0001, seed=7, times=inf
- *       instance 2 of 'count' fails at random, about once per 10000
- *       records, for the whole run
- *   snapshot:op=window,nth=3 ; write:nth=2,times=2
- *       the 3rd snapshot of a 'window' instance fails, and the 2nd and
- *       3rd checkpoint writes
- *   store:call=commit,error=ENOSPC,nth=4,persistent
- *       every commit from the 4th on fails with ENOSPC
- *   slow:op=sink,delay_us=2000,from=100,records=50
- *       the sink instances take 2 ms more for records 100..149
- *   crash:point=mid-write,nth=2
- *       the process is killed inside the 2nd checkpoint write
+ * One syntax for the job config string, the CLI flag (--fault SPEC,
+ * repeatable) and SLUICE_FAULTS.  Its one home is the section "The fault
+ * grammar" of docs/failover-and-faults.md (kinds, parameters, ranges,
+ * examples); sl_fault_plan_parse() below implements exactly that text, and the
+ * fault suite (tests/test_fault.c) holds both to each other.
  *
  * NOTES ON THE DESIGN
  *

@@ -269,8 +269,8 @@ typedef struct sl_job_config {
     uint32_t max_failures;
     uint32_t interval_ms;
   } restart;
-  /** Faults to inject, for failure-injection tests (the syntax is in the
-   * README, "Failure injection").  NULL: none.  The environment variable
+  /** Faults to inject, for failure-injection tests (the grammar is in
+   * docs/failover-and-faults.md).  NULL: none.  The environment variable
    * SLUICE_FAULTS, when set, adds its faults to these.  A malformed spec
    * makes sl_job_start() fail with EINVAL and the reason. */
   const char *faults;

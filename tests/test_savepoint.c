@@ -176,7 +176,7 @@ typedef struct spec {
   uint32_t max_parallelism;
   uint32_t interval_ms;
   bool extra_map; /* another graph: a map between count and sink */
-  const char *faults;       /* injected (README "Failure injection") */
+  const char *faults;       /* injected (docs/failover-and-faults.md) */
   uint32_t restarts;        /* fixed-delay restarts allowed */
 } spec;
 

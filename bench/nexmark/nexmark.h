@@ -268,8 +268,8 @@ int nx_source_generator(sl_job *job, const char *name, int parallelism,
 /* ------------------------------------------------------------------------ */
 /* Event files: one JSON object per line (json.c). */
 
-/** Write e as one JSON line (with its newline) in the format of the
- * README ({"event_type":N,"person":{...}}, fields in struct order, strings
+/** Write e as one JSON line (with its newline) in the format of
+ * docs/nexmark.md ({"event_type":N,"person":{...}}, fields in struct order, strings
  * escaped as JSON needs; other bytes as they are).  Returns the length
  * (a NUL follows when there is room, not counted), or the length needed
  * if it is above buffer_bytes; 0 for an unknown type. */
