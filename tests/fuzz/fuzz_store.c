@@ -16,9 +16,15 @@
  * reach the LMDB handles and the checksum; storage/ needs no change for
  * it, and the copy of store.o in the static library is then not linked.
  *
+ * With flag bit 1 the writer is then closed and the directory read as
+ * `sluice checkpoints DIR` reads it (sl_state_dir_open and the decode of
+ * every checkpoint record, engine/inspect.c), and the writer opened again
+ * (which checks the meta values); the entry is taken out through a plain
+ * LMDB environment if the damage keeps the writer from opening.
+ *
  * Input: byte 0 chooses the database (DB_META .. DB_TABLES), byte 1 the
- * flags (bit 0: append the right checksum), byte 2 the key's length
- * (1..255; the key follows), the rest is the value.
+ * flags (bit 0: append the right checksum; bit 1: the second phase), byte
+ * 2 the key's length (1..255; the key follows), the rest is the value.
  */
 #include "store.c"
 
@@ -27,6 +33,7 @@
 #include <unistd.h>
 
 #include "fuzz_lines.h"
+#include "inspect.h"
 
 #define FUZZ_OP 1u            /* the operator of the real checkpoint */
 #define FUZZ_GROUPS 128u      /* key groups read back */
@@ -34,6 +41,8 @@
 
 static sl_store *store;
 static char dir[] = "/tmp/sluice-fuzz-store-XXXXXX";
+static const sl_store_options writer_options = {.graph_fingerprint = "fuzz",
+                                                .no_sync = 1};
 
 static void remove_dir(void) {
   const char *names[] = {"data.mdb", "lock.mdb", "lock"};
@@ -75,9 +84,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   if (!mkdtemp(dir))
     abort();
-  sl_store_options options = {.graph_fingerprint = "fuzz", .no_sync = 1};
   char err[512];
-  if (sl_store_open(dir, &options, &store, err, sizeof err) != 0) {
+  if (sl_store_open(dir, &writer_options, &store, err, sizeof err) != 0) {
     fprintf(stderr, "fuzz_store: %s\n", err);
     abort();
   }
@@ -143,6 +151,43 @@ static void read_everything(uint64_t checkpoint_id) {
   (void)sl_store_table_count(store, "fuzz", &rows, err, sizeof err);
 }
 
+/* The directory as `sluice checkpoints` reads it: every record decoded. */
+static void inspect_everything(void) {
+  sl_state_dir *sd = 0;
+  char err[1024] = "";
+  int rc = sl_state_dir_open(dir, 0, &sd, err, sizeof err);
+  FUZZ_CHECK(rc == 0 || (sd == 0 && err[0] != 0));
+  if (rc != 0)
+    return;
+  const sl_state_dir_info *info = sl_state_dir_info_get(sd);
+  FUZZ_CHECK(info->checkpoint_count == 0 || info->checkpoint_ids != 0);
+  for (size_t i = 0; i < info->checkpoint_count; i++) {
+    sl_inspect_checkpoint c;
+    err[0] = 0;
+    rc = sl_state_dir_checkpoint(sd, info->checkpoint_ids[i], &c, err, sizeof err);
+    FUZZ_CHECK(rc == 0 || err[0] != 0);
+    FUZZ_CHECK(rc != 0 || c.record_version == 1 || c.record_version == 2);
+  }
+  sl_state_dir_close(sd);
+}
+
+/* Puts (value) or deletes (value NULL) key in db through an environment
+ * of the harness's own: for when the writer cannot open. */
+static void raw_write(int db, MDB_val *key, MDB_val *value) {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi dbi;
+  if (mdb_env_create(&env) != 0 || mdb_env_set_maxdbs(env, DB_COUNT - 1) ||
+      mdb_env_open(env, dir, MDB_NOSYNC, 0644) != 0 ||
+      mdb_txn_begin(env, 0, 0, &txn) != 0 ||
+      mdb_dbi_open(txn, db_names[db], 0, &dbi) != 0)
+    abort();
+  int rc = value ? mdb_put(txn, dbi, key, value, 0) : mdb_del(txn, dbi, key, 0);
+  if (rc != 0 || mdb_txn_commit(txn) != 0)
+    abort();
+  mdb_env_close(env);
+}
+
 /* Put key -> value into db in its own transaction, saving what was there
  * into *saved (malloc'd; NULL: nothing). */
 static int plant(int db, MDB_val *key, MDB_val *value, MDB_val *saved) {
@@ -169,6 +214,29 @@ static int plant(int db, MDB_val *key, MDB_val *value, MDB_val *saved) {
   if (mdb_txn_commit(txn) != 0)
     abort();
   return 0;
+}
+
+/* Second phase: close the writer, inspect, open the writer again; if the
+ * damage keeps it from opening, that must be an error with a message,
+ * and the entry is taken out without it.  Returns whether the writer is
+ * open again. */
+static bool reopen(int db, MDB_val *key, MDB_val *saved) {
+  sl_store_close(store);
+  store = 0;
+  inspect_everything();
+  char err[1024] = "";
+  int rc = sl_store_open(dir, &writer_options, &store, err, sizeof err);
+  FUZZ_CHECK(rc == 0 || (store == 0 && err[0] != 0));
+  if (rc == 0)
+    return true;
+  raw_write(db, key, saved->mv_data ? saved : 0);
+  free(saved->mv_data);
+  if (sl_store_open(dir, &writer_options, &store, err, sizeof err) != 0) {
+    fprintf(stderr, "fuzz_store: the store does not open once repaired: "
+            "%s\n", err);
+    abort();
+  }
+  return false;
 }
 
 static void unplant(int db, MDB_val *key, MDB_val *saved) {
@@ -202,7 +270,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                                     : 2;
   if (plant(db, &key, &v, &saved) == 0) {
     read_everything(id);
-    unplant(db, &key, &saved);
+    if (!(data[1] & 2) || reopen(db, &key, &saved))
+      unplant(db, &key, &saved);
   }
   free(value);
   return 0;
