@@ -115,6 +115,8 @@ static void read_everything(uint64_t checkpoint_id) {
   int rc = sl_store_read_state(store, FUZZ_OP, 0, FUZZ_GROUPS - 1, on_state,
                                0);
   FUZZ_CHECK(rc == 0 || sl_store_error(store)[0] != 0);
+  if (getenv("FUZZ_VERBOSE")) /* to see what a seed reaches */
+    fprintf(stderr, "read_state: %d %s\n", rc, rc ? sl_store_error(store) : "");
   for (uint16_t i = 0; i < FUZZ_BLOB_INSTANCES; i++) {
     void *blob = 0;
     uint32_t bytes = 0;
