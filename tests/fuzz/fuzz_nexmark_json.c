@@ -3,7 +3,10 @@
  *
  * An event it accepts must be one it can write back (nx_json_write) and
  * read again to the same event: the writer and the parser share one table
- * of fields (json.c note 1), so a difference is a bug in one of them.
+ * of fields (json.c note 1), so a difference is a bug in one of them.  Its
+ * strings must be well-formed UTF-8 and its times valid event times (the
+ * library's rules: utf8_check.h, time_check.h), as the JSON-lines source
+ * of the library requires.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -14,6 +17,8 @@
 
 #include "fuzz_lines.h"
 #include "nexmark.h"
+#include "time_check.h"
+#include "utf8_check.h"
 
 #define ERR_BYTES 256
 
@@ -26,6 +31,20 @@ static void check_string(nx_str s, const char *storage, size_t bytes) {
   FUZZ_CHECK(s.len <= NX_MAX_STRING_BYTES);
   if (s.len > 0)
     FUZZ_CHECK(s.ptr >= storage && s.ptr + s.len <= storage + bytes);
+  const char *why = 0;
+  FUZZ_CHECK(sl_utf8_invalid_at(s.ptr, s.len, &why) == s.len);
+}
+
+/* The event times of an accepted event (json.c note 7). */
+static void check_times(const nx_event *e) {
+  if (e->type == NX_PERSON) {
+    FUZZ_CHECK(sl_time_valid(e->u.person.date_time));
+  } else if (e->type == NX_AUCTION) {
+    FUZZ_CHECK(sl_time_valid(e->u.auction.date_time));
+    FUZZ_CHECK(sl_time_valid(e->u.auction.expires));
+  } else {
+    FUZZ_CHECK(sl_time_valid(e->u.bid.date_time));
+  }
 }
 
 static void check_strings(const nx_event *e, const char *storage,
@@ -114,6 +133,7 @@ static int parse_one(void *arg, const char *line, size_t bytes) {
   FUZZ_CHECK(memchr(err, 0, sizeof err) != 0);
   if (rc == 0) {
     check_strings(&e, storage, bytes);
+    check_times(&e);
     round_trip(&e);
   } else {
     FUZZ_CHECK(err[0] != 0);
