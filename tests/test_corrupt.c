@@ -92,15 +92,20 @@ static void mix_u64(uint64_t *h, uint64_t v) { mix(h, &v, sizeof v); }
 /* ------------------------------------------------------------ the job */
 
 /* The job of the campaign's store: keyed source (2) -> verifying sink
- * (2), checkpoints every 5 ms.  Returns sl_job_run's result; on success
- * the sink must have seen exactly count records, in order. */
-static int run_job(const char *state_dir, uint64_t count, char *err,
-                   size_t err_bytes) {
+ * (2), checkpoints every 5 ms, on state_dir (resumed if it holds a
+ * checkpoint) or, with savepoint set, started from that savepoint.
+ * Returns sl_job_run's result; on success the sink must have seen exactly
+ * count records, in order. */
+static int run_job_with(const char *state_dir, const char *savepoint,
+                        uint64_t count, char *err, size_t err_bytes) {
   sl_job_config config = {0};
   config.checkpoint.state_dir = state_dir;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.no_sync = 1;
-  config.checkpoint.store_policy = SL_STORE_RESUME;
+  if (savepoint)
+    config.checkpoint.from_savepoint = savepoint;
+  else
+    config.checkpoint.store_policy = SL_STORE_RESUME;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   sl_op *src, *sink;
@@ -111,7 +116,8 @@ static int run_job(const char *state_dir, uint64_t count, char *err,
   if (rc == 0) {
     sl_verify_counts v;
     cr_assert_eq(sl_verify_result(sink, &v), 0);
-    cr_assert_eq(v.records, count, "a resumed job's output differs");
+    cr_assert_eq(v.records, count, "a %s job's output differs",
+                 savepoint ? "savepoint-started" : "resumed");
     cr_assert_eq(v.lost + v.duplicates + v.out_of_order, 0);
     /* The writer ran on the store: this run committed a checkpoint past
      * the one it restored (a finished job re-takes its final one). */
@@ -120,6 +126,11 @@ static int run_job(const char *state_dir, uint64_t count, char *err,
   }
   sl_job_destroy(job);
   return rc;
+}
+
+static int run_job(const char *state_dir, uint64_t count, char *err,
+                   size_t err_bytes) {
+  return run_job_with(state_dir, NULL, count, err, err_bytes);
 }
 
 /* ------------------------------------------------------------ digests */
@@ -203,34 +214,6 @@ static int store_write(sl_store *st) {
   return 0;
 }
 
-/* The same job started from the savepoint sp into the new state_dir. */
-static int run_job_from(const char *state_dir, const char *sp, uint64_t count,
-                        char *err, size_t err_bytes) {
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = state_dir;
-  config.checkpoint.interval_ms = 5;
-  config.checkpoint.no_sync = 1;
-  config.checkpoint.from_savepoint = sp;
-  sl_job *job;
-  cr_assert_eq(sl_job_create(&config, &job), 0);
-  sl_op *src, *sink;
-  cr_assert_eq(sl_source_keyed(job, "src", SOURCE_P, count, KEYS, &src), 0);
-  cr_assert_eq(sl_sink_verify(job, "verify", src, 2, count, KEYS, &sink), 0);
-  int rc = sl_job_run(job);
-  snprintf(err, err_bytes, "%s", sl_job_error(job));
-  if (rc == 0) {
-    sl_verify_counts v;
-    cr_assert_eq(sl_verify_result(sink, &v), 0);
-    cr_assert_eq(v.records, count, "a job from a savepoint differs");
-    cr_assert_eq(v.lost + v.duplicates + v.out_of_order, 0);
-    /* The writer ran on the store: this run committed a checkpoint past
-     * the one it restored (a finished job re-takes its final one). */
-    uint64_t restored = 0;
-    cr_assert_gt(sl_job_last_checkpoint(job, &restored), restored);
-  }
-  sl_job_destroy(job);
-  return rc;
-}
 
 /* A savepoint of the job's end in sp (the job runs count records). */
 static void job_savepoint(const char *state_dir, const char *sp,
@@ -955,7 +938,7 @@ Test(savepoint_damage, start_from_damaged_savepoint) {
     write_bytes(in_manifest ? manifest_path : data_path, copy, bytes);
     char *target = sl_test_path_in(root, "target");
     char err[2048];
-    int rc = run_job_from(target, sp, count, err, sizeof err);
+    int rc = run_job_with(target, sp, count, err, sizeof err);
     refused += rc != 0;
     if (in_manifest && rc == SL_ESTORE) /* a text: refused, naming it */
       assert_contains(err, "manifest.json");
