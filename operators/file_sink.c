@@ -106,15 +106,6 @@ static void part_path(const file_sink_instance *f, uint64_t seq, bool final,
              f->index, seq);
 }
 
-static int sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0)
-    return errno;
-  int rc = fsync(fd) == 0 ? 0 : errno;
-  close(fd);
-  return rc;
-}
-
 static int fail_errno(sl_ctx *ctx, int e, const char *what, const char *path) {
   if (e == 0)
     e = EIO; /* a failure without errno (a short write) is still one */
@@ -224,7 +215,7 @@ static int commit_parts(sl_ctx *ctx, file_sink_instance *f, uint64_t id,
   bool any = kept != f->pending_count;
   f->pending_count = kept;
   if (any && rc == 0) {
-    int e = sync_dir(f->sink->dir);
+    int e = sl_output_sync_dir(f->sink->dir);
     if (e)
       rc = fail_errno(ctx, e, "cannot sync directory", f->sink->dir);
   }

@@ -45,9 +45,10 @@ static int read_marker(const char *dir, uint64_t *lineage, char *err,
   marker_path(dir, path, sizeof path);
   FILE *f = fopen(path, "r");
   if (!f) {
-    if (errno != ENOENT)
-      snprintf(err, err_bytes, "cannot read %s: %s", path, strerror(errno));
-    return errno;
+    int e = errno; /* before snprintf, which may change errno */
+    if (e != ENOENT)
+      snprintf(err, err_bytes, "cannot read %s: %s", path, strerror(e));
+    return e;
   }
   char line[64] = "";
   bool got = fgets(line, sizeof line, f) != NULL;
@@ -64,7 +65,9 @@ static int read_marker(const char *dir, uint64_t *lineage, char *err,
   return 0;
 }
 
-static int sync_dir(const char *dir) {
+/* fsync the directory dir, so renames and unlinks in it are durable.
+ * Returns 0 or an errno value. */
+int sl_output_sync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY);
   if (fd < 0)
     return errno;
@@ -91,7 +94,7 @@ static int write_marker(const char *dir, uint64_t lineage, char *err,
   if (rc == 0 && rename(tmp, path) != 0)
     rc = errno;
   if (rc == 0)
-    rc = sync_dir(dir);
+    rc = sl_output_sync_dir(dir);
   if (rc) {
     unlink(tmp);
     snprintf(err, err_bytes, "cannot write %s: %s", path, strerror(rc));
@@ -138,7 +141,7 @@ static int scan_parts(const char *dir, bool clear, char *first,
   }
   closedir(d);
   if (rc == 0 && clear)
-    rc = sync_dir(dir);
+    rc = sl_output_sync_dir(dir);
   return rc;
 }
 

@@ -65,4 +65,8 @@ int sl_output_check_restored(const char *dir, uint64_t *lineage,
  * exists and is another file). */
 int sl_output_commit(const char *from, const char *to, bool restoring);
 
+/** fsync directory dir (its renames and unlinks become durable).  Returns
+ * 0 or an errno value. */
+int sl_output_sync_dir(const char *dir);
+
 #endif /* SL_OUTPUT_DIR_H */

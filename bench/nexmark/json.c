@@ -527,14 +527,14 @@ static int parse_time(parser *ps, const char *name, int64_t *value) {
   int rc = parse_integer(ps, name, value);
   if (rc)
     return rc;
+  if (sl_time_valid(*value))
+    return 0;
   if (*value == INT64_MIN)
     return fail(ps, "field \"%s\": INT64_MIN is not a time (it means no "
                 "timestamp)", name);
-  if (!sl_time_valid(*value))
-    return fail(ps, "field \"%s\": time %" PRId64 " is outside the valid "
-                "event times %" PRId64 " .. %" PRId64, name, *value,
-                SL_TIME_MIN_VALID, SL_TIME_MAX_VALID);
-  return 0;
+  return fail(ps, "field \"%s\": time %" PRId64 " is outside the valid "
+              "event times %" PRId64 " .. %" PRId64, name, *value,
+              SL_TIME_MIN_VALID, SL_TIME_MAX_VALID);
 }
 
 /* A member's name at ps->p and the ':' after it.  The name is unescaped
