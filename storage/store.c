@@ -249,7 +249,10 @@ struct sl_store {
   MDB_env *env;
   MDB_dbi dbi[DB_COUNT]; /* indexed by database number */
   char *dir;
-  int lock_fd; /* -1: none (read-only, or not taken yet) */
+  /* The "lock" file, flock'd: exclusively by a writer, shared by a
+   * reader that found no writer (store.h note 5; older writers take only
+   * this one); -1: not open. */
+  int lock_fd;
   /* The directory itself, flock'd: exclusively by a writer, shared by a
    * reader that found no writer (store.h note 5); -1: not open. */
   int dir_fd;
@@ -753,8 +756,9 @@ static int lock_directory(sl_store *s) {
 /* The writer's exclusive lock (store.h note 5): first the "lock" file's
  * flock (writers of every sluice version take it), then the directory's
  * own, which no unlink can take away.  *created: this call made the lock
- * file, so a refusal later may remove it again. */
-static int take_lock(sl_store *s, bool *created) {
+ * file, so a refusal later may remove it again; *flocked: this call holds
+ * its flock (also when the directory's lock is then refused). */
+static int take_lock(sl_store *s, bool *created, bool *flocked) {
   assert(!s->read_only);
   assert(s->lock_fd < 0);
   char path[PATH_MAX];
@@ -769,19 +773,33 @@ static int take_lock(sl_store *s, bool *created) {
     return store_fail(s, errno, "cannot open the lock file: %s",
                       strerror(errno));
   s->lock_fd = fd;
-  if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-    return lock_directory(s);
-  if (errno == EWOULDBLOCK)
-    return store_fail(s, SL_ESTORE,
-                      "in use by another process (it holds %s)", path);
-  return store_fail(s, errno, "cannot lock %s: %s", path, strerror(errno));
+  /* Bounded: STORE_LOCK_WAIT_TRIES waits of STORE_LOCK_WAIT_US, and only
+   * while readers share the file (reader_lock); a writer holds it
+   * exclusively, and is refused at once. */
+  for (int attempt = 0;; attempt++) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      *flocked = true;
+      return lock_directory(s);
+    }
+    if (errno != EWOULDBLOCK)
+      return store_fail(s, errno, "cannot lock %s: %s", path,
+                        strerror(errno));
+    bool readers = flock(fd, LOCK_SH | LOCK_NB) == 0;
+    if (readers)
+      flock(fd, LOCK_UN);
+    if (!readers || attempt == STORE_LOCK_WAIT_TRIES)
+      return store_fail(s, SL_ESTORE,
+                        "in use by another process (it holds %s)", path);
+    struct timespec wait = {0, STORE_LOCK_WAIT_US * 1000L};
+    nanosleep(&wait, 0);
+  }
 }
 
 /* A reader's view of the writer's lock (store.h note 5): a shared flock
  * of the directory, kept while the handle lives, if no writer holds it
  * (*writer false); else *writer is true and nothing is held. */
 static int reader_lock(sl_store *s, bool *writer) {
-  assert(s->read_only);
+  assert(s->read_only && s->lock_fd < 0);
   int rc = open_dir_fd(s);
   if (rc != 0)
     return rc;
@@ -789,6 +807,29 @@ static int reader_lock(sl_store *s, bool *writer) {
   if (*writer && errno != EWOULDBLOCK)
     return store_fail(s, errno, "cannot lock the directory: %s",
                       strerror(errno));
+  if (*writer)
+    return 0;
+  /* A writer of an older version holds only the "lock" file: share it
+   * too, if it exists (a reader creates nothing), or see that writer. */
+  char path[PATH_MAX];
+  rc = dir_path(s, "lock", path, sizeof path);
+  if (rc != 0)
+    return rc;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0
+                           : store_fail(s, errno, "cannot open %s: %s", path,
+                                        strerror(errno));
+  if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+    s->lock_fd = fd; /* kept, like the directory's, while the handle lives */
+    return 0;
+  }
+  int e = errno;
+  close(fd);
+  if (e != EWOULDBLOCK)
+    return store_fail(s, e, "cannot lock %s: %s", path, strerror(e));
+  flock(s->dir_fd, LOCK_UN); /* a live writer: read beside it through LMDB */
+  *writer = true;
   return 0;
 }
 
@@ -1144,8 +1185,7 @@ static int open_steps(sl_store *s, const sl_store_options *options) {
     rc = registry_add(s);
   bool lock_created = false, locked = false, writer_live = false;
   if (rc == 0 && !s->read_only)
-    rc = take_lock(s, &lock_created);
-  locked = rc == 0 && !s->read_only;
+    rc = take_lock(s, &lock_created, &locked);
   if (rc == 0 && s->read_only)
     rc = reader_lock(s, &writer_live);
   /* Note 5: a reader that keeps writers out needs no lock.mdb, and makes
@@ -1217,7 +1257,8 @@ int sl_store_open(const char *dir, const sl_store_options *options,
     return rc;
   }
   assert(s->env != 0);
-  assert(s->read_only == (s->lock_fd < 0));
+  assert(s->read_only || (s->lock_fd >= 0 && s->dir_fd >= 0));
+  assert(!s->no_lock_file || s->read_only);
   *store = s;
   return 0;
 }
@@ -3241,7 +3282,7 @@ static int install_check_target(sl_store *s, bool replace) {
 static int install_stage(sl_store *s, const char *source_dir,
                          const sl_store_install_options *o) {
   assert(o->source_graph && o->graph); /* sl_store_install checked */
-  assert(s->lock_fd >= 0); /* the directory is ours */
+  assert(s->lock_fd >= 0 && s->dir_fd >= 0); /* the directory is ours */
   char staging[PATH_MAX], from[PATH_MAX], to[PATH_MAX];
   int rc = dir_path(s, SL_STORE_STAGING_NAME, staging, sizeof staging);
   if (rc != 0)
@@ -3313,11 +3354,12 @@ int sl_store_install(const char *dir, const char *source_dir,
   if (!s)
     return dir_fail(dir, err, err_bytes, ENOMEM, "out of memory");
   bool has_data = false, created = false, lock_created = false;
+  bool flocked = false;
   int rc = inspect_dir(s, &has_data, &created);
   if (rc == 0)
     rc = registry_add(s); /* note 6: no handle of this process has it */
   if (rc == 0)
-    rc = take_lock(s, &lock_created); /* nor has another process */
+    rc = take_lock(s, &lock_created, &flocked); /* nor has another process */
   if (rc == 0 && has_data)
     rc = install_check_target(s, options->replace != 0);
   if (rc == 0)

@@ -78,7 +78,9 @@
  *    read_only open takes no exclusive lock: if a writer holds the
  *    directory, it reads beside it through LMDB's reader table (lock.mdb,
  *    which the writer made); if none does, it holds a shared flock of the
- *    directory until it closes and opens with MDB_NOLOCK, so it creates
+ *    directory and of "lock" if it exists (a writer of an older version
+ *    holds only that one, and is then read beside in the same way) until
+ *    it closes, and opens with MDB_NOLOCK, so it creates
  *    and writes no file at all (`sluice checkpoints` changes nothing),
  *    and a writer that starts meanwhile waits for it (at most 5 s, then
  *    SL_ESTORE "in use"): unregistered readers must not see pages reused.
