@@ -1,4 +1,4 @@
-/* nexmark_bench.c — throughput of every Nexmark query (bench/nexmark)
+/* nexmark_bench.c — throughput of every Nexmark query (nexmark/)
  * with checkpointing off and with exactly-once checkpoints (with fsync,
  * into a temporary directory removed after) at a series of intervals.
  *

@@ -294,7 +294,7 @@ int nx_source_file(sl_job *job, const char *name, const char *const *paths,
                    sl_op **op);
 
 /* ------------------------------------------------------------------------ */
-/* Queries (queries.c). */
+/* Queries (queries.c, one file per query: q0.c ... q11.c, format.c). */
 
 enum nx_query {
   NX_Q0 = 0, NX_Q1 = 1, NX_Q2 = 2, NX_Q3 = 3, NX_Q4 = 4, NX_Q5 = 5,

@@ -1,6 +1,6 @@
 /* utf8_check.h — the one rule for what counts as UTF-8 in text sluice
  * reads: the JSON-lines sources (io_parse.c) and the Nexmark event parser
- * (bench/nexmark/json.c) both use it, so they refuse the same lines.
+ * (nexmark/json.c) both use it, so they refuse the same lines.
  * Internal: not part of the public API.
  *
  * NOTES

@@ -1,4 +1,4 @@
-/* test_nexmark_model.c — the Nexmark event model (bench/nexmark): the
+/* test_nexmark_model.c — the Nexmark event model (nexmark/): the
  * record codec, the generator's rules and determinism, the generator
  * source (splits, failover), JSON lines (round trips, errors) and the
  * event-file source (replay, errors, refused restores). */

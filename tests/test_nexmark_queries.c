@@ -1,4 +1,4 @@
-/* test_nexmark_queries.c — the Nexmark queries (bench/nexmark/queries.c)
+/* test_nexmark_queries.c — the Nexmark queries (nexmark/q*.c)
  * on small hand-built event sequences with hand-checked CSV lines, at
  * parallelism 1 and 3; CSV quoting, nx_query_format()'s buffer contract,
  * nx_query_parse() and the query table.

@@ -1,5 +1,5 @@
 /* fuzz_nexmark_json.c — libFuzzer target: the Nexmark event parser
- * (bench/nexmark/json.c, nx_json_parse) over every line of the input.
+ * (nexmark/json.c, nx_json_parse) over every line of the input.
  *
  * An event it accepts must be one it can write back (nx_json_write) and
  * read again to the same event: the writer and the parser share one table
