@@ -237,7 +237,26 @@ static int merge_runs(run_file *runs, int n, row_writer *w) {
   return rc;
 }
 
-/* Note 3: MERGE_FAN_IN runs of level become one of level + 1. */
+static int add_run(merger *m, int level, FILE *file);
+
+/* A sorted run just written to file, rc the writing's result: flushed and
+ * added at level, or, on an error, closed with "WHAT for PATH: cause" in
+ * the merger's message. */
+static int keep_run(merger *m, int level, FILE *file, int rc,
+                    const char *what) {
+  if (rc == 0 && fflush(file) != 0)
+    rc = errno ? errno : EIO;
+  if (rc) {
+    fclose(file);
+    snprintf(m->err, m->err_bytes, "%s for %s: %s", what, m->path,
+             strerror(rc));
+    return rc;
+  }
+  return add_run(m, level, file);
+}
+
+/* Note 3: MERGE_FAN_IN runs of level become one of level + 1 (the
+ * recursion through keep_run is bounded by MERGE_MAX_LEVELS). */
 static int add_run(merger *m, int level, FILE *file) {
   if (level >= MERGE_MAX_LEVELS) {
     fclose(file);
@@ -255,15 +274,7 @@ static int add_run(merger *m, int level, FILE *file) {
   row_writer w = {.file = merged, .framed = true};
   rc = merge_runs(m->runs[level], MERGE_FAN_IN, &w);
   m->run_count[level] = 0;
-  if (rc == 0 && fflush(merged) != 0)
-    rc = errno ? errno : EIO;
-  if (rc) {
-    fclose(merged);
-    snprintf(m->err, m->err_bytes, "merging sorted runs for %s: %s",
-             m->path, strerror(rc));
-    return rc;
-  }
-  return add_run(m, level + 1, merged);
+  return keep_run(m, level + 1, merged, rc, "merging sorted runs");
 }
 
 /* Sort the buffer and write it to w; empty it. */
@@ -286,15 +297,7 @@ static int spill(merger *m) {
   setvbuf(file, NULL, _IOFBF, MERGE_READ_BUFFER_BYTES);
   row_writer w = {.file = file, .framed = true};
   rc = drain_buffer(m, &w);
-  if (rc == 0 && fflush(file) != 0)
-    rc = errno ? errno : EIO;
-  if (rc) {
-    fclose(file);
-    snprintf(m->err, m->err_bytes, "writing a sorted run for %s: %s",
-             m->path, strerror(rc));
-    return rc;
-  }
-  return add_run(m, 0, file);
+  return keep_run(m, 0, file, rc, "writing a sorted run");
 }
 
 /* Add one row to the buffer, spilling it first when the row would not fit
