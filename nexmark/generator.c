@@ -47,8 +47,8 @@
  *    it with the configuration and P, and a restore refuses a checkpoint
  *    of another configuration or parallelism (it would resume silently
  *    into other events).  Each next() emits at most the rest of one block.
- * 7. Rate limit (events_per_second_limit), as operators/generator.c does
- *    it: a schedule anchored at the first next(); when nothing is due the
+ * 7. Rate limit (events_per_second_limit; rate.c), as operators/generator.c
+ *    does it: a schedule anchored at the first next(); when nothing is due the
  *    instance sleeps until the next event is, at most 1 ms per call, and
  *    returns, so stops and barriers are never held up; it never spins.
  *    After a stall at most one block is due at once.
@@ -84,6 +84,7 @@
 #include <time.h>
 
 #include "nexmark.h"
+#include "rate.h"
 
 __extension__ typedef unsigned __int128 u128;
 __extension__ typedef __int128 i128;
@@ -733,8 +734,7 @@ typedef struct gen_instance {
   uint64_t instance, parallelism;
   uint64_t next;   /* the position (note 6) */
   gen_clock clock; /* of next, while next < events */
-  uint64_t anchor_ns; /* rate limit (note 7); 0: not anchored yet */
-  uint64_t anchor_emitted;
+  nx_rate pace;    /* the rate limit's schedule (note 7) */
   uint64_t record[GEN_BUFFER_WORDS];
 } gen_instance;
 
@@ -766,47 +766,6 @@ static void gen_close(sl_ctx *ctx, void *state) {
   free(state);
 }
 
-static uint64_t monotonic_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-/* Events the rate limit lets this call emit, at most wanted (note 7); 0
- * after a sleep of at most GEN_SLEEP_MAX_NS when none is due yet. */
-static uint64_t gen_due(sl_ctx *ctx, gen_instance *gi, uint64_t wanted) {
-  uint64_t rate = gi->rate_limit;
-  if (rate == 0)
-    return wanted;
-  uint64_t now = monotonic_ns();
-  if (gi->anchor_ns == 0) {
-    gi->anchor_ns = now;
-    gi->anchor_emitted = 0;
-  }
-  uint64_t allowed =
-      (uint64_t)((u128)(now - gi->anchor_ns) * rate / 1000000000u);
-  if (allowed > gi->anchor_emitted + NX_SPLIT_BLOCK) {
-    gi->anchor_ns = now; /* behind by more than a block: no burst */
-    gi->anchor_emitted = 0;
-    return wanted;
-  }
-  if (allowed > gi->anchor_emitted) {
-    uint64_t due = allowed - gi->anchor_emitted;
-    return due < wanted ? due : wanted;
-  }
-  if (sl_ctx_stopping(ctx))
-    return 0;
-  uint64_t due_ns = gi->anchor_ns +
-                    (uint64_t)(((u128)(gi->anchor_emitted + 1) * 1000000000u +
-                                rate - 1) / rate);
-  uint64_t wait_ns = due_ns > now ? due_ns - now : 0;
-  if (wait_ns > GEN_SLEEP_MAX_NS)
-    wait_ns = GEN_SLEEP_MAX_NS;
-  struct timespec t = {.tv_sec = 0, .tv_nsec = (long)wait_ns};
-  nanosleep(&t, NULL); /* EINTR: a shorter sleep; the next call sleeps */
-  return 0;
-}
-
 /* Emits at most the rest of the current block (note 6). */
 static int gen_next(sl_ctx *ctx, void *state) {
   gen_instance *gi = state;
@@ -817,7 +776,10 @@ static int gen_next(sl_ctx *ctx, void *state) {
   uint64_t block_end = (block + 1) * NX_SPLIT_BLOCK;
   if (block_end > g->events)
     block_end = g->events;
-  uint64_t due = gen_due(ctx, gi, block_end - gi->next);
+  /* The rest of a block is at most a block, so a burst is never cut. */
+  uint64_t due = nx_rate_due(ctx, &gi->pace, gi->rate_limit,
+                             block_end - gi->next, NX_SPLIT_BLOCK,
+                             GEN_SLEEP_MAX_NS);
   assert(due <= NX_SPLIT_BLOCK);
   for (uint64_t i = 0; i < due; i++) {
     int64_t date_time;
@@ -831,7 +793,7 @@ static int gen_next(sl_ctx *ctx, void *state) {
       return rc; /* not emitted: the position stays on it */
     gi->next++;
     clock_step(g, &gi->clock);
-    gi->anchor_emitted++;
+    gi->pace.anchor_emitted++;
   }
   if (gi->next == block_end)
     gen_seek(gi, (block + gi->parallelism) * NX_SPLIT_BLOCK);
