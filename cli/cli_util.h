@@ -1,5 +1,6 @@
 /* cli_util.h — helpers shared by the sluice command's subcommands
- * (cli/sluice.c, cli/nexmark.c). */
+ * (cli/sluice.c with options.c, jobs.c and verdict.c; cli/nexmark.c;
+ * cli/checkpoints.c). */
 #ifndef SLUICE_CLI_UTIL_H
 #define SLUICE_CLI_UTIL_H
 

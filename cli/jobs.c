@@ -450,6 +450,22 @@ static void print_failover(sl_job *job, const options *o) {
   }
 }
 
+/* A finished checkpointed job: the checkpoint it resumed from, if any, and
+ * its newest checkpoints. */
+static void print_checkpoints(sl_job *job) {
+  sl_checkpoint_stats cs;
+  uint64_t from = 0;
+  uint64_t last = sl_job_last_checkpoint(job, &from);
+  if (from && sl_job_restarts(job) == 0) /* else: a failover's restore */
+    printf("resumed from checkpoint %" PRIu64 "\n", from);
+  if (sl_job_checkpoint_stats(job, 0, &cs) == 0)
+    printf("checkpoints: newest complete %" PRIu64 "; last one %" PRIu64
+           " (%s) took %.1f ms, %" PRIu64 " entries, %" PRIu64 " bytes\n",
+           last, cs.id, cs.final ? "final" : "periodic",
+           (double)cs.duration_us / 1e3, cs.entries_persisted,
+           cs.bytes_persisted);
+}
+
 int run_job(options *o) {
   run_check_options(o);
   bool window = strcmp(o->job_name, "window") == 0;
@@ -519,19 +535,8 @@ int run_job(options *o) {
                              : verify_checksum(o, &sum, why, sizeof why);
   if (!o->json)
     print_failover(job, o);
-  if (rc == 0 && o->config.checkpoint.state_dir && !o->json) {
-    sl_checkpoint_stats cs;
-    uint64_t from = 0;
-    uint64_t last = sl_job_last_checkpoint(job, &from);
-    if (from && sl_job_restarts(job) == 0) /* else: a failover's restore */
-      printf("resumed from checkpoint %" PRIu64 "\n", from);
-    if (sl_job_checkpoint_stats(job, 0, &cs) == 0)
-      printf("checkpoints: newest complete %" PRIu64 "; last one %" PRIu64
-             " (%s) took %.1f ms, %" PRIu64 " entries, %" PRIu64 " bytes\n",
-             last, cs.id, cs.final ? "final" : "periodic",
-             (double)cs.duration_us / 1e3, cs.entries_persisted,
-             cs.bytes_persisted);
-  }
+  if (rc == 0 && o->config.checkpoint.state_dir && !o->json)
+    print_checkpoints(job);
   print_summary(o, job, rc, secs, verified, why);
   if (rc && rc != SL_ESTOPPED)
     fprintf(stderr, "sluice: job %s failed: %s\n", o->job_name, sl_job_error(job));
