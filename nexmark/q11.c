@@ -24,15 +24,6 @@
  * sl_op_window with a gap of 10 s counts (8-byte accumulator, merged when
  * sessions merge) and emits {bidder, start, end, count}. */
 
-static int q11_project(void *user, const sl_record *in, sl_ctx *ctx) {
-  const nx_record *r = event_of(in);
-  if (!r)
-    return malformed(ctx, in);
-  if (r->type != NX_BID)
-    return 0;
-  return sl_emit(ctx, &r->field[NX_BID_BIDDER], sizeof(int64_t));
-}
-
 static void count_init(void *user, void *acc) { *(int64_t *)acc = 0; }
 
 static void count_add(void *user, void *acc, const sl_record *in) {
@@ -55,8 +46,8 @@ int nxq_build_q11(sl_job *job, sl_op *events, int p, sl_op **result) {
                         .add = count_add, .merge = count_merge,
                         .emit = q11_emit};
   sl_op *bids, *by_bidder;
-  int rc = sl_op_flat_map(job, "q11.bids", events, p, q11_project, NULL,
-                          &bids);
+  int rc = sl_op_flat_map(job, "q11.bids", events, p, nxq_bid_field,
+                          (void *)(intptr_t)NX_BID_BIDDER, &bids);
   if (rc == 0)
     rc = sl_op_key_by(job, "q11.by-bidder", bids, nxq_first_integer, NULL,
                       &by_bidder);

@@ -43,15 +43,6 @@
 enum { Q5_PANES = 1 };
 _Static_assert(Q5_SIZE_MS % Q5_SLIDE_MS == 0, "windows are whole panes");
 
-static int q5_project(void *user, const sl_record *in, sl_ctx *ctx) {
-  const nx_record *r = event_of(in);
-  if (!r)
-    return malformed(ctx, in);
-  if (r->type != NX_BID)
-    return 0;
-  return sl_emit(ctx, &r->field[NX_BID_AUCTION], sizeof(int64_t));
-}
-
 /* The first window end - 1 of pane that the watermark has not passed (the
  * caller checked that the last one, pane + size - 1, is not passed). */
 static int64_t q5_first_due(int64_t pane, int64_t watermark) {
@@ -166,7 +157,8 @@ int nxq_build_q5(sl_job *job, sl_op *events, int p, sl_op **result) {
   static const ties_spec hot = {sizeof(q5_row), q5_value, NULL,
                                 q5_window_end, q5_emit};
   sl_op *bids, *by_auction, *counts, *by_window;
-  int rc = sl_op_flat_map(job, "q5.bids", events, p, q5_project, NULL, &bids);
+  int rc = sl_op_flat_map(job, "q5.bids", events, p, nxq_bid_field,
+                          (void *)(intptr_t)NX_BID_AUCTION, &bids);
   if (rc == 0)
     rc = sl_op_key_by(job, "q5.by-auction", bids, nxq_first_integer, NULL,
                       &by_auction);

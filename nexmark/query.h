@@ -264,7 +264,10 @@ int nxq_pair_insert(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
 int nxq_pair_drop(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
                   uint32_t bytes, uint32_t drop);
 
-/* The key of the 8-byte projections of q5 and q11. */
+/* The flat_map of q5 and q11: each bid becomes one of its integers, the
+ * index (NX_BID_AUCTION, NX_BID_BIDDER, ...) being the user pointer; the
+ * rest is dropped.  nxq_first_integer is the key of such a projection. */
+int nxq_bid_field(void *user, const sl_record *in, sl_ctx *ctx);
 uint64_t nxq_first_integer(void *user, const sl_record *in);
 
 /* ------------------------------------------------------------------------ */

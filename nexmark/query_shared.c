@@ -1,8 +1,8 @@
 /* query_shared.c — the state helpers the Nexmark queries share that are
  * too large to inline (query.h declares them, with their contracts):
  * per-instance scratch memory, rebuilding a list state, inserting into
- * and dropping a prefix of a sorted array of time pairs, and the key of
- * an 8-byte projection. */
+ * and dropping a prefix of a sorted array of time pairs, and the one-field
+ * projection of the bids with its key. */
 
 #include <assert.h>
 #include <errno.h>
@@ -98,6 +98,17 @@ int nxq_pair_drop(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
     return rc;
   memcpy(s->bytes, (const char *)array + drop_bytes, bytes - drop_bytes);
   return sl_state_put(ctx, id, s->bytes, bytes - drop_bytes, NULL);
+}
+
+int nxq_bid_field(void *user, const sl_record *in, sl_ctx *ctx) {
+  intptr_t field = (intptr_t)user;
+  assert(field >= NX_BID_AUCTION && field <= NX_BID_DATE_TIME);
+  const nx_record *r = event_of(in);
+  if (!r)
+    return malformed(ctx, in);
+  if (r->type != NX_BID)
+    return 0;
+  return sl_emit(ctx, &r->field[field], sizeof(int64_t));
 }
 
 uint64_t nxq_first_integer(void *user, const sl_record *in) {
