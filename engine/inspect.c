@@ -11,13 +11,13 @@
  *    latest (committed meanwhile) are left out, so the listing agrees
  *    with the blobs.
  * 3. The layouts decoded here are written elsewhere: the record by
- *    coordinator.c (write_once: u32 version, u32 final, i64 trigger time
+ *    checkpoint_writer.c (write_once: u32 version, u32 final, i64 trigger time
  *    in ms, u64 instance count, 24 bytes, little-endian; version 2 adds
  *    u64 bytes and u64 entries persisted, 40 bytes), the blob by
- *    coordinator.c (write_instance: a flag byte, bit 0 operator state
+ *    checkpoint_writer.c (write_instance: a flag byte, bit 0 operator state
  *    follows, bit 1 a 16-byte event-time trailer of i64 watermark and i64
- *    largest timestamp), the fingerprint by coordinator.c
- *    (graph_fingerprint: "max_parallelism=M" then ";ID:KIND:NAME:P" per
+ *    largest timestamp), the fingerprint by graph.c
+ *    (sl_graph_fingerprint: "max_parallelism=M" then ";ID:KIND:NAME:P" per
  *    physical operator).  Bytes that do not fit are reported as corrupt
  *    (records, blobs) or shown raw (a fingerprint whose names hold ';').
  */
@@ -39,7 +39,7 @@
 #define RECORD_V2_BYTES 40u
 #define BLOB_FLAG_STATE 1u
 #define BLOB_FLAG_EVENT_TIME 2u
-#define BLOB_FLAG_FINISHED 4u /* coordinator.c note 11; nothing follows */
+#define BLOB_FLAG_FINISHED 4u /* coordinator.c note 10; nothing follows */
 #define BLOB_EVENT_TIME_BYTES 16u
 
 struct sl_state_dir {

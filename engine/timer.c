@@ -53,14 +53,14 @@
  *    of no data whose timestamp is the timer's time, so sl_emit stamps the
  *    output with it.
  * 7. Each snapshot saves the instance's watermark and (for sources) the
- *    largest timestamp emitted, after its operator state (coordinator.c,
+ *    largest timestamp emitted, after its operator state (checkpoint_writer.c,
  *    write_instance).  A restored instance starts from them, with every
  *    input channel at the saved watermark, instead of from no watermark:
  *    so the records replayed after a restore are judged late or not
  *    exactly as they were before the failure, and a source's next
  *    watermark is computed from the same maximum.  Flink starts from
  *    nothing, and a replay can then keep a record its first run dropped.
- * 8. An instance restored as finished (coordinator.c note 11) already
+ * 8. An instance restored as finished (coordinator.c note 10) already
  *    fired everything at its end of input; the timers left in its state
  *    were registered while they fired (note 5: a periodic timer re-arming
  *    itself).  They are not loaded into the heaps, so they never fire,
