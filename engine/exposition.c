@@ -56,6 +56,37 @@ static void put_u64(json_t *obj, const char *key, uint64_t v, bool *ok) {
   put(obj, key, json_u64(v), ok);
 }
 
+/* The end of every builder below: obj if ok, else NULL with obj freed. */
+static json_t *finish(json_t *obj, bool ok) {
+  if (!ok)
+    json_decref(obj);
+  return ok ? obj : 0;
+}
+
+/* Set key to array in obj (which takes its own reference), drop the
+ * builder's reference to array, and finish obj. */
+static json_t *finish_with_array(json_t *obj, const char *key, json_t *array,
+                                 bool ok) {
+  if (ok)
+    put(obj, key, json_incref(array), &ok);
+  json_decref(array);
+  return finish(obj, ok);
+}
+
+/* The record, byte and state counters of an operator (or of all of them),
+ * in the order /jobs shows them. */
+static void put_operator_counts(json_t *obj, const sl_operator_metrics *op,
+                                bool *ok) {
+  put_u64(obj, "records_in", op->records_in, ok);
+  put_u64(obj, "records_out", op->records_out, ok);
+  put_u64(obj, "bytes_in", op->bytes_in, ok);
+  put_u64(obj, "bytes_out", op->bytes_out, ok);
+  put_u64(obj, "state_entries", op->state_entries, ok);
+  put_u64(obj, "state_bytes", op->state_bytes, ok);
+  put_u64(obj, "late_records", op->late_records, ok);
+  put_u64(obj, "dead_letters", op->dead_letters, ok);
+}
+
 /* ------------------------------------------------------- /jobs */
 
 static json_t *instance_json(const sl_instance_metrics *i) {
@@ -85,9 +116,7 @@ static json_t *instance_json(const sl_instance_metrics *i) {
   put_u64(o, "state_bytes", i->state_bytes, &ok);
   put_u64(o, "late_records", i->late_records, &ok);
   put_u64(o, "dead_letters", i->dead_letters, &ok);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish(o, ok);
 }
 
 static json_t *operator_json(const sl_metrics *m, int index) {
@@ -99,26 +128,14 @@ static json_t *operator_json(const sl_metrics *m, int index) {
     put(o, "name", json_string(op->name), &ok);
     put(o, "index", json_integer(index), &ok);
     put(o, "parallelism", json_integer(op->parallelism), &ok);
-    put_u64(o, "records_in", op->records_in, &ok);
-    put_u64(o, "records_out", op->records_out, &ok);
-    put_u64(o, "bytes_in", op->bytes_in, &ok);
-    put_u64(o, "bytes_out", op->bytes_out, &ok);
-    put_u64(o, "state_entries", op->state_entries, &ok);
-    put_u64(o, "state_bytes", op->state_bytes, &ok);
-    put_u64(o, "late_records", op->late_records, &ok);
-    put_u64(o, "dead_letters", op->dead_letters, &ok);
+    put_operator_counts(o, op, &ok);
     put(o, "watermark", json_watermark(op->watermark), &ok);
   }
   for (int k = 0; ok && k < op->parallelism; k++) {
     json_t *i = instance_json(&m->instances[op->first_instance + k]);
     ok = i && json_array_append_new(instances, i) == 0;
   }
-  if (ok)
-    put(o, "instances", json_incref(instances), &ok);
-  json_decref(instances);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish_with_array(o, "instances", instances, ok);
 }
 
 static json_t *totals_json(const sl_metrics *m) {
@@ -139,18 +156,9 @@ static json_t *totals_json(const sl_metrics *m) {
   if (!o)
     return 0;
   put_u64(o, "source_records", m->source_records, &ok);
-  put_u64(o, "records_in", sum.records_in, &ok);
-  put_u64(o, "records_out", sum.records_out, &ok);
-  put_u64(o, "bytes_in", sum.bytes_in, &ok);
-  put_u64(o, "bytes_out", sum.bytes_out, &ok);
-  put_u64(o, "state_entries", sum.state_entries, &ok);
-  put_u64(o, "state_bytes", sum.state_bytes, &ok);
-  put_u64(o, "late_records", sum.late_records, &ok);
-  put_u64(o, "dead_letters", sum.dead_letters, &ok);
+  put_operator_counts(o, &sum, &ok);
   put(o, "instances", json_integer(m->instance_count), &ok);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish(o, ok);
 }
 
 static json_t *failure_json(const sl_metrics *m) {
@@ -194,12 +202,7 @@ json_t *sl_exposition_jobs(const sl_metrics *m) {
     json_t *op = operator_json(m, i);
     ok = op && json_array_append_new(ops, op) == 0;
   }
-  if (ok)
-    put(o, "operators", json_incref(ops), &ok);
-  json_decref(ops);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish_with_array(o, "operators", ops, ok);
 }
 
 /* ------------------------------------------------------- /checkpoints */
@@ -249,12 +252,7 @@ static json_t *history_entry_json(const sl_metrics *m, int k) {
         checkpoint_instance_json(&m->history_instances[(size_t)k * n + i]);
     ok = s && json_array_append_new(instances, s) == 0;
   }
-  if (ok)
-    put(o, "instances", json_incref(instances), &ok);
-  json_decref(instances);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish_with_array(o, "instances", instances, ok);
 }
 
 static json_t *latest_json(const sl_metrics *m) {
@@ -273,9 +271,7 @@ static json_t *latest_json(const sl_metrics *m) {
       m->restored_from ? json_pack("{s:I}", "id", (json_int_t)m->restored_from)
                        : json_null(),
       &ok);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish(o, ok);
 }
 
 json_t *sl_exposition_checkpoints(const sl_metrics *m, int limit) {
@@ -299,12 +295,7 @@ json_t *sl_exposition_checkpoints(const sl_metrics *m, int limit) {
     json_t *h = history_entry_json(m, k);
     ok = h && json_array_append_new(history, h) == 0;
   }
-  if (ok)
-    put(o, "history", json_incref(history), &ok);
-  json_decref(history);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish_with_array(o, "history", history, ok);
 }
 
 /* ------------------------------------------------------- Prometheus text */

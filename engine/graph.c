@@ -324,18 +324,31 @@ SL_EXPORT int sl_op_source(sl_job *job, const char *name, int parallelism,
   return 0;
 }
 
+/* The part the one-input builders share: refuse a missing function (the
+ * refusal says which), else make the operator with its user pointer; the
+ * caller then stores the function.  On error nothing is changed. */
+static int one_input_new(sl_job *job, enum sl_op_kind kind, const char *name,
+                         sl_op *input, int parallelism, bool has_fn,
+                         const char *missing_fn, void *user, sl_op **op) {
+  if (!has_fn)
+    return refuse(job, missing_fn, name);
+  int rc = op_new(job, kind, name, parallelism, &input, 1, op);
+  if (rc == 0)
+    (*op)->user = user;
+  return rc;
+}
+
 SL_EXPORT int sl_op_map(sl_job *job, const char *name, sl_op *input,
                         int parallelism, uint32_t out_max_bytes, sl_map_fn fn,
                         void *user, sl_op **op) {
-  if (!fn)
-    return refuse(job, "map without a map function", name);
-  if (job && (out_max_bytes == 0 || out_max_bytes > job->config.max_record_bytes))
+  if (fn && job &&
+      (out_max_bytes == 0 || out_max_bytes > job->config.max_record_bytes))
     return refuse(job, "map out_max_bytes must be 1..max_record_bytes", name);
-  int rc = op_new(job, SL_OP_MAP, name, parallelism, &input, 1, op);
+  int rc = one_input_new(job, SL_OP_MAP, name, input, parallelism, fn != 0,
+                         "map without a map function", user, op);
   if (rc)
     return rc;
   (*op)->fn.map = fn;
-  (*op)->user = user;
   (*op)->out_max_bytes = out_max_bytes;
   return 0;
 }
@@ -343,39 +356,30 @@ SL_EXPORT int sl_op_map(sl_job *job, const char *name, sl_op *input,
 SL_EXPORT int sl_op_filter(sl_job *job, const char *name, sl_op *input,
                            int parallelism, sl_filter_fn fn, void *user,
                            sl_op **op) {
-  if (!fn)
-    return refuse(job, "filter without a filter function", name);
-  int rc = op_new(job, SL_OP_FILTER, name, parallelism, &input, 1, op);
-  if (rc)
-    return rc;
-  (*op)->fn.filter = fn;
-  (*op)->user = user;
-  return 0;
+  int rc = one_input_new(job, SL_OP_FILTER, name, input, parallelism, fn != 0,
+                         "filter without a filter function", user, op);
+  if (rc == 0)
+    (*op)->fn.filter = fn;
+  return rc;
 }
 
 SL_EXPORT int sl_op_flat_map(sl_job *job, const char *name, sl_op *input,
                              int parallelism, sl_flat_map_fn fn, void *user,
                              sl_op **op) {
-  if (!fn)
-    return refuse(job, "flat_map without a function", name);
-  int rc = op_new(job, SL_OP_FLAT_MAP, name, parallelism, &input, 1, op);
-  if (rc)
-    return rc;
-  (*op)->fn.flat_map = fn;
-  (*op)->user = user;
-  return 0;
+  int rc = one_input_new(job, SL_OP_FLAT_MAP, name, input, parallelism,
+                         fn != 0, "flat_map without a function", user, op);
+  if (rc == 0)
+    (*op)->fn.flat_map = fn;
+  return rc;
 }
 
 SL_EXPORT int sl_op_key_by(sl_job *job, const char *name, sl_op *input,
                            sl_key_fn fn, void *user, sl_op **op) {
-  if (!fn)
-    return refuse(job, "key_by without a key function", name);
-  int rc = op_new(job, SL_OP_KEY_BY, name, 0, &input, 1, op);
-  if (rc)
-    return rc;
-  (*op)->fn.key = fn;
-  (*op)->user = user;
-  return 0;
+  int rc = one_input_new(job, SL_OP_KEY_BY, name, input, 0, fn != 0,
+                         "key_by without a key function", user, op);
+  if (rc == 0)
+    (*op)->fn.key = fn;
+  return rc;
 }
 
 SL_EXPORT int sl_op_union(sl_job *job, const char *name, sl_op *const *inputs,
