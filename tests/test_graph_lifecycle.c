@@ -302,6 +302,27 @@ Test(stop, endless_source_stops_from_another_thread, .timeout = 30) {
   job_free(job);
 }
 
+/* source -> triple -> relay sink, parallelism p after the source,
+ * stopped 100 ms after it started: wait must return SL_ESTOPPED, and
+ * every instance must have opened and closed once (none finished). */
+static void stop_pipeline(const sl_job_config *config, const char *src_name,
+                          range_spec *src_spec, int p, const char *sink_name,
+                          relay_spec *sink_spec) {
+  sl_job *job = job_new(config);
+  sl_op *src, *map, *sink;
+  src = add_range(job, src_name, 1, src_spec);
+  OK(job, sl_op_map(job, "triple", src, p, sizeof(sl_tuple), triple_plus_one,
+                    0, &map));
+  OK(job, sl_op_sink(job, sink_name, map, p, &relay_ops, sink_spec, &sink));
+  double latency_s;
+  int rc = run_and_stop(job, 100000, &latency_s);
+  cr_assert_eq(rc, SL_ESTOPPED, "wait returned %d (%s)", rc, sl_strerror(rc));
+  cr_log_info("stop took %.1f ms", latency_s * 1e3); /* measured, not asserted */
+  assert_lifecycle(&sink_spec->life, p, 1, 1, 0, "sink");
+  assert_lifecycle(&src_spec->life, 1, 1, 1, 0, "source");
+  job_free(job);
+}
+
 /* Every thread is parked: the source emits nothing (sleeping 1 ms per
  * call), so the map and sink wait on empty rings. */
 Test(stop, idle_parked_job_stops_promptly, .timeout = 30) {
@@ -310,19 +331,7 @@ Test(stop, idle_parked_job_stops_promptly, .timeout = 30) {
   static relay_spec last;
   relay_init(&last);
   sl_job_config config = {.spin_iterations = 1};
-  sl_job *job = job_new(&config);
-  sl_op *src, *map, *sink;
-  src = add_range(job, "idle", 1, &src_spec);
-  OK(job, sl_op_map(job, "triple", src, 2, sizeof(sl_tuple), triple_plus_one,
-                    0, &map));
-  OK(job, sl_op_sink(job, "end", map, 2, &relay_ops, &last, &sink));
-  double latency_s;
-  int rc = run_and_stop(job, 100000, &latency_s);
-  cr_assert_eq(rc, SL_ESTOPPED, "wait returned %d (%s)", rc, sl_strerror(rc));
-  cr_log_info("stop took %.1f ms", latency_s * 1e3); /* measured, not asserted */
-  assert_lifecycle(&last.life, 2, 1, 1, 0, "sink");
-  assert_lifecycle(&src_spec.life, 1, 1, 1, 0, "source");
-  job_free(job);
+  stop_pipeline(&config, "idle", &src_spec, 2, "end", &last);
 }
 
 /* The sink sleeps 1 ms per record and the 4 KiB rings are full: the source
@@ -336,19 +345,7 @@ Test(stop, blocked_full_ring_stops, .timeout = 30) {
   relay_init(&slow);
   slow.sleep_us = 1000;
   sl_job_config config = {.ring_bytes = 4096};
-  sl_job *job = job_new(&config);
-  sl_op *src, *map, *sink;
-  src = add_range(job, "endless", 1, &src_spec);
-  OK(job, sl_op_map(job, "triple", src, 1, sizeof(sl_tuple), triple_plus_one,
-                    0, &map));
-  OK(job, sl_op_sink(job, "slow_sink", map, 1, &relay_ops, &slow, &sink));
-  double latency_s;
-  int rc = run_and_stop(job, 100000, &latency_s);
-  cr_assert_eq(rc, SL_ESTOPPED, "wait returned %d (%s)", rc, sl_strerror(rc));
-  cr_log_info("stop took %.1f ms", latency_s * 1e3); /* measured, not asserted */
-  assert_lifecycle(&slow.life, 1, 1, 1, 0, "sink");
-  assert_lifecycle(&src_spec.life, 1, 1, 1, 0, "source");
-  job_free(job);
+  stop_pipeline(&config, "endless", &src_spec, 1, "slow_sink", &slow);
 }
 
 /* sl_job_stop promises that "every instance notices within microseconds".
