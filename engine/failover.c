@@ -337,6 +337,7 @@ static int restart(sl_job *job) {
     assert(sl_ring_readable_consumer(&job->rings[i]) == 0);
   }
   atomic_fetch_add(&job->ring_reset_seq, 1);
+  assert(sl_graph_check(job)); /* note 3: the wiring is as compiled */
   sl_inject_restart(job);
   job->error[0] = 0;
   job->fail_status = 0;

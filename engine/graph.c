@@ -982,14 +982,12 @@ static __attribute__((unused)) bool instance_check(const sl_job *job,
   return true;
 }
 
-/* The compiled job: the physical operators are the non-virtual ones in
- * id order, with their indices; instance_count is the sum of their
- * parallelisms; every instance passes instance_check; and each ring is
- * read by exactly one channel and written by exactly one output (the
- * counts match, and instance_check tied each end to one instance).
- * Asserted after sl_job_compile and before a fingerprint is taken.
- * O(operators + instances + rings). */
-static __attribute__((unused)) bool graph_check(const sl_job *job) {
+/* The physical operators: the non-virtual ones, in id order, each with
+ * its index and its instances, their parallelisms adding up to
+ * instance_count.  Nothing here changes after sl_job_compile, so any
+ * thread may check it while the job runs (sl_graph_fingerprint).
+ * O(operators). */
+static __attribute__((unused)) bool physical_check(const sl_job *job) {
   int physical = 0, instances = 0, last_id = -1;
   for (int i = 0; i < job->op_count; i++)
     physical += !sl_op_kind_is_virtual(job->ops[i]->kind);
@@ -1003,7 +1001,18 @@ static __attribute__((unused)) bool graph_check(const sl_job *job) {
     last_id = op->id;
     instances += op->parallelism;
   }
-  if (instances != job->instance_count)
+  return instances == job->instance_count;
+}
+
+/* The compiled job: physical_check; every instance passes
+ * instance_check; and each ring is read by exactly one channel and
+ * written by exactly one output (the counts match, and instance_check
+ * tied each end to one instance).  Asserted at the end of
+ * sl_job_compile and by a restart (failover.c), while no instance thread
+ * runs (sl_ring_reset rewrites the rings' parker fields).  O(operators +
+ * instances + rings). */
+bool sl_graph_check(const sl_job *job) {
+  if (!physical_check(job))
     return false;
   long channels = 0, output_rings = 0;
   for (int i = 0; i < job->instance_count; i++)
@@ -1055,7 +1064,7 @@ int sl_job_compile(sl_job *job) {
   free(list.edges);
   if (rc)
     sl_job_free_compiled(job);
-  assert(rc != 0 || graph_check(job));
+  assert(rc != 0 || sl_graph_check(job));
   return rc;
 }
 
@@ -1063,7 +1072,7 @@ int sl_job_compile(sl_job *job) {
  * id, kind, name and parallelism, and the key-group count.  Stores compare
  * it byte for byte, so its form never changes. */
 char *sl_graph_fingerprint(const sl_job *job) {
-  assert(graph_check(job));
+  assert(physical_check(job));
   size_t cap = 64 + (size_t)job->physical_count * (SL_MAX_NAME + 48);
   char *text = malloc(cap);
   if (!text)

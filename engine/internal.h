@@ -310,6 +310,11 @@ void sl_times_wait_end(sl_instance *inst, enum sl_wait_kind kind,
  * SL_CHECKPOINT_HISTORY entries), all under one lock. */
 void sl_checkpointer_metrics(const sl_job *job, sl_metrics *m, bool history);
 
+/* graph.c: the compiled job's wiring is whole (every ring one channel and
+ * one output, ports and partitions in range); for asserts, while no
+ * instance thread runs. */
+bool sl_graph_check(const sl_job *job);
+
 /* failover.c */
 int sl_failover_setup(sl_job *job);     /* sl_job_start, before threads */
 int sl_failover_start(sl_job *job);     /* the supervisor thread, if any */
