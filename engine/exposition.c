@@ -363,10 +363,26 @@ static void text_family(prom_text *t, const char *name, const char *type,
   text_printf(t, "\n# TYPE %s %s\n", name, type);
 }
 
+/* A family with one unlabelled sample: HELP, TYPE, then `name value`. */
+static void text_single_u64(prom_text *t, const char *name, const char *type,
+                            const char *help, uint64_t value) {
+  text_family(t, name, type, help);
+  text_printf(t, "%s %" PRIu64 "\n", name, value);
+}
+
 /* Nanoseconds as exact decimal seconds. */
 static void text_seconds(prom_text *t, uint64_t ns) {
   text_printf(t, "%" PRIu64 ".%09" PRIu64, ns / 1000000000u,
               ns % 1000000000u);
+}
+
+/* A gauge with one unlabelled sample of ns in exact decimal seconds. */
+static void text_single_seconds(prom_text *t, const char *name,
+                                const char *help, uint64_t ns) {
+  text_family(t, name, "gauge", help);
+  text_printf(t, "%s ", name);
+  text_seconds(t, ns);
+  text_printf(t, "\n");
 }
 
 /* The per-instance families, each with its samples together (a family's
@@ -498,22 +514,16 @@ static void job_samples(prom_text *t, const sl_metrics *m) {
               "When the job started, seconds since the epoch.");
   text_printf(t, "sluice_job_start_time_seconds %.3f\n",
               (double)m->start_time_ms / 1e3);
-  text_family(t, "sluice_job_uptime_seconds", "gauge",
-              "Time since the job started (until it ended).");
-  text_printf(t, "sluice_job_uptime_seconds ");
-  text_seconds(t, m->uptime_ns);
-  text_printf(t, "\n");
-  text_family(t, "sluice_job_source_records_total", "counter",
-              "Records emitted by every source instance.");
-  text_printf(t, "sluice_job_source_records_total %" PRIu64 "\n",
-              m->source_records);
-  text_family(t, "sluice_job_restarts_total", "counter",
-              "Restarts after failures (failover).");
-  text_printf(t, "sluice_job_restarts_total %" PRIu32 "\n", m->restarts);
-  text_family(t, "sluice_job_faults_fired_total", "counter",
-              "Injected faults that fired.");
-  text_printf(t, "sluice_job_faults_fired_total %" PRIu64 "\n",
-              m->faults_fired);
+  text_single_seconds(t, "sluice_job_uptime_seconds",
+                      "Time since the job started (until it ended).",
+                      m->uptime_ns);
+  text_single_u64(t, "sluice_job_source_records_total", "counter",
+                  "Records emitted by every source instance.",
+                  m->source_records);
+  text_single_u64(t, "sluice_job_restarts_total", "counter",
+                  "Restarts after failures (failover).", (uint64_t)m->restarts);
+  text_single_u64(t, "sluice_job_faults_fired_total", "counter",
+                  "Injected faults that fired.", m->faults_fired);
 }
 
 static void checkpoint_samples(prom_text *t, const sl_metrics *m) {
@@ -526,30 +536,24 @@ static void checkpoint_samples(prom_text *t, const sl_metrics *m) {
               "\nsluice_job_checkpoints_total{status=\"failed\"} %" PRIu64
               "\n",
               m->checkpoints_completed, m->checkpoints_failed);
-  text_family(t, "sluice_job_checkpoints_in_progress", "gauge",
-              "Checkpoints triggered and not yet ended.");
-  text_printf(t, "sluice_job_checkpoints_in_progress %" PRIu64 "\n",
-              m->checkpoints_in_progress);
-  text_family(t, "sluice_job_checkpoint_restored_id", "gauge",
-              "Checkpoint the newest attempt started from (0: none).");
-  text_printf(t, "sluice_job_checkpoint_restored_id %" PRIu64 "\n",
-              m->restored_from);
+  text_single_u64(t, "sluice_job_checkpoints_in_progress", "gauge",
+                  "Checkpoints triggered and not yet ended.",
+                  m->checkpoints_in_progress);
+  text_single_u64(t, "sluice_job_checkpoint_restored_id", "gauge",
+                  "Checkpoint the newest attempt started from (0: none).",
+                  m->restored_from);
   if (!m->has_latest_completed)
     return;
   const sl_checkpoint_stats *c = &m->latest_completed;
-  text_family(t, "sluice_job_last_checkpoint_id", "gauge",
-              "Id of the newest completed checkpoint.");
-  text_printf(t, "sluice_job_last_checkpoint_id %" PRIu64 "\n", c->id);
-  text_family(t, "sluice_job_last_checkpoint_duration_seconds", "gauge",
-              "Trigger to durable commit of the newest completed "
-              "checkpoint.");
-  text_printf(t, "sluice_job_last_checkpoint_duration_seconds ");
-  text_seconds(t, c->duration_us * 1000u);
-  text_printf(t, "\n");
-  text_family(t, "sluice_job_last_checkpoint_size_bytes", "gauge",
-              "Bytes the newest completed checkpoint persisted.");
-  text_printf(t, "sluice_job_last_checkpoint_size_bytes %" PRIu64 "\n",
-              c->bytes_persisted);
+  text_single_u64(t, "sluice_job_last_checkpoint_id", "gauge",
+                  "Id of the newest completed checkpoint.", c->id);
+  text_single_seconds(t, "sluice_job_last_checkpoint_duration_seconds",
+                      "Trigger to durable commit of the newest completed "
+                      "checkpoint.",
+                      c->duration_us * 1000u);
+  text_single_u64(t, "sluice_job_last_checkpoint_size_bytes", "gauge",
+                  "Bytes the newest completed checkpoint persisted.",
+                  c->bytes_persisted);
   text_family(t, "sluice_job_last_checkpoint_timestamp_seconds", "gauge",
               "When the newest completed checkpoint was triggered, seconds "
               "since the epoch.");
