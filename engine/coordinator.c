@@ -830,10 +830,13 @@ void sl_checkpointer_free(sl_job *job) {
   if (!cp)
     return;
   sl_checkpointer_stop(job);
+  /* Every slot freed first: cp_set_state checks all slots, so none may
+   * lose its arrays while another is being cleared. */
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++)
+    if (cp->slots[s].acks)
+      pending_clear(cp, &cp->slots[s], true); /* stopped above */
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
     pending *p = &cp->slots[s];
-    if (p->acks)
-      pending_clear(cp, p, true); /* stopped above */
     free(p->acks);
     free(p->async_us);
     free(p->bytes);
