@@ -1,7 +1,10 @@
 /* checkpoint.h — internal interface of checkpointing: the instance side
- * (barriers, alignment, snapshots: snapshot.c), the coordinator and the
- * asynchronous writer (coordinator.c).  See coordinator.c for the design
- * notes and the state diagram of a checkpoint. */
+ * (barriers, alignment, snapshots: snapshot.c), the coordinator
+ * (coordinator.c), the asynchronous writer (checkpoint_writer.c),
+ * restoring (restore.c) and the statistics (checkpoint_stats.c).  See
+ * coordinator.c for the design notes and the state diagram of a
+ * checkpoint; what those four share privately is in
+ * checkpoint_internal.h. */
 #ifndef SL_CHECKPOINT_H
 #define SL_CHECKPOINT_H
 
@@ -26,8 +29,8 @@ typedef struct sl_checkpointer sl_checkpointer;
  * snapshots in a row without a completion. */
 #define SL_ROW_BATCHES_MAX 1024
 
-/* Table rows (operators/table_sink.c; snapshot.c note 10, coordinator.c
- * note 10).  One row: key_bytes of key, then value_bytes of value (none
+/* Table rows (operators/table_sink.c; snapshot.c note 10,
+ * checkpoint_writer.c note 3).  One row: key_bytes of key, then value_bytes of value (none
  * for a tombstone) at arena + offset. */
 typedef struct sl_row {
   uint64_t offset;
@@ -125,7 +128,7 @@ typedef struct sl_instance_checkpoint {
   bool final_acked;      /* the final snapshot was handed over */
   /* The checkpoint restored says this instance had finished (its blob
    * carries SL_BLOB_FINISHED, or the checkpoint is a final one): it is
-   * never finished again (coordinator.c note 11). */
+   * never finished again (coordinator.c note 10). */
   bool restored_finished;
 
   /* Checkpoint id -> epoch frozen for it, oldest first (note 9). */
@@ -164,13 +167,14 @@ typedef struct sl_instance_checkpoint {
   uint32_t value_buffer_bytes;
 } sl_instance_checkpoint;
 
-/* coordinator.c */
+/* restore.c */
 int sl_checkpointer_setup(struct sl_job *job);   /* before threads start */
+int sl_checkpointer_restore_instance(struct sl_ctx *inst); /* its thread */
+void sl_checkpointer_restore_skip(struct sl_ctx *inst); /* open failed */
+/* coordinator.c */
 int sl_checkpointer_start(struct sl_job *job);   /* coordinator + writer */
 void sl_checkpointer_stop(struct sl_job *job);   /* join them */
 void sl_checkpointer_reset(struct sl_job *job);  /* failover: after stop */
-int sl_checkpointer_restore_instance(struct sl_ctx *inst); /* its thread */
-void sl_checkpointer_restore_skip(struct sl_ctx *inst); /* open failed */
 void sl_checkpointer_free(struct sl_job *job);
 void sl_checkpointer_ack(struct sl_job *job, sl_ack *ack);
 void sl_checkpointer_wake(struct sl_job *job);
@@ -178,7 +182,7 @@ void sl_checkpointer_wake(struct sl_job *job);
  * started.  Valid until sl_job_destroy. */
 sl_store *sl_checkpointer_store(const struct sl_job *job);
 
-/* The fingerprint a job's store carries (every physical operator's id,
+/* graph.c: the fingerprint a job's store carries (every physical operator's id,
  * kind, name and parallelism, and max_parallelism), malloc'd; NULL: no
  * memory.  The job is compiled. */
 char *sl_graph_fingerprint(const struct sl_job *job);
@@ -190,11 +194,11 @@ char *sl_graph_fingerprint(const struct sl_job *job);
  * it was. */
 int sl_savepoint_install(struct sl_job *job, const char *fingerprint);
 
-/* The blob of an instance (coordinator.c write_instance): a flag byte,
+/* The blob of an instance (checkpoint_writer.c write_instance): a flag byte,
  * the operator state if flag SL_BLOB_STATE, then the event-time trailer
  * (watermark, largest timestamp: two int64, native order) if flag
  * SL_BLOB_EVENT_TIME.  SL_BLOB_FINISHED: the blob is the instance's final
- * snapshot, taken after its end of input (coordinator.c note 11).  Stores
+ * snapshot, taken after its end of input (coordinator.c note 10).  Stores
  * written before that flag existed have none; their final checkpoints are
  * recognised by the checkpoint record's "final" field. */
 #define SL_BLOB_STATE 1u

@@ -1,4 +1,9 @@
-/* coordinator.c — the checkpoint coordinator and the asynchronous writer.
+/* coordinator.c — the one job: the checkpoint coordinator thread, which
+ * triggers checkpoints, collects the instances' acks, hands complete sets
+ * to the writer (checkpoint_writer.c), and completes or aborts them; with
+ * the checkpointer's lifecycle (alloc, start, stop, reset, free).
+ * Restoring is in restore.c, the history and statistics in
+ * checkpoint_stats.c; what they share is in checkpoint_internal.h.
  *
  * NOTES ON THE DESIGN OF CHECKPOINTING
  *
@@ -21,7 +26,7 @@
  *    replaced it in at-least-once mode), it processed records after n, and
  *    n can no longer complete: it is aborted as subsumed.  The final ack
  *    carries max_seen_id for this test.
- * 3a. Checkpoints go on after sources finished (as Flink's FLIP-147), as
+ * 4. Checkpoints go on after sources finished (as Flink's FLIP-147), as
  *    long as one source still runs (can_trigger):
  *    (a) a finished source snapshots and emits nothing for n; a channel
  *        that delivered END counts as aligned for every later barrier and
@@ -35,28 +40,27 @@
  *        too (or n aborts by the test above).  A checkpoint's finished
  *        instances are thus closed upstream, and their consumers' snapshots
  *        hold all their output;
- *    (c) the final ack stands in with SL_BLOB_FINISHED (note 11), so a
+ *    (c) the final ack stands in with SL_BLOB_FINISHED (note 10), so a
  *        restore from n (resume, savepoint, failover) restores it
  *        finished: it emits nothing but END, and its consumers' channels
  *        end at once, as they had when they snapshotted n;
  *    (d) the same final ack stands in for every later checkpoint: its
  *        deltas and row batches are written once (durable_epoch,
- *        durable_row_seq), its blob each time; with max_concurrent > 1
- *        each in-flight id applies the test above on its own; aborts,
- *        timeouts and the final checkpoint (note 7) are as before.
+ *        durable_row_seq: checkpoint_writer.c notes 1, 3), its blob each
+ *        time; with max_concurrent > 1 each in-flight id applies the test
+ *        above on its own; aborts, timeouts and the final checkpoint
+ *        (note 9) are as before.
  *    Once every source finished nothing is triggered: no barrier could be
  *    emitted, and the final checkpoint follows when the rest drain.
- * 4. When every instance has acknowledged n (or is final), the coordinator
- *    hands n to the writer thread.  The writer puts n's deltas (oldest
- *    first, skipping those already durable) and blobs into one LMDB write
- *    transaction, adds the record of n and commits durably.  Only that
- *    commit makes n complete (DESIGN.md invariant 5).  MDB_MAP_FULL grows
- *    the map and writes the transaction again.
- * 5. On commit the coordinator publishes cp_completed_id = n and wakes every
+ * 5. When every instance has acknowledged n (or stands in with its final
+ *    ack), the coordinator hands n to the writer thread, which writes it
+ *    in one LMDB write transaction (checkpoint_writer.c note 1).  Only
+ *    that commit makes n complete (DESIGN.md invariant 5).
+ * 6. On commit the coordinator publishes cp_completed_id = n and wakes every
  *    instance: they release the cow-map epochs up to n (old versions are
  *    reclaimed) and call checkpoint_complete (an exactly-once sink commits
  *    here).  Older checkpoints still in flight are aborted as subsumed.
- * 6. A checkpoint not complete timeout_ms after its trigger (also while it
+ * 7. A checkpoint not complete timeout_ms after its trigger (also while it
  *    is being written), or whose write or snapshot failed, is aborted.
  *    cp_settled_id is the highest x such that every id <= x is complete or
  *    aborted; instances drop barriers <= x and cancel an alignment on one
@@ -66,62 +70,69 @@
  *    checkpoint.  More than tolerable_failures consecutive aborts fail the
  *    job with SL_ECHECKPOINT and the cause; checkpoints subsumed by a newer
  *    complete one (or by the final one) do not count.
- * 9. advance() visits checkpoints in id order, but a fully acknowledged
+ * 8. advance() visits checkpoints in id order, but a fully acknowledged
  *    newer one is handed over while an older one still waits for acks;
  *    the writer therefore skips (as subsumed) one whose id is not above
- *    the store's latest, and durable_epoch only moves on a commit.
- * 7. When every instance is final, in-flight checkpoints that are not being
+ *    the store's latest (checkpoint_writer.c note 2).
+ * 9. When every instance is final, in-flight checkpoints that are not being
  *    written are aborted (subsumed), and the final checkpoint is written as
  *    a normal one with the next id; cp_final_done then lets the instances
  *    (waiting after their END) commit their sinks and close.
- * 8. Only the writer touches the store while the job runs; restoring (in
- *    sl_checkpointer_setup) happens before any thread starts.  The
- *    exceptions: table reads (sl_job_table_reader) and savepoint copies
- *    (sl_job_savepoint) from any thread, in read transactions of their
- *    own (store.h CONCURRENCY).  A job started from a savepoint installs
- *    it as its store in open_store, before the store is opened
- *    (savepoint.c).
- * 10. Table rows (operators/table_sink.c, snapshot.c note 10) are written
- *    like keyed-state deltas: each instance's part of checkpoint n puts
- *    the row batches of its ack, oldest first, skipping those whose seq
- *    is at or below durable_row_seq (written by an earlier commit), into
- *    n's one write transaction, before its blob and the record of n.  So
- *    a table changes only with a complete checkpoint, and exactly by the
- *    rows of the records before n's barrier; rows of an aborted
- *    checkpoint stay in the instance and go with the next.
- * 11. Finished instances (after Flink's FLIP-147).  An instance finishes
+ * 10. Finished instances (after Flink's FLIP-147).  An instance finishes
  *    once per job lineage, not once per attempt: the blob written from a
- *    final ack carries SL_BLOB_FINISHED, so every checkpoint a final ack
- *    stands in for (note 3), the final checkpoint included, records that
- *    the instance had finished, beside its last state.  An instance
- *    restored from such a checkpoint (a resume, a start from a savepoint,
- *    a failover restart) is "restored finished": it opens and restores
- *    (a sink's restore commits what the checkpoint pre-committed, which
- *    is idempotent), but runs neither its input nor finish() nor its
+ *    final ack carries SL_BLOB_FINISHED (checkpoint_writer.c
+ *    write_instance), so every checkpoint a final ack stands in for
+ *    (notes 3, 4), the final checkpoint included, records that the
+ *    instance had finished, beside its last state.  An instance restored
+ *    from such a checkpoint (a resume, a start from a savepoint, a
+ *    failover restart) is "restored finished": it opens and restores (a
+ *    sink's restore commits what the checkpoint pre-committed, which is
+ *    idempotent), but runs neither its input nor finish() nor its
  *    end-of-input timers again (runtime.c note 7, timer.c note 8): it
  *    acknowledges its restored state, unchanged, as its final snapshot
  *    (snapshot.c sl_snapshot_final_restored) and writes END.  So a
  *    resumed finished job adds no output, and a timer re-armed during the
  *    end-of-input firing never fires.  A store written before the flag
  *    existed is still read: there a checkpoint whose record says "final"
- *    has every instance finished (read_restored_final); other old
+ *    has every instance finished (restore.c note 3); other old
  *    checkpoints have none.  The upstream instances of a finished one are
  *    finished in the same checkpoint (it finished after all their ENDs,
  *    so none of them sent a barrier it could have snapshotted).
  *
- * States of a checkpoint (function making the transition in brackets):
+ * States of a checkpoint slot (enum cp_state; the function making each
+ * transition in brackets).  cp_edge lists exactly these edges; every
+ * transition goes through cp_set_state, which asserts its edge, then
+ * pending_check (the slot's invariants in its new state) and slots_check
+ * (all slots together).
  *
- *   FREE --[can_trigger: a source still runs, fewer than max_concurrent
- *     |     in flight: trigger]
- *     v
- *   TRIGGERED --[each instance acked, or stands in with its final ack
- *       |        (notes 3, 3a): all_acked, hand_to_writer]--> WRITING
- *       |                                        |  [writer_main: commit]
- *       | [timeout / failed ack / an instance    +-----------> COMPLETED
- *       |  finished after dropping n:            |  [write failed / abort
- *       |  abort_checkpoint]                     |   requested]
- *       v                                        v
- *    ABORTED <-----------------------------------+
+ *            [new_pending: trigger, start_final]
+ *   CP_FREE -----------------------------------> CP_TRIGGERED
+ *    ^  ^                                          |      |
+ *    |  | [abort_checkpoint: the deadline passed   |      | [hand_to_writer:
+ *    |  |  (advance), a snapshot failed            |      |  advance, every
+ *    |  |  (take_ack), an instance finished after  |      |  instance acked
+ *    |  |  dropping n (advance), subsumed by a     |      |  or stands in;
+ *    |  |  newer complete one (complete_checkpoint)|      |  start_final at
+ *    |  |  or by the final one (start_final)]      |      |  once]
+ *    |  +------------------------------------------+      v
+ *    |                                               CP_WRITING
+ *    |                                                    |
+ *    |                                                    | [advance: the
+ *    |                                                    |  writer released
+ *    | [complete_checkpoint: written, status 0;           v  `written`]
+ *    |  abort_checkpoint: the write failed or         CP_DONE
+ *    |  was cancelled (advance)]                          |
+ *    +----------------------------------------------------+
+ *
+ * "Completed" and "aborted" are not states: they are what
+ * complete_checkpoint and abort_checkpoint record in the history
+ * (checkpoint_stats.c) as they free the slot.  In CP_WRITING nothing
+ * frees the slot: a deadline (advance) or a newer complete checkpoint
+ * (complete_checkpoint) only sets abort_requested, and the writer ends
+ * with ECANCELED (checkpoint_writer.c note 2).  A failed final checkpoint
+ * stays CP_DONE and fails the job.  Teardown (sl_checkpointer_reset,
+ * sl_checkpointer_free), with neither thread running, frees a slot from
+ * any state.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -131,141 +142,13 @@
 #include <string.h>
 #include <time.h>
 
-#include <lmdb.h>
-
-#include "fault.h"
-#include "internal.h"
+#include "checkpoint_internal.h"
 #include "log.h"
-
-#define SL_DEFAULT_INTERVAL_MS 1000u
-#define SL_DEFAULT_TIMEOUT_MS 60000u
-#define SL_MAX_CONCURRENT 16u
-/* Writes of one transaction retried after MDB_MAP_FULL: each retry doubles
- * the map, so 24 doublings of 64 MiB exceed any disk. */
-#define SL_MAP_FULL_RETRIES 24
-/* Entries the writer puts between two looks at an abort request. */
-#define SL_WRITER_ABORT_CHECK 4096u
-
-enum cp_state { CP_FREE, CP_TRIGGERED, CP_WRITING, CP_DONE };
-
-/* Why the coordinator asked the writer to give up a checkpoint. */
-enum abort_reason { ABORT_NONE = 0, ABORT_SUBSUMED = 1, ABORT_TIMEOUT = 2 };
-
-typedef struct pending {
-  enum cp_state state;
-  uint64_t id;
-  bool final;
-  int64_t trigger_time_ms; /* wall clock, for the record */
-  uint64_t trigger_ns;
-  uint64_t deadline_ns;
-  sl_ack **acks;  /* by instance index in job->instances */
-  int ack_count;
-  int history_slot;
-  /* Set by the coordinator (an enum abort_reason), read by the writer. */
-  _Atomic int abort_requested;
-  /* Set by the writer before `written` is released. */
-  _Atomic int written;
-  int write_status;
-  char write_cause[400];
-  uint64_t write_us;
-  uint64_t *async_us;    /* per instance */
-  uint64_t *bytes;       /* per instance */
-  uint64_t *entries;     /* per instance */
-} pending;
-
-struct sl_checkpointer {
-  sl_job *job;
-  sl_store *store;
-  uint64_t interval_ns;
-  uint64_t timeout_ns;
-  uint64_t min_pause_ns;
-  uint32_t max_concurrent;
-  uint32_t tolerable_failures;
-
-  pthread_t coordinator;
-  pthread_t writer;
-  bool coordinator_started;
-  bool writer_started;
-  _Atomic int shutdown;
-  sl_parker coordinator_parker;
-  sl_parker writer_parker;
-
-  struct __cds_wfcq_head ack_head;
-  struct cds_wfcq_tail ack_tail;
-  /* Incremented (release) before each enqueue, read (acquire) after each
-   * dequeue: the C11 happens-before edge for the ack's contents, which
-   * liburcu's own atomics (inline assembly) also give but which tools such
-   * as ThreadSanitizer cannot see through. */
-  _Atomic uint64_t acks_published;
-
-  /* Coordinator -> writer: checkpoints to write, in id order. */
-  pthread_mutex_t write_lock;
-  pending *write_queue[SL_MAX_CONCURRENT + 1];
-  int write_queue_count;
-
-  /* Coordinator-only. */
-  pending slots[SL_MAX_CONCURRENT + 1]; /* +1: the final checkpoint */
-  sl_ack **final_acks;                  /* by instance */
-  int final_count;
-  bool final_started;
-  uint64_t last_id;
-  uint64_t next_trigger_ns;
-  uint64_t last_end_ns;
-  uint32_t consecutive_failures;
-  int sources_finished; /* source instances with a final ack (note 3a) */
-  int source_count;     /* source instances */
-  /* sl_job_trigger_checkpoint: requests are numbered; the coordinator
-   * serves all requests up to manual_served with one trigger, whose id it
-   * stores first in manual_served_id. */
-  _Atomic uint64_t manual_requested;
-  _Atomic uint64_t manual_served;
-  _Atomic uint64_t manual_served_id;
-
-  /* Writer-only: per instance, the newest cow-map epoch and the newest
-   * row batch seq durably written (note 10); the sort buffers of
-   * collect_sorted. */
-  uint32_t *durable_epoch;
-  uint64_t *durable_row_seq;
-  uint32_t compaction_deferrals; /* cancelled in a row */
-  uint64_t compactions; /* store compactions done, and their time */
-  uint64_t compaction_us;
-  size_t radix_counts[10][256];
-  /* Set by the coordinator when it hands the writer a checkpoint (and at
-   * shutdown): a running compaction gives way (store.h, set_cancel). */
-  _Atomic int compaction_cancel;
-  _Atomic int no_compaction; /* the final checkpoint has begun */
-  struct sorted_entry *sort_a;
-  struct sorted_entry *sort_b;
-  uint64_t sort_capacity;
-  uint32_t *row_order; /* write_rows: a batch's rows in key order */
-  uint64_t row_order_capacity;
-
-  /* History for sl_job_checkpoint_stats (readers take the lock). */
-  pthread_mutex_t history_lock;
-  sl_checkpoint_stats history[SL_CHECKPOINT_HISTORY];
-  sl_checkpoint_instance_stats *history_instances[SL_CHECKPOINT_HISTORY];
-  int history_count; /* entries ever added */
-  /* For sl_job_metrics (under history_lock too): checkpoints ended each
-   * way since the job started, and the newest of each. */
-  uint64_t completed_count;
-  uint64_t failed_count;
-  sl_checkpoint_stats latest_completed; /* id 0: none yet */
-  sl_checkpoint_stats latest_failed;
-  _Atomic uint64_t restored_from; /* read by sl_job_last_checkpoint() while
-                                     a restart writes it */
-  bool restored_final; /* restored_from is a final checkpoint (note 11) */
-};
 
 uint64_t sl_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int64_t wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void wake_instances(sl_job *job) {
@@ -288,7 +171,7 @@ void sl_ack_free(sl_ack *ack) {
   if (ack->deltas != ack->inline_deltas)
     free(ack->deltas);
   if (ack->batches != ack->inline_batches)
-    free(ack->batches); /* the batches are the instance's (note 10) */
+    free(ack->batches); /* the instance's (checkpoint_writer.c note 3) */
   free(ack->blob);
   free(ack);
 }
@@ -305,655 +188,122 @@ void sl_checkpointer_ack(sl_job *job, sl_ack *ack) {
   sl_parker_wake(&cp->coordinator_parker);
 }
 
-/* ----------------------------------------------------------- history */
+/* ------------------------------------------------ the state machine */
 
-static sl_checkpoint_stats *history_at(sl_checkpointer *cp, int slot) {
-  return &cp->history[slot % SL_CHECKPOINT_HISTORY];
-}
+/* The edges of the diagram above.  Teardown (sl_checkpointer_reset,
+ * sl_checkpointer_free), with neither checkpointer thread running, may
+ * also free a slot from any state. */
+static __attribute__((unused))
+const bool cp_edge[CP_STATE_COUNT][CP_STATE_COUNT] = {
+    [CP_FREE][CP_TRIGGERED] = true,    /* new_pending */
+    [CP_TRIGGERED][CP_WRITING] = true, /* hand_to_writer */
+    [CP_TRIGGERED][CP_FREE] = true,    /* abort_checkpoint */
+    [CP_WRITING][CP_DONE] = true,      /* advance: `written` released */
+    [CP_DONE][CP_FREE] = true, /* complete_checkpoint, abort_checkpoint */
+};
 
-static int history_add(sl_checkpointer *cp, uint64_t id, bool final) {
-  pthread_mutex_lock(&cp->history_lock);
-  int slot = cp->history_count++ % SL_CHECKPOINT_HISTORY;
-  sl_checkpoint_stats *h = &cp->history[slot];
-  memset(h, 0, sizeof *h);
-  h->id = id;
-  h->final = final;
-  h->status = SL_CHECKPOINT_IN_PROGRESS;
-  h->trigger_time_ms = wall_ms();
-  h->instance_count = cp->job->instance_count;
-  sl_checkpoint_instance_stats *is = cp->history_instances[slot];
+/* The acks p holds: each from its own instance, for p, not final; as many
+ * as ack_count says.  O(instances). */
+static __attribute__((unused)) bool
+pending_acks_check(const sl_checkpointer *cp, const pending *p) {
+  if (!p->acks) /* sl_checkpointer_alloc ran out of memory before it */
+    return p->state == CP_FREE && p->ack_count == 0;
+  int held = 0;
   for (int i = 0; i < cp->job->instance_count; i++) {
-    sl_instance *inst = cp->job->instances[i];
-    memset(&is[i], 0, sizeof is[i]);
-    is[i].name = inst->op->name;
-    is[i].instance = inst->index;
-  }
-  pthread_mutex_unlock(&cp->history_lock);
-  return slot;
-}
-
-/* Fill the history entry of p when it ends (status completed/aborted). */
-static void history_finish(sl_checkpointer *cp, pending *p, int status,
-                           const char *cause) {
-  pthread_mutex_lock(&cp->history_lock);
-  sl_checkpoint_stats *h = history_at(cp, p->history_slot);
-  /* Counted once: a failed final checkpoint is finished again by the
-   * restart's reset. */
-  if (h->id != p->id || h->status == SL_CHECKPOINT_IN_PROGRESS) {
-    if (status == SL_CHECKPOINT_COMPLETED)
-      cp->completed_count++;
-    else
-      cp->failed_count++;
-  }
-  if (h->id == p->id) { /* not yet overwritten by 64 newer ones */
-    h->status = status;
-    h->duration_us = (sl_now_ns() - p->trigger_ns) / 1000u;
-    h->write_us = p->write_us;
-    snprintf(h->cause, sizeof h->cause, "%s", cause ? cause : "");
-    sl_checkpoint_instance_stats *is =
-        cp->history_instances[p->history_slot % SL_CHECKPOINT_HISTORY];
-    for (int i = 0; i < cp->job->instance_count; i++) {
-      const sl_ack *a = p->acks[i] ? p->acks[i] : cp->final_acks[i];
-      if (a && (a->checkpoint_id == p->id || (a->final && p->final))) {
-        is[i].start_delay_us = a->start_delay_us;
-        is[i].alignment_us = a->alignment_us;
-        is[i].sync_us = a->sync_us;
-      }
-      is[i].async_us = p->async_us[i];
-      is[i].bytes_persisted = p->bytes[i];
-      is[i].entries_persisted = p->entries[i];
-      h->bytes_persisted += p->bytes[i];
-      h->entries_persisted += p->entries[i];
-    }
-    if (status == SL_CHECKPOINT_COMPLETED)
-      cp->latest_completed = *h;
-    else
-      cp->latest_failed = *h;
-  }
-  pthread_mutex_unlock(&cp->history_lock);
-}
-
-void sl_checkpointer_metrics(const sl_job *job, sl_metrics *m, bool history) {
-  sl_checkpointer *cp = job->cp;
-  if (!cp)
-    return;
-  m->checkpointing = 1;
-  m->restored_from = atomic_load(&cp->restored_from);
-  pthread_mutex_lock(&cp->history_lock);
-  assert(cp->completed_count + cp->failed_count <=
-         (uint64_t)cp->history_count);
-  m->checkpoints_completed = cp->completed_count;
-  m->checkpoints_failed = cp->failed_count;
-  m->checkpoints_total = (uint64_t)cp->history_count;
-  m->checkpoints_in_progress = m->checkpoints_total -
-                               m->checkpoints_completed -
-                               m->checkpoints_failed;
-  m->has_latest_completed = cp->latest_completed.id != 0;
-  m->latest_completed = cp->latest_completed;
-  m->has_latest_failed = cp->latest_failed.id != 0;
-  m->latest_failed = cp->latest_failed;
-  int n = cp->history_count < SL_CHECKPOINT_HISTORY ? cp->history_count
-                                                     : SL_CHECKPOINT_HISTORY;
-  int per = job->instance_count;
-  for (int k = 0; history && k < n; k++) { /* newest first */
-    int slot = (cp->history_count - 1 - k) % SL_CHECKPOINT_HISTORY;
-    m->history[k] = cp->history[slot];
-    memcpy(&m->history_instances[(size_t)k * (size_t)per],
-           cp->history_instances[slot], (size_t)per * sizeof(*m->history_instances));
-  }
-  m->history_count = history ? n : 0;
-  m->history_instance_count = history ? per : 0;
-  pthread_mutex_unlock(&cp->history_lock);
-}
-
-SL_EXPORT int sl_job_checkpoint_stats(const sl_job *job, int k,
-                                      sl_checkpoint_stats *stats) {
-  if (!job || !stats || k < 0)
-    return EINVAL;
-  sl_checkpointer *cp = job->cp;
-  if (!cp)
-    return SL_ENOTFOUND;
-  int rc = SL_ENOTFOUND;
-  pthread_mutex_lock(&cp->history_lock);
-  if (k < cp->history_count && k < SL_CHECKPOINT_HISTORY) {
-    *stats = *history_at(cp, cp->history_count - 1 - k);
-    rc = 0;
-  }
-  pthread_mutex_unlock(&cp->history_lock);
-  return rc;
-}
-
-SL_EXPORT int sl_job_checkpoint_instance_stats(
-    const sl_job *job, int k, int i, sl_checkpoint_instance_stats *stats) {
-  if (!job || !stats || k < 0)
-    return EINVAL;
-  sl_checkpointer *cp = job->cp;
-  if (!cp)
-    return SL_ENOTFOUND;
-  if (i < 0 || i >= job->instance_count)
-    return EINVAL;
-  int rc = SL_ENOTFOUND;
-  pthread_mutex_lock(&cp->history_lock);
-  if (k < cp->history_count && k < SL_CHECKPOINT_HISTORY) {
-    int slot = (cp->history_count - 1 - k) % SL_CHECKPOINT_HISTORY;
-    *stats = cp->history_instances[slot][i];
-    rc = 0;
-  }
-  pthread_mutex_unlock(&cp->history_lock);
-  return rc;
-}
-
-SL_EXPORT uint64_t sl_job_last_checkpoint(const sl_job *job,
-                                          uint64_t *restored_from) {
-  if (restored_from)
-    *restored_from = job && job->cp ? atomic_load(&job->cp->restored_from) : 0;
-  if (!job || !job->cp)
-    return 0;
-  uint64_t id = atomic_load(&job->cp_completed_id);
-  return id == atomic_load(&job->cp->restored_from) ? 0 : id;
-}
-
-/* ----------------------------------------------------------- the writer */
-
-/* Key group of a keyed-state key: its first 8 bytes are the record key,
- * big-endian (state.c). */
-static uint16_t entry_group(const sl_job *job, const sl_cow_entry *e) {
-  assert(e->key_bytes >= 8);
-  uint64_t key = sl_load_be64(sl_cow_entry_key(e));
-  return (uint16_t)sl_key_group(key, job->config.max_parallelism);
-}
-
-/* An entry to write and its place in LMDB's order: (key group, record
- * key), then the rest of the state key (state id, kind, user key).  The
- * radix sort orders by the first two; runs equal there (several states of
- * one key) are finished by insertion sort on the rest.  Both are stable,
- * so versions of one state key stay oldest first (the newest is written
- * last and wins).  Exact order lets the store append (MDB_APPEND). */
-typedef struct sorted_entry {
-  uint64_t key;   /* record key */
-  uint16_t group; /* key group */
-  const sl_cow_entry *entry;
-} sorted_entry;
-
-static unsigned sort_byte(const sorted_entry *e, int b) {
-  return b < 8 ? (unsigned)(e->key >> (8 * b)) & 0xff
-               : (unsigned)(e->group >> (8 * (b - 8))) & 0xff;
-}
-
-/* Stable LSD radix sort by (group, key), 8 bits a pass, least significant
- * first; a pass whose byte is the same in every entry is skipped (key
- * groups use few bits).  The result is in a or tmp: the returned pointer. */
-static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
-                                size_t n, size_t counts[10][256]) {
-  memset(counts, 0, sizeof(size_t) * 10 * 256);
-  for (size_t i = 0; i < n; i++)
-    for (int b = 0; b < 10; b++)
-      counts[b][sort_byte(&a[i], b)]++;
-  for (int b = 0; b < 10; b++) {
-    if (counts[b][sort_byte(&a[0], b)] == n)
-      continue; /* every entry has the same byte here */
-    size_t offset = 0;
-    for (int v = 0; v < 256; v++) {
-      size_t c = counts[b][v];
-      counts[b][v] = offset;
-      offset += c;
-    }
-    for (size_t i = 0; i < n; i++)
-      tmp[counts[b][sort_byte(&a[i], b)]++] = a[i];
-    sorted_entry *swap = a;
-    a = tmp;
-    tmp = swap;
-  }
-  return a;
-}
-
-/* The rest of two state keys after the record key, as LMDB compares them
- * (bytes, then length). */
-static int rest_compare(const sl_cow_entry *x, const sl_cow_entry *y) {
-  uint32_t xn = x->key_bytes - 8, yn = y->key_bytes - 8;
-  int c = memcmp((const uint8_t *)sl_cow_entry_key(x) + 8,
-                 (const uint8_t *)sl_cow_entry_key(y) + 8, xn < yn ? xn : yn);
-  return c ? c : (xn > yn) - (xn < yn);
-}
-
-/* For long runs: by the rest of the key, then oldest version first (only
- * versions of one state key compare equal on the rest, and they come from
- * different epochs: superseded ones of one epoch are not collected). */
-static int run_compare(const void *x, const void *y) {
-  const sl_cow_entry *a = ((const sorted_entry *)x)->entry;
-  const sl_cow_entry *b = ((const sorted_entry *)y)->entry;
-  int c = rest_compare(a, b);
-  return c ? c : (a->epoch > b->epoch) - (a->epoch < b->epoch);
-}
-
-/* Runs longer than this (map state: many user keys under one record key)
- * are sorted with qsort instead of insertion sort. */
-#define SL_SHORT_RUN 16u
-
-/* Finish the order inside runs of equal (group, key): a run is as long as
- * the changed states of one record key — usually a few (insertion sort),
- * for map state possibly many (qsort by run_compare). */
-static void sort_runs(sorted_entry *a, size_t n) {
-  for (size_t start = 0, end; start < n; start = end) {
-    for (end = start + 1; end < n && a[end].key == a[start].key &&
-                          a[end].group == a[start].group;
-         end++) {
-    }
-    if (end - start > SL_SHORT_RUN)
-      qsort(a + start, end - start, sizeof *a, run_compare);
-  }
-  for (size_t i = 1; i < n; i++) {
-    if (a[i].key != a[i - 1].key || a[i].group != a[i - 1].group)
+    const sl_ack *a = p->acks[i];
+    if (!a)
       continue;
-    sorted_entry e = a[i];
-    size_t j = i;
-    while (j > 0 && a[j - 1].key == e.key && a[j - 1].group == e.group &&
-           rest_compare(a[j - 1].entry, e.entry) > 0) {
-      a[j] = a[j - 1];
-      j--;
-    }
-    a[j] = e;
+    held++;
+    if (a->checkpoint_id != p->id || a->final ||
+        a->inst != cp->job->instances[i])
+      return false;
   }
+  return held == p->ack_count;
 }
 
-/* Collect the entries of instance i's deltas that are not yet durable into
- * the writer's sort buffers, sorted.  Returns the count, or -1 (ENOMEM). */
-static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
-                              uint32_t *max_epoch, sorted_entry **sorted) {
-  const sl_job *job = cp->job;
-  uint64_t n = 0;
-  for (int d = 0; d < a->delta_count; d++)
-    if (a->deltas[d].epoch > cp->durable_epoch[i])
-      n += a->deltas[d].entries;
-  if (n > cp->sort_capacity) {
-    free(cp->sort_a);
-    free(cp->sort_b);
-    cp->sort_a = malloc(sizeof(sorted_entry) * n);
-    cp->sort_b = malloc(sizeof(sorted_entry) * n);
-    cp->sort_capacity = cp->sort_a && cp->sort_b ? n : 0;
-    if (!cp->sort_capacity)
-      return -1;
-  }
-  size_t count = 0;
-  for (int d = 0; d < a->delta_count; d++) {
-    const sl_cow_delta *delta = &a->deltas[d];
-    if (delta->epoch <= cp->durable_epoch[i])
-      continue; /* written by an earlier checkpoint (note 4) */
-    if (delta->epoch > *max_epoch)
-      *max_epoch = delta->epoch;
-    for (const sl_cow_entry *e = delta->head; e; e = e->dirty_next) {
-      assert(count < n);
-      if (e->superseded)
-        continue;
-      cp->sort_a[count].key = sl_load_be64(sl_cow_entry_key(e));
-      cp->sort_a[count].group = entry_group(job, e);
-      cp->sort_a[count].entry = e;
-      count++;
-    }
-  }
-  *sorted = count ? radix_sort(cp->sort_a, cp->sort_b, count, cp->radix_counts)
-                 : cp->sort_a;
-  sort_runs(*sorted, count);
-  return (int64_t)count;
+/* Handed to the writer: every instance acknowledged p or stands in with
+ * its final ack (note 3), which is what write_instance relies on. */
+static __attribute__((unused)) bool
+pending_covered(const sl_checkpointer *cp, const pending *p) {
+  for (int i = 0; i < cp->job->instance_count; i++)
+    if (!p->acks[i] && !cp->final_acks[i])
+      return false;
+  return true;
 }
 
-/* qsort_r: two rows of the batch arg in LMDB's key order (memcmp, then
- * the shorter first); a batch's keys are distinct. */
-static int row_compare(const void *x, const void *y, void *arg) {
-  const sl_row_batch *batch = arg;
-  const sl_row *a = &batch->rows[*(const uint32_t *)x];
-  const sl_row *b = &batch->rows[*(const uint32_t *)y];
-  uint32_t n = a->key_bytes < b->key_bytes ? a->key_bytes : b->key_bytes;
-  int c = n ? memcmp(batch->arena + a->offset, batch->arena + b->offset, n)
-            : 0;
-  return c ? c : (a->key_bytes > b->key_bytes) - (a->key_bytes < b->key_bytes);
+/* The invariants of slot p in its state (diagram above).  Reads only what
+ * the coordinator owns, atomics, and (in CP_DONE, after the acquire of
+ * `written`) the writer's results.  O(instances). */
+static __attribute__((unused)) bool
+pending_check(const sl_checkpointer *cp, const pending *p) {
+  if (!pending_acks_check(cp, p))
+    return false;
+  int written = atomic_load_explicit(&p->written, memory_order_acquire);
+  int abort_reason = atomic_load(&p->abort_requested);
+  bool live = p->id >= 1 && p->id <= cp->last_id &&
+              p->deadline_ns >= p->trigger_ns &&
+              abort_reason >= ABORT_NONE && abort_reason <= ABORT_TIMEOUT;
+  switch (p->state) {
+  case CP_FREE:
+    return p->ack_count == 0;
+  case CP_TRIGGERED: /* nothing asks the writer to abort what it lacks */
+    return live && written == 0 && abort_reason == ABORT_NONE &&
+           (!p->final || p->ack_count == 0);
+  case CP_WRITING:
+    return live && pending_covered(cp, p);
+  case CP_DONE: /* every failure says why (write_checkpoint) */
+    return live && written == 1 && pending_covered(cp, p) &&
+           (p->write_status == 0 || p->write_cause[0] != 0);
+  }
+  return false;
 }
 
-/* The rows of batch in key order, in the writer's buffer: LMDB takes
- * ordered puts about 2x faster (store_rows, 1M rows: 0.78 s vs 1.78 s),
- * and sorting here keeps O(n log n) off the barrier's path.  NULL (no
- * memory): write them as they are, which changes nothing but speed. */
-static const uint32_t *row_order(sl_checkpointer *cp,
-                                 const sl_row_batch *batch) {
-  if (batch->row_count > cp->row_order_capacity) {
-    free(cp->row_order);
-    cp->row_order = malloc(sizeof *cp->row_order * batch->row_count);
-    cp->row_order_capacity = cp->row_order ? batch->row_count : 0;
-    if (!cp->row_order)
-      return 0;
-  }
-  for (uint64_t r = 0; r < batch->row_count; r++)
-    cp->row_order[r] = (uint32_t)r; /* a batch has < 2^32 rows */
-  qsort_r(cp->row_order, batch->row_count, sizeof *cp->row_order,
-          row_compare, (void *)batch);
-  return cp->row_order;
-}
-
-/* Note 10: the row batches of ack a (instance i) not yet durable, oldest
- * first, into txn; *row_seq receives the newest seq written.  Adds to
- * *entries and *bytes.  Returns 0, ECANCELED or a store error. */
-static int write_rows(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
-                      const sl_ack *a, int i, uint64_t *row_seq,
-                      uint64_t *entries, uint64_t *bytes) {
-  for (int b = 0; b < a->batch_count; b++) {
-    if (a->batches[b].seq <= cp->durable_row_seq[i])
-      continue; /* written, perhaps freed: not to be touched */
-    const sl_row_batch *batch = a->batches[b].batch;
-    assert(batch->seq == a->batches[b].seq);
-    assert(batch->seq > *row_seq); /* oldest first */
-    int table;
-    int rc = sl_store_txn_table(txn, batch->table, &table);
-    const uint32_t *order = rc == 0 ? row_order(cp, batch) : 0;
-    for (uint64_t r = 0; r < batch->row_count && rc == 0; r++) {
-      const sl_row *row = &batch->rows[order ? order[r] : r];
-      assert(row->offset + row->key_bytes + row->value_bytes <=
-             batch->arena_bytes);
-      const uint8_t *key = batch->arena + row->offset;
-      rc = row->tombstone
-               ? sl_store_delete_row(txn, table, key, row->key_bytes)
-               : sl_store_put_row(txn, table, key, row->key_bytes,
-                                  key + row->key_bytes, row->value_bytes);
-      *bytes += row->key_bytes + row->value_bytes;
-      if (++*entries % SL_WRITER_ABORT_CHECK == 0 && rc == 0 &&
-          (atomic_load(&p->abort_requested) || atomic_load(&cp->shutdown)))
-        rc = ECANCELED;
-    }
-    if (rc)
-      return rc;
-    *row_seq = batch->seq;
-  }
-  return 0;
-}
-
-/* Put one instance's part of p into txn.  Returns 0 or a store error. */
-static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
-                          int i, uint32_t *max_epoch, uint64_t *row_seq) {
-  sl_job *job = cp->job;
-  sl_instance *inst = job->instances[i];
-  const sl_ack *a = p->acks[i] ? p->acks[i] : cp->final_acks[i];
-  assert(a);
-  /* Note 3: a final ack stands in only for ids it never received. */
-  assert(!a->final || a->max_seen_id < p->id);
-  uint16_t op = (uint16_t)inst->op->id;
-  uint64_t entries = 0, bytes = 0;
-  sorted_entry *sorted = 0;
-  int64_t count = collect_sorted(cp, a, i, max_epoch, &sorted);
-  if (count < 0)
-    return ENOMEM;
-  /* The entries are scattered in memory and visited in key order: fetch
-   * a few ahead, or each visit waits for a cache miss. */
-  enum { PREFETCH_AHEAD = 12 };
-  for (int64_t k = 0; k < count; k++) {
-    if (k + PREFETCH_AHEAD < count) {
-      const sl_cow_entry *ahead = sorted[k + PREFETCH_AHEAD].entry;
-      __builtin_prefetch(ahead);
-      __builtin_prefetch((const uint8_t *)ahead + 64);
-    }
-    const sl_cow_entry *e = sorted[k].entry;
-    uint16_t group = sorted[k].group;
-    int rc;
-    if (e->tombstone)
-      rc = sl_store_delete_state(txn, op, group, sl_cow_entry_key(e),
-                                 e->key_bytes);
-    else
-      rc = sl_store_put_state(
-          txn, op, group, sl_cow_entry_key(e), e->key_bytes,
-          e->data + sl_cow_value_offset(e->key_bytes), e->value_bytes);
-    if (rc)
-      return rc;
-    entries++;
-    bytes += e->key_bytes + e->value_bytes;
-    if (entries % SL_WRITER_ABORT_CHECK == 0 &&
-        (atomic_load(&p->abort_requested) || atomic_load(&cp->shutdown)))
-      return ECANCELED;
-  }
-  uint64_t row_entries = 0;
-  int rows_rc = write_rows(cp, txn, p, a, i, row_seq, &row_entries, &bytes);
-  if (rows_rc)
-    return rows_rc;
-  /* Every instance gets a blob, with a flag byte, so a snapshot that saved
-   * nothing replaces an older one (a restore must not see stale state).
-   * Flag bit 0: operator state follows; bit 1: the event-time state
-   * (watermark, largest timestamp: 16 bytes) comes last. */
-  uint32_t user_bytes = a->has_blob ? a->blob_bytes : 0;
-  uint32_t blob_bytes = 1 + user_bytes + (a->has_event_time ? 16u : 0u);
-  uint8_t small[64];
-  uint8_t *blob = blob_bytes <= sizeof small ? small : malloc(blob_bytes);
-  if (!blob)
-    return ENOMEM;
-  /* Note 11: a final ack marks its instance finished in every checkpoint
-   * it stands in for. */
-  blob[0] = (uint8_t)((a->has_blob ? SL_BLOB_STATE : 0u) |
-                      (a->has_event_time ? SL_BLOB_EVENT_TIME : 0u) |
-                      (a->final ? SL_BLOB_FINISHED : 0u));
-  assert((blob[0] & ~SL_BLOB_FLAGS) == 0);
-  if (user_bytes)
-    memcpy(blob + 1, a->blob, user_bytes);
-  if (a->has_event_time)
-    memcpy(blob + 1 + user_bytes, a->event_time, 16);
-  int rc = sl_store_put_blob(txn, op, (uint16_t)inst->index, blob, blob_bytes);
-  if (blob != small)
-    free(blob);
-  p->entries[i] = entries;
-  p->bytes[i] = bytes + blob_bytes;
-  return rc;
-}
-
-/* The record of a checkpoint: a small fixed layout, little-endian.
- * Version 2 added the two totals at the end (version 1 records are 24
- * bytes); engine/inspect.c reads both. */
-typedef struct cp_record {
-  uint32_t version;     /* 2 */
-  uint32_t final;       /* the end-of-input checkpoint */
-  int64_t trigger_time_ms;
-  uint64_t instance_count;
-  uint64_t bytes_persisted;   /* what this transaction wrote, as in */
-  uint64_t entries_persisted; /* sl_checkpoint_stats */
-} cp_record;
-_Static_assert(sizeof(cp_record) == 40, "the record's layout has no padding");
-
-/* One attempt at writing p.  *epochs and *row_seqs receive, per
- * instance, the newest epoch and row batch written. */
-static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs,
-                      uint64_t *row_seqs) {
-  sl_job *job = cp->job;
-  sl_store_txn *txn = 0;
-  if (job->faults) { /* inject.c: the cause names the fault */
-    int rc = sl_inject_occurrence(job, 0, SL_FAULT_WRITE, -1, p->write_cause,
-                                  sizeof p->write_cause);
-    if (rc)
-      return rc;
-  }
-  int rc = sl_store_begin(cp->store, &txn);
-  if (rc)
-    return rc;
-  for (int i = 0; i < job->instance_count && rc == 0; i++) {
-    uint64_t t0 = sl_now_ns();
-    epochs[i] = cp->durable_epoch[i];
-    row_seqs[i] = cp->durable_row_seq[i];
-    rc = write_instance(cp, txn, p, i, &epochs[i], &row_seqs[i]);
-    p->async_us[i] = (sl_now_ns() - t0) / 1000u;
-    if (i == 0 && job->faults)
-      sl_inject_crash_point(job, SL_CRASH_MID_WRITE);
-  }
-  if (rc) {
-    sl_store_abort(txn);
-    return rc;
-  }
-  cp_record rec = {.version = 2,
-                   .final = p->final,
-                   .trigger_time_ms = p->trigger_time_ms,
-                   .instance_count = (uint64_t)job->instance_count};
-  for (int i = 0; i < job->instance_count; i++) {
-    rec.bytes_persisted += p->bytes[i];
-    rec.entries_persisted += p->entries[i];
-  }
-  return sl_store_commit(txn, p->id, &rec, sizeof rec);
-}
-
-static void write_checkpoint(sl_checkpointer *cp, pending *p) {
-  sl_job *job = cp->job;
-  uint64_t t0 = sl_now_ns();
-  uint32_t *epochs = calloc((size_t)job->instance_count, sizeof *epochs);
-  uint64_t *row_seqs = calloc((size_t)job->instance_count, sizeof *row_seqs);
-  int rc = epochs && row_seqs ? 0 : ENOMEM;
-  /* Note 9: given up, or a newer one is already durable. */
-  if (atomic_load(&p->abort_requested) ||
-      p->id <= sl_store_latest(cp->store))
-    rc = ECANCELED;
-  for (int attempt = 0; rc == 0; attempt++) {
-    rc = write_once(cp, p, epochs, row_seqs);
-    if (rc != MDB_MAP_FULL || attempt == SL_MAP_FULL_RETRIES)
-      break;
-    /* Note 4: nothing was committed; grow and write it all again. */
-    rc = sl_store_grow(cp->store);
-  }
-  p->write_us = (sl_now_ns() - t0) / 1000u;
-  p->write_status = rc;
-  if (rc == 0) {
-    for (int i = 0; i < job->instance_count; i++) {
-      cp->durable_epoch[i] = epochs[i];
-      cp->durable_row_seq[i] = row_seqs[i];
-    }
-    if (job->faults) /* durable, the sinks not yet told */
-      sl_inject_crash_point(job, SL_CRASH_AFTER_COMMIT);
-  } else if (rc == SL_EINJECTED) {
-    char text[sizeof p->write_cause];
-    memcpy(text, p->write_cause, sizeof text);
-    int used = snprintf(p->write_cause, sizeof p->write_cause,
-                        "writing checkpoint %" PRIu64 " failed: ", p->id);
-    sl_copy_text(p->write_cause + used, sizeof p->write_cause - (size_t)used,
-                 text);
-  } else if (rc == ECANCELED) {
-    snprintf(p->write_cause, sizeof p->write_cause, "%s",
-             atomic_load(&p->abort_requested) == ABORT_TIMEOUT
-                 ? "timed out while being written"
-                 : "subsumed by a newer checkpoint while being written");
-  } else {
-    snprintf(p->write_cause, sizeof p->write_cause,
-             "writing checkpoint %" PRIu64 " to %s failed: %s%s%s%s%s%s",
-             p->id, job->config.checkpoint.state_dir, sl_strerror(rc),
-             sl_store_error(cp->store)[0] ? ": " : "",
-             sl_store_error(cp->store),
-             job->store_fault_text[0] ? " [injected fault '" : "",
-             job->store_fault_text, job->store_fault_text[0] ? "']" : "");
-  }
-  job->store_fault_text[0] = 0;
-  free(epochs);
-  free(row_seqs);
-}
-
-static pending *writer_take(sl_checkpointer *cp) {
-  pthread_mutex_lock(&cp->write_lock);
-  pending *p = 0;
-  if (cp->write_queue_count > 0) {
-    p = cp->write_queue[0];
-    memmove(cp->write_queue, cp->write_queue + 1,
-            sizeof(pending *) * (size_t)(cp->write_queue_count - 1));
-    cp->write_queue_count--;
-  }
-  pthread_mutex_unlock(&cp->write_lock);
-  return p;
-}
-
-/* Log entries below which the store is not compacted: a small state
- * would otherwise be rewritten after nearly every checkpoint. */
-#define SL_COMPACT_MIN_LOG_ENTRIES 65536u
-/* Compactions a waiting checkpoint may cancel in a row (compact_if_due). */
-#define SL_COMPACT_MAX_DEFERRALS 3u
-
-/* Between checkpoints: merge the store's log into its base when the log
- * has grown as large as the base (store.h note 3).  A checkpoint handed
- * over meanwhile cancels it within 4096 entries (it is retried after that
- * checkpoint), so a compaction delays a checkpoint by milliseconds, not by
- * its whole length (but see the deferral bound below); so does a shutdown.
- * A failure loses nothing (the log stays) and is retried after the next
- * checkpoint. */
-static void compact_if_due(sl_checkpointer *cp) {
-  atomic_store(&cp->compaction_cancel, 0);
-  pthread_mutex_lock(&cp->write_lock);
-  bool queued = cp->write_queue_count > 0; /* after the reset: no race */
-  pthread_mutex_unlock(&cp->write_lock);
-  /* Checkpoints back to back would cancel every compaction, and the log
-   * (which reads and restores must merge) would grow without bound: after
-   * SL_COMPACT_MAX_DEFERRALS cancellations one runs to the end, delaying
-   * one checkpoint. */
-  bool forced = cp->compaction_deferrals >= SL_COMPACT_MAX_DEFERRALS;
-  if ((queued && !forced) || atomic_load(&cp->no_compaction) ||
-      atomic_load(&cp->shutdown) || atomic_load(&cp->job->stopping))
-    return;
-  /* A forced one ignores waiting checkpoints, not a shutdown: a stop or a
-   * failover must not wait for a whole compaction (up to a second at 1M
-   * keys). */
-  sl_store_set_cancel(cp->store, forced ? &cp->shutdown : &cp->compaction_cancel);
-  for (int attempt = 0; attempt < SL_MAP_FULL_RETRIES; attempt++) {
-    sl_store_compaction stats;
-    int rc = sl_store_compact(cp->store, SL_COMPACT_MIN_LOG_ENTRIES, &stats);
-    if (rc == 0) {
-      cp->compaction_deferrals = 0;
-      if (stats.entries_written + stats.log_entries_read > 0) {
-        cp->compactions++;
-        cp->compaction_us += stats.duration_us;
-      }
-    } else if (rc == ECANCELED) {
-      cp->compaction_deferrals++;
-    }
-    if (rc != MDB_MAP_FULL || sl_store_grow(cp->store) != 0)
-      break;
-  }
-  sl_store_set_cancel(cp->store, &cp->compaction_cancel);
-}
-
-static void *writer_main(void *arg) {
-  sl_checkpointer *cp = arg;
-  pthread_setname_np(pthread_self(), "sl:writer");
-  bool wrote = false;
-  for (;;) {
-    pending *p = writer_take(cp);
-    if (!p && wrote && !atomic_load(&cp->shutdown)) {
-      wrote = false;
-      compact_if_due(cp);
-      continue; /* look for work again before sleeping */
-    }
-    if (!p) {
-      sl_parker_prepare(&cp->writer_parker);
-      if (atomic_load(&cp->shutdown)) {
-        sl_parker_cancel(&cp->writer_parker);
-        return 0;
-      }
-      pthread_mutex_lock(&cp->write_lock);
-      bool work = cp->write_queue_count > 0;
-      pthread_mutex_unlock(&cp->write_lock);
-      if (work)
-        sl_parker_cancel(&cp->writer_parker);
-      else
-        sl_parker_sleep(&cp->writer_parker);
+/* The slots together: ids of occupied slots distinct and issued, and no
+ * more than max_concurrent in flight (the final one waits for an empty
+ * pipeline, start_final).  O(slots^2 + slots * instances). */
+static __attribute__((unused)) bool slots_check(const sl_checkpointer *cp) {
+  unsigned in_flight = 0;
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    const pending *p = &cp->slots[s];
+    if (!pending_check(cp, p))
+      return false;
+    if (p->state == CP_FREE)
       continue;
-    }
-    write_checkpoint(cp, p);
-    wrote = wrote || p->write_status == 0;
-    /* Release: the coordinator reads the results after acquiring this. */
-    atomic_store_explicit(&p->written, 1, memory_order_release);
-    sl_parker_wake(&cp->coordinator_parker);
+    in_flight += p->state == CP_TRIGGERED || p->state == CP_WRITING;
+    for (unsigned t = s + 1; t <= SL_MAX_CONCURRENT; t++)
+      if (cp->slots[t].state != CP_FREE && cp->slots[t].id == p->id)
+        return false;
   }
+  return in_flight <= cp->max_concurrent;
 }
 
-/* ----------------------------------------------------------- coordinator */
+/* Every transition of a slot goes through here: a legal edge, then the
+ * invariants of the new state and of all slots. */
+static void cp_set_state(sl_checkpointer *cp, pending *p, enum cp_state to,
+                         bool teardown) {
+  assert(cp_edge[p->state][to] || (teardown && to == CP_FREE));
+  p->state = to;
+  assert(pending_check(cp, p));
+  assert(slots_check(cp));
+}
 
-static void pending_clear(sl_checkpointer *cp, pending *p) {
+/* The slot becomes free, its acks freed.  teardown: see cp_edge. */
+static void pending_clear(sl_checkpointer *cp, pending *p, bool teardown) {
   for (int i = 0; i < cp->job->instance_count; i++) {
     sl_ack_free(p->acks[i]);
     p->acks[i] = 0;
   }
   p->ack_count = 0;
-  p->state = CP_FREE;
+  cp_set_state(cp, p, CP_FREE, teardown);
 }
+
+/* ------------------------------------------------- the coordinator */
 
 static void fail_job(sl_checkpointer *cp, int status, const char *cause) {
   sl_job_fail(cp->job, status, "%s", cause);
 }
 
-/* Note 6: the highest id with nothing at or below it still in flight. */
+/* Note 7: the highest id with nothing at or below it still in flight. */
 static void update_settled(sl_checkpointer *cp) {
   uint64_t settled = cp->last_id;
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
@@ -971,8 +321,8 @@ static void abort_checkpoint(sl_checkpointer *cp, pending *p,
   sl_job *job = cp->job;
   sl_log(counts_as_failure ? SL_LOG_WARN : SL_LOG_DEBUG,
          "sluice: checkpoint %" PRIu64 " aborted: %s", p->id, cause);
-  history_finish(cp, p, SL_CHECKPOINT_ABORTED, cause);
-  pending_clear(cp, p);
+  sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_ABORTED, cause);
+  pending_clear(cp, p, false);
   update_settled(cp);
   cp->last_end_ns = sl_now_ns();
   wake_instances(job);
@@ -994,7 +344,7 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
   assert(p->state == CP_DONE);
   assert(p->write_status == 0);
   assert(p->id > atomic_load(&job->cp_completed_id));
-  history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
+  sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
   sl_log(SL_LOG_DEBUG, "sluice: checkpoint %" PRIu64 " complete%s in %.1f ms",
          p->id, p->final ? " (final)" : "",
          (double)(sl_now_ns() - p->trigger_ns) / 1e6);
@@ -1002,8 +352,8 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
   cp->last_end_ns = sl_now_ns();
   uint64_t id = p->id;
   bool final = p->final;
-  pending_clear(cp, p);
-  /* Note 5: older ones can never complete now. */
+  pending_clear(cp, p, false);
+  /* Note 6: older ones can never complete now. */
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
     pending *q = &cp->slots[s];
     if (q->state == CP_TRIGGERED && q->id < id)
@@ -1019,8 +369,8 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
 }
 
 static void hand_to_writer(sl_checkpointer *cp, pending *p) {
-  p->state = CP_WRITING;
   atomic_store(&p->written, 0);
+  cp_set_state(cp, p, CP_WRITING, false); /* before the writer sees it */
   pthread_mutex_lock(&cp->write_lock);
   assert(cp->write_queue_count <= (int)SL_MAX_CONCURRENT);
   cp->write_queue[cp->write_queue_count++] = p;
@@ -1048,19 +398,20 @@ static pending *new_pending(sl_checkpointer *cp, bool final) {
     pending *p = &cp->slots[s];
     if (p->state != CP_FREE)
       continue;
-    p->state = CP_TRIGGERED;
     p->id = ++cp->last_id;
     p->final = final;
     p->trigger_ns = sl_now_ns();
-    p->trigger_time_ms = wall_ms();
+    p->trigger_time_ms = sl_wall_ms();
     p->deadline_ns = p->trigger_ns + cp->timeout_ns;
     p->ack_count = 0;
-    atomic_store(&p->abort_requested, 0);
+    atomic_store(&p->abort_requested, ABORT_NONE);
+    atomic_store(&p->written, 0); /* the slot's last use left it 1 */
     p->write_us = 0;
     p->write_cause[0] = 0;
     for (int i = 0; i < cp->job->instance_count; i++)
       p->async_us[i] = p->bytes[i] = p->entries[i] = 0;
-    p->history_slot = history_add(cp, p->id, final);
+    p->history_slot = sl_checkpoint_history_add(cp, p->id, final);
+    cp_set_state(cp, p, CP_TRIGGERED, false);
     return p;
   }
   return 0;
@@ -1088,7 +439,7 @@ static int instance_slot(const sl_job *job, const sl_instance *inst) {
   return -1;
 }
 
-/* Notes 3, 3a: the counts of finished instances agree with the final
+/* Notes 3, 4: the counts of finished instances agree with the final
  * acks held. */
 static __attribute__((unused)) bool finished_check(const sl_checkpointer *cp) {
   int finals = 0, sources = 0, finished_sources = 0;
@@ -1173,7 +524,7 @@ static pending *next_by_id(sl_checkpointer *cp, uint64_t after) {
   return best;
 }
 
-/* One pass over the in-flight checkpoints, in id order (note 9).  Returns
+/* One pass over the in-flight checkpoints, in id order (note 8).  Returns
  * the nearest deadline. */
 static uint64_t advance(sl_checkpointer *cp, uint64_t now) {
   uint64_t next = UINT64_MAX;
@@ -1182,11 +533,12 @@ static uint64_t advance(sl_checkpointer *cp, uint64_t now) {
     after = p->id;
     if (p->state == CP_WRITING &&
         atomic_load_explicit(&p->written, memory_order_acquire)) {
-      p->state = CP_DONE;
+      cp_set_state(cp, p, CP_DONE, false);
       if (p->write_status == 0) {
         complete_checkpoint(cp, p);
       } else if (p->final) {
-        history_finish(cp, p, SL_CHECKPOINT_ABORTED, p->write_cause);
+        sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_ABORTED,
+                                     p->write_cause);
         fail_job(cp, p->write_status == ECANCELED ? SL_ESTOPPED : SL_ECHECKPOINT,
                  p->write_cause);
       } else {
@@ -1232,7 +584,7 @@ static bool written_pending(sl_checkpointer *cp) {
   return false;
 }
 
-/* Note 7: every instance is final. */
+/* Note 9: every instance is final. */
 static void start_final(sl_checkpointer *cp) {
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
     pending *p = &cp->slots[s];
@@ -1249,7 +601,7 @@ static void start_final(sl_checkpointer *cp) {
 }
 
 /* A new checkpoint may start: the job runs, a source still runs (note
- * 3a: finished ones stand in), the final checkpoint has not begun, and
+ * 4: finished ones stand in), the final checkpoint has not begun, and
  * fewer than max_concurrent are in flight. */
 static bool can_trigger(sl_checkpointer *cp) {
   assert(cp->sources_finished <= cp->source_count);
@@ -1350,222 +702,12 @@ SL_EXPORT int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id) {
   return EBUSY; /* max_concurrent in flight, or the job is ending */
 }
 
-/* ----------------------------------------------------------- setup */
+/* ------------------------------------------------- lifecycle */
 
-/* The text a store remembers its job graph by: every physical operator's
- * id, kind, name and parallelism, and the key-group count. */
-char *sl_graph_fingerprint(const sl_job *job) {
-  static const char *kinds[] = {"source", "map",     "filter", "flat_map",
-                                "process", "sink",   "key_by", "union"};
-  size_t cap = 64 + (size_t)job->physical_count * (SL_MAX_NAME + 48);
-  char *text = malloc(cap);
-  if (!text)
-    return 0;
-  size_t used = (size_t)snprintf(text, cap, "max_parallelism=%" PRIu32,
-                                 job->config.max_parallelism);
-  for (int i = 0; i < job->physical_count; i++) {
-    const sl_op *op = job->physical[i];
-    used += (size_t)snprintf(text + used, cap - used, ";%d:%s:%s:%d", op->id,
-                             kinds[op->kind], op->name, op->parallelism);
-  }
-  return text;
-}
-
-/* The store delivers entries in (key group, key) order, so the map's bulk
- * load skips its duplicate probe (cow_map.h). */
-static int restore_entry(void *arg, uint16_t key_group, const void *key,
-                         uint32_t key_bytes, const void *value,
-                         uint32_t value_bytes) {
-  return sl_cow_map_load_add(arg, key_group, key, key_bytes, value,
-                             value_bytes);
-}
-
-
-/* The message of a failed restore: which state, which instance, why (with
- * the store's own message when the store failed). */
-static int restore_failed(sl_job *job, const sl_instance *inst,
-                          const char *what, int rc) {
-  const char *detail = rc == ENOMEM ? "" : sl_store_error(job->cp->store);
-  sl_job_fail(job, rc, "restoring %s of operator '%s' instance %d from "
-              "checkpoint %" PRIu64 " in %s failed: %s%s%s",
-              what, inst->op->name, inst->index, inst->cp.restored_from,
-              job->config.checkpoint.state_dir, sl_strerror(rc),
-              detail[0] ? ": " : "", detail);
-  return rc;
-}
-
-static int restore_keyed(sl_job *job, sl_instance *inst) {
-  sl_checkpointer *cp = job->cp;
-  uint16_t op = (uint16_t)inst->op->id;
-  /* Size the map once, from LMDB's counts (no read): loading into a
-   * growing table costs more.  The bound covers every operator and key
-   * group; this instance gets its share of key groups, with a margin for
-   * uneven groups.  A guess too small only means some rehashing. */
-  uint64_t entries = 0;
-  int rc = sl_store_entry_bound(cp->store, &entries);
-  if (rc == 0) {
-    uint64_t groups = (uint64_t)(inst->cp.group_last - inst->cp.group_first) + 1;
-    uint64_t share = entries * groups / job->config.max_parallelism;
-    rc = sl_cow_map_reserve(inst->cp.keyed, share + share / 4);
-  }
-  bool read = rc == 0;
-  if (read)
-    rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
-                             inst->cp.group_last, restore_entry,
-                             inst->cp.keyed);
-  if (read) { /* always ends the bulk load, also after an error */
-    int finished = sl_cow_map_load_finish(inst->cp.keyed);
-    /* The store's keys are unique: a duplicate means a damaged store. */
-    if (rc == 0 && finished)
-      rc = finished == EINVAL ? SL_ECORRUPT : finished;
-  }
-  return rc ? restore_failed(job, inst, "keyed state", rc) : 0;
-}
-
-/* The instance's blob: a flag byte (operator state saved or not), then the
- * state (write_instance). */
-static int restore_blob(sl_job *job, sl_instance *inst) {
-  void *blob = 0;
-  uint32_t bytes = 0;
-  int rc = sl_store_get_blob(job->cp->store, (uint16_t)inst->op->id,
-                             (uint16_t)inst->index, &blob, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  uint8_t flags = rc == 0 && bytes >= 1 ? ((uint8_t *)blob)[0] : 0;
-  if (rc == 0 &&
-      (bytes < 1 || (flags & ~SL_BLOB_FLAGS) != 0 ||
-       ((flags & SL_BLOB_EVENT_TIME) && bytes < 1 + SL_BLOB_EVENT_TIME_BYTES)))
-    rc = SL_ECORRUPT;
-  if (rc) {
-    free(blob);
-    return restore_failed(job, inst, "operator state", rc);
-  }
-  if (flags & SL_BLOB_FINISHED) /* note 11 */
-    inst->cp.restored_finished = true;
-  if (flags & SL_BLOB_EVENT_TIME) { /* the trailer (write_instance) */
-    bytes -= 16;
-    memcpy(inst->cp.event_time_restored, (uint8_t *)blob + bytes, 16);
-    inst->cp.has_event_time_restored = true;
-  }
-  if ((flags & 1) == 0) {
-    free(blob);
-    return 0;
-  }
-  memmove(blob, (uint8_t *)blob + 1, bytes - 1); /* drop the flag byte */
-  inst->cp.blob_restored = blob;
-  inst->cp.blob_restored_bytes = bytes - 1;
-  inst->cp.has_blob_restored = true;
-  return 0;
-}
-
-static int restore_instance(sl_job *job, sl_instance *inst) {
-  /* Note 11: every instance of a final checkpoint had finished, also in a
-   * store older than SL_BLOB_FINISHED. */
-  inst->cp.restored_finished = job->cp->restored_final;
-  int rc = inst->cp.keyed ? restore_keyed(job, inst) : 0;
-  return rc ? rc : restore_blob(job, inst);
-}
-
-/* Note 11: whether checkpoint id (being restored) is a final one, from
- * its record (write_once's layout: u32 version, u32 final, ...). */
-static int read_restored_final(sl_job *job, uint64_t id) {
-  sl_checkpointer *cp = job->cp;
-  void *record = 0;
-  uint32_t bytes = 0;
-  int rc = sl_store_get_checkpoint(cp->store, id, &record, &bytes);
-  cp->restored_final = false;
-  if (rc == 0) {
-    uint32_t head[2] = {0, 0};
-    if (bytes >= sizeof head)
-      memcpy(head, record, sizeof head);
-    bool known = (head[0] == 1 && bytes == 24) ||
-                 (head[0] == 2 && bytes == sizeof(cp_record));
-    if (!known || head[1] > 1)
-      rc = SL_ECORRUPT;
-    cp->restored_final = rc == 0 && head[1] == 1;
-  }
-  free(record);
-  if (rc)
-    sl_job_set_error(job, "%s: the record of checkpoint %" PRIu64
-                     " cannot be read: %s%s%s",
-                     job->config.checkpoint.state_dir, id, sl_strerror(rc),
-                     rc == SL_ECORRUPT ? "" : ": ",
-                     rc == SL_ECORRUPT ? "" : sl_store_error(cp->store));
-  return rc;
-}
-
-/* Key groups owned by instance k of p: a contiguous range. */
-static void group_range(uint32_t groups, int parallelism, int k,
-                        uint16_t *first, uint16_t *last) {
-  uint32_t lo = UINT32_MAX, hi = 0;
-  for (uint32_t g = 0; g < groups; g++)
-    if (sl_group_instance(g, groups, parallelism) == k) {
-      if (g < lo)
-        lo = g;
-      hi = g;
-    }
-  assert(lo <= hi);
-  *first = (uint16_t)lo;
-  *last = (uint16_t)hi;
-}
-
-static int open_store(sl_job *job) {
-  sl_checkpointer *cp = job->cp;
-  const struct sl_checkpoint_config *c = &job->config.checkpoint;
-  char *fingerprint = sl_graph_fingerprint(job);
-  if (!fingerprint)
-    return ENOMEM;
-  /* A savepoint becomes the store first (savepoint.c); its checkpoint is
-   * then resumed whatever store_policy says (SL_STORE_FRESH chose to
-   * replace what the directory held with it). */
-  bool installed = c->from_savepoint != 0;
-  int rc = installed ? sl_savepoint_install(job, fingerprint) : 0;
-  if (rc) {
-    free(fingerprint);
-    return rc; /* the message is set */
-  }
-  sl_store_options options = {.graph_fingerprint = fingerprint,
-                              .no_sync = c->no_sync,
-                              .initial_map_bytes = c->initial_map_bytes};
-  char err[SL_ERROR_BYTES];
-  err[0] = 0;
-  rc = sl_store_open(c->state_dir, &options, &cp->store, err, sizeof err);
-  free(fingerprint);
-  if (rc) {
-    sl_job_set_error(job, "state directory: %s", err[0] ? err : sl_strerror(rc));
-    return rc;
-  }
-  sl_store_set_cancel(cp->store, &cp->compaction_cancel);
-  if (job->faults)
-    sl_store_set_fault(cp->store, sl_inject_store_call, job);
-  uint64_t latest = sl_store_latest(cp->store);
-  if (latest == 0)
-    return 0;
-  if (c->store_policy == SL_STORE_FRESH && !installed) {
-    rc = sl_store_wipe(cp->store);
-    if (rc)
-      sl_job_set_error(job, "%s: cannot start fresh: %s", c->state_dir,
-                       sl_strerror(rc));
-    return rc;
-  }
-  if (c->store_policy != SL_STORE_RESUME && !installed) {
-    sl_job_set_error(job,
-                     "%s holds checkpoints (the newest complete one is %" PRIu64
-                     "); ask to resume from it or to start fresh (which "
-                     "deletes them)",
-                     c->state_dir, latest);
-    return SL_EHASSTATE;
-  }
-  sl_log(SL_LOG_INFO, "sluice: resuming from checkpoint %" PRIu64 " in %s",
-         latest, c->state_dir);
-  cp->restored_from = latest;
-  cp->last_id = latest;
-  atomic_store(&job->cp_completed_id, latest);
-  atomic_store(&job->cp_settled_id, latest);
-  return 0;
-}
-
-static int alloc_checkpointer(sl_job *job) {
+/* The checkpointer of job, its slots, history and per-instance arrays;
+ * no thread started.  ENOMEM leaves what was allocated for
+ * sl_checkpointer_free. */
+int sl_checkpointer_alloc(sl_job *job) {
   sl_checkpointer *cp = calloc(1, sizeof *cp);
   if (!cp)
     return ENOMEM;
@@ -1607,42 +749,6 @@ static int alloc_checkpointer(sl_job *job) {
   return 0;
 }
 
-/* Keyed-state maps for instances whose every input is key-partitioned. */
-static int setup_instances(sl_job *job) {
-  for (int i = 0; i < job->instance_count; i++) {
-    sl_instance *inst = job->instances[i];
-    bool keyed = inst->channel_count > 0 &&
-                 (inst->op->kind == SL_OP_PROCESS || inst->op->kind == SL_OP_SINK);
-    for (int c = 0; c < inst->channel_count; c++)
-      keyed = keyed && inst->channels[c].key;
-    inst->cp.keyed_input = keyed;
-    if (!keyed)
-      continue;
-    int rc = sl_cow_map_create(&inst->cp.keyed);
-    if (rc)
-      return rc;
-    group_range(job->config.max_parallelism, inst->op->parallelism,
-                inst->index, &inst->cp.group_first, &inst->cp.group_last);
-  }
-  return 0;
-}
-
-/* A restart (failover.c): the store stays open and is our own, so the
- * newest complete checkpoint in it is restored whatever store_policy says.
- * Ids go on from the highest ever triggered: every id at or below it is now
- * complete or aborted. */
-static int reopen_for_restart(sl_job *job) {
-  sl_checkpointer *cp = job->cp;
-  uint64_t latest = sl_store_latest(cp->store);
-  cp->restored_from = latest;
-  if (latest > cp->last_id)
-    cp->last_id = latest;
-  atomic_store(&job->cp_completed_id, latest);
-  atomic_store(&job->cp_settled_id, cp->last_id);
-  atomic_store(&job->cp_final_done, 0);
-  return 0;
-}
-
 /* After sl_checkpointer_stop(), before a restart: every checkpoint in
  * flight is given up (the one being written was finished by the writer
  * before it stopped: it is durable or not), and everything the attempt
@@ -1659,17 +765,18 @@ void sl_checkpointer_reset(sl_job *job) {
     if (p->state == CP_FREE)
       continue;
     if (p->id <= latest && p->state != CP_TRIGGERED)
-      history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
+      sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
     else
-      history_finish(cp, p, SL_CHECKPOINT_ABORTED, "the job failed");
-    pending_clear(cp, p);
+      sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_ABORTED,
+                                   "the job failed");
+    pending_clear(cp, p, true); /* neither thread runs */
   }
   cp->write_queue_count = 0;
   for (int i = 0; i < job->instance_count; i++) {
     sl_ack_free(cp->final_acks[i]);
     cp->final_acks[i] = 0;
     cp->durable_epoch[i] = 0; /* the maps are made anew */
-    cp->durable_row_seq[i] = 0; /* and the row batches (note 10) */
+    cp->durable_row_seq[i] = 0; /* and the row batches */
   }
   cp->final_count = 0;
   cp->final_started = false;
@@ -1684,67 +791,11 @@ void sl_checkpointer_reset(sl_job *job) {
    * sleep return at once. */
 }
 
-/* Called by sl_job_start after compiling, before any thread starts, and by
- * a restart after sl_checkpointer_reset(): keyed state maps for every
- * keyed instance, and with checkpointing on, the store opened (refused if
- * foreign or holding checkpoints without a choice) and the newest complete
- * checkpoint restored. */
-int sl_checkpointer_setup(sl_job *job) {
-  int rc = setup_instances(job);
-  if (rc || !job->config.checkpoint.state_dir)
-    return rc;
-  if (job->cp) {
-    assert(job->restarting);
-    rc = reopen_for_restart(job);
-  } else {
-    rc = alloc_checkpointer(job);
-    if (rc == 0)
-      rc = open_store(job);
-  }
-  /* Each instance restores its own state on its thread, in parallel
-   * (sl_checkpointer_restore_instance). */
-  uint64_t from = rc == 0 ? atomic_load(&job->cp->restored_from) : 0;
-  if (rc == 0)
-    job->cp->restored_final = false;
-  if (from)
-    rc = read_restored_final(job, from);
-  for (int i = 0; i < job->instance_count && rc == 0; i++)
-    job->instances[i]->cp.restored_from = from;
-  atomic_store(&job->restores_pending, from ? job->instance_count : 0);
-  return rc;
-}
-
-/* On the instance's thread, after open and before its restore hook: its
- * keyed state and operator state from the checkpoint being restored.  A
- * failure fails the job with the store's status and message. */
-int sl_checkpointer_restore_instance(sl_instance *inst) {
-  sl_job *job = inst->job;
-  if (!inst->cp.restored_from || !job->cp)
-    return 0;
-  /* DESIGN.md invariant 6: every instance restores the same checkpoint,
-   * the newest complete one. */
-  assert(inst->cp.restored_from == atomic_load(&job->cp->restored_from));
-  assert(inst->cp.restored_from == sl_store_latest(job->cp->store));
-  int rc = restore_instance(job, inst);
-  sl_checkpointer_restore_skip(inst);
-  return rc;
-}
-
-/* The instance is done with restoring (or will not restore: its open
- * failed), so the count of instances still restoring goes down. */
-void sl_checkpointer_restore_skip(sl_instance *inst) {
-  sl_job *job = inst->job;
-  if (!inst->cp.restored_from || !job->cp)
-    return;
-  if (atomic_fetch_sub(&job->restores_pending, 1) == 1)
-    atomic_store(&job->restored_ns, sl_now_ns());
-}
-
 int sl_checkpointer_start(sl_job *job) {
   sl_checkpointer *cp = job->cp;
   if (!cp)
     return 0;
-  int rc = pthread_create(&cp->writer, 0, writer_main, cp);
+  int rc = pthread_create(&cp->writer, 0, sl_checkpoint_writer_main, cp);
   if (rc)
     return rc;
   cp->writer_started = true;
@@ -1779,10 +830,13 @@ void sl_checkpointer_free(sl_job *job) {
   if (!cp)
     return;
   sl_checkpointer_stop(job);
+  /* Every slot freed first: cp_set_state checks all slots, so none may
+   * lose its arrays while another is being cleared. */
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++)
+    if (cp->slots[s].acks)
+      pending_clear(cp, &cp->slots[s], true); /* stopped above */
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
     pending *p = &cp->slots[s];
-    if (p->acks)
-      pending_clear(cp, p);
     free(p->acks);
     free(p->async_us);
     free(p->bytes);

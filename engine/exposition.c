@@ -56,6 +56,37 @@ static void put_u64(json_t *obj, const char *key, uint64_t v, bool *ok) {
   put(obj, key, json_u64(v), ok);
 }
 
+/* The end of every builder below: obj if ok, else NULL with obj freed. */
+static json_t *finish(json_t *obj, bool ok) {
+  if (!ok)
+    json_decref(obj);
+  return ok ? obj : 0;
+}
+
+/* Set key to array in obj (which takes its own reference), drop the
+ * builder's reference to array, and finish obj. */
+static json_t *finish_with_array(json_t *obj, const char *key, json_t *array,
+                                 bool ok) {
+  if (ok)
+    put(obj, key, json_incref(array), &ok);
+  json_decref(array);
+  return finish(obj, ok);
+}
+
+/* The record, byte and state counters of an operator (or of all of them),
+ * in the order /jobs shows them. */
+static void put_operator_counts(json_t *obj, const sl_operator_metrics *op,
+                                bool *ok) {
+  put_u64(obj, "records_in", op->records_in, ok);
+  put_u64(obj, "records_out", op->records_out, ok);
+  put_u64(obj, "bytes_in", op->bytes_in, ok);
+  put_u64(obj, "bytes_out", op->bytes_out, ok);
+  put_u64(obj, "state_entries", op->state_entries, ok);
+  put_u64(obj, "state_bytes", op->state_bytes, ok);
+  put_u64(obj, "late_records", op->late_records, ok);
+  put_u64(obj, "dead_letters", op->dead_letters, ok);
+}
+
 /* ------------------------------------------------------- /jobs */
 
 static json_t *instance_json(const sl_instance_metrics *i) {
@@ -85,9 +116,7 @@ static json_t *instance_json(const sl_instance_metrics *i) {
   put_u64(o, "state_bytes", i->state_bytes, &ok);
   put_u64(o, "late_records", i->late_records, &ok);
   put_u64(o, "dead_letters", i->dead_letters, &ok);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish(o, ok);
 }
 
 static json_t *operator_json(const sl_metrics *m, int index) {
@@ -99,26 +128,14 @@ static json_t *operator_json(const sl_metrics *m, int index) {
     put(o, "name", json_string(op->name), &ok);
     put(o, "index", json_integer(index), &ok);
     put(o, "parallelism", json_integer(op->parallelism), &ok);
-    put_u64(o, "records_in", op->records_in, &ok);
-    put_u64(o, "records_out", op->records_out, &ok);
-    put_u64(o, "bytes_in", op->bytes_in, &ok);
-    put_u64(o, "bytes_out", op->bytes_out, &ok);
-    put_u64(o, "state_entries", op->state_entries, &ok);
-    put_u64(o, "state_bytes", op->state_bytes, &ok);
-    put_u64(o, "late_records", op->late_records, &ok);
-    put_u64(o, "dead_letters", op->dead_letters, &ok);
+    put_operator_counts(o, op, &ok);
     put(o, "watermark", json_watermark(op->watermark), &ok);
   }
   for (int k = 0; ok && k < op->parallelism; k++) {
     json_t *i = instance_json(&m->instances[op->first_instance + k]);
     ok = i && json_array_append_new(instances, i) == 0;
   }
-  if (ok)
-    put(o, "instances", json_incref(instances), &ok);
-  json_decref(instances);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish_with_array(o, "instances", instances, ok);
 }
 
 static json_t *totals_json(const sl_metrics *m) {
@@ -139,18 +156,9 @@ static json_t *totals_json(const sl_metrics *m) {
   if (!o)
     return 0;
   put_u64(o, "source_records", m->source_records, &ok);
-  put_u64(o, "records_in", sum.records_in, &ok);
-  put_u64(o, "records_out", sum.records_out, &ok);
-  put_u64(o, "bytes_in", sum.bytes_in, &ok);
-  put_u64(o, "bytes_out", sum.bytes_out, &ok);
-  put_u64(o, "state_entries", sum.state_entries, &ok);
-  put_u64(o, "state_bytes", sum.state_bytes, &ok);
-  put_u64(o, "late_records", sum.late_records, &ok);
-  put_u64(o, "dead_letters", sum.dead_letters, &ok);
+  put_operator_counts(o, &sum, &ok);
   put(o, "instances", json_integer(m->instance_count), &ok);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish(o, ok);
 }
 
 static json_t *failure_json(const sl_metrics *m) {
@@ -194,12 +202,7 @@ json_t *sl_exposition_jobs(const sl_metrics *m) {
     json_t *op = operator_json(m, i);
     ok = op && json_array_append_new(ops, op) == 0;
   }
-  if (ok)
-    put(o, "operators", json_incref(ops), &ok);
-  json_decref(ops);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish_with_array(o, "operators", ops, ok);
 }
 
 /* ------------------------------------------------------- /checkpoints */
@@ -249,12 +252,7 @@ static json_t *history_entry_json(const sl_metrics *m, int k) {
         checkpoint_instance_json(&m->history_instances[(size_t)k * n + i]);
     ok = s && json_array_append_new(instances, s) == 0;
   }
-  if (ok)
-    put(o, "instances", json_incref(instances), &ok);
-  json_decref(instances);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish_with_array(o, "instances", instances, ok);
 }
 
 static json_t *latest_json(const sl_metrics *m) {
@@ -273,9 +271,7 @@ static json_t *latest_json(const sl_metrics *m) {
       m->restored_from ? json_pack("{s:I}", "id", (json_int_t)m->restored_from)
                        : json_null(),
       &ok);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish(o, ok);
 }
 
 json_t *sl_exposition_checkpoints(const sl_metrics *m, int limit) {
@@ -299,12 +295,7 @@ json_t *sl_exposition_checkpoints(const sl_metrics *m, int limit) {
     json_t *h = history_entry_json(m, k);
     ok = h && json_array_append_new(history, h) == 0;
   }
-  if (ok)
-    put(o, "history", json_incref(history), &ok);
-  json_decref(history);
-  if (!ok)
-    json_decref(o);
-  return ok ? o : 0;
+  return finish_with_array(o, "history", history, ok);
 }
 
 /* ------------------------------------------------------- Prometheus text */
@@ -372,10 +363,26 @@ static void text_family(prom_text *t, const char *name, const char *type,
   text_printf(t, "\n# TYPE %s %s\n", name, type);
 }
 
+/* A family with one unlabelled sample: HELP, TYPE, then `name value`. */
+static void text_single_u64(prom_text *t, const char *name, const char *type,
+                            const char *help, uint64_t value) {
+  text_family(t, name, type, help);
+  text_printf(t, "%s %" PRIu64 "\n", name, value);
+}
+
 /* Nanoseconds as exact decimal seconds. */
 static void text_seconds(prom_text *t, uint64_t ns) {
   text_printf(t, "%" PRIu64 ".%09" PRIu64, ns / 1000000000u,
               ns % 1000000000u);
+}
+
+/* A gauge with one unlabelled sample of ns in exact decimal seconds. */
+static void text_single_seconds(prom_text *t, const char *name,
+                                const char *help, uint64_t ns) {
+  text_family(t, name, "gauge", help);
+  text_printf(t, "%s ", name);
+  text_seconds(t, ns);
+  text_printf(t, "\n");
 }
 
 /* The per-instance families, each with its samples together (a family's
@@ -507,22 +514,16 @@ static void job_samples(prom_text *t, const sl_metrics *m) {
               "When the job started, seconds since the epoch.");
   text_printf(t, "sluice_job_start_time_seconds %.3f\n",
               (double)m->start_time_ms / 1e3);
-  text_family(t, "sluice_job_uptime_seconds", "gauge",
-              "Time since the job started (until it ended).");
-  text_printf(t, "sluice_job_uptime_seconds ");
-  text_seconds(t, m->uptime_ns);
-  text_printf(t, "\n");
-  text_family(t, "sluice_job_source_records_total", "counter",
-              "Records emitted by every source instance.");
-  text_printf(t, "sluice_job_source_records_total %" PRIu64 "\n",
-              m->source_records);
-  text_family(t, "sluice_job_restarts_total", "counter",
-              "Restarts after failures (failover).");
-  text_printf(t, "sluice_job_restarts_total %" PRIu32 "\n", m->restarts);
-  text_family(t, "sluice_job_faults_fired_total", "counter",
-              "Injected faults that fired.");
-  text_printf(t, "sluice_job_faults_fired_total %" PRIu64 "\n",
-              m->faults_fired);
+  text_single_seconds(t, "sluice_job_uptime_seconds",
+                      "Time since the job started (until it ended).",
+                      m->uptime_ns);
+  text_single_u64(t, "sluice_job_source_records_total", "counter",
+                  "Records emitted by every source instance.",
+                  m->source_records);
+  text_single_u64(t, "sluice_job_restarts_total", "counter",
+                  "Restarts after failures (failover).", (uint64_t)m->restarts);
+  text_single_u64(t, "sluice_job_faults_fired_total", "counter",
+                  "Injected faults that fired.", m->faults_fired);
 }
 
 static void checkpoint_samples(prom_text *t, const sl_metrics *m) {
@@ -535,30 +536,24 @@ static void checkpoint_samples(prom_text *t, const sl_metrics *m) {
               "\nsluice_job_checkpoints_total{status=\"failed\"} %" PRIu64
               "\n",
               m->checkpoints_completed, m->checkpoints_failed);
-  text_family(t, "sluice_job_checkpoints_in_progress", "gauge",
-              "Checkpoints triggered and not yet ended.");
-  text_printf(t, "sluice_job_checkpoints_in_progress %" PRIu64 "\n",
-              m->checkpoints_in_progress);
-  text_family(t, "sluice_job_checkpoint_restored_id", "gauge",
-              "Checkpoint the newest attempt started from (0: none).");
-  text_printf(t, "sluice_job_checkpoint_restored_id %" PRIu64 "\n",
-              m->restored_from);
+  text_single_u64(t, "sluice_job_checkpoints_in_progress", "gauge",
+                  "Checkpoints triggered and not yet ended.",
+                  m->checkpoints_in_progress);
+  text_single_u64(t, "sluice_job_checkpoint_restored_id", "gauge",
+                  "Checkpoint the newest attempt started from (0: none).",
+                  m->restored_from);
   if (!m->has_latest_completed)
     return;
   const sl_checkpoint_stats *c = &m->latest_completed;
-  text_family(t, "sluice_job_last_checkpoint_id", "gauge",
-              "Id of the newest completed checkpoint.");
-  text_printf(t, "sluice_job_last_checkpoint_id %" PRIu64 "\n", c->id);
-  text_family(t, "sluice_job_last_checkpoint_duration_seconds", "gauge",
-              "Trigger to durable commit of the newest completed "
-              "checkpoint.");
-  text_printf(t, "sluice_job_last_checkpoint_duration_seconds ");
-  text_seconds(t, c->duration_us * 1000u);
-  text_printf(t, "\n");
-  text_family(t, "sluice_job_last_checkpoint_size_bytes", "gauge",
-              "Bytes the newest completed checkpoint persisted.");
-  text_printf(t, "sluice_job_last_checkpoint_size_bytes %" PRIu64 "\n",
-              c->bytes_persisted);
+  text_single_u64(t, "sluice_job_last_checkpoint_id", "gauge",
+                  "Id of the newest completed checkpoint.", c->id);
+  text_single_seconds(t, "sluice_job_last_checkpoint_duration_seconds",
+                      "Trigger to durable commit of the newest completed "
+                      "checkpoint.",
+                      c->duration_us * 1000u);
+  text_single_u64(t, "sluice_job_last_checkpoint_size_bytes", "gauge",
+                  "Bytes the newest completed checkpoint persisted.",
+                  c->bytes_persisted);
   text_family(t, "sluice_job_last_checkpoint_timestamp_seconds", "gauge",
               "When the newest completed checkpoint was triggered, seconds "
               "since the epoch.");

@@ -83,29 +83,30 @@ typedef struct sl_failover {
 
 /* ----------------------------------------------------------- strategies */
 
+/* Each strategy's defaults (Flink's), indexed by strategy. */
+static const struct sl_restart_config restart_defaults[] = {
+    [SL_RESTART_NONE] = {.strategy = SL_RESTART_NONE},
+    [SL_RESTART_FIXED_DELAY] = {.strategy = SL_RESTART_FIXED_DELAY,
+                                .attempts = 1,
+                                .delay_ms = 1000},
+    [SL_RESTART_EXPONENTIAL_DELAY] = {.strategy = SL_RESTART_EXPONENTIAL_DELAY,
+                                      .initial_delay_ms = 1000,
+                                      .max_delay_ms = 60000,
+                                      .multiplier = 1.5,
+                                      .jitter = 0.1,
+                                      .reset_after_ms = 3600000},
+    [SL_RESTART_FAILURE_RATE] = {.strategy = SL_RESTART_FAILURE_RATE,
+                                 .max_failures = 1,
+                                 .interval_ms = 60000,
+                                 .delay_ms = 1000},
+};
+
 SL_EXPORT struct sl_restart_config sl_restart_defaults(int strategy) {
-  struct sl_restart_config r = {.strategy = strategy};
-  switch (strategy) {
-  case SL_RESTART_FIXED_DELAY:
-    r.attempts = 1;
-    r.delay_ms = 1000;
-    break;
-  case SL_RESTART_EXPONENTIAL_DELAY:
-    r.initial_delay_ms = 1000;
-    r.max_delay_ms = 60000;
-    r.multiplier = 1.5;
-    r.jitter = 0.1;
-    r.reset_after_ms = 3600000;
-    break;
-  case SL_RESTART_FAILURE_RATE:
-    r.max_failures = 1;
-    r.interval_ms = 60000;
-    r.delay_ms = 1000;
-    break;
-  default:
-    break;
-  }
-  return r;
+  int known = (int)(sizeof restart_defaults / sizeof restart_defaults[0]);
+  if (strategy < 0 || strategy >= known) /* refused later, by validation */
+    return (struct sl_restart_config){.strategy = strategy};
+  assert(restart_defaults[strategy].strategy == strategy);
+  return restart_defaults[strategy];
 }
 
 int sl_restart_validate(const struct sl_restart_config *r) {
@@ -336,6 +337,7 @@ static int restart(sl_job *job) {
     assert(sl_ring_readable_consumer(&job->rings[i]) == 0);
   }
   atomic_fetch_add(&job->ring_reset_seq, 1);
+  assert(sl_graph_check(job)); /* note 3: the wiring is as compiled */
   sl_inject_restart(job);
   job->error[0] = 0;
   job->fail_status = 0;

@@ -10,6 +10,7 @@
  * refused change leaves the graph as it was (Redis's adlist contract).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,7 +77,7 @@ static int config_resolve_rest(sl_job_config *c) {
     if (c->cpus[i] < 0 || c->cpus[i] >= CPU_SETSIZE)
       return EINVAL;
   const struct sl_checkpoint_config *k = &c->checkpoint;
-  if (k->max_concurrent > 16 || /* coordinator.c SL_MAX_CONCURRENT */
+  if (k->max_concurrent > 16 || /* checkpoint_internal.h SL_MAX_CONCURRENT */
       (k->mode != SL_EXACTLY_ONCE && k->mode != SL_AT_LEAST_ONCE) ||
       (k->store_policy != SL_STORE_REFUSE &&
        k->store_policy != SL_STORE_RESUME && k->store_policy != SL_STORE_FRESH))
@@ -201,6 +202,38 @@ static int check_input(sl_job *job, const char *name, const sl_op *input) {
   return 0;
 }
 
+/* The builder's graph: operator i has id i and belongs to job; every input
+ * is an earlier-made operator of the same job, never a sink; each input
+ * link is counted once in its producer's consumer_count.  Asserted after
+ * every change (op_new, sl_op_add_input) and when validation passes.
+ * O(operators * inputs). */
+static __attribute__((unused)) bool builder_check(const sl_job *job) {
+  if (job->op_count < 0 || job->op_count > SL_MAX_OPERATORS)
+    return false;
+  long links = 0, consumers = 0;
+  for (int i = 0; i < job->op_count; i++) {
+    const sl_op *op = job->ops[i];
+    if (!op || op->id != i || op->job != job)
+      return false;
+    if (op->input_count < 0 || op->input_count > SL_MAX_INPUTS)
+      return false;
+    if (sl_op_kind_is_virtual(op->kind) != (op->parallelism == 0))
+      return false;
+    if (op->port < 0 || op->port > SL_MAX_SIDE_OUTPUTS ||
+        (op->kind != SL_OP_SIDE && op->port != 0))
+      return false; /* a side output's port is set after op_new */
+    for (int k = 0; k < op->input_count; k++) {
+      const sl_op *in = op->inputs[k];
+      if (!in || in->job != job || in->id < 0 || in->id >= job->op_count ||
+          job->ops[in->id] != in || in->kind == SL_OP_SINK)
+        return false;
+    }
+    links += op->input_count;
+    consumers += op->consumer_count;
+  }
+  return links == consumers;
+}
+
 /* Create an operator after checking everything about it; on error nothing
  * is changed.  parallelism is 0 for virtual operators. */
 static int op_new(sl_job *job, enum sl_op_kind kind, const char *name,
@@ -266,6 +299,7 @@ static int op_new(sl_job *job, enum sl_op_kind kind, const char *name,
   op->input_count = input_count;
   job->ops[job->op_count++] = op;
   *out = op;
+  assert(builder_check(job));
   return 0;
 }
 
@@ -290,18 +324,31 @@ SL_EXPORT int sl_op_source(sl_job *job, const char *name, int parallelism,
   return 0;
 }
 
+/* The part the one-input builders share: refuse a missing function (the
+ * refusal says which), else make the operator with its user pointer; the
+ * caller then stores the function.  On error nothing is changed. */
+static int one_input_new(sl_job *job, enum sl_op_kind kind, const char *name,
+                         sl_op *input, int parallelism, bool has_fn,
+                         const char *missing_fn, void *user, sl_op **op) {
+  if (!has_fn)
+    return refuse(job, missing_fn, name);
+  int rc = op_new(job, kind, name, parallelism, &input, 1, op);
+  if (rc == 0)
+    (*op)->user = user;
+  return rc;
+}
+
 SL_EXPORT int sl_op_map(sl_job *job, const char *name, sl_op *input,
                         int parallelism, uint32_t out_max_bytes, sl_map_fn fn,
                         void *user, sl_op **op) {
-  if (!fn)
-    return refuse(job, "map without a map function", name);
-  if (job && (out_max_bytes == 0 || out_max_bytes > job->config.max_record_bytes))
+  if (fn && job &&
+      (out_max_bytes == 0 || out_max_bytes > job->config.max_record_bytes))
     return refuse(job, "map out_max_bytes must be 1..max_record_bytes", name);
-  int rc = op_new(job, SL_OP_MAP, name, parallelism, &input, 1, op);
+  int rc = one_input_new(job, SL_OP_MAP, name, input, parallelism, fn != 0,
+                         "map without a map function", user, op);
   if (rc)
     return rc;
   (*op)->fn.map = fn;
-  (*op)->user = user;
   (*op)->out_max_bytes = out_max_bytes;
   return 0;
 }
@@ -309,39 +356,30 @@ SL_EXPORT int sl_op_map(sl_job *job, const char *name, sl_op *input,
 SL_EXPORT int sl_op_filter(sl_job *job, const char *name, sl_op *input,
                            int parallelism, sl_filter_fn fn, void *user,
                            sl_op **op) {
-  if (!fn)
-    return refuse(job, "filter without a filter function", name);
-  int rc = op_new(job, SL_OP_FILTER, name, parallelism, &input, 1, op);
-  if (rc)
-    return rc;
-  (*op)->fn.filter = fn;
-  (*op)->user = user;
-  return 0;
+  int rc = one_input_new(job, SL_OP_FILTER, name, input, parallelism, fn != 0,
+                         "filter without a filter function", user, op);
+  if (rc == 0)
+    (*op)->fn.filter = fn;
+  return rc;
 }
 
 SL_EXPORT int sl_op_flat_map(sl_job *job, const char *name, sl_op *input,
                              int parallelism, sl_flat_map_fn fn, void *user,
                              sl_op **op) {
-  if (!fn)
-    return refuse(job, "flat_map without a function", name);
-  int rc = op_new(job, SL_OP_FLAT_MAP, name, parallelism, &input, 1, op);
-  if (rc)
-    return rc;
-  (*op)->fn.flat_map = fn;
-  (*op)->user = user;
-  return 0;
+  int rc = one_input_new(job, SL_OP_FLAT_MAP, name, input, parallelism,
+                         fn != 0, "flat_map without a function", user, op);
+  if (rc == 0)
+    (*op)->fn.flat_map = fn;
+  return rc;
 }
 
 SL_EXPORT int sl_op_key_by(sl_job *job, const char *name, sl_op *input,
                            sl_key_fn fn, void *user, sl_op **op) {
-  if (!fn)
-    return refuse(job, "key_by without a key function", name);
-  int rc = op_new(job, SL_OP_KEY_BY, name, 0, &input, 1, op);
-  if (rc)
-    return rc;
-  (*op)->fn.key = fn;
-  (*op)->user = user;
-  return 0;
+  int rc = one_input_new(job, SL_OP_KEY_BY, name, input, 0, fn != 0,
+                         "key_by without a key function", user, op);
+  if (rc == 0)
+    (*op)->fn.key = fn;
+  return rc;
 }
 
 SL_EXPORT int sl_op_union(sl_job *job, const char *name, sl_op *const *inputs,
@@ -464,6 +502,7 @@ SL_EXPORT int sl_op_add_input(sl_job *job, sl_op *consumer, sl_op *input) {
   }
   consumer->inputs[consumer->input_count++] = input;
   input->consumer_count++;
+  assert(builder_check(job));
   return 0;
 }
 
@@ -557,6 +596,7 @@ SL_EXPORT int sl_job_validate(sl_job *job) {
         return SL_EGRAPH;
       }
   }
+  assert(builder_check(job));
   return 0;
 }
 
@@ -861,6 +901,126 @@ static int wire_edges(sl_job *job, const edge_list *list) {
   return 0;
 }
 
+/* ------------------------------------------------------------ checkers */
+
+/* The edges sl_job_compile resolved: both ends physical operators of the
+ * job, the input and port in range, the partition consistent with the
+ * parallelisms (FORWARD: equal) and the key (HASH: a key function), and
+ * the rings laid out edge after edge, exactly ring_count of them.
+ * O(edges). */
+static __attribute__((unused)) bool edges_check(const sl_job *job,
+                                                const edge_list *list) {
+  int next_ring = 0;
+  for (int i = 0; i < list->count; i++) {
+    const sl_edge *e = &list->edges[i];
+    const sl_op *P = e->producer, *C = e->consumer;
+    if (P->physical_index < 0 || P->physical_index >= job->physical_count ||
+        job->physical[P->physical_index] != P)
+      return false;
+    if (C->physical_index < 0 || C->physical_index >= job->physical_count ||
+        job->physical[C->physical_index] != C)
+      return false;
+    if (e->input < 0 || e->input >= C->input_count)
+      return false;
+    if (e->port < 0 || e->port > SL_MAX_SIDE_OUTPUTS ||
+        (e->port > 0 && P->kind != SL_OP_PROCESS))
+      return false;
+    if ((e->partition == SL_PARTITION_HASH) != (e->key != 0))
+      return false;
+    if (e->partition == SL_PARTITION_FORWARD &&
+        P->parallelism != C->parallelism)
+      return false;
+    if (e->first_ring != next_ring)
+      return false;
+    next_ring += edge_ring_count(e);
+  }
+  return next_ring == job->ring_count;
+}
+
+/* One instance as compiled: in its operator's array at its index; every
+ * channel a ring of the job whose one consumer is this instance, every
+ * output ring one whose one producer is this instance (DESIGN.md
+ * invariant 1); FORWARD outputs have one ring, HASH outputs a key and a
+ * key-group table; ports in range.  Adds its channels and output rings to
+ * the counts.  O(channels + output rings). */
+static __attribute__((unused)) bool instance_check(const sl_job *job,
+                                                   const sl_instance *inst,
+                                                   long *channels,
+                                                   long *output_rings) {
+  const sl_op *op = inst->op;
+  if (inst->job != job || inst->index < 0 || inst->index >= op->parallelism ||
+      &op->instances[inst->index] != inst)
+    return false;
+  if (op->kind == SL_OP_SOURCE && inst->channel_count != 0)
+    return false;
+  const sl_ring *first = job->rings, *end = job->rings + job->ring_count;
+  for (int c = 0; c < inst->channel_count; c++) {
+    const sl_channel *ch = &inst->channels[c];
+    if (ch->ring < first || ch->ring >= end ||
+        ch->ring->consumer_parker != &inst->parker ||
+        ch->input < 0 || ch->input >= op->input_count)
+      return false;
+  }
+  for (int o = 0; o < inst->output_count; o++) {
+    const sl_output *out = &inst->outputs[o];
+    if (out->port < 0 || out->port > SL_MAX_SIDE_OUTPUTS || out->ring_count < 1 ||
+        (out->partition == SL_PARTITION_FORWARD && out->ring_count != 1))
+      return false;
+    if (out->partition == SL_PARTITION_HASH &&
+        (!out->key || !out->group_instance ||
+         out->group_instance[0] >= out->ring_count ||
+         out->group_instance[job->config.max_parallelism - 1] >=
+             out->ring_count))
+      return false;
+    for (int r = 0; r < out->ring_count; r++)
+      if (out->rings[r] < first || out->rings[r] >= end ||
+          out->rings[r]->producer_parker != &inst->parker)
+        return false;
+    *output_rings += out->ring_count;
+  }
+  *channels += inst->channel_count;
+  return true;
+}
+
+/* The physical operators: the non-virtual ones, in id order, each with
+ * its index and its instances, their parallelisms adding up to
+ * instance_count.  Nothing here changes after sl_job_compile, so any
+ * thread may check it while the job runs (sl_graph_fingerprint).
+ * O(operators). */
+static __attribute__((unused)) bool physical_check(const sl_job *job) {
+  int physical = 0, instances = 0, last_id = -1;
+  for (int i = 0; i < job->op_count; i++)
+    physical += !sl_op_kind_is_virtual(job->ops[i]->kind);
+  if (physical != job->physical_count)
+    return false;
+  for (int i = 0; i < job->physical_count; i++) {
+    const sl_op *op = job->physical[i];
+    if (sl_op_kind_is_virtual(op->kind) || op->physical_index != i ||
+        op->id <= last_id || !op->instances)
+      return false;
+    last_id = op->id;
+    instances += op->parallelism;
+  }
+  return instances == job->instance_count;
+}
+
+/* The compiled job: physical_check; every instance passes
+ * instance_check; and each ring is read by exactly one channel and
+ * written by exactly one output (the counts match, and instance_check
+ * tied each end to one instance).  Asserted at the end of
+ * sl_job_compile and by a restart (failover.c), while no instance thread
+ * runs (sl_ring_reset rewrites the rings' parker fields).  O(operators +
+ * instances + rings). */
+bool sl_graph_check(const sl_job *job) {
+  if (!physical_check(job))
+    return false;
+  long channels = 0, output_rings = 0;
+  for (int i = 0; i < job->instance_count; i++)
+    if (!instance_check(job, job->instances[i], &channels, &output_rings))
+      return false;
+  return channels == job->ring_count && output_rings == job->ring_count;
+}
+
 int sl_job_compile(sl_job *job) {
   job->physical = calloc((size_t)job->op_count, sizeof *job->physical);
   if (!job->physical)
@@ -900,10 +1060,33 @@ int sl_job_compile(sl_job *job) {
     rc = assign_cpus(job);
   if (rc == 0)
     rc = wire_edges(job, &list);
+  assert(rc != 0 || edges_check(job, &list));
   free(list.edges);
   if (rc)
     sl_job_free_compiled(job);
+  assert(rc != 0 || sl_graph_check(job));
   return rc;
+}
+
+/* The text a store remembers its job graph by: every physical operator's
+ * id, kind, name and parallelism, and the key-group count.  Stores compare
+ * it byte for byte, so its form never changes. */
+char *sl_graph_fingerprint(const sl_job *job) {
+  assert(physical_check(job));
+  size_t cap = 64 + (size_t)job->physical_count * (SL_MAX_NAME + 48);
+  char *text = malloc(cap);
+  if (!text)
+    return 0;
+  size_t used = (size_t)snprintf(text, cap, "max_parallelism=%" PRIu32,
+                                 job->config.max_parallelism);
+  for (int i = 0; i < job->physical_count; i++) {
+    const sl_op *op = job->physical[i];
+    assert(!sl_op_kind_is_virtual(op->kind));
+    used += (size_t)snprintf(text + used, cap - used, ";%d:%s:%s:%d", op->id,
+                             kind_name(op->kind), op->name, op->parallelism);
+  }
+  assert(used < cap);
+  return text;
 }
 
 void sl_job_free_compiled(sl_job *job) {

@@ -9,7 +9,7 @@
  *   snapshot     snapshot.c, in the synchronous part: the snapshot fails,
  *                so the checkpoint is aborted (a checkpoint failure, which
  *                fails the job beyond tolerable_failures).
- *   write        coordinator.c, in the writer before it writes anything:
+ *   write        checkpoint_writer.c, before it writes anything:
  *                the checkpoint's write fails (also a checkpoint failure).
  *   restore      runtime.c, before an instance's restore hook runs (only
  *                when it restores a checkpoint): the instance fails.

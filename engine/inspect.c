@@ -11,13 +11,13 @@
  *    latest (committed meanwhile) are left out, so the listing agrees
  *    with the blobs.
  * 3. The layouts decoded here are written elsewhere: the record by
- *    coordinator.c (write_once: u32 version, u32 final, i64 trigger time
+ *    checkpoint_writer.c (write_once: u32 version, u32 final, i64 trigger time
  *    in ms, u64 instance count, 24 bytes, little-endian; version 2 adds
  *    u64 bytes and u64 entries persisted, 40 bytes), the blob by
- *    coordinator.c (write_instance: a flag byte, bit 0 operator state
+ *    checkpoint_writer.c (write_instance: a flag byte, bit 0 operator state
  *    follows, bit 1 a 16-byte event-time trailer of i64 watermark and i64
- *    largest timestamp), the fingerprint by coordinator.c
- *    (graph_fingerprint: "max_parallelism=M" then ";ID:KIND:NAME:P" per
+ *    largest timestamp), the fingerprint by graph.c
+ *    (sl_graph_fingerprint: "max_parallelism=M" then ";ID:KIND:NAME:P" per
  *    physical operator).  Bytes that do not fit are reported as corrupt
  *    (records, blobs) or shown raw (a fingerprint whose names hold ';').
  */
@@ -33,13 +33,14 @@
 #include <time.h>
 
 #include "inspect.h"
+#include "inspect_internal.h"
 #include "store.h"
 
 #define RECORD_V1_BYTES 24u
 #define RECORD_V2_BYTES 40u
 #define BLOB_FLAG_STATE 1u
 #define BLOB_FLAG_EVENT_TIME 2u
-#define BLOB_FLAG_FINISHED 4u /* coordinator.c note 11; nothing follows */
+#define BLOB_FLAG_FINISHED 4u /* coordinator.c note 10; nothing follows */
 #define BLOB_EVENT_TIME_BYTES 16u
 
 struct sl_state_dir {
@@ -53,10 +54,8 @@ struct sl_state_dir {
   uint64_t *ids;
 };
 
-static int fail(char *err, size_t err_bytes, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t err_bytes, int rc, const char *fmt, ...) {
+/* See inspect_internal.h. */
+int sl_inspect_fail(char *err, size_t err_bytes, int rc, const char *fmt, ...) {
   if (err && err_bytes > 0) {
     va_list ap;
     va_start(ap, fmt);
@@ -208,11 +207,11 @@ static int add_blob(void *arg, uint16_t op, uint16_t instance,
   b->checkpoint_id = checkpoint_id;
   b->operator_index = operator_index(sd, op);
   if (decode_blob(data, bytes, b) != 0)
-    return fail(w->err, w->err_bytes, SL_ECORRUPT,
-                "%s: the blob of operator %u instance %u (%" PRIu32
-                " bytes, flags 0x%02x) is not one this sluice wrote",
-                sd->path, op, instance, bytes,
-                bytes ? ((const uint8_t *)data)[0] : 0u);
+    return sl_inspect_fail(w->err, w->err_bytes, SL_ECORRUPT,
+                           "%s: the blob of operator %u instance %u (%" PRIu32
+                           " bytes, flags 0x%02x) is not one this sluice wrote",
+                           sd->path, op, instance, bytes,
+                           bytes ? ((const uint8_t *)data)[0] : 0u);
   sd->info.blob_count++;
   return 0;
 }
@@ -226,12 +225,12 @@ static int read_contents(sl_state_dir *sd, char *err, size_t err_bytes) {
     err[0] = 0;
   int rc = sl_store_read_view(sd->store, &view, add_blob, &walk);
   if (rc != 0) /* add_blob's own message, else the store's */
-    return err && err_bytes && err[0]
-               ? rc
-               : sl_store_error(sd->store)[0] /* it names the directory */
-                   ? fail(err, err_bytes, rc, "%s", sl_store_error(sd->store))
-                   : fail(err, err_bytes, rc, "%s: %s", sd->path,
-                          sl_strerror(rc));
+    return err && err_bytes && err[0] ? rc
+           : sl_store_error(sd->store)[0] /* it names the directory */
+               ? sl_inspect_fail(err, err_bytes, rc, "%s",
+                                 sl_store_error(sd->store))
+               : sl_inspect_fail(err, err_bytes, rc, "%s: %s", sd->path,
+                                 sl_strerror(rc));
   sd->graph = view.graph;
   sd->info.graph = view.graph;
   sd->info.latest = view.latest;
@@ -247,8 +246,9 @@ static int read_contents(sl_state_dir *sd, char *err, size_t err_bytes) {
   if (rc == 0)
     rc = sl_store_list_checkpoints(sd->store, &sd->ids, &count);
   if (rc != 0)
-    return fail(err, err_bytes, rc, "%s: listing checkpoints: %s", sd->path,
-                rc == ENOMEM ? sl_strerror(rc) : sl_store_error(sd->store));
+    return sl_inspect_fail(
+        err, err_bytes, rc, "%s: listing checkpoints: %s", sd->path,
+        rc == ENOMEM ? sl_strerror(rc) : sl_store_error(sd->store));
   while (count > 0 && sd->ids[count - 1] > view.latest) /* note 2 */
     count--;
   sd->info.checkpoint_ids = sd->ids;
@@ -259,13 +259,13 @@ static int read_contents(sl_state_dir *sd, char *err, size_t err_bytes) {
 int sl_state_dir_open(const char *dir, unsigned flags, sl_state_dir **out,
                       char *err, size_t err_bytes) {
   if (!out || !dir || (flags & ~SL_STATE_DIR_NO_LOCK_FILE) != 0)
-    return fail(err, err_bytes, EINVAL,
-                "sl_state_dir_open: NULL argument or unknown flag");
+    return sl_inspect_fail(err, err_bytes, EINVAL,
+                           "sl_state_dir_open: NULL argument or unknown flag");
   *out = 0;
   sl_state_dir *sd = calloc(1, sizeof *sd);
   if (!sd || !(sd->path = strdup(dir))) {
     free(sd);
-    return fail(err, err_bytes, ENOMEM, "%s: out of memory", dir);
+    return sl_inspect_fail(err, err_bytes, ENOMEM, "%s: out of memory", dir);
   }
   sd->info.path = sd->path;
   sl_store_options options = {
@@ -302,18 +302,19 @@ int sl_state_dir_checkpoint(sl_state_dir *sd, uint64_t id,
   assert(sd != 0 && out != 0);
   memset(out, 0, sizeof *out);
   if (id == 0 || id > sd->info.latest)
-    return fail(err, err_bytes, SL_ENOTFOUND,
-                "%s: no checkpoint %" PRIu64 " (the newest is %" PRIu64 ")",
-                sd->path, id, sd->info.latest);
+    return sl_inspect_fail(err, err_bytes, SL_ENOTFOUND,
+                           "%s: no checkpoint %" PRIu64
+                           " (the newest is %" PRIu64 ")",
+                           sd->path, id, sd->info.latest);
   void *record = 0;
   uint32_t bytes = 0;
   int rc = sl_store_get_checkpoint(sd->store, id, &record, &bytes);
   if (rc == SL_ENOTFOUND)
-    return fail(err, err_bytes, rc, "%s: no checkpoint %" PRIu64, sd->path,
-                id);
+    return sl_inspect_fail(err, err_bytes, rc, "%s: no checkpoint %" PRIu64,
+                           sd->path, id);
   if (rc != 0)
-    return fail(err, err_bytes, rc, "checkpoint %" PRIu64 ": %s", id,
-                sl_store_error(sd->store));
+    return sl_inspect_fail(err, err_bytes, rc, "checkpoint %" PRIu64 ": %s", id,
+                           sl_store_error(sd->store));
   const uint8_t *r = record;
   out->id = id;
   out->record_bytes = bytes;
@@ -322,12 +323,12 @@ int sl_state_dir_checkpoint(sl_state_dir *sd, uint64_t id,
                (version == 2 && bytes == RECORD_V2_BYTES);
   if (!known || le32(r + 4) > 1) {
     free(record);
-    return fail(err, err_bytes, SL_ECORRUPT,
-                "%s: the record of checkpoint %" PRIu64 " is corrupt: %" PRIu32
-                " bytes with version %" PRIu32 " (a version 1 record has %u "
-                "bytes, a version 2 record %u)",
-                sd->path, id, bytes, version, RECORD_V1_BYTES,
-                RECORD_V2_BYTES);
+    return sl_inspect_fail(
+        err, err_bytes, SL_ECORRUPT,
+        "%s: the record of checkpoint %" PRIu64 " is corrupt: %" PRIu32
+        " bytes with version %" PRIu32 " (a version 1 record has %u "
+        "bytes, a version 2 record %u)",
+        sd->path, id, bytes, version, RECORD_V1_BYTES, RECORD_V2_BYTES);
   }
   out->record_version = version;
   out->final = (int)le32(r + 4);

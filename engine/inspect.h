@@ -14,7 +14,7 @@
  *   from their records alone.  Only the newest one can be restored.
  * - A checkpoint record holds its trigger time, whether it was the final
  *   one, its instance count and (from record version 2 on) the bytes and
- *   entries its transaction wrote (engine/coordinator.c, write_once); its
+ *   entries its transaction wrote (engine/checkpoint_writer.c, write_once); its
  *   duration is not stored.
  * - A handle sees the store as of sl_state_dir_open(); open again to see
  *   newer checkpoints.  One process may open a directory only once at a
@@ -46,7 +46,7 @@ typedef struct sl_inspect_operator {
 } sl_inspect_operator;
 
 /** The blob of one operator instance: its part of the checkpoint
- * checkpoint_id besides keyed state (coordinator.c, write_instance). */
+ * checkpoint_id besides keyed state (checkpoint_writer.c, write_instance). */
 typedef struct sl_inspect_blob {
   int operator_index; /* into sl_state_dir_info.operators; -1 unknown */
   int op_id;

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "inspect.h"
+#include "inspect_internal.h"
 
 /* Lines of savepoints.jsonl read at most: a savepoint is a manual act, so
  * even a busy index stays far below; a bigger file is not ours. */
@@ -24,19 +25,6 @@
 /* Subdirectories of a savepoint searched for its data.mdb. */
 #define SAVEPOINT_MAX_ENTRIES 64
 #define MANIFEST_FORMAT "sluice-savepoint"
-
-static int fail(char *err, size_t err_bytes, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t err_bytes, int rc, const char *fmt, ...) {
-  if (err && err_bytes > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 /* A whole number >= 0 field of o, or NULL and *why. */
 static bool get_u64(const json_t *o, const char *field, uint64_t *out,
@@ -61,8 +49,8 @@ static int parse_index_line(const char *path, size_t line_no, const char *line,
   json_error_t jerr;
   json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!o)
-    return fail(err, err_bytes, EINVAL, "%s:%zu: not JSON: %s", path, line_no,
-                jerr.text);
+    return sl_inspect_fail(err, err_bytes, EINVAL, "%s:%zu: not JSON: %s", path,
+                           line_no, jerr.text);
   const char *why = 0, *field = 0;
   uint64_t created = 0;
   if (!json_is_object(o))
@@ -88,8 +76,8 @@ static int parse_index_line(const char *path, size_t line_no, const char *line,
   e->created_ms = (int64_t)created;
   json_decref(o);
   if (why)
-    return fail(err, err_bytes, EINVAL, "%s:%zu: \"%s\" %s", path, line_no,
-                field, why);
+    return sl_inspect_fail(err, err_bytes, EINVAL, "%s:%zu: \"%s\" %s", path,
+                           line_no, field, why);
   return 0;
 }
 
@@ -117,7 +105,8 @@ static int read_index(FILE *f, const char *path, sl_savepoint_entry **entries,
     ssize_t got = getline(&line, &line_capacity, f);
     if (got < 0) {
       if (errno != 0)
-        rc = fail(err, err_bytes, errno, "%s: %s", path, strerror(errno));
+        rc = sl_inspect_fail(err, err_bytes, errno, "%s: %s", path,
+                             strerror(errno));
       break;
     }
     size_t len = (size_t)got;
@@ -134,7 +123,7 @@ static int read_index(FILE *f, const char *path, sl_savepoint_entry **entries,
     if (rc == 0)
       (*count)++;
     else if (rc == ENOMEM)
-      fail(err, err_bytes, rc, "%s: out of memory", path);
+      sl_inspect_fail(err, err_bytes, rc, "%s: out of memory", path);
   }
   free(line);
   return rc;
@@ -148,10 +137,12 @@ int sl_savepoints_read(const char *state_dir, sl_savepoint_entry **entries,
   char path[SL_SAVEPOINT_PATH_BYTES];
   if (snprintf(path, sizeof path, "%s/savepoints.jsonl", state_dir) >=
       (int)sizeof path)
-    return fail(err, err_bytes, ENAMETOOLONG, "%s: path too long", state_dir);
+    return sl_inspect_fail(err, err_bytes, ENAMETOOLONG, "%s: path too long",
+                           state_dir);
   FILE *f = fopen(path, "r");
   if (!f)
-    return fail(err, err_bytes, errno, "%s: %s", path, strerror(errno));
+    return sl_inspect_fail(err, err_bytes, errno, "%s: %s", path,
+                           strerror(errno));
   int rc = read_index(f, path, entries, count, err, err_bytes);
   fclose(f);
   if (rc != 0) {
@@ -293,22 +284,25 @@ int sl_savepoint_manifest_read(const char *dir, sl_savepoint_manifest *m,
   memset(m, 0, sizeof *m);
   char path[SL_SAVEPOINT_PATH_BYTES];
   if (snprintf(path, sizeof path, "%s/manifest.json", dir) >= (int)sizeof path)
-    return fail(err, err_bytes, ENAMETOOLONG, "%s: path too long", dir);
+    return sl_inspect_fail(err, err_bytes, ENAMETOOLONG, "%s: path too long",
+                           dir);
   FILE *f = fopen(path, "r");
   if (!f)
-    return fail(err, err_bytes, errno, "%s: %s", path, strerror(errno));
+    return sl_inspect_fail(err, err_bytes, errno, "%s: %s", path,
+                           strerror(errno));
   json_error_t jerr;
   json_t *o = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
   fclose(f);
   if (!o)
-    return fail(err, err_bytes, EINVAL, "%s: line %d: not JSON: %s", path,
-                jerr.line, jerr.text);
+    return sl_inspect_fail(err, err_bytes, EINVAL, "%s: line %d: not JSON: %s",
+                           path, jerr.line, jerr.text);
   const char *why = "";
   const char *bad = json_is_object(o) ? manifest_fields(o, m, &why)
                                       : "the file (not a JSON object)";
   json_decref(o);
   if (bad)
-    return fail(err, err_bytes, EINVAL, "%s: \"%s\" %s", path, bad, why);
+    return sl_inspect_fail(err, err_bytes, EINVAL, "%s: \"%s\" %s", path, bad,
+                           why);
   find_store(dir, m->store_dir, sizeof m->store_dir);
   return 0;
 }

@@ -204,11 +204,12 @@ struct sl_job {
                              default SL_ECALLBACK) */
   int result;             /* what sl_job_wait returns */
 
-  /* Checkpointing (coordinator.c); cp is NULL when it is off. */
+  /* Checkpointing (coordinator.c, checkpoint.h); cp is NULL when it is
+   * off. */
   struct sl_checkpointer *cp;
   _Atomic uint64_t cp_completed_id; /* newest complete checkpoint */
   _Atomic uint64_t cp_settled_id;   /* every id <= this one is complete or
-                                       aborted (coordinator.c note 6) */
+                                       aborted (coordinator.c note 7) */
   _Atomic int cp_final_done;        /* the final checkpoint is durable */
   bool waited;
   char error[SL_ERROR_BYTES];
@@ -303,11 +304,16 @@ uint64_t sl_times_wait_begin(sl_instance *inst, enum sl_wait_kind kind);
 void sl_times_wait_end(sl_instance *inst, enum sl_wait_kind kind,
                        uint64_t since_ns);
 
-/* coordinator.c, for metrics.c: the checkpoint counts, latest completed
+/* checkpoint_stats.c, for metrics.c: the checkpoint counts, latest completed
  * and failed, restored id, and with history the newest entries (history
  * and history_instances arrays allocated by the caller for
  * SL_CHECKPOINT_HISTORY entries), all under one lock. */
 void sl_checkpointer_metrics(const sl_job *job, sl_metrics *m, bool history);
+
+/* graph.c: the compiled job's wiring is whole (every ring one channel and
+ * one output, ports and partitions in range); for asserts, while no
+ * instance thread runs. */
+bool sl_graph_check(const sl_job *job);
 
 /* failover.c */
 int sl_failover_setup(sl_job *job);     /* sl_job_start, before threads */

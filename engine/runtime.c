@@ -26,7 +26,7 @@
  * 6. Keyed state of a job without checkpoints is reclaimed here, after a
  *    pass over the inputs, since no checkpoint ever releases its epochs
  *    (reclaim_unversioned).
- * 7. An instance finishes once (coordinator.c note 11).  Restored from a
+ * 7. An instance finishes once (coordinator.c note 10).  Restored from a
  *    checkpoint that says it had finished, it runs open and restore (a
  *    sink's restore commits what that checkpoint pre-committed), then
  *    neither reads records nor calls next(), finish or the end-of-input

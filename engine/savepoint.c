@@ -23,7 +23,7 @@
  *    manifest's "checkpoint_id": the manifest describes that store.
  * 4. Rescaling.  Keyed state is stored by (operator, key group) and an
  *    instance restores the key groups it owns under the new parallelism
- *    (coordinator.c restore_keyed): it needs no conversion.  Blobs are per
+ *    (restore.c restore_keyed): it needs no conversion.  Blobs are per
  *    instance.  An operator whose parallelism changed is refused if any
  *    old instance's blob holds operator state (SL_BLOB_STATE: a source
  *    position, a sink's pending transactions, anything saved with
@@ -36,7 +36,7 @@
  *    kept; the instances of a keyed operator normally share one anyway
  *    (every upstream instance's watermark reaches each of them).  If
  *    every old instance had finished (SL_BLOB_FINISHED, coordinator.c
- *    note 11) every new one has; if only some had, it is refused.
+ *    note 10) every new one has; if only some had, it is refused.
  * 5. The rewritten blobs and the job's own fingerprint are committed in
  *    one transaction of the copy before the copy becomes the state
  *    directory's store (sl_store_install), so a crash leaves either no
@@ -509,7 +509,7 @@ typedef struct rescale {
 /* Note 4 for one operator going from old to new instances: the lowest
  * watermark and largest timestamp of the old blobs into event_time[2],
  * and into *finished how many old instances had finished (coordinator.c
- * note 11), or a refusal if one holds operator state. */
+ * note 10), or a refusal if one holds operator state. */
 static int rescale_read(sl_store *store, const sl_op *op, int old,
                         int64_t event_time[2], int *finished, char *err,
                         size_t err_bytes) {
@@ -565,7 +565,7 @@ static int rescale_operator(sl_store *store, sl_store_txn *txn,
                         err_bytes);
   if (rc)
     return rc;
-  /* coordinator.c note 11: all finished stay finished; some cannot be
+  /* coordinator.c note 10: all finished stay finished; some cannot be
    * told apart once the key groups are dealt out again. */
   if (finished != 0 && finished != old)
     return say(err, err_bytes, SL_ESTORE, "operator '%s' has parallelism "
@@ -591,7 +591,7 @@ static int rescale_operator(sl_store *store, sl_store_txn *txn,
 }
 
 /* The manifest's parallelism of op against the copy (note 3): every
- * instance of a checkpoint has a blob (coordinator.c), so blobs 0 .. old-1
+ * instance of a checkpoint has a blob (checkpoint_writer.c), so blobs 0 .. old-1
  * are there and blob old is not.  A manifest whose text was damaged into
  * another valid number would otherwise rescale what was not rescaled. */
 static int instances_check(sl_store *store, const sl_op *op, int old,

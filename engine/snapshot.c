@@ -14,14 +14,14 @@
  *    until every channel that has not ended delivered n.  A channel that
  *    delivered END counts as aligned, for n and every later barrier: so
  *    an instance downstream of a finished one goes on checkpointing
- *    (coordinator.c note 3a).  Then: snapshot, barrier n on every
+ *    (coordinator.c note 4).  Then: snapshot, barrier n on every
  *    output, unblock all channels.  At-least-once mode counts barriers
  *    without blocking and snapshots when the last one arrives; a newer
  *    barrier makes it forget an older, incomplete one.
  * 4. The synchronous part of a snapshot: freeze the keyed-state map (O(1),
  *    cow_map.h note 3), call the operator's snapshot hook (operator state,
  *    a sink's pre-commit), and enqueue the ack.  The asynchronous part is
- *    the writer's (coordinator.c note 4).
+ *    the writer's (checkpoint_writer.c note 1).
  * 5. A barrier of a settled checkpoint (every id <= cp_settled_id is
  *    complete or aborted; one this instance has not snapshotted can only be
  *    aborted), or older than the newest snapshot taken, is dropped: neither
@@ -38,7 +38,7 @@
  *    follows it; its END does that job downstream), then waits until the
  *    final checkpoint is durable before its sinks commit and it closes.
  *    An instance restored as finished takes its final snapshot from what
- *    it restored, without calling a hook (coordinator.c note 11).
+ *    it restored, without calling a hook (coordinator.c note 10).
  * 8. The aligner state (aligning_id, barriers_seen, blocked channels) obeys
  *    aligner_check(), asserted at each transition.
  * 9. Each snapshot remembers (checkpoint id, epoch); releasing n releases
@@ -46,7 +46,7 @@
  *    oldest pair is dropped: releasing a later epoch covers it.
  * 10. Table rows follow the rule of keyed-state deltas (a table sink's
  *    rows are its output, committed by the checkpoint transaction itself,
- *    coordinator.c note 10).  The sink's snapshot hook hands the rows it
+ *    checkpoint_writer.c note 3).  The sink's snapshot hook hands the rows it
  *    received since its previous snapshot to sl_snapshot_add_rows, as one
  *    batch tagged with the checkpoint id (UINT64_MAX for the final
  *    snapshot) and the next seq of the instance.  The instance keeps
@@ -100,7 +100,7 @@ static __attribute__((unused)) bool aligner_check(const sl_instance *inst) {
   }
   if (seen != inst->cp.barriers_seen)
     return false;
-  /* coordinator.c note 11: a restored finished instance never aligns. */
+  /* coordinator.c note 10: a restored finished instance never aligns. */
   if (inst->cp.restored_finished && (inst->cp.aligning_id || blocked))
     return false;
   if (inst->cp.aligning_id == 0)
@@ -142,7 +142,7 @@ static int call_snapshot_hook(sl_instance *inst, uint64_t id) {
     hook = op->fn.source.snapshot;
   else if (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK)
     hook = op->fn.process.snapshot;
-  /* coordinator.c note 11: a finished instance's state is what it
+  /* coordinator.c note 10: a finished instance's state is what it
    * restored; its operator does not run again. */
   if (!hook || inst->cp.restored_finished)
     return 0;
@@ -380,7 +380,7 @@ int sl_snapshot_final(sl_instance *inst) {
   return rc;
 }
 
-/* coordinator.c note 11: the final snapshot of an instance restored as
+/* coordinator.c note 10: the final snapshot of an instance restored as
  * finished.  Its keyed state is the map it restored (no delta: the store
  * holds it already); its operator state is the blob it restored, copied
  * as it was (no hook runs); its event time is the restored one. */

@@ -7,7 +7,7 @@
  *     [user key]
  *
  * The record key comes first so the writer can find the key group of any
- * entry (coordinator.c), and big-endian so that LMDB's byte order sorts a
+ * entry (checkpoint_writer.c), and big-endian so that LMDB's byte order sorts a
  * key group's entries by record key (the writer sorts by it: sequential
  * B-tree writes); the kind byte keeps a value state and a map state with
  * the same id from ever colliding.  A list is stored as one value:

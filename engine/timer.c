@@ -53,14 +53,14 @@
  *    of no data whose timestamp is the timer's time, so sl_emit stamps the
  *    output with it.
  * 7. Each snapshot saves the instance's watermark and (for sources) the
- *    largest timestamp emitted, after its operator state (coordinator.c,
+ *    largest timestamp emitted, after its operator state (checkpoint_writer.c,
  *    write_instance).  A restored instance starts from them, with every
  *    input channel at the saved watermark, instead of from no watermark:
  *    so the records replayed after a restore are judged late or not
  *    exactly as they were before the failure, and a source's next
  *    watermark is computed from the same maximum.  Flink starts from
  *    nothing, and a replay can then keep a record its first run dropped.
- * 8. An instance restored as finished (coordinator.c note 11) already
+ * 8. An instance restored as finished (coordinator.c note 10) already
  *    fired everything at its end of input; the timers left in its state
  *    were registered while they fired (note 5: a periodic timer re-arming
  *    itself).  They are not loaded into the heaps, so they never fire,
@@ -395,34 +395,43 @@ SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
 
 /* ----------------------------------------------------------- firing */
 
+/* Fire timer t of domain if it is still set (one deleted, or a duplicate
+ * already fired, is not): delete it from the state, then call on_timer
+ * with t's key current and an empty record of t's time as the current
+ * record.  Leaves inst->current NULL and no key current; the caller
+ * restores what it saved.  Returns 0, the delete's error, or on_timer's
+ * failure (a positive return counts as 0). */
+static int fire_one(sl_instance *inst, int domain, timer_item t) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  uint8_t k[TIMER_KEY_BYTES];
+  timer_key(k, t.key, domain, t.time);
+  if (!sl_cow_map_get(cp->keyed, k, sizeof k, 0))
+    return 0;
+  int rc = sl_cow_map_delete(cp->keyed, k, sizeof k);
+  if (rc)
+    return rc;
+  sl_record rec = {.data = 0, .size_bytes = 0, .timestamp = t.time};
+  inst->current = &rec;
+  inst->current_channel = 0;
+  cp->current_key = t.key;
+  cp->key_valid = true;
+  rc = inst->op->fn.process.on_timer(inst, inst->state, domain, t.time);
+  cp->key_valid = false;
+  inst->current = 0; /* rec ends here */
+  return rc > 0 ? 0 : rc;
+}
+
 /* Fire every timer of domain due at `upto` (note 4, 6). */
 static int fire(sl_instance *inst, int domain, int64_t upto) {
   struct sl_timers *timers = inst->timers;
   if (!timers)
     return 0;
   timer_heap *h = &timers->heap[domain];
-  sl_instance_checkpoint *cp = &inst->cp;
   const sl_record *saved = inst->current;
   sl_channel *saved_channel = inst->current_channel;
   int rc = 0;
   while (rc == 0 && h->count > 0 && h->items[0].time <= upto) {
-    timer_item t = heap_pop(h);
-    uint8_t k[TIMER_KEY_BYTES];
-    timer_key(k, t.key, domain, t.time);
-    if (!sl_cow_map_get(cp->keyed, k, sizeof k, 0))
-      continue; /* deleted, or a duplicate already fired */
-    rc = sl_cow_map_delete(cp->keyed, k, sizeof k);
-    if (rc)
-      break;
-    sl_record rec = {.data = 0, .size_bytes = 0, .timestamp = t.time};
-    inst->current = &rec;
-    inst->current_channel = 0;
-    cp->current_key = t.key;
-    cp->key_valid = true;
-    rc = inst->op->fn.process.on_timer(inst, inst->state, domain, t.time);
-    cp->key_valid = false;
-    if (rc > 0)
-      rc = 0;
+    rc = fire_one(inst, domain, heap_pop(h));
     if (rc == 0 && atomic_load_explicit(&inst->job->stopping,
                                         memory_order_relaxed))
       rc = SL_ESTOPPED;
@@ -470,31 +479,12 @@ static int fire_pending_processing(sl_instance *inst) {
   timer_heap due = *h;
   *h = (timer_heap){0};
   qsort(due.items, due.count, sizeof *due.items, item_cmp);
-  sl_instance_checkpoint *cp = &inst->cp;
   int rc = 0;
   for (uint32_t i = 0; i < due.count && rc == 0; i++) {
-    timer_item t = due.items[i];
-    uint8_t k[TIMER_KEY_BYTES];
-    timer_key(k, t.key, SL_PROCESSING_TIME, t.time);
-    if (!sl_cow_map_get(cp->keyed, k, sizeof k, 0))
-      continue;
-    rc = sl_cow_map_delete(cp->keyed, k, sizeof k);
-    if (rc)
-      break;
-    sl_record rec = {.data = 0, .size_bytes = 0, .timestamp = t.time};
-    inst->current = &rec;
-    inst->current_channel = 0;
-    cp->current_key = t.key;
-    cp->key_valid = true;
-    rc = inst->op->fn.process.on_timer(inst, inst->state, SL_PROCESSING_TIME,
-                                      t.time);
-    cp->key_valid = false;
-    inst->current = 0;
-    if (rc > 0)
-      rc = 0;
+    rc = fire_one(inst, SL_PROCESSING_TIME, due.items[i]);
     if (rc < 0 && !inst->cause[0])
       sl_ctx_fail(inst, "on_timer (processing time %" PRId64 ") returned %d",
-                  t.time, rc);
+                  due.items[i].time, rc);
   }
   free(due.items);
   return rc;

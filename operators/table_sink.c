@@ -7,7 +7,7 @@
  *    pre-commit on the barrier and commit on "n complete", which needs
  *    recovery of pending output (file_sink.c).  A table lives in the job's
  *    own store, so its rows simply go into the write transaction of
- *    checkpoint n (coordinator.c note 10): the commit that makes n
+ *    checkpoint n (checkpoint_writer.c note 3): the commit that makes n
  *    complete is the commit of the rows, and a crash leaves both or
  *    neither.  Nothing is pending after a restore.
  * 2. Buffering.  An instance collects the rows of the records it

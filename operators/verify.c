@@ -24,7 +24,7 @@
  *    nonzero count, which is what the tests assert.
  * 3. At the end of input each instance publishes its counts; lost records
  *    are those expected but neither in order nor out of order.  An
- *    instance restored as finished (engine/coordinator.c note 11) does
+ *    instance restored as finished (engine/coordinator.c note 10) does
  *    not reach its end of input again: it publishes the counts it
  *    restored, which are those of its end of input.
  */

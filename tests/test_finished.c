@@ -1,4 +1,4 @@
-/* test_finished.c — finished instances (engine/coordinator.c note 11).
+/* test_finished.c — finished instances (engine/coordinator.c note 10).
  *
  * An operator that emits a total in finish(), and processing-time timers
  * that on_timer re-arms while the end of input fires them, commit their

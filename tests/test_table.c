@@ -375,7 +375,7 @@ Test(table, uninterrupted_run_holds_every_running_sum) {
 
 /* The source position saved by the newest complete checkpoint of the
  * store in dir (the paced source is operator 0, one instance; its blob
- * is a flag byte, then the u64 position, coordinator.c write_instance),
+ * is a flag byte, then the u64 position, checkpoint_writer.c write_instance),
  * and that checkpoint's id. */
 static uint64_t saved_position(const char *dir, uint64_t *checkpoint) {
   sl_store_options o = {.read_only = 1};

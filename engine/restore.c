@@ -1,0 +1,324 @@
+/* restore.c — the one job: before a job's threads start, open its store
+ * and choose what it resumes from; then, on each instance's thread,
+ * restore that instance's state.
+ *
+ * NOTES ON THE DESIGN OF RESTORING
+ *
+ * 1. sl_checkpointer_setup runs in sl_job_start after compiling, and in a
+ *    restart after sl_checkpointer_reset, while no instance, coordinator
+ *    or writer thread runs: it creates the keyed-state maps, opens the
+ *    store (refusing a foreign one, or one that holds checkpoints when the
+ *    store policy made no choice) and fixes restored_from, the newest
+ *    complete checkpoint.  A job started from a savepoint installs it as
+ *    its store first (open_store, savepoint.c).  A restart keeps the open
+ *    store, which is its own, and restores its newest complete checkpoint
+ *    whatever the store policy says.
+ * 2. Each instance restores its own keyed state and blob on its own
+ *    thread, after open and before its restore hook
+ *    (sl_checkpointer_restore_instance), so instances restore in parallel.
+ *    Every instance restores the same checkpoint, the newest complete one
+ *    (DESIGN.md invariant 6).  The store delivers keyed state in (key
+ *    group, key) order, and the map loads it in bulk.  A failure fails
+ *    the job naming the state, the operator, the instance, the checkpoint
+ *    and the directory; a damaged blob or duplicate key is SL_ECORRUPT.
+ * 3. An instance is restored finished (coordinator.c note 10) if its blob
+ *    carries SL_BLOB_FINISHED, or if the checkpoint's record says "final"
+ *    (stores written before that flag existed; read_restored_final).
+ *
+ * Entries: sl_checkpointer_setup (before threads), then per instance
+ * sl_checkpointer_restore_instance or, if its open failed,
+ * sl_checkpointer_restore_skip.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint_internal.h"
+#include "fault.h"
+#include "log.h"
+
+static int restore_entry(void *arg, uint16_t key_group, const void *key,
+                         uint32_t key_bytes, const void *value,
+                         uint32_t value_bytes) {
+  return sl_cow_map_load_add(arg, key_group, key, key_bytes, value,
+                             value_bytes);
+}
+
+/* The message of a failed restore: which state, which instance, why (with
+ * the store's own message when the store failed). */
+static int restore_failed(sl_job *job, const sl_instance *inst,
+                          const char *what, int rc) {
+  const char *detail = rc == ENOMEM ? "" : sl_store_error(job->cp->store);
+  sl_job_fail(job, rc, "restoring %s of operator '%s' instance %d from "
+              "checkpoint %" PRIu64 " in %s failed: %s%s%s",
+              what, inst->op->name, inst->index, inst->cp.restored_from,
+              job->config.checkpoint.state_dir, sl_strerror(rc),
+              detail[0] ? ": " : "", detail);
+  return rc;
+}
+
+static int restore_keyed(sl_job *job, sl_instance *inst) {
+  sl_checkpointer *cp = job->cp;
+  uint16_t op = (uint16_t)inst->op->id;
+  /* Size the map once, from LMDB's counts (no read): loading into a
+   * growing table costs more.  The bound covers every operator and key
+   * group; this instance gets its share of key groups, with a margin for
+   * uneven groups.  A guess too small only means some rehashing. */
+  uint64_t entries = 0;
+  int rc = sl_store_entry_bound(cp->store, &entries);
+  if (rc == 0) {
+    uint64_t groups = (uint64_t)(inst->cp.group_last - inst->cp.group_first) + 1;
+    uint64_t share = entries * groups / job->config.max_parallelism;
+    rc = sl_cow_map_reserve(inst->cp.keyed, share + share / 4);
+  }
+  bool read = rc == 0;
+  if (read)
+    rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
+                             inst->cp.group_last, restore_entry,
+                             inst->cp.keyed);
+  if (read) { /* always ends the bulk load, also after an error */
+    int finished = sl_cow_map_load_finish(inst->cp.keyed);
+    /* The store's keys are unique: a duplicate means a damaged store. */
+    if (rc == 0 && finished)
+      rc = finished == EINVAL ? SL_ECORRUPT : finished;
+  }
+  return rc ? restore_failed(job, inst, "keyed state", rc) : 0;
+}
+
+/* The instance's blob: a flag byte (operator state saved or not), then the
+ * state (write_instance). */
+static int restore_blob(sl_job *job, sl_instance *inst) {
+  void *blob = 0;
+  uint32_t bytes = 0;
+  int rc = sl_store_get_blob(job->cp->store, (uint16_t)inst->op->id,
+                             (uint16_t)inst->index, &blob, &bytes);
+  if (rc == SL_ENOTFOUND)
+    return 0;
+  uint8_t flags = rc == 0 && bytes >= 1 ? ((uint8_t *)blob)[0] : 0;
+  if (rc == 0 &&
+      (bytes < 1 || (flags & ~SL_BLOB_FLAGS) != 0 ||
+       ((flags & SL_BLOB_EVENT_TIME) && bytes < 1 + SL_BLOB_EVENT_TIME_BYTES)))
+    rc = SL_ECORRUPT;
+  if (rc) {
+    free(blob);
+    return restore_failed(job, inst, "operator state", rc);
+  }
+  if (flags & SL_BLOB_FINISHED) /* coordinator.c note 10 */
+    inst->cp.restored_finished = true;
+  if (flags & SL_BLOB_EVENT_TIME) { /* the trailer (write_instance) */
+    bytes -= 16;
+    memcpy(inst->cp.event_time_restored, (uint8_t *)blob + bytes, 16);
+    inst->cp.has_event_time_restored = true;
+  }
+  if ((flags & 1) == 0) {
+    free(blob);
+    return 0;
+  }
+  memmove(blob, (uint8_t *)blob + 1, bytes - 1); /* drop the flag byte */
+  inst->cp.blob_restored = blob;
+  inst->cp.blob_restored_bytes = bytes - 1;
+  inst->cp.has_blob_restored = true;
+  return 0;
+}
+
+static int restore_instance(sl_job *job, sl_instance *inst) {
+  /* Note 3: every instance of a final checkpoint had finished, also in a
+   * store older than SL_BLOB_FINISHED. */
+  inst->cp.restored_finished = job->cp->restored_final;
+  int rc = inst->cp.keyed ? restore_keyed(job, inst) : 0;
+  return rc ? rc : restore_blob(job, inst);
+}
+
+/* Note 3: whether checkpoint id (being restored) is a final one, from
+ * its record (cp_record, written by write_once: u32 version, u32 final,
+ * ...). */
+static int read_restored_final(sl_job *job, uint64_t id) {
+  sl_checkpointer *cp = job->cp;
+  void *record = 0;
+  uint32_t bytes = 0;
+  int rc = sl_store_get_checkpoint(cp->store, id, &record, &bytes);
+  cp->restored_final = false;
+  if (rc == 0) {
+    uint32_t head[2] = {0, 0};
+    if (bytes >= sizeof head)
+      memcpy(head, record, sizeof head);
+    bool known = (head[0] == 1 && bytes == 24) ||
+                 (head[0] == 2 && bytes == sizeof(cp_record));
+    if (!known || head[1] > 1)
+      rc = SL_ECORRUPT;
+    cp->restored_final = rc == 0 && head[1] == 1;
+  }
+  free(record);
+  if (rc)
+    sl_job_set_error(job, "%s: the record of checkpoint %" PRIu64
+                     " cannot be read: %s%s%s",
+                     job->config.checkpoint.state_dir, id, sl_strerror(rc),
+                     rc == SL_ECORRUPT ? "" : ": ",
+                     rc == SL_ECORRUPT ? "" : sl_store_error(cp->store));
+  return rc;
+}
+
+/* Key groups owned by instance k of p: a contiguous range. */
+static void group_range(uint32_t groups, int parallelism, int k,
+                        uint16_t *first, uint16_t *last) {
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (uint32_t g = 0; g < groups; g++)
+    if (sl_group_instance(g, groups, parallelism) == k) {
+      if (g < lo)
+        lo = g;
+      hi = g;
+    }
+  assert(lo <= hi);
+  *first = (uint16_t)lo;
+  *last = (uint16_t)hi;
+}
+
+static int open_store(sl_job *job) {
+  sl_checkpointer *cp = job->cp;
+  const struct sl_checkpoint_config *c = &job->config.checkpoint;
+  char *fingerprint = sl_graph_fingerprint(job);
+  if (!fingerprint)
+    return ENOMEM;
+  /* A savepoint becomes the store first (savepoint.c); its checkpoint is
+   * then resumed whatever store_policy says (SL_STORE_FRESH chose to
+   * replace what the directory held with it). */
+  bool installed = c->from_savepoint != 0;
+  int rc = installed ? sl_savepoint_install(job, fingerprint) : 0;
+  if (rc) {
+    free(fingerprint);
+    return rc; /* the message is set */
+  }
+  sl_store_options options = {.graph_fingerprint = fingerprint,
+                              .no_sync = c->no_sync,
+                              .initial_map_bytes = c->initial_map_bytes};
+  char err[SL_ERROR_BYTES];
+  err[0] = 0;
+  rc = sl_store_open(c->state_dir, &options, &cp->store, err, sizeof err);
+  free(fingerprint);
+  if (rc) {
+    sl_job_set_error(job, "state directory: %s", err[0] ? err : sl_strerror(rc));
+    return rc;
+  }
+  sl_store_set_cancel(cp->store, &cp->compaction_cancel);
+  if (job->faults)
+    sl_store_set_fault(cp->store, sl_inject_store_call, job);
+  uint64_t latest = sl_store_latest(cp->store);
+  if (latest == 0)
+    return 0;
+  if (c->store_policy == SL_STORE_FRESH && !installed) {
+    rc = sl_store_wipe(cp->store);
+    if (rc)
+      sl_job_set_error(job, "%s: cannot start fresh: %s", c->state_dir,
+                       sl_strerror(rc));
+    return rc;
+  }
+  if (c->store_policy != SL_STORE_RESUME && !installed) {
+    sl_job_set_error(job,
+                     "%s holds checkpoints (the newest complete one is %" PRIu64
+                     "); ask to resume from it or to start fresh (which "
+                     "deletes them)",
+                     c->state_dir, latest);
+    return SL_EHASSTATE;
+  }
+  sl_log(SL_LOG_INFO, "sluice: resuming from checkpoint %" PRIu64 " in %s",
+         latest, c->state_dir);
+  cp->restored_from = latest;
+  cp->last_id = latest;
+  atomic_store(&job->cp_completed_id, latest);
+  atomic_store(&job->cp_settled_id, latest);
+  return 0;
+}
+
+/* Keyed-state maps for instances whose every input is key-partitioned. */
+static int setup_instances(sl_job *job) {
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    bool keyed = inst->channel_count > 0 &&
+                 (inst->op->kind == SL_OP_PROCESS || inst->op->kind == SL_OP_SINK);
+    for (int c = 0; c < inst->channel_count; c++)
+      keyed = keyed && inst->channels[c].key;
+    inst->cp.keyed_input = keyed;
+    if (!keyed)
+      continue;
+    int rc = sl_cow_map_create(&inst->cp.keyed);
+    if (rc)
+      return rc;
+    group_range(job->config.max_parallelism, inst->op->parallelism,
+                inst->index, &inst->cp.group_first, &inst->cp.group_last);
+  }
+  return 0;
+}
+
+/* A restart (failover.c): the store stays open and is our own, so the
+ * newest complete checkpoint in it is restored whatever store_policy says.
+ * Ids go on from the highest ever triggered: every id at or below it is now
+ * complete or aborted. */
+static int reopen_for_restart(sl_job *job) {
+  sl_checkpointer *cp = job->cp;
+  uint64_t latest = sl_store_latest(cp->store);
+  cp->restored_from = latest;
+  if (latest > cp->last_id)
+    cp->last_id = latest;
+  atomic_store(&job->cp_completed_id, latest);
+  atomic_store(&job->cp_settled_id, cp->last_id);
+  atomic_store(&job->cp_final_done, 0);
+  return 0;
+}
+
+/* Called by sl_job_start after compiling, before any thread starts, and by
+ * a restart after sl_checkpointer_reset(): keyed state maps for every
+ * keyed instance, and with checkpointing on, the store opened (refused if
+ * foreign or holding checkpoints without a choice) and the newest complete
+ * checkpoint restored. */
+int sl_checkpointer_setup(sl_job *job) {
+  int rc = setup_instances(job);
+  if (rc || !job->config.checkpoint.state_dir)
+    return rc;
+  if (job->cp) {
+    assert(job->restarting);
+    rc = reopen_for_restart(job);
+  } else {
+    rc = sl_checkpointer_alloc(job);
+    if (rc == 0)
+      rc = open_store(job);
+  }
+  /* Each instance restores its own state on its thread, in parallel
+   * (sl_checkpointer_restore_instance). */
+  uint64_t from = rc == 0 ? atomic_load(&job->cp->restored_from) : 0;
+  if (rc == 0)
+    job->cp->restored_final = false;
+  if (from)
+    rc = read_restored_final(job, from);
+  for (int i = 0; i < job->instance_count && rc == 0; i++)
+    job->instances[i]->cp.restored_from = from;
+  atomic_store(&job->restores_pending, from ? job->instance_count : 0);
+  return rc;
+}
+
+/* On the instance's thread, after open and before its restore hook: its
+ * keyed state and operator state from the checkpoint being restored.  A
+ * failure fails the job with the store's status and message. */
+int sl_checkpointer_restore_instance(sl_instance *inst) {
+  sl_job *job = inst->job;
+  if (!inst->cp.restored_from || !job->cp)
+    return 0;
+  /* DESIGN.md invariant 6: every instance restores the same checkpoint,
+   * the newest complete one. */
+  assert(inst->cp.restored_from == atomic_load(&job->cp->restored_from));
+  assert(inst->cp.restored_from == sl_store_latest(job->cp->store));
+  int rc = restore_instance(job, inst);
+  sl_checkpointer_restore_skip(inst);
+  return rc;
+}
+
+/* The instance is done with restoring (or will not restore: its open
+ * failed), so the count of instances still restoring goes down. */
+void sl_checkpointer_restore_skip(sl_instance *inst) {
+  sl_job *job = inst->job;
+  if (!inst->cp.restored_from || !job->cp)
+    return;
+  if (atomic_fetch_sub(&job->restores_pending, 1) == 1)
+    atomic_store(&job->restored_ns, sl_now_ns());
+}
