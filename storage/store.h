@@ -453,6 +453,11 @@ int sl_store_read_latest(sl_store *store, uint64_t *id, char *err,
 int sl_store_copy(sl_store *store, const char *dir, uint64_t *id,
                   uint64_t *bytes, char *err, size_t err_bytes);
 
+/** fsync the directory path, so the entries made, renamed or removed in
+ * it survive a power cut (a state directory, a savepoint's directory).
+ * Returns 0 or an errno value; nothing else changes. */
+int sl_store_sync_dir(const char *path);
+
 /** What sl_store_inspect read from a store directory. */
 typedef struct sl_store_info {
   uint32_t format; /* meta "format" */
