@@ -18,9 +18,10 @@
  *    directory with plain file calls (a foreign directory sees no write
  *    at all); read data.mdb's first meta page for LMDB's magic; claim the
  *    directory in the in-process registry; take the flocks (a writer: of
- *    "lock", then of the directory, take_lock; a reader: the directory's
- *    shared one, or none beside a live writer, reader_lock); walk
- *    data.mdb unless a live writer holds it (check_data_file); open the
+ *    "lock", then of the directory, store_take_lock; a reader: the
+ *    directory's shared one, or none beside a live writer, reader_lock);
+ *    walk data.mdb unless a live writer holds it (store_check_data_file);
+ *    open the
  *    environment; check meta, or initialise it if the environment is
  *    empty.  The environment is opened once, after the lock and the
  *    walk: a second writer and a damaged file never reach LMDB.
@@ -183,28 +184,7 @@ store_dir_fail(const char *dir, char *err, size_t err_bytes, int rc,
   return rc;
 }
 
-/* A handle that sl_store_close frees, for dir, with nothing open yet. */
-sl_store *store_handle_new(const char *dir, bool read_only) {
-  sl_store *s = calloc(1, sizeof *s);
-  char *dir_copy = strdup(dir);
-  if (!s || !dir_copy) {
-    free(s);
-    free(dir_copy);
-    return 0;
-  }
-  s->dir = dir_copy;
-  s->lock_fd = -1;
-  s->dir_fd = -1;
-  s->read_only = read_only;
-  s->txn.store = s;
-  s->txn.state = TXN_IDLE;
-  atomic_init(&s->tables_open, false);
-  pthread_rwlock_init(&s->map_lock, 0);
-  pthread_mutex_init(&s->tables_lock, 0);
-  return s;
-}
-
-/* ------------------------------------------------------------ values */
+/* ------------------------------------------------------------ values, meta */
 
 /* state2 is the other buffer of one logical database, the base, and
  * shares the seed of state (store_view.c note 2). */
@@ -230,7 +210,8 @@ int store_value_open(sl_store *s, int db, const MDB_val *key,
   payload->mv_data = value->mv_data;
   payload->mv_size = value->mv_size - SL_STORE_CHECKSUM_BYTES;
   const uint8_t *stored = (const uint8_t *)value->mv_data + payload->mv_size;
-  if (get_le64(stored) != store_checksum(db, key, payload->mv_data, payload->mv_size))
+  if (get_le64(stored) !=
+      store_checksum(db, key, payload->mv_data, payload->mv_size))
     return store_corrupt(s, db, key, "value fails its checksum");
   return 0;
 }
@@ -369,7 +350,7 @@ static void registry_remove(sl_store *s) {
   s->registered = false;
 }
 
-/* ------------------------------------------------------------ opening */
+/* ------------------------------------------------------------ open, close */
 
 /* dir/name into out. */
 int store_dir_path(sl_store *s, const char *name, char *out,
@@ -432,7 +413,7 @@ static int inspect_entries(sl_store *s, bool *has_data) {
   return 0;
 }
 
-/* Note 5, first step: the path must be a directory (a writer creates a
+/* Note 3, first step: the path must be a directory (a writer creates a
  * missing one, *created) and must not hold someone else's files. */
 int store_inspect_dir(sl_store *s, bool *has_data, bool *created) {
   struct stat st;
@@ -759,7 +740,8 @@ static int meta_open_databases(sl_store *s, MDB_txn *txn) {
 }
 
 /* A writer of a store made before tables existed adds the (empty)
- * database, so that no later transaction needs to create it (store_table.c note 1). */
+ * database, so that no later transaction needs to create it (store_table.c note
+ * 1). */
 static int tables_create(sl_store *s) {
   assert(!s->read_only);
   MDB_txn *txn;
@@ -912,7 +894,7 @@ static int meta_init(sl_store *s, const char *fingerprint) {
   return store_fsync_dir(s, s->dir);
 }
 
-/* Note 5 after the lock: the environment and its meta. */
+/* Note 3 after the lock: the environment and its meta. */
 static int open_store(sl_store *s, const sl_store_options *options,
                       bool existing) {
   bool fresh = false;
@@ -946,7 +928,7 @@ static int open_store(sl_store *s, const sl_store_options *options,
   return rc;
 }
 
-/* Note 5, every step. */
+/* Note 3, every step. */
 static int open_steps(sl_store *s, const sl_store_options *options) {
   bool has_data = false, data_empty = false, dir_created = false;
   int rc = store_inspect_dir(s, &has_data, &dir_created);
@@ -962,12 +944,13 @@ static int open_steps(sl_store *s, const sl_store_options *options) {
     rc = store_take_lock(s, &lock_created, &locked);
   if (rc == 0 && s->read_only)
     rc = reader_lock(s, &writer_live);
-  /* Note 5: a reader that keeps writers out needs no lock.mdb, and makes
+  /* Note 3: a reader that keeps writers out needs no lock.mdb, and makes
    * or writes none. */
   if (rc == 0 && s->read_only && !writer_live)
     s->no_lock_file = true;
-  /* Note 8: a store a live writer holds was walked when it opened, and
-   * its pages change under a walk; every other one is walked now. */
+  /* Store.h note 8: a store a live writer holds was walked when it
+   * opened, and its pages change under a walk; every other one is walked
+   * now. */
   if (rc == 0 && has_data && !data_empty && !writer_live)
     rc = store_check_data_file(s);
   if (rc == 0)
@@ -989,6 +972,27 @@ static int open_steps(sl_store *s, const sl_store_options *options) {
   return rc;
 }
 
+/* A handle that sl_store_close frees, for dir, with nothing open yet. */
+sl_store *store_handle_new(const char *dir, bool read_only) {
+  sl_store *s = calloc(1, sizeof *s);
+  char *dir_copy = strdup(dir);
+  if (!s || !dir_copy) {
+    free(s);
+    free(dir_copy);
+    return 0;
+  }
+  s->dir = dir_copy;
+  s->lock_fd = -1;
+  s->dir_fd = -1;
+  s->read_only = read_only;
+  s->txn.store = s;
+  s->txn.state = TXN_IDLE;
+  atomic_init(&s->tables_open, false);
+  pthread_rwlock_init(&s->map_lock, 0);
+  pthread_mutex_init(&s->tables_lock, 0);
+  return s;
+}
+
 int sl_store_open(const char *dir, const sl_store_options *options,
                   sl_store **store, char *err, size_t err_bytes) {
   if (store)
@@ -1003,26 +1007,14 @@ int sl_store_open(const char *dir, const sl_store_options *options,
                                                            : "the fingerprint");
     return EINVAL;
   }
-  sl_store *s = calloc(1, sizeof *s);
-  char *dir_copy = strdup(dir);
-  if (!s || !dir_copy) {
-    free(s);
-    free(dir_copy);
+  sl_store *s = store_handle_new(dir, options->read_only != 0);
+  if (!s) {
     if (err && err_bytes > 0)
       snprintf(err, err_bytes, "%s: out of memory", dir);
     return ENOMEM;
   }
-  s->dir = dir_copy;
-  s->lock_fd = -1;
-  s->dir_fd = -1;
-  s->read_only = options->read_only != 0;
   s->no_lock_file = s->read_only && options->no_lock_file != 0;
   s->no_sync = options->no_sync != 0;
-  s->txn.store = s;
-  s->txn.state = TXN_IDLE;
-  atomic_init(&s->tables_open, false);
-  pthread_rwlock_init(&s->map_lock, 0);
-  pthread_mutex_init(&s->tables_lock, 0);
   int rc = open_steps(s, options);
   if (rc != 0) {
     if (err && err_bytes > 0)

@@ -122,26 +122,27 @@ struct sl_store_txn {
   int failure; /* TXN_FAILED: what the failing call returned */
   uint64_t seq; /* of this transaction: its log keys start with it */
   uint8_t key[KEY_BUFFER_BYTES];
-  /* The greatest state key logged by this transaction (store_txn.c note 3); 0 bytes:
-   * none yet. */
+  /* The greatest state key logged by this transaction (store_txn.c note 3); 0
+   * bytes: none yet. */
   uint8_t last_key[KEY_BUFFER_BYTES];
   size_t last_key_bytes;
-  uint32_t *blob_keys; /* op << 16 | instance of each blob put (store_txn.c note 1) */
+  /* op << 16 | instance of each blob put (store_txn.c note 1) */
+  uint32_t *blob_keys;
   size_t blob_count;
   size_t blob_capacity;
   uint8_t *copy; /* a blob's bytes while the commit rewrites it */
   size_t copy_capacity_bytes;
   txn_table tables[SL_STORE_TXN_TABLES]; /* store_table.c note 1 */
   int table_count;
-  /* Note 10: the rows' cursor, opened by the first row put or delete,
-   * freed by LMDB when the transaction ends.  Sorted rows then mostly
-   * land on the page the cursor is on, skipping the descent. */
+  /* The rows' cursor (store_table.c note 1), opened by the first row put
+   * or delete, freed by LMDB when the transaction ends.  Sorted rows then
+   * mostly land on the page the cursor is on, skipping the descent. */
   MDB_cursor *rows;
 };
 
-/* The buffers of a merged view (store_view.c note 1): the log entries of its range and
- * their runs.  A compaction uses the store's, kept for the next one (a
- * fresh page costs a fault); a read of state has its own, so instances
+/* The buffers of a merged view (store_view.c note 1): the log entries of its
+ * range and their runs.  A compaction uses the store's, kept for the next one
+ * (a fresh page costs a fault); a read of state has its own, so instances
  * restore in parallel, each on its thread. */
 typedef struct merge_buffers {
   struct log_entry *entries;
@@ -172,19 +173,19 @@ struct sl_store {
   ino_t dir_inode;
   sl_store *registry_next;
   sl_store_txn txn;
-  /* The merged view's buffers of compactions (store_view.c note 1), kept for the next
-   * one: a fresh page costs a fault, and the writer compacts again and
+  /* The merged view's buffers of compactions (store_view.c note 1), kept for
+   * the next one: a fresh page costs a fault, and the writer compacts again and
    * again.  Malloc'd when first used. */
   struct merge_buffers *merge;
   const _Atomic int *cancel; /* sl_store_set_cancel: stops a compaction */
   sl_store_fault_fn fault;   /* sl_store_set_fault: the fault layer */
   bool compacting;           /* compactions are not faulted */
   void *fault_arg;
-  /* Tables (store_table.c note 1).  tables_open: dbi[DB_TABLES] is a handle (always
-   * for a writer; a read-only open of an older store may lack it until a
-   * writer adds it).  map_lock: read side held by every table read,
-   * write side by sl_store_grow.  tables_lock: serialises the late
-   * mdb_dbi_open of "tables" by read-only handles. */
+  /* Tables (store_table.c note 1).  tables_open: dbi[DB_TABLES] is a handle
+   * (always for a writer; a read-only open of an older store may lack it until
+   * a writer adds it).  map_lock: read side held by every table read, write
+   * side by sl_store_grow.  tables_lock: serialises the late mdb_dbi_open of
+   * "tables" by read-only handles. */
   _Atomic bool tables_open;
   pthread_rwlock_t map_lock;
   pthread_mutex_t tables_lock;
@@ -249,8 +250,9 @@ static inline uint64_t load_be64(const uint8_t *p) {
 }
 
 /* LMDB's default key order: memcmp, then the shorter key first.  Inline
- * and 8 bytes a step, as the merged view compares every key (store_view.c note 1): the
- * last step reads the final 8 bytes, overlapping bytes already equal. */
+ * and 8 bytes a step, as the merged view compares every key (store_view.c note
+ * 1): the last step reads the final 8 bytes, overlapping bytes already equal.
+ */
 static inline int key_compare(const uint8_t *a, size_t a_bytes,
                               const uint8_t *b, size_t b_bytes) {
   size_t common = a_bytes < b_bytes ? a_bytes : b_bytes;

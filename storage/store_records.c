@@ -66,12 +66,13 @@ int sl_store_get_blob(sl_store *s, uint16_t op, uint16_t instance,
                      &copy_bytes);
   if (rc != 0)
     return rc;
-  /* Note 3: committed blobs carry their checkpoint's id; a writer knows
-   * the latest exactly, a reader only as of its open. */
+  /* Committed blobs carry their checkpoint's id (store_txn.c note 1); a
+   * writer knows the latest exactly, a reader only as of its open. */
   uint64_t id = get_le64(head);
   if (id == 0 || (!s->read_only && id > s->latest)) {
     free(copy);
-    return store_corrupt(s, DB_BLOBS, &key, "blob tagged with no valid checkpoint");
+    return store_corrupt(s, DB_BLOBS, &key,
+                         "blob tagged with no valid checkpoint");
   }
   *data = copy;
   *bytes = copy_bytes;
@@ -147,7 +148,8 @@ int sl_store_list_checkpoints(sl_store *s, uint64_t **ids, size_t *count) {
 
 /* ------------------------------------------------------------ inspection */
 
-/* Every blob in key order, checked, with its checkpoint id (store_txn.c note 1). */
+/* Every blob in key order, checked, with its checkpoint id (store_txn.c note
+ * 1). */
 static int view_blobs(sl_store *s, MDB_txn *txn, uint64_t latest,
                       sl_store_blob_fn fn, void *arg) {
   MDB_cursor *cursor;
@@ -170,11 +172,13 @@ static int view_blobs(sl_store *s, MDB_txn *txn, uint64_t latest,
     }
     uint64_t id = get_le64(payload.mv_data);
     if (id == 0 || id > latest) {
-      rc = store_corrupt(s, DB_BLOBS, &key, "blob tagged with no valid checkpoint");
+      rc = store_corrupt(s, DB_BLOBS, &key,
+                         "blob tagged with no valid checkpoint");
       break;
     }
-    rc = fn ? fn(arg, get_be16(key.mv_data), get_be16((uint8_t *)key.mv_data + 2),
-                 id, (const uint8_t *)payload.mv_data + BLOB_ID_BYTES,
+    rc = fn ? fn(arg, get_be16(key.mv_data),
+                 get_be16((uint8_t *)key.mv_data + 2), id,
+                 (const uint8_t *)payload.mv_data + BLOB_ID_BYTES,
                  (uint32_t)(payload.mv_size - BLOB_ID_BYTES))
             : 0;
     if (rc != 0)

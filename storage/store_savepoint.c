@@ -15,7 +15,7 @@
 
 #include "sluice.h"
 
-/* ------------------------------------------------------------ savepoints */
+/* ------------------------------------------------------------ inspect */
 
 /* The identity of the environment s->env (sl_store_inspect): magic and
  * format, and with the current format the graph and "latest". */
@@ -120,6 +120,8 @@ int sl_store_inspect(const char *dir, sl_store_info *info, char *err,
   return rc;
 }
 
+/* ------------------------------------------------------------ copy */
+
 int sl_store_copy(sl_store *s, const char *dir, uint64_t *id,
                   uint64_t *bytes, char *err, size_t err_bytes) {
   assert(s && s->env); /* an open handle */
@@ -135,10 +137,10 @@ int sl_store_copy(sl_store *s, const char *dir, uint64_t *id,
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                 STORE_FILE_MODE);
   if (fd < 0)
-    return store_dir_fail(dir, err, err_bytes, errno, "cannot create data.mdb: %s",
-                          strerror(errno));
-  /* Note 10: the read side keeps sl_store_grow from remapping under the
-   * copy's read transaction. */
+    return store_dir_fail(dir, err, err_bytes, errno,
+                          "cannot create data.mdb: %s", strerror(errno));
+  /* The read side keeps sl_store_grow from remapping under the copy's
+   * read transaction (store_table.c note 1). */
   pthread_rwlock_rdlock(&s->map_lock);
   int rc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
   pthread_rwlock_unlock(&s->map_lock);
@@ -171,6 +173,7 @@ int sl_store_copy(sl_store *s, const char *dir, uint64_t *id,
   return rc;
 }
 
+/* ------------------------------------------------------------ install */
 
 /* Removes the staging directory of an install and what it holds (only
  * the files an install puts there; anything else stays). */
@@ -225,8 +228,8 @@ static int copy_file(sl_store *s, const char *from, const char *to) {
             : 0;
 }
 
-/* Note 7: a store with checkpoints already in the directory is replaced
- * only when asked; someone else's file never. */
+/* Store.h note 7: a store with checkpoints already in the directory is
+ * replaced only when asked; someone else's file never. */
 static int install_check_target(sl_store *s, bool replace) {
   bool empty = false;
   int rc = store_inspect_data_file(s, &empty);
@@ -252,7 +255,7 @@ static int install_check_target(sl_store *s, bool replace) {
   return 0;
 }
 
-/* Note 7: the copy, checked and edited in the staging directory. */
+/* Store.h note 7: the copy, checked and edited in the staging directory. */
 static int install_stage(sl_store *s, const char *source_dir,
                          const sl_store_install_options *o) {
   assert(o->source_graph && o->graph); /* sl_store_install checked */
@@ -296,7 +299,7 @@ static int install_stage(sl_store *s, const char *source_dir,
   return rc;
 }
 
-/* Note 7: the rename that installs the copy, then the cleanup. */
+/* Store.h note 7: the rename that installs the copy, then the cleanup. */
 static int install_move(sl_store *s) {
   assert(s->lock_fd >= 0);
   char from[PATH_MAX], to[PATH_MAX];
@@ -331,9 +334,11 @@ int sl_store_install(const char *dir, const char *source_dir,
   bool flocked = false;
   int rc = store_inspect_dir(s, &has_data, &created);
   if (rc == 0)
-    rc = store_registry_add(s); /* store.c note 4: no handle of this process has it */
+    rc = store_registry_add(
+        s); /* store.c note 4: no handle of this process has it */
   if (rc == 0)
-    rc = store_take_lock(s, &lock_created, &flocked); /* nor has another process */
+    rc = store_take_lock(s, &lock_created,
+                         &flocked); /* nor has another process */
   if (rc == 0 && has_data)
     rc = install_check_target(s, options->replace != 0);
   if (rc == 0)

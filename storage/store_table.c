@@ -37,7 +37,7 @@
 
 #include "sluice.h"
 
-/* ------------------------------------------------------------ tables */
+/* ------------------------------------------------------------ table writes */
 
 int sl_store_table_name_check(const char *name) {
   if (!name)
@@ -152,8 +152,8 @@ static int row_check(sl_store_txn *txn, int table, uint32_t key_bytes,
     return store_txn_fail(txn, store_fail(s, EINVAL,
                                           "%s: table \"%s\": a key of %" PRIu32
                                           " bytes is too long (at most %u)",
-                                          what, txn->tables[table].name, key_bytes,
-                                          SL_STORE_TABLE_KEY_MAX));
+                                          what, txn->tables[table].name,
+                                          key_bytes, SL_STORE_TABLE_KEY_MAX));
   assert(atomic_load(&s->tables_open)); /* a writer has it (note 1) */
   return 0;
 }
@@ -168,11 +168,12 @@ int sl_store_put_row(sl_store_txn *txn, int table, const void *key,
   txn_table *t = &txn->tables[table];
   if (value_bytes > UINT32_MAX - SL_STORE_CHECKSUM_BYTES ||
       (value_bytes > 0 && !value))
-    return store_txn_fail(txn, store_fail(s, EINVAL, "put row: table \"%s\": bad "
-                                          "value of %" PRIu32 " bytes", t->name,
-                                          value_bytes));
+    return store_txn_fail(txn, store_fail(s, EINVAL,
+                                          "put row: table \"%s\": bad "
+                                          "value of %" PRIu32 " bytes",
+                                          t->name, value_bytes));
   MDB_val k = row_key(txn->key, t->name, t->name_bytes, key, key_bytes);
-  /* Note 10: a new row, or (MDB_KEYEXIST: nothing written, the cursor on
+  /* Note 1: a new row, or (MDB_KEYEXIST: nothing written, the cursor on
    * the row) a replacement. */
   rc = row_value_put(txn, &k, value, value_bytes, MDB_NOOVERWRITE);
   if (rc == 0) {
@@ -210,7 +211,7 @@ int sl_store_delete_row(sl_store_txn *txn, int table, const void *key,
   return 0;
 }
 
-/* Note 10: each table's delta into its stored row count. */
+/* Note 1: each table's delta into its stored row count. */
 int store_commit_table_counts(sl_store_txn *t) {
   sl_store *s = t->store;
   for (int i = 0; i < t->table_count; i++) { /* at most SL_STORE_TXN_TABLES */
@@ -232,17 +233,18 @@ int store_commit_table_counts(sl_store_txn *t) {
     else if (rc != MDB_NOTFOUND)
       return store_lmdb_fail(s, rc, "commit: read a row count");
     if (table->row_delta < 0 && rows < (uint64_t)-table->row_delta)
-      return store_corrupt(s, DB_TABLES, &key, "fewer rows counted than deleted");
+      return store_corrupt(s, DB_TABLES, &key,
+                           "fewer rows counted than deleted");
     rows += (uint64_t)table->row_delta; /* modular: adds a negative delta */
     uint8_t value[sizeof rows];
     put_le64(value, rows);
-    rc = store_value_put(s, t->mdb, DB_TABLES, &key, 0, 0, value, sizeof value, 0);
+    rc = store_value_put(s, t->mdb, DB_TABLES, &key, 0, 0, value, sizeof value,
+                         0);
     if (rc != 0)
       return store_lmdb_fail(s, rc, "commit: write a row count");
   }
   return 0;
 }
-
 
 /* ------------------------------------------------------------ table reads */
 
@@ -272,8 +274,8 @@ static int tables_open_late(sl_store *s, char *err, size_t err_bytes) {
     if (rc == MDB_NOTFOUND)
       rc = 0; /* still none: every table is empty */
     else if (rc != 0)
-      rc = store_dir_fail(s->dir, err, err_bytes, rc, "open the database tables: %s",
-                          mdb_strerror(rc));
+      rc = store_dir_fail(s->dir, err, err_bytes, rc,
+                          "open the database tables: %s", mdb_strerror(rc));
   }
   pthread_mutex_unlock(&s->tables_lock);
   return rc;
@@ -299,8 +301,8 @@ static int locked_read_begin(sl_store *s, MDB_txn **txn, char *err,
   if (rc != 0) {
     pthread_rwlock_unlock(&s->map_lock);
     *txn = 0;
-    return store_dir_fail(s->dir, err, err_bytes, rc, "begin a read transaction: %s",
-                          mdb_strerror(rc));
+    return store_dir_fail(s->dir, err, err_bytes, rc,
+                          "begin a read transaction: %s", mdb_strerror(rc));
   }
   return 0;
 }
@@ -354,9 +356,10 @@ static int table_args(const sl_store *s, const char *table, uint32_t key_bytes,
                           SL_STORE_TABLE_NAME_MAX);
   if (key_bytes > SL_STORE_TABLE_KEY_MAX)
     return store_dir_fail(s->dir, err, err_bytes, EINVAL,
-                          "table \"%s\": a key of %" PRIu32 " bytes is too long "
-                          "(at most %u)", table, key_bytes,
-                          SL_STORE_TABLE_KEY_MAX);
+                          "table \"%s\": a key of %" PRIu32
+                          " bytes is too long "
+                          "(at most %u)",
+                          table, key_bytes, SL_STORE_TABLE_KEY_MAX);
   return 0;
 }
 
@@ -367,8 +370,8 @@ int sl_store_table_get(sl_store *s, const char *table, const void *key,
   *value_bytes = 0;
   int rc = table_args(s, table, key_bytes, err, err_bytes);
   if (rc == 0 && key_bytes > 0 && !key)
-    rc = store_dir_fail(s->dir, err, err_bytes, EINVAL, "table \"%s\": key is NULL",
-                        table);
+    rc = store_dir_fail(s->dir, err, err_bytes, EINVAL,
+                        "table \"%s\": key is NULL", table);
   MDB_txn *txn = 0;
   if (rc == 0)
     rc = table_read_begin(s, &txn, err, err_bytes);
@@ -382,14 +385,14 @@ int sl_store_table_get(sl_store *s, const char *table, const void *key,
     rc = store_dir_fail(s->dir, err, err_bytes, SL_ENOTFOUND,
                         "table \"%s\" has no row with that key", table);
   else if (rc != 0)
-    rc = store_dir_fail(s->dir, err, err_bytes, rc, "table \"%s\": read: %s", table,
-                        mdb_strerror(rc));
+    rc = store_dir_fail(s->dir, err, err_bytes, rc, "table \"%s\": read: %s",
+                        table, mdb_strerror(rc));
   else
     rc = table_value_open(s, table, &k, &stored, &payload, err, err_bytes);
   void *copy = 0;
   if (rc == 0 && !(copy = malloc(payload.mv_size ? payload.mv_size : 1)))
-    rc = store_dir_fail(s->dir, err, err_bytes, ENOMEM, "table \"%s\": out of memory",
-                        table);
+    rc = store_dir_fail(s->dir, err, err_bytes, ENOMEM,
+                        "table \"%s\": out of memory", table);
   if (rc == 0) {
     if (payload.mv_size > 0)
       memcpy(copy, payload.mv_data, payload.mv_size);
@@ -410,8 +413,8 @@ static int table_walk(const sl_store *s, MDB_txn *txn, const char *table,
   if (rc == 0)
     rc = mdb_cursor_open(txn, s->dbi[DB_TABLES], &cursor);
   if (rc != 0)
-    return store_dir_fail(s->dir, err, err_bytes, rc, "table \"%s\": read: %s", table,
-                          mdb_strerror(rc));
+    return store_dir_fail(s->dir, err, err_bytes, rc, "table \"%s\": read: %s",
+                          table, mdb_strerror(rc));
   size_t name_bytes = strlen(table);
   uint8_t prefix[KEY_BUFFER_BYTES];
   MDB_val seek = row_key(prefix, table, name_bytes, 0, 0), key = seek, value;
@@ -435,8 +438,8 @@ static int table_walk(const sl_store *s, MDB_txn *txn, const char *table,
   }
   mdb_cursor_close(cursor);
   if (rc == 0 && step != 0 && step != MDB_NOTFOUND)
-    rc = store_dir_fail(s->dir, err, err_bytes, step, "table \"%s\": read: %s", table,
-                        mdb_strerror(step));
+    rc = store_dir_fail(s->dir, err, err_bytes, step, "table \"%s\": read: %s",
+                        table, mdb_strerror(step));
   return rc;
 }
 
@@ -444,8 +447,8 @@ int sl_store_table_scan(sl_store *s, const char *table, sl_store_row_fn fn,
                         void *arg, char *err, size_t err_bytes) {
   int rc = table_args(s, table, 0, err, err_bytes);
   if (rc == 0 && !fn)
-    rc = store_dir_fail(s->dir, err, err_bytes, EINVAL, "table \"%s\": no function",
-                        table);
+    rc = store_dir_fail(s->dir, err, err_bytes, EINVAL,
+                        "table \"%s\": no function", table);
   MDB_txn *txn = 0;
   if (rc == 0)
     rc = table_read_begin(s, &txn, err, err_bytes);
@@ -471,8 +474,10 @@ int sl_store_table_count(sl_store *s, const char *table, uint64_t *rows,
   if (rc == MDB_NOTFOUND) {
     rc = 0; /* never written: empty */
   } else if (rc != 0) {
-    rc = store_dir_fail(s->dir, err, err_bytes, rc, "table \"%s\": read the row "
-                        "count: %s", table, mdb_strerror(rc));
+    rc = store_dir_fail(s->dir, err, err_bytes, rc,
+                        "table \"%s\": read the row "
+                        "count: %s",
+                        table, mdb_strerror(rc));
   } else {
     rc = table_value_open(s, table, &key, &stored, &payload, err, err_bytes);
     if (rc == 0 && payload.mv_size != sizeof(uint64_t))
@@ -496,7 +501,8 @@ int sl_store_read_latest(sl_store *s, uint64_t *id, char *err,
   MDB_val key = meta_key("latest"), stored;
   rc = mdb_get(txn, s->dbi[DB_META], &key, &stored);
   if (rc != 0) {
-    rc = store_dir_fail(s->dir, err, err_bytes, rc == MDB_NOTFOUND ? SL_ECORRUPT : rc,
+    rc = store_dir_fail(s->dir, err, err_bytes,
+                        rc == MDB_NOTFOUND ? SL_ECORRUPT : rc,
                         "read meta \"latest\": %s", mdb_strerror(rc));
   } else if (stored.mv_size != 8 + SL_STORE_CHECKSUM_BYTES ||
              get_le64((const uint8_t *)stored.mv_data + 8) !=

@@ -19,8 +19,8 @@
  *             sl_store_begin              put/delete/put_blob succeed
  *      IDLE ------------------> ACTIVE <------------------------+
  *       ^ ^                     |  |  \--------------------------+
- *       | |  sl_store_commit,   |  |  a call fails: txn_fail() aborts
- *       | |  sl_store_abort     |  |  the LMDB transaction at once
+ *       | |  sl_store_commit,   |  |  a call fails: store_txn_fail()
+ *       | |  sl_store_abort     |  |  aborts the LMDB transaction at once
  *       | +---------------------+  v
  *       +-- sl_store_commit, -- FAILED   (calls return its failure)
  *           sl_store_abort
@@ -45,7 +45,7 @@
 
 #include "sluice.h"
 
-/* ------------------------------------------------------------ writing */
+/* ------------------------------------------------------------ transaction */
 
 /* The transaction invariant of note 2 (for asserts). */
 __attribute__((unused)) static bool txn_check(const sl_store_txn *t) {
@@ -94,7 +94,7 @@ static void txn_end(sl_store_txn *t) {
   t->failure = 0;
   t->blob_count = 0;
   t->table_count = 0;
-  t->rows = 0; /* LMDB freed it with the transaction */
+  t->rows = 0; /* LMDB freed it with transaction */
   assert(txn_check(t));
 }
 
@@ -125,6 +125,8 @@ int sl_store_begin(sl_store *s, sl_store_txn **txn) {
   return 0;
 }
 
+/* ------------------------------------------------------------ state, blobs */
+
 /* The log key (seq, op, key group, key) in the transaction's buffer. */
 static MDB_val log_key(sl_store_txn *t, uint16_t op, uint16_t key_group,
                        const void *key, uint32_t key_bytes) {
@@ -137,7 +139,6 @@ static MDB_val log_key(sl_store_txn *t, uint16_t op, uint16_t key_group,
   return (MDB_val){.mv_size = LOG_PREFIX_BYTES + key_bytes,
                    .mv_data = t->key};
 }
-
 
 /* Appends a put (or a tombstone: value NULL) to the log (note 3). */
 static int log_append(sl_store_txn *t, uint16_t op, uint16_t key_group,
@@ -169,10 +170,11 @@ static int check_state_key(sl_store_txn *t, uint32_t key_bytes,
   sl_store *s = t->store;
   if (key_bytes <= s->state_key_max_bytes)
     return 0;
-  return store_txn_fail(t, store_fail(s, EINVAL,
-                                      "%s: a key of %" PRIu32 " bytes is too long "
-                                      "(at most %" PRIu32 ")",
-                                      what, key_bytes, s->state_key_max_bytes));
+  return store_txn_fail(t,
+                        store_fail(s, EINVAL,
+                                   "%s: a key of %" PRIu32 " bytes is too long "
+                                   "(at most %" PRIu32 ")",
+                                   what, key_bytes, s->state_key_max_bytes));
 }
 
 int sl_store_put_state(sl_store_txn *txn, uint16_t op, uint16_t key_group,
@@ -236,13 +238,15 @@ int sl_store_put_blob(sl_store_txn *txn, uint16_t op, uint16_t instance,
   put_be16(key_bytes, op);
   put_be16(key_bytes + 2, instance);
   MDB_val key = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
-  rc = store_value_put(s, txn->mdb, DB_BLOBS, &key, pending_id, sizeof pending_id,
-                       data, bytes, 0);
+  rc = store_value_put(s, txn->mdb, DB_BLOBS, &key, pending_id,
+                       sizeof pending_id, data, bytes, 0);
   if (rc != 0)
     return store_txn_fail(txn, store_lmdb_fail(s, rc, "put blob"));
   rc = remember_blob(txn, op, instance);
   return rc != 0 ? store_txn_fail(txn, rc) : 0;
 }
+
+/* ------------------------------------------------------------ commit */
 
 /* Gives every blob of this transaction its checkpoint id (note 1). */
 static int commit_blob_ids(sl_store_txn *t, uint64_t id) {
@@ -282,7 +286,6 @@ static int commit_blob_ids(sl_store_txn *t, uint64_t id) {
   }
   return 0;
 }
-
 
 /* The record of checkpoint id, "latest" = id and "next_seq" (store.h note
  * 2); "latest" is read back before the commit sends them to disk. */
@@ -370,6 +373,8 @@ void sl_store_abort(sl_store_txn *txn) {
     txn_end(txn);
 }
 
+/* ------------------------------------------------------------ grow, wipe */
+
 int sl_store_grow(sl_store *s) {
   if (s->read_only)
     return store_fail(s, EACCES, "grow: the store is open read-only");
@@ -381,7 +386,8 @@ int sl_store_grow(sl_store *s) {
                       "grow: the map of %" PRIu64 " bytes may not double "
                       "past %llu",
                       now_bytes, SL_STORE_MAX_MAP_BYTES);
-  /* Note 10: waits for the table reads of other threads to end. */
+  /* Waits for the table reads of other threads to end (store_table.c
+   * note 1). */
   pthread_rwlock_wrlock(&s->map_lock);
   int rc = mdb_env_set_mapsize(s->env, (size_t)(2 * now_bytes));
   pthread_rwlock_unlock(&s->map_lock);
@@ -402,7 +408,8 @@ int sl_store_wipe(sl_store *s) {
     return store_lmdb_fail(s, rc, "wipe: begin");
   /* Every database but meta: the log, both bases and the tables too.
    * "next_seq" stays: seqs only grow. */
-  assert(atomic_load(&s->tables_open)); /* a writer has it (store_table.c note 1) */
+  assert(atomic_load(
+      &s->tables_open)); /* a writer has it (store_table.c note 1) */
   for (int db = DB_CHECKPOINTS; db < DB_COUNT && rc == 0; db++)
     rc = mdb_drop(txn, s->dbi[db], 0); /* empty it, keep the database */
   if (rc == 0)
@@ -420,6 +427,8 @@ int sl_store_wipe(sl_store *s) {
   rc = s->no_sync ? mdb_env_sync(s->env, 1) : 0; /* durable even so */
   return rc != 0 ? store_lmdb_fail(s, rc, "wipe: sync") : 0;
 }
+
+/* ------------------------------------------------------------ savepoints */
 
 int sl_store_delete_blob(sl_store_txn *txn, uint16_t op, uint16_t instance) {
   int rc = store_txn_usable(txn);

@@ -37,7 +37,7 @@
 
 #include "sluice.h"
 
-/* ------------------------------------------------------------ reading */
+/* ------------------------------------------------------------ merged view */
 
 int sl_store_entry_bound(sl_store *s, uint64_t *entries) {
   MDB_txn *txn;
@@ -135,7 +135,8 @@ static int log_entry_open(sl_store *s, const MDB_val *key,
   if (payload.mv_size < LOG_KIND_BYTES ||
       (p[0] != LOG_PUT && p[0] != LOG_TOMBSTONE) ||
       (p[0] == LOG_TOMBSTONE && payload.mv_size != LOG_KIND_BYTES))
-    return store_corrupt(s, DB_LOG, key, "value is neither a put nor a tombstone");
+    return store_corrupt(s, DB_LOG, key,
+                         "value is neither a put nor a tombstone");
   out->key = (const uint8_t *)key->mv_data + LOG_SEQ_BYTES;
   out->key_bytes = (uint16_t)(key->mv_size - LOG_SEQ_BYTES);
   out->value = p + LOG_KIND_BYTES;
@@ -150,8 +151,8 @@ static int log_add_run(sl_store *s, log_range *range, size_t start) {
   assert(range->run_count == 0 ||
          range->runs[range->run_count - 1].end <= start);
   void *runs = range->buffers->runs;
-  int rc = buffer_room(s, &runs, &range->buffers->run_capacity, range->run_count,
-                       sizeof *range->runs, range->capacity);
+  int rc = buffer_room(s, &runs, &range->buffers->run_capacity,
+                       range->run_count, sizeof *range->runs, range->capacity);
   range->buffers->runs = runs;
   range->runs = runs;
   if (rc != 0)
@@ -538,7 +539,7 @@ static int compaction_emit(void *arg, const uint8_t *key, size_t key_bytes,
       atomic_load_explicit(t->s->cancel, memory_order_relaxed))
     return store_fail(t->s, ECANCELED, "compact: cancelled");
   if (test_crash_appends != 0 && t->entries_written == test_crash_appends)
-    raise(SIGKILL); /* store.h: a test's crash inside the transaction */
+    raise(SIGKILL); /* store.h: a test's crash inside transaction */
   return 0;
 }
 

@@ -168,7 +168,8 @@ static void inspect_everything(void) {
   for (size_t i = 0; i < info->checkpoint_count; i++) {
     sl_inspect_checkpoint c;
     err[0] = 0;
-    rc = sl_state_dir_checkpoint(sd, info->checkpoint_ids[i], &c, err, sizeof err);
+    rc = sl_state_dir_checkpoint(sd, info->checkpoint_ids[i], &c, err,
+                                 sizeof err);
     FUZZ_CHECK(rc == 0 || err[0] != 0);
     FUZZ_CHECK(rc != 0 || c.record_version == 1 || c.record_version == 2);
   }
@@ -268,7 +269,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   memcpy(value, data + 3 + data[2], payload_bytes);
   if (add_checksum)
-    put_le64(value + payload_bytes, store_checksum(db, &key, value, payload_bytes));
+    put_le64(value + payload_bytes,
+             store_checksum(db, &key, value, payload_bytes));
   MDB_val v = {.mv_size = value_bytes, .mv_data = value}, saved;
   uint64_t id = key.mv_size == CHECKPOINT_KEY_BYTES ? get_be64(key.mv_data)
                                                     : 2;
