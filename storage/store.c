@@ -53,6 +53,18 @@
 
 /* ------------------------------------------------------------ errors */
 
+/* "<dir>: <prefix><message>" into out (out_bytes > 0), the message
+ * cut to fit: the one format of store_fail and store_dir_fail. */
+__attribute__((format(printf, 5, 0))) static void
+message_format(char *out, size_t out_bytes, const char *dir,
+               const char *prefix, const char *format, va_list args) {
+  assert(out_bytes > 0);
+  int at = snprintf(out, out_bytes, "%s: %s", dir, prefix);
+  if (at < 0 || (size_t)at >= out_bytes)
+    return; /* the directory alone fills the buffer */
+  vsnprintf(out + at, out_bytes - (size_t)at, format, args);
+}
+
 /* Formats "<dir>: message" into the handle and returns rc, so a failure
  * is reported in one line: return store_fail(s, EINVAL, "...");. */
 __attribute__((format(printf, 3, 4))) int
@@ -61,13 +73,10 @@ store_fail(sl_store *s, int rc, const char *format, ...) {
   assert(s->dir != 0);
   /* Damage is always named by the file it is in (store.h note 8). */
   bool name_file = rc == SL_ECORRUPT && strncmp(format, "data.mdb", 8) != 0;
-  int at = snprintf(s->error, sizeof s->error, "%s: %s", s->dir,
-                    name_file ? "data.mdb is damaged: " : "");
-  if (at < 0 || (size_t)at >= sizeof s->error)
-    return rc; /* the directory alone fills the buffer */
   va_list args;
   va_start(args, format);
-  vsnprintf(s->error + at, sizeof s->error - (size_t)at, format, args);
+  message_format(s->error, sizeof s->error, s->dir,
+                 name_file ? "data.mdb is damaged: " : "", format, args);
   va_end(args);
   return rc;
 }
@@ -174,12 +183,9 @@ store_dir_fail(const char *dir, char *err, size_t err_bytes, int rc,
   assert(rc != 0);
   if (!err || err_bytes == 0)
     return rc;
-  int at = snprintf(err, err_bytes, "%s: ", dir);
-  if (at < 0 || (size_t)at >= err_bytes)
-    return rc;
   va_list args;
   va_start(args, format);
-  vsnprintf(err + at, err_bytes - (size_t)at, format, args);
+  message_format(err, err_bytes, dir, "", format, args);
   va_end(args);
   return rc;
 }
@@ -310,6 +316,30 @@ int store_read_begin(sl_store *s, MDB_txn **txn) {
   return 0;
 }
 
+/* Ends txn, a write transaction of meta's own (not a checkpoint's):
+ * aborted if rc (from the writes, named what), else committed.  Returns
+ * 0 or the failure with its message; a commit that fails is named
+ * commit_what. */
+int store_write_end(sl_store *s, MDB_txn *txn, int rc, const char *what,
+                    const char *commit_what) {
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return store_lmdb_fail(s, rc, what);
+  }
+  rc = mdb_txn_commit(txn);
+  return rc != 0 ? store_lmdb_fail(s, rc, commit_what) : 0;
+}
+
+/* What mdb_env_open (named what) returned, for a data.mdb that the walk
+ * let through: a file of another LMDB version or kind is SL_ESTORE. */
+int store_env_opened(sl_store *s, int rc, const char *what) {
+  if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
+    return store_fail(s, SL_ESTORE,
+                      "data.mdb is not an LMDB file this LMDB reads (%s)",
+                      mdb_strerror(rc));
+  return rc != 0 ? store_lmdb_fail(s, rc, what) : 0;
+}
+
 /* ------------------------------------------------------------ registry */
 
 /* Open handles by directory identity (note 4).  The list is as long as the
@@ -438,6 +468,18 @@ int store_inspect_dir(sl_store *s, bool *has_data, bool *created) {
   return inspect_entries(s, has_data);
 }
 
+/* dir/data.mdb opened for reading into *fd, its path into path
+ * (PATH_MAX bytes). */
+static int data_file_open(sl_store *s, char *path, int *fd) {
+  int rc = store_dir_path(s, "data.mdb", path, PATH_MAX);
+  if (rc != 0)
+    return rc;
+  *fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (*fd < 0)
+    return store_fail(s, errno, "cannot open data.mdb: %s", strerror(errno));
+  return 0;
+}
+
 /* Is data.mdb an LMDB file?  LMDB would refuse a foreign file as well
  * (MDB_INVALID), but only after creating lock.mdb, and a foreign
  * directory must stay as it was.  *empty: a 0-byte file, left by a
@@ -445,12 +487,10 @@ int store_inspect_dir(sl_store *s, bool *has_data, bool *created) {
  * it like a missing one. */
 int store_inspect_data_file(sl_store *s, bool *empty) {
   char path[PATH_MAX];
-  int rc = store_dir_path(s, "data.mdb", path, sizeof path);
+  int fd = -1;
+  int rc = data_file_open(s, path, &fd);
   if (rc != 0)
     return rc;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return store_fail(s, errno, "cannot open data.mdb: %s", strerror(errno));
   struct stat st;
   uint8_t head[LMDB_MAGIC_OFFSET + sizeof(uint32_t)];
   bool stated = fstat(fd, &st) == 0;
@@ -591,12 +631,10 @@ static int reader_lock(sl_store *s, bool *writer) {
 /* Store.h note 8: the walk of data.mdb before LMDB maps it. */
 int store_check_data_file(sl_store *s) {
   char path[PATH_MAX];
-  int rc = store_dir_path(s, "data.mdb", path, sizeof path);
+  int fd = -1;
+  int rc = data_file_open(s, path, &fd);
   if (rc != 0)
     return rc;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return store_fail(s, errno, "cannot open %s: %s", path, strerror(errno));
   /* The walk's message names the file itself: it goes in whole. */
   rc = sl_lmdb_check_file(fd, path, SL_STORE_MAX_MAP_BYTES, 0, s->error,
                           sizeof s->error);
@@ -633,12 +671,8 @@ static int open_env(sl_store *s, bool writemap) {
                    (s->no_lock_file ? MDB_NOLOCK : 0) |
                    (writemap ? MDB_WRITEMAP : 0);
   rc = mdb_env_open(s->env, s->dir, flags, STORE_FILE_MODE);
-  if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
-    return store_fail(s, SL_ESTORE,
-                      "data.mdb is not an LMDB file this LMDB reads (%s)",
-                      mdb_strerror(rc));
-  if (rc != 0)
-    return store_lmdb_fail(s, rc, "mdb_env_open");
+  if ((rc = store_env_opened(s, rc, "mdb_env_open")) != 0)
+    return rc;
   int key_max_bytes = mdb_env_get_maxkeysize(s->env);
   assert(key_max_bytes > (int)LOG_PREFIX_BYTES);
   if ((unsigned)key_max_bytes > KEY_BUFFER_BYTES)
@@ -878,13 +912,11 @@ static int meta_init(sl_store *s, const char *fingerprint) {
     rc = store_meta_put_u64(s, txn, "next_seq", 1);
   if (rc == 0)
     rc = store_meta_put_u64(s, txn, "base", 0);
-  if (rc != 0) {
-    mdb_txn_abort(txn);
-    return store_lmdb_fail(s, rc, "initialise the store");
-  }
-  rc = mdb_txn_commit(txn);
-  if (rc == 0 && s->no_sync)
-    rc = mdb_env_sync(s->env, 1); /* durable even so */
+  rc = store_write_end(s, txn, rc, "initialise the store",
+                       "commit the initial transaction");
+  if (rc != 0)
+    return rc;
+  rc = s->no_sync ? mdb_env_sync(s->env, 1) : 0; /* durable even so */
   if (rc != 0)
     return store_lmdb_fail(s, rc, "commit the initial transaction");
   s->latest = 0;

@@ -279,6 +279,14 @@ static inline MDB_val meta_key(const char *name) {
   return (MDB_val){.mv_size = strlen(name), .mv_data = (void *)name};
 }
 
+/* The key of the blob of (op, instance), built in out (store.h note 1). */
+static inline MDB_val blob_key(uint8_t out[BLOB_KEY_BYTES], uint16_t op,
+                               uint16_t instance) {
+  put_be16(out, op);
+  put_be16(out + 2, instance);
+  return (MDB_val){.mv_size = BLOB_KEY_BYTES, .mv_data = out};
+}
+
 /* ------------------------------------------------------------ store.c */
 
 /* Errors: "<dir>: message" into the handle (store_fail) or into a
@@ -310,6 +318,9 @@ int store_meta_put_u64(sl_store *s, MDB_txn *txn, const char *name,
                        uint64_t v);
 int store_meta_get_base(sl_store *s, MDB_txn *txn, int *db);
 int store_read_begin(sl_store *s, MDB_txn **txn);
+int store_write_end(sl_store *s, MDB_txn *txn, int rc, const char *what,
+                    const char *commit_what);
+int store_env_opened(sl_store *s, int rc, const char *what);
 
 /* Opening's steps that sl_store_inspect and sl_store_install take too
  * (store.c note 3). */

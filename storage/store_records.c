@@ -57,9 +57,7 @@ int sl_store_get_blob(sl_store *s, uint16_t op, uint16_t instance,
   *data = 0;
   *bytes = 0;
   uint8_t key_bytes[BLOB_KEY_BYTES], head[BLOB_ID_BYTES];
-  put_be16(key_bytes, op);
-  put_be16(key_bytes + 2, instance);
-  MDB_val key = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+  MDB_val key = blob_key(key_bytes, op, instance);
   void *copy;
   uint32_t copy_bytes;
   int rc = read_copy(s, DB_BLOBS, &key, head, sizeof head, &copy,

@@ -81,12 +81,8 @@ static int inspect_steps(sl_store *s, sl_store_info *info) {
   if (rc == 0)
     rc = mdb_env_open(s->env, s->dir, MDB_RDONLY | MDB_NOLOCK,
                       STORE_FILE_MODE);
-  if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
-    return store_fail(s, SL_ESTORE,
-                      "data.mdb is not an LMDB file this LMDB reads (%s)",
-                      mdb_strerror(rc));
-  if (rc != 0)
-    return store_lmdb_fail(s, rc, "open the environment");
+  if ((rc = store_env_opened(s, rc, "open the environment")) != 0)
+    return rc;
   MDB_txn *txn;
   rc = mdb_txn_begin(s->env, 0, MDB_RDONLY, &txn);
   if (rc != 0)

@@ -138,9 +138,10 @@ static int row_value_put(sl_store_txn *t, MDB_val *key, const void *body,
   return 0;
 }
 
-/* 0 if a row of key_bytes may go into table of txn; else fails txn. */
+/* 0 and the table in *out if a row of key_bytes may go into table of
+ * txn; else fails txn. */
 static int row_check(sl_store_txn *txn, int table, uint32_t key_bytes,
-                     const char *what) {
+                     const char *what, txn_table **out) {
   int rc = store_txn_usable(txn);
   if (rc != 0)
     return rc;
@@ -155,17 +156,18 @@ static int row_check(sl_store_txn *txn, int table, uint32_t key_bytes,
                                           what, txn->tables[table].name,
                                           key_bytes, SL_STORE_TABLE_KEY_MAX));
   assert(atomic_load(&s->tables_open)); /* a writer has it (note 1) */
+  *out = &txn->tables[table];
   return 0;
 }
 
 int sl_store_put_row(sl_store_txn *txn, int table, const void *key,
                      uint32_t key_bytes, const void *value,
                      uint32_t value_bytes) {
-  int rc = row_check(txn, table, key_bytes, "put row");
+  txn_table *t = 0;
+  int rc = row_check(txn, table, key_bytes, "put row", &t);
   if (rc != 0)
     return rc;
   sl_store *s = txn->store;
-  txn_table *t = &txn->tables[table];
   if (value_bytes > UINT32_MAX - SL_STORE_CHECKSUM_BYTES ||
       (value_bytes > 0 && !value))
     return store_txn_fail(txn, store_fail(s, EINVAL,
@@ -187,11 +189,11 @@ int sl_store_put_row(sl_store_txn *txn, int table, const void *key,
 
 int sl_store_delete_row(sl_store_txn *txn, int table, const void *key,
                         uint32_t key_bytes) {
-  int rc = row_check(txn, table, key_bytes, "delete row");
+  txn_table *t = 0;
+  int rc = row_check(txn, table, key_bytes, "delete row", &t);
   if (rc != 0)
     return rc;
   sl_store *s = txn->store;
-  txn_table *t = &txn->tables[table];
   if (s->fault) { /* store.h: a delete counts as a put */
     int injected = s->fault(s->fault_arg, SL_STORE_CALL_PUT);
     if (injected)

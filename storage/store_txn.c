@@ -85,18 +85,27 @@ int store_txn_fail(sl_store_txn *t, int rc) {
   return rc;
 }
 
-/* ACTIVE or FAILED -> IDLE, discarding what is written. */
-static void txn_end(sl_store_txn *t) {
-  if (t->state == TXN_ACTIVE)
+/* ACTIVE or FAILED -> IDLE: an ACTIVE transaction is committed if
+ * commit, else aborted.  Returns what mdb_txn_commit returned (0 if it
+ * did not run); the LMDB transaction is freed either way. */
+static int txn_close(sl_store_txn *t, bool commit) {
+  int rc = 0;
+  if (t->state == TXN_ACTIVE && commit)
+    rc = mdb_txn_commit(t->mdb);
+  else if (t->state == TXN_ACTIVE)
     mdb_txn_abort(t->mdb);
   t->mdb = 0;
   t->state = TXN_IDLE;
   t->failure = 0;
   t->blob_count = 0;
   t->table_count = 0;
-  t->rows = 0; /* LMDB freed it with transaction */
+  t->rows = 0; /* LMDB freed it with the transaction */
   assert(txn_check(t));
+  return rc;
 }
+
+/* ACTIVE or FAILED -> IDLE, discarding what is written. */
+static void txn_end(sl_store_txn *t) { txn_close(t, false); }
 
 int sl_store_begin(sl_store *s, sl_store_txn **txn) {
   *txn = 0;
@@ -177,20 +186,28 @@ static int check_state_key(sl_store_txn *t, uint32_t key_bytes,
                                    what, key_bytes, s->state_key_max_bytes));
 }
 
+/* EINVAL (and a failed transaction) for a value that, with head_bytes
+ * ahead of it and the checksum behind, is longer than a u32 counts. */
+static int check_value_bytes(sl_store_txn *t, uint32_t bytes,
+                             uint32_t head_bytes, const char *what) {
+  if (bytes <= UINT32_MAX - SL_STORE_CHECKSUM_BYTES - head_bytes)
+    return 0;
+  return store_txn_fail(t, store_fail(t->store, EINVAL,
+                                      "%s: a value of %" PRIu32
+                                      " bytes is too long",
+                                      what, bytes));
+}
+
 int sl_store_put_state(sl_store_txn *txn, uint16_t op, uint16_t key_group,
                        const void *key, uint32_t key_bytes,
                        const void *value, uint32_t value_bytes) {
   int rc = store_txn_usable(txn);
   if (rc == 0)
     rc = check_state_key(txn, key_bytes, "put state");
+  if (rc == 0)
+    rc = check_value_bytes(txn, value_bytes, LOG_KIND_BYTES, "put state");
   if (rc != 0)
     return rc;
-  sl_store *s = txn->store;
-  if (value_bytes > UINT32_MAX - SL_STORE_CHECKSUM_BYTES - LOG_KIND_BYTES)
-    return store_txn_fail(txn, store_fail(s, EINVAL,
-                                          "put state: a value of %" PRIu32
-                                          " bytes is too long",
-                                          value_bytes));
   /* A 0-byte value may come as NULL; NULL means a tombstone below. */
   static const uint8_t empty[1];
   return log_append(txn, op, key_group, key, key_bytes,
@@ -226,18 +243,13 @@ static int remember_blob(sl_store_txn *t, uint16_t op, uint16_t instance) {
 int sl_store_put_blob(sl_store_txn *txn, uint16_t op, uint16_t instance,
                       const void *data, uint32_t bytes) {
   int rc = store_txn_usable(txn);
+  if (rc == 0)
+    rc = check_value_bytes(txn, bytes, BLOB_ID_BYTES, "put blob");
   if (rc != 0)
     return rc;
   sl_store *s = txn->store;
-  if (bytes > UINT32_MAX - BLOB_ID_BYTES - SL_STORE_CHECKSUM_BYTES)
-    return store_txn_fail(txn, store_fail(s, EINVAL,
-                                          "put blob: %" PRIu32
-                                          " bytes are too many",
-                                          bytes));
   uint8_t key_bytes[BLOB_KEY_BYTES], pending_id[BLOB_ID_BYTES] = {0};
-  put_be16(key_bytes, op);
-  put_be16(key_bytes + 2, instance);
-  MDB_val key = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+  MDB_val key = blob_key(key_bytes, op, instance);
   rc = store_value_put(s, txn->mdb, DB_BLOBS, &key, pending_id,
                        sizeof pending_id, data, bytes, 0);
   if (rc != 0)
@@ -253,9 +265,8 @@ static int commit_blob_ids(sl_store_txn *t, uint64_t id) {
   sl_store *s = t->store;
   for (size_t i = 0; i < t->blob_count; i++) { /* blobs put, at most */
     uint8_t key_bytes[BLOB_KEY_BYTES];
-    put_be16(key_bytes, (uint16_t)(t->blob_keys[i] >> 16));
-    put_be16(key_bytes + 2, (uint16_t)t->blob_keys[i]);
-    MDB_val key = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+    MDB_val key = blob_key(key_bytes, (uint16_t)(t->blob_keys[i] >> 16),
+                           (uint16_t)t->blob_keys[i]);
     MDB_val stored, payload;
     int rc = mdb_get(t->mdb, s->dbi[DB_BLOBS], &key, &stored);
     if (rc != 0)
@@ -341,16 +352,8 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
   }
   assert(id > s->latest);
   int injected = s->fault ? s->fault(s->fault_arg, SL_STORE_CALL_COMMIT) : 0;
-  if (injected)
-    mdb_txn_abort(txn->mdb); /* the fault layer: nothing is committed */
-  else
-    rc = mdb_txn_commit(txn->mdb); /* frees the LMDB transaction either way */
-  txn->mdb = 0;
-  txn->state = TXN_IDLE;
-  txn->blob_count = 0;
-  txn->table_count = 0;
-  txn->rows = 0;
-  assert(txn_check(txn));
+  /* An injected fault aborts: nothing is committed. */
+  rc = txn_close(txn, !injected);
   if (injected)
     return store_lmdb_fail(s, injected, "commit (injected fault)");
   if (rc != 0)
@@ -408,21 +411,16 @@ int sl_store_wipe(sl_store *s) {
     return store_lmdb_fail(s, rc, "wipe: begin");
   /* Every database but meta: the log, both bases and the tables too.
    * "next_seq" stays: seqs only grow. */
-  assert(atomic_load(
-      &s->tables_open)); /* a writer has it (store_table.c note 1) */
+  assert(atomic_load(&s->tables_open)); /* store_table.c note 1 */
   for (int db = DB_CHECKPOINTS; db < DB_COUNT && rc == 0; db++)
     rc = mdb_drop(txn, s->dbi[db], 0); /* empty it, keep the database */
   if (rc == 0)
     rc = store_meta_put_u64(s, txn, "latest", 0);
   if (rc == 0)
     rc = store_meta_put_u64(s, txn, "base", 0);
-  if (rc != 0) {
-    mdb_txn_abort(txn);
-    return store_lmdb_fail(s, rc, "wipe");
-  }
-  rc = mdb_txn_commit(txn);
+  rc = store_write_end(s, txn, rc, "wipe", "wipe: commit");
   if (rc != 0)
-    return store_lmdb_fail(s, rc, "wipe: commit");
+    return rc;
   s->latest = 0;
   rc = s->no_sync ? mdb_env_sync(s->env, 1) : 0; /* durable even so */
   return rc != 0 ? store_lmdb_fail(s, rc, "wipe: sync") : 0;
@@ -436,9 +434,7 @@ int sl_store_delete_blob(sl_store_txn *txn, uint16_t op, uint16_t instance) {
     return rc;
   sl_store *s = txn->store;
   uint8_t key_bytes[BLOB_KEY_BYTES];
-  put_be16(key_bytes, op);
-  put_be16(key_bytes + 2, instance);
-  MDB_val key = {.mv_size = sizeof key_bytes, .mv_data = key_bytes};
+  MDB_val key = blob_key(key_bytes, op, instance);
   rc = mdb_del(txn->mdb, s->dbi[DB_BLOBS], &key, 0);
   if (rc != 0 && rc != MDB_NOTFOUND)
     return store_txn_fail(txn, store_lmdb_fail(s, rc, "delete blob"));
@@ -479,13 +475,7 @@ int sl_store_commit_graph(sl_store_txn *txn, const char *graph_fingerprint) {
     txn_end(txn);
     return rc;
   }
-  rc = mdb_txn_commit(txn->mdb); /* frees the LMDB transaction either way */
-  txn->mdb = 0;
-  txn->state = TXN_IDLE;
-  txn->blob_count = 0;
-  txn->table_count = 0;
-  txn->rows = 0;
-  assert(txn_check(txn));
+  rc = txn_close(txn, true);
   return rc != 0 ? store_lmdb_fail(s, rc, "commit graph") : 0;
 }
 

@@ -539,7 +539,7 @@ static int compaction_emit(void *arg, const uint8_t *key, size_t key_bytes,
       atomic_load_explicit(t->s->cancel, memory_order_relaxed))
     return store_fail(t->s, ECANCELED, "compact: cancelled");
   if (test_crash_appends != 0 && t->entries_written == test_crash_appends)
-    raise(SIGKILL); /* store.h: a test's crash inside transaction */
+    raise(SIGKILL); /* store.h: a test's crash inside the transaction */
   return 0;
 }
 
