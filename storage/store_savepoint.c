@@ -329,12 +329,12 @@ int sl_store_install(const char *dir, const char *source_dir,
   bool has_data = false, created = false, lock_created = false;
   bool flocked = false;
   int rc = store_inspect_dir(s, &has_data, &created);
+  /* No handle of this process has the directory (store.c note 4), nor
+   * has another process. */
   if (rc == 0)
-    rc = store_registry_add(
-        s); /* store.c note 4: no handle of this process has it */
+    rc = store_registry_add(s);
   if (rc == 0)
-    rc = store_take_lock(s, &lock_created,
-                         &flocked); /* nor has another process */
+    rc = store_take_lock(s, &lock_created, &flocked);
   if (rc == 0 && has_data)
     rc = install_check_target(s, options->replace != 0);
   if (rc == 0)
