@@ -1,4 +1,9 @@
-/* store.h — the LMDB store of a job's state directory.
+/* store.h — the LMDB store of a job's state directory.  Its calls live
+ * in store.c (open, close, meta), store_txn.c (a checkpoint's write
+ * transaction and its commit), store_view.c (keyed state: the merged
+ * view, compaction), store_table.c (table rows), store_records.c (blobs,
+ * records, the inspection view) and store_savepoint.c (inspect, copy,
+ * install); store_internal.h is what they share.
  *
  * NOTES ON THE DESIGN
  *

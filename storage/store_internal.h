@@ -192,7 +192,6 @@ struct sl_store {
   char error[STORE_ERROR_BYTES];
 };
 
-
 /* ------------------------------------------------------------ bytes */
 
 static inline void put_be16(uint8_t *p, uint16_t v) {
@@ -236,7 +235,6 @@ static inline uint64_t get_le64(const uint8_t *p) {
     v = v << 8 | p[i];
   return v;
 }
-
 
 /* 8 bytes as a big-endian number: comparing two of them compares the
  * bytes as memcmp does. */

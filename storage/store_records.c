@@ -143,7 +143,6 @@ int sl_store_list_checkpoints(sl_store *s, uint64_t **ids, size_t *count) {
   return 0;
 }
 
-
 /* ------------------------------------------------------------ inspection */
 
 /* Every blob in key order, checked, with its checkpoint id (store_txn.c note

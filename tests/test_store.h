@@ -376,7 +376,6 @@ static inline void raw_corrupt(const char *dir, const char *db, const void *key,
   raw_put(dir, db, key, key_bytes, value, bytes);
 }
 
-
 /* Big-value entries (the map-full tests): BIG_VALUE_BYTES of a pattern
  * of i. */
 #define BIG_VALUE_BYTES 1000u
