@@ -207,15 +207,6 @@ static int write_file(const char *path, const char *text, int flags) {
   return rc;
 }
 
-static int sync_directory(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    return errno;
-  int rc = fsync(fd) == 0 ? 0 : errno;
-  close(fd);
-  return rc;
-}
-
 /* The manifest of note 1 as a JSON object (NULL: no memory). */
 static json_t *manifest_build(const sl_job *job, uint64_t id,
                               int64_t created_ms, uint64_t bytes) {
@@ -270,7 +261,7 @@ static int manifest_write(const sl_job *job, const char *dir, uint64_t id,
   if (rc == 0 && rename(temp, path) != 0)
     rc = errno;
   if (rc == 0)
-    rc = sync_directory(dir);
+    rc = sl_store_sync_dir(dir);
   if (rc) {
     unlink(temp);
     unlink(path); /* a rename that happened before the fsync failed */

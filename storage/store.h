@@ -1,4 +1,9 @@
-/* store.h — the LMDB store of a job's state directory.
+/* store.h — the LMDB store of a job's state directory.  Its calls live
+ * in store.c (open, close, meta), store_txn.c (a checkpoint's write
+ * transaction and its commit), store_view.c (keyed state: the merged
+ * view, compaction), store_table.c (table rows), store_records.c (blobs,
+ * records, the inspection view) and store_savepoint.c (inspect, copy,
+ * install); store_internal.h is what they share.
  *
  * NOTES ON THE DESIGN
  *
@@ -452,6 +457,11 @@ int sl_store_read_latest(sl_store *store, uint64_t *id, char *err,
  * checkpoint), SL_ECORRUPT, LMDB codes. */
 int sl_store_copy(sl_store *store, const char *dir, uint64_t *id,
                   uint64_t *bytes, char *err, size_t err_bytes);
+
+/** fsync the directory path, so the entries made, renamed or removed in
+ * it survive a power cut (a state directory, a savepoint's directory).
+ * Returns 0 or an errno value; nothing else changes. */
+int sl_store_sync_dir(const char *path);
 
 /** What sl_store_inspect read from a store directory. */
 typedef struct sl_store_info {

@@ -1,6 +1,7 @@
 /* fuzz_store.c — libFuzzer target: the store's decoders of what it reads
- * back from LMDB (storage/store.c): the checksum-checked value decode
- * (value_open), the log entry decode (log_entry_open) and the merged view
+ * back from LMDB (storage/store*.c): the checksum-checked value decode
+ * (store_value_open), the log entry decode (log_entry_open, store_view.c)
+ * and the merged view
  * over the log and the base, blob heads, the checkpoint records and the
  * meta values ("latest", "base", "next_seq").
  *
@@ -12,9 +13,9 @@
  * entry out again.  A damaged entry must give 0 or an error
  * (SL_ECORRUPT...), never a crash or a sanitizer report.
  *
- * The target compiles storage/store.c into itself (#include below) to
- * reach the LMDB handles and the checksum; storage/ needs no change for
- * it, and the copy of store.o in the static library is then not linked.
+ * The target includes storage/store_internal.h to reach the handle's
+ * LMDB environment and databases and the checksum (store_checksum); the
+ * store itself is the static library's, as every test links it.
  *
  * With flag bit 1 the writer is then closed and the directory read as
  * `sluice checkpoints DIR` reads it (sl_state_dir_open and the decode of
@@ -26,8 +27,9 @@
  * flags (bit 0: append the right checksum; bit 1: the second phase), byte
  * 2 the key's length (1..255; the key follows), the rest is the value.
  */
-#include "store.c"
+#include "store_internal.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -166,7 +168,8 @@ static void inspect_everything(void) {
   for (size_t i = 0; i < info->checkpoint_count; i++) {
     sl_inspect_checkpoint c;
     err[0] = 0;
-    rc = sl_state_dir_checkpoint(sd, info->checkpoint_ids[i], &c, err, sizeof err);
+    rc = sl_state_dir_checkpoint(sd, info->checkpoint_ids[i], &c, err,
+                                 sizeof err);
     FUZZ_CHECK(rc == 0 || err[0] != 0);
     FUZZ_CHECK(rc != 0 || c.record_version == 1 || c.record_version == 2);
   }
@@ -266,7 +269,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   memcpy(value, data + 3 + data[2], payload_bytes);
   if (add_checksum)
-    put_le64(value + payload_bytes, checksum(db, &key, value, payload_bytes));
+    put_le64(value + payload_bytes,
+             store_checksum(db, &key, value, payload_bytes));
   MDB_val v = {.mv_size = value_bytes, .mv_data = value}, saved;
   uint64_t id = key.mv_size == CHECKPOINT_KEY_BYTES ? get_be64(key.mv_data)
                                                     : 2;
