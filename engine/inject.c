@@ -13,7 +13,7 @@
  *                the checkpoint's write fails (also a checkpoint failure).
  *   restore      runtime.c, before an instance's restore hook runs (only
  *                when it restores a checkpoint): the instance fails.
- *   store        storage/store.c's fault layer (sl_store_set_fault): the
+ *   store        storage/store_txn.c's fault layer (sl_store_set_fault): the
  *                put, commit or sync returns the error.
  *   crash        the named points: SIGKILL at once.
  * Every fault that fires is logged on stderr with its spec, and the spec is
