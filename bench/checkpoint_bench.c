@@ -69,6 +69,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "fixtures.h"
 #include "sluice.h"
 
 #define MAX_REPEAT 50
@@ -81,25 +82,12 @@
 const char *malloc_conf = "thp:always,metadata_thp:auto";
 #define UPDATE_STRIDE 7919u /* prime, coprime with the key counts used */
 
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
-}
-
 static int count_process(sl_ctx *ctx, void *state, int input,
                          const sl_record *in) {
   (void)state;
   (void)input;
-  (void)in;
-  const void *value;
-  uint32_t bytes;
-  uint64_t count = 0;
-  if (sl_state_get(ctx, 0, &value, &bytes) == 0)
-    memcpy(&count, value, sizeof count);
-  count++;
-  int rc = sl_state_put(ctx, 0, &count, sizeof count, 0);
+  uint64_t key = fixture_tuple_key(0, in), count;
+  int rc = fixture_count_add(ctx, key, &count);
   return rc ? rc : sl_emit(ctx, &count, sizeof count);
 }
 
@@ -112,14 +100,6 @@ static int count_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)state;
   (void)id;
   atomic_store(&count_restored_ns, bench_now_ns());
-  return 0;
-}
-
-static int discard(sl_ctx *ctx, void *state, int input, const sl_record *in) {
-  (void)ctx;
-  (void)state;
-  (void)input;
-  (void)in;
   return 0;
 }
 
@@ -179,22 +159,20 @@ static sl_job *build(const sl_job_config *config, uint64_t records,
   sl_job *job;
   if (sl_job_create(config, &job))
     return 0;
-  sl_op *src, *by, *count, *sink;
+  sl_op *src, *sink;
   static const sl_source_ops phased_ops = {.open = phased_open,
                                            .next = phased_next,
                                            .snapshot = phased_snapshot,
                                            .restore = phased_restore};
   static const sl_process_ops count_ops = {.process = count_process,
                                           .restore = count_restore};
-  static const sl_process_ops sink_ops = {.process = discard};
+  static const sl_process_ops sink_ops = {.process = fixture_discard};
+  const fixture_keyed_spec keyed = {.count_ops = &count_ops,
+                                    .sink_ops = &sink_ops};
   int rc = phase ? sl_op_source(job, "source", 1, &phased_ops, phase, &src)
                  : sl_source_sequence(job, "source", 1, records, keys, &src);
   if (!rc)
-    rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &by);
-  if (!rc)
-    rc = sl_op_process(job, "count", &by, 1, 1, &count_ops, 0, &count);
-  if (!rc)
-    rc = sl_op_sink(job, "sink", count, 1, &sink_ops, 0, &sink);
+    rc = fixture_keyed_job(job, src, &keyed, &sink);
   if (rc) {
     fprintf(stderr, "checkpoint_bench: build: %s\n", sl_strerror(rc));
     sl_job_destroy(job);
@@ -710,7 +688,7 @@ static sl_job *align_build(const sl_job_config *config, align_side sides[2]) {
   static const sl_source_ops source_ops = {.open = align_open,
                                            .next = align_next};
   static const sl_process_ops join_ops = {.process = align_join};
-  static const sl_process_ops sink_ops = {.process = discard};
+  static const sl_process_ops sink_ops = {.process = fixture_discard};
   sl_job *job;
   if (sl_job_create(config, &job))
     return 0;
@@ -719,9 +697,9 @@ static sl_job *align_build(const sl_job_config *config, align_side sides[2]) {
   if (!rc)
     rc = sl_op_source(job, "b", 1, &source_ops, &sides[1], &b);
   if (!rc)
-    rc = sl_op_key_by(job, "a.key", a, tuple_key, 0, &keyed[0]);
+    rc = sl_op_key_by(job, "a.key", a, fixture_tuple_key, 0, &keyed[0]);
   if (!rc)
-    rc = sl_op_key_by(job, "b.key", b, tuple_key, 0, &keyed[1]);
+    rc = sl_op_key_by(job, "b.key", b, fixture_tuple_key, 0, &keyed[1]);
   if (!rc)
     rc = sl_op_process(job, "join", keyed, 2, ALIGN_PARALLELISM, &join_ops,
                        0, &join);
@@ -988,11 +966,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   bench_json json;
-  if (bench_json_open(&json, json_path) != 0) {
-    perror(json_path);
+  if (bench_json_create(&json, "checkpoint_bench", json_path) != 0)
     return 1;
-  }
-  bench_json_begin_object(&json, 0);
   bench_json_string(&json, "benchmark", "checkpoint_bench");
   bench_json_machine(&json);
   bench_json_u64(&json, "repeat", (uint64_t)repeat);
@@ -1007,10 +982,8 @@ int main(int argc, char **argv) {
     rc = size_part(&json, dir, quick);
   if (rc == 0 && (!only || only == 6))
     rc = align_part(&json, dir, quick);
-  bench_json_end_object(&json);
-  bench_json_close(&json);
+  int written = bench_json_finish(&json, "checkpoint_bench", json_path);
   fresh_dir(dir);
   rmdir(dir);
-  printf("written: %s\n", json_path);
-  return rc;
+  return rc ? rc : written != 0;
 }

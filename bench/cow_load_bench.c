@@ -333,20 +333,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cow_load_bench: --repeat must be 1..%d\n", MAX_REPEAT);
     return 2;
   }
-  ssize_t length = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-  if (length <= 0 || strchr(self_path, '\'') != 0) {
+  if (bench_self_path(self_path, sizeof self_path) != 0) {
     fprintf(stderr, "cow_load_bench: cannot name this program for cold runs\n");
     return 1;
   }
-  self_path[length] = '\0';
   const uint64_t sizes[2] = {quick ? 100000u : 1000000u,
                              quick ? 1000000u : 10000000u};
   bench_json json;
-  if (bench_json_open(&json, json_path) != 0) {
-    perror(json_path);
+  if (bench_json_create(&json, "cow_load_bench", json_path) != 0)
     return 1;
-  }
-  bench_json_begin_object(&json, 0);
   bench_json_string(&json, "benchmark", "cow_load_bench");
   bench_json_machine(&json);
   bench_json_u64(&json, "repeat", (uint64_t)repeat);
@@ -355,8 +350,6 @@ int main(int argc, char **argv) {
   for (int s = 0; rc == 0 && s < 2; s++)
     rc = run_size(&json, sizes[s], repeat);
   bench_json_end_array(&json);
-  bench_json_end_object(&json);
-  bench_json_close(&json);
-  printf("written: %s\n", json_path);
-  return rc;
+  int written = bench_json_finish(&json, "cow_load_bench", json_path);
+  return rc ? rc : written != 0;
 }

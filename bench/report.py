@@ -155,16 +155,22 @@ class Report:
     def missing(self, name):
         self.out(f"_{name} did not run in this run (no {name}.json)._", "")
 
+    def section(self, title, name):
+        """Open the section `title` of benchmark `name`: its JSON, or None
+        (after a line saying it did not run)."""
+        self.out(f"## {title}", "")
+        d = self.r.get(name)
+        if not d:
+            self.missing(name)
+        return d
+
     def target(self, area, goal, measured, met):
         self.targets.append((area, goal, measured, met))
 
     # ---- rings
     def rings(self):
-        self.out("## Rings", "")
-        d = self.r.get("ring_bench")
-        if not d:
-            self.missing("ring_bench")
-        else:
+        d = self.section("Rings", "ring_bench")
+        if d:
             cfg = d.get("config", {})
             self.out(f"`ring_bench`: {cfg.get('record_bytes', '?')}-byte records, "
                      f"{cfg.get('ring_bytes', 0) // 1024} KiB per queue, producer and "
@@ -258,10 +264,8 @@ class Report:
 
     # ---- nexmark
     def nexmark(self):
-        self.out("## Nexmark", "")
-        d = self.r.get("nexmark_bench")
+        d = self.section("Nexmark", "nexmark_bench")
         if not d:
-            self.missing("nexmark_bench")
             return
         cpus = d.get("cpus", 2)
         self.out(f"`nexmark_bench`: each query with the full event generator as its "
@@ -345,10 +349,8 @@ class Report:
 
     # ---- latency
     def latency(self):
-        self.out("## End-to-end latency", "")
-        d = self.r.get("latency_bench")
+        d = self.section("End-to-end latency", "latency_bench")
         if not d:
-            self.missing("latency_bench")
             return
         mr = d.get("max_rate", {}).get("records_per_second")
         self.out(f"`latency_bench`: paced source -> key_by -> keyed running sum -> sink, "
@@ -451,10 +453,8 @@ class Report:
 
     # ---- checkpoints
     def checkpoints(self):
-        self.out("## Checkpoints", "")
-        d = self.r.get("checkpoint_bench")
+        d = self.section("Checkpoints", "checkpoint_bench")
         if not d:
-            self.missing("checkpoint_bench")
             return
         self.out("`checkpoint_bench`: source -> key_by -> count per key (keyed state) "
                  "-> sink, one instance each, checkpoints into LMDB with fsync on "
@@ -577,10 +577,8 @@ class Report:
 
     # ---- recovery
     def recovery(self):
-        self.out("## Recovery", "")
-        d = self.r.get("recovery_bench")
+        d = self.section("Recovery", "recovery_bench")
         if not d:
-            self.missing("recovery_bench")
             return
         self.out(f"`recovery_bench`: a paced keyed count at "
                  f"{d.get('paced_rate_percent_of_max', '?')}% of its max rate, checkpoints "
@@ -619,10 +617,8 @@ class Report:
 
     # ---- memory
     def memory(self):
-        self.out("## Memory", "")
-        d = self.r.get("memory_bench")
+        d = self.section("Memory", "memory_bench")
         if not d:
-            self.missing("memory_bench")
             return
         self.out(f"`memory_bench`: a keyed job holding one entry per key "
                  "(8-byte key, 8-byte value), each size in a fresh process; "
