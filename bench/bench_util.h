@@ -208,6 +208,57 @@ static inline uint64_t bench_parse_or_die(const char *program,
   return value;
 }
 
+/* The flags the ring benchmarks share: --json PATH, --quick, and -h or
+ * --help (usage(stdout), then exit 0).  Returns how many arguments the flag
+ * used (1 or 2), or 0 when it is none of these; a --json without a path
+ * exits with status 1. */
+static inline int bench_common_flag(const char *program, const char *flag,
+                                    const char *value, const char **json_path,
+                                    bool *quick, void (*usage)(FILE *out)) {
+  if (strcmp(flag, "--json") == 0) {
+    if (!value)
+      bench_parse_or_die(program, flag, value, 1);
+    *json_path = value;
+    return 2;
+  }
+  if (strcmp(flag, "--quick") == 0) {
+    *quick = true;
+    return 1;
+  }
+  if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+    usage(stdout);
+    exit(0);
+  }
+  return 0;
+}
+
+/* The run options the state benchmarks share: --quick (sets *quick, and
+ * *repeat = quick_repeat unless that is 0), --repeat R (atoi: the caller
+ * checks the range), --json PATH and, when dir is not NULL, --dir DIR.
+ * Returns how many arguments the option used (1 or 2), or 0 when it is
+ * none of these or its value is missing. */
+static inline int bench_run_option(const char *a, const char *v, bool *quick,
+                                   int *repeat, int quick_repeat,
+                                   const char **json_path, const char **dir) {
+  if (strcmp(a, "--quick") == 0) {
+    *quick = true;
+    if (quick_repeat)
+      *repeat = quick_repeat;
+    return 1;
+  }
+  if (!v)
+    return 0;
+  if (strcmp(a, "--repeat") == 0)
+    *repeat = atoi(v);
+  else if (strcmp(a, "--json") == 0)
+    *json_path = v;
+  else if (dir && strcmp(a, "--dir") == 0)
+    *dir = v;
+  else
+    return 0;
+  return 2;
+}
+
 /* Index of the name at[0..length) among names[0..count), or -1: for
  * comma-separated lists of modes or implementations. */
 static inline int bench_find_name(const char *const *names, size_t count,

@@ -139,7 +139,7 @@ static int phased_next(sl_ctx *ctx, void *state) {
 static int phased_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
   phased *p = state;
-  return sl_operator_state_set(ctx, &p->emitted, sizeof p->emitted);
+  return fixture_position_snapshot(ctx, &p->emitted);
 }
 
 static int phased_restore(sl_ctx *ctx, void *state, uint64_t id) {
@@ -941,14 +941,9 @@ int main(int argc, char **argv) {
   int only = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
-    if (strcmp(a, "--quick") == 0)
-      quick = true, repeat = 3;
-    else if (strcmp(a, "--repeat") == 0 && v)
-      repeat = atoi(v), i++;
-    else if (strcmp(a, "--json") == 0 && v)
-      json_path = v, i++;
-    else if (strcmp(a, "--dir") == 0 && v)
-      dir = v, i++;
+    int used = bench_run_option(a, v, &quick, &repeat, 3, &json_path, &dir);
+    if (used)
+      i += used - 1;
     else if (strcmp(a, "--only") == 0 && v)
       only = parse_only(v), i++;
     else

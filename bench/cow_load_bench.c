@@ -317,12 +317,9 @@ int main(int argc, char **argv) {
   const char *json_path = "bench/results/cow_load_bench.json";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
-    if (strcmp(a, "--quick") == 0)
-      quick = true, repeat = 3;
-    else if (strcmp(a, "--repeat") == 0 && v)
-      repeat = atoi(v), i++;
-    else if (strcmp(a, "--json") == 0 && v)
-      json_path = v, i++;
+    int used = bench_run_option(a, v, &quick, &repeat, 3, &json_path, 0);
+    if (used)
+      i += used - 1;
     else {
       fprintf(stderr, "usage: cow_load_bench [--quick] [--repeat R] "
                       "[--json PATH]\n");

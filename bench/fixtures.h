@@ -21,6 +21,7 @@
 #ifndef SL_BENCH_FIXTURES_H
 #define SL_BENCH_FIXTURES_H
 
+#include <assert.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
@@ -134,33 +135,82 @@ typedef struct fixture_keyed_spec {
   const sl_process_ops *count_ops; /* NULL: fixture_running_count */
   void *count_user;
   int parallelism;      /* of "count"; 0 means 1 */
-  const sl_process_ops *sink_ops;
+  const sl_process_ops *sink_ops; /* fixture_keyed_job only */
   void *sink_user;
   int sink_parallelism; /* 0: the same as "count" */
 } fixture_keyed_spec;
 
-/* Add by-key, count and sink behind `source` (see fixture_keyed_spec) and
- * set *sink.  Returns 0 or the error of the builder call that failed. */
-static inline int fixture_keyed_job(sl_job *job, sl_op *source,
-                                    const fixture_keyed_spec *spec,
-                                    sl_op **sink) {
+/* Add "by-key" and "count" behind `source` (see fixture_keyed_spec; its
+ * sink fields are not used) and set *count, for a caller that attaches a
+ * sink of its own (a built-in file or checksum sink).  Returns 0 or the
+ * error of the builder call that failed. */
+static inline int fixture_keyed_count(sl_job *job, sl_op *source,
+                                      const fixture_keyed_spec *spec,
+                                      sl_op **count) {
   static const sl_process_ops running_count_ops = {
       .process = fixture_running_count};
+  assert(job && source && count);
+  assert(spec->parallelism >= 0 && spec->parallelism <= SL_MAX_PARALLELISM);
   const sl_process_ops *count_ops =
       spec->count_ops ? spec->count_ops : &running_count_ops;
   int parallelism = spec->parallelism ? spec->parallelism : 1;
-  int sink_parallelism =
-      spec->sink_parallelism ? spec->sink_parallelism : parallelism;
-  sl_op *by_key, *count;
+  sl_op *by_key;
   int rc = sl_op_key_by(job, "by-key", source,
                         spec->key ? spec->key : fixture_tuple_key, 0, &by_key);
   if (!rc)
     rc = sl_op_process(job, "count", &by_key, 1, parallelism, count_ops,
-                       spec->count_user, &count);
+                       spec->count_user, count);
+  return rc;
+}
+
+/* fixture_keyed_count, then "sink" (spec->sink_ops, sink_user) behind the
+ * count; sets *sink.  Returns 0 or the error of the call that failed. */
+static inline int fixture_keyed_job(sl_job *job, sl_op *source,
+                                    const fixture_keyed_spec *spec,
+                                    sl_op **sink) {
+  int parallelism = spec->parallelism ? spec->parallelism : 1;
+  int sink_parallelism =
+      spec->sink_parallelism ? spec->sink_parallelism : parallelism;
+  assert(spec->sink_ops); /* a keyed job without a sink has no output */
+  sl_op *count;
+  int rc = fixture_keyed_count(job, source, spec, &count);
   if (!rc)
     rc = sl_op_sink(job, "sink", count, sink_parallelism, spec->sink_ops,
                     spec->sink_user, sink);
   return rc;
+}
+
+/* ------------------------------------------------- source positions */
+
+/* A source's snapshot of its position (records emitted so far) as its
+ * 8-byte operator state.  Returns 0 or the error of
+ * sl_operator_state_set. */
+static inline int fixture_position_snapshot(sl_ctx *ctx,
+                                            const uint64_t *position) {
+  return sl_operator_state_set(ctx, position, sizeof *position);
+}
+
+/* Restore a position fixture_position_snapshot stored for checkpoint id
+ * into *position.  Returns 0; SL_ENOTFOUND when the checkpoint came before
+ * the source's first snapshot (*position untouched: the source starts
+ * from 0, and its restore should return 0); the error of
+ * sl_operator_state_get; or SL_ECALLBACK after failing the job when the
+ * state is not 8 bytes. */
+static inline int fixture_position_restore(sl_ctx *ctx, uint64_t id,
+                                           uint64_t *position) {
+  assert(position);
+  const void *data;
+  uint32_t bytes;
+  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  if (rc)
+    return rc;
+  if (bytes != sizeof *position) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": source position of %" PRIu32
+                " bytes", id, bytes);
+    return SL_ECALLBACK;
+  }
+  memcpy(position, data, sizeof *position);
+  return 0;
 }
 
 /* ------------------------------------------------------------ chores */

@@ -473,19 +473,14 @@ static void parse_options(int argc, char **argv, options *opt) {
       opt->ponger_cpu = (int)parse_or_die(flag, value, 1000);
     } else if (strcmp(flag, "--modes") == 0) {
       parse_modes(value, opt);
-    } else if (strcmp(flag, "--json") == 0) {
-      if (!value)
-        parse_or_die(flag, value, 1);
-      opt->json_path = value;
-    } else if (strcmp(flag, "--quick") == 0) {
-      quick = true;
-      takes_value = false;
-    } else if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
-      usage(stdout);
-      exit(0);
     } else {
-      usage(stderr);
-      exit(1);
+      int used = bench_common_flag("hop_latency", flag, value, &opt->json_path,
+                                   &quick, usage);
+      if (used == 0) {
+        usage(stderr);
+        exit(1);
+      }
+      takes_value = used == 2;
     }
     if (takes_value)
       i++;

@@ -326,26 +326,16 @@ static int source_next(sl_ctx *ctx, void *state) {
 static int source_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
   latency_run *run = state;
-  return sl_operator_state_set(ctx, &run->emitted, sizeof run->emitted);
+  return fixture_position_snapshot(ctx, &run->emitted);
 }
 
 static int source_restore(sl_ctx *ctx, void *state, uint64_t id) {
   latency_run *run = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  int rc = fixture_position_restore(ctx, id, &run->emitted);
   if (rc == SL_ENOTFOUND)
     return 0; /* restored before the source's first snapshot: from 0 */
-  if (rc)
-    return rc;
-  if (bytes != sizeof run->emitted) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": source position of %" PRIu32
-                " bytes", id, bytes);
-    return SL_ECALLBACK;
-  }
-  memcpy(&run->emitted, data, sizeof run->emitted);
-  assert(run->emitted <= run->records);
-  return 0;
+  assert(rc != 0 || run->emitted <= run->records);
+  return rc;
 }
 
 /* ----------------------------------------------------------------- count */

@@ -571,14 +571,10 @@ int main(int argc, char **argv) {
   const char *json_path = "bench/results/memory_bench.json";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
-    if (strcmp(a, "--quick") == 0)
-      quick = true;
-    else if (strcmp(a, "--repeat") == 0 && v)
-      repeat = atoi(v), i++;
-    else if (strcmp(a, "--json") == 0 && v)
-      json_path = v, i++;
-    else
+    int used = bench_run_option(a, v, &quick, &repeat, 0, &json_path, 0);
+    if (!used)
       return usage();
+    i += used - 1;
   }
   repeat = repeat ? repeat : quick ? 1 : 3;
   if (repeat < 1 || repeat > MAX_REPEAT)

@@ -225,7 +225,8 @@ static uint64_t emitted_sums(uint64_t n, uint64_t keys, uint64_t k) {
 
 /* Check a run's sink result against the closed forms.  Prints the first
  * mismatch; returns true if everything matches. */
-static bool check_result(const sink_result *r, uint64_t records) {
+static bool check_result(const void *result, uint64_t records) {
+  const sink_result *r = result;
   if (r->bad_key || r->records != records) {
     fprintf(stderr,
             "pipeline_p2: WRONG RESULT: %" PRIu64 " records, expected %" PRIu64
@@ -255,57 +256,39 @@ static bool check_result(const sink_result *r, uint64_t records) {
   return true;
 }
 
-/* ------------------------------------------------------------ runs */
-
-/* Build and run the job once; check its result.  Returns tuples/s, or a
- * negative value (after printing why) on failure. */
-static double run_once(const pipeline_options *o, const pipeline_series *s,
-                       void *result_void, uint64_t *checkpoints,
-                       double *cpu_s) {
+static void reset_result(void *result_void) {
   sink_result *result = result_void;
-  sl_job_config config;
-  char dir[] = "/tmp/sluice-p2-XXXXXX";
-  if (pipeline_job_config(o, s, dir, &config) != 0)
-    return -1;
   result->records = result->sum_total = 0;
   result->bad_key = false;
   memset(result->count, 0, result->keys * sizeof *result->count);
   memset(result->last_sum, 0, result->keys * sizeof *result->last_sum);
+}
+
+/* keyed -> running sum (reaching its state as the series' variant says)
+ * -> sink. */
+static int build(sl_job *job, sl_op *keyed, const pipeline_series *s,
+                 int parallelism, void *result) {
   static const sl_process_ops sum_ops = {.open = fixture_open_shared,
                                          .process = sum_process};
   static const sl_process_ops sink_ops = {
       .open = sink_open, .process = sink_process, .close = sink_close};
-  sl_job *job = 0;
-  sl_op *src, *keyed, *sum, *sink;
-  int parallelism = pipeline_parallelism(o, s);
-  int rc = sl_job_create(&config, &job);
+  sl_op *sum, *sink;
+  int rc = sl_op_process(job, "running-sum", &keyed, 1, parallelism,
+                         &sum_ops, (void *)&s->variant, &sum);
   if (!rc)
-    rc = sl_source_sequence(job, "source", 1, o->records, o->keys, &src);
-  if (!rc)
-    rc = sl_op_key_by(job, "by-key", src, fixture_tuple_key, 0, &keyed);
-  if (!rc)
-    rc = sl_op_process(job, "running-sum", &keyed, 1, parallelism,
-                       &sum_ops, (void *)&s->variant, &sum);
-  if (!rc)
-    rc = sl_op_sink(job, "sink", sum, parallelism, &sink_ops, result,
-                    &sink);
-  double seconds = pipeline_run_job(o, s, job, rc, dir, checkpoints, cpu_s);
-  if (seconds < 0 || !check_result(result, o->records))
-    return -1;
-  return (double)o->records / seconds;
+    rc = sl_op_sink(job, "sink", sum, parallelism, &sink_ops, result, &sink);
+  return rc;
 }
 
 /* ------------------------------------------------------------ output */
 
-static void print_table(const pipeline_options *o,
-                        const pipeline_series *all, int count) {
+static void print_heading(const pipeline_options *o) {
   printf("P2 source -> key_by -> running sum -> sink, %" PRIu64
          " tuples, %" PRIu64 " keys, parallelism %d (-p2: 2), %d runs each\n",
          o->records, o->keys, o->parallelism, o->repeat);
   printf("  %-13s %10s %10s %10s %18s %8s  (M tuples/s); CPU: median cores "
          "busy [min-max], CPU s per 1M tuples\n", "series", "median", "min",
          "max", "cores", "CPU s/M");
-  pipeline_print_rows(o, all, count, "update", "update-cp");
 }
 
 /* ------------------------------------------------------------ main */
@@ -354,12 +337,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "pipeline_p2: no memory for %" PRIu64 " keys\n", o.keys);
     return 1;
   }
-  int status = pipeline_measure(&o, all, count, run_once, &result);
-  if (status == 0) {
-    print_table(&o, all, count);
-    if (pipeline_write_json(&o, all, count, "tuples_per_second") != 0)
-      status = 1;
-  }
+  const pipeline_bench bench = {.reset = reset_result,
+                                .build = build,
+                                .check = check_result,
+                                .result = &result,
+                                .heading = print_heading,
+                                .plain_name = "update",
+                                .checkpointed_name = "update-cp",
+                                .unit = "tuples_per_second"};
+  int status = pipeline_main(&o, all, count, &bench);
   free(result.count);
   free(result.last_sum);
   return status;

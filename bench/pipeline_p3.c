@@ -165,7 +165,8 @@ static void sink_close(sl_ctx *ctx, void *instance_state) {
 /* ------------------------------------------------------------ checks */
 
 /* Check a run's sink result; prints the first mismatch. */
-static bool check_result(const sink_result *r, uint64_t records) {
+static bool check_result(const void *result, uint64_t records) {
+  const sink_result *r = result;
   if (r->wrong) {
     fprintf(stderr,
             "pipeline_p3: WRONG RESULT: %" PRIu64 " window sums differ from "
@@ -194,59 +195,43 @@ static bool check_result(const sink_result *r, uint64_t records) {
   return true;
 }
 
-/* ------------------------------------------------------------ runs */
-
-/* Build and run the job once; check its result.  Returns input tuples/s,
- * or a negative value (after printing why) on failure. */
-static double run_once(const pipeline_options *o, const pipeline_series *s,
-                       void *result_void, uint64_t *checkpoints,
-                       double *cpu_s) {
+static void reset_result(void *result_void) {
   sink_result *result = result_void;
-  sl_job_config config;
-  char dir[] = "/tmp/sluice-p3-XXXXXX";
-  if (pipeline_job_config(o, s, dir, &config) != 0)
-    return -1;
   result->windows = result->wrong = result->first_wrong_key = 0;
   memset(result->count, 0, result->keys * sizeof *result->count);
+}
+
+/* keyed -> count window of W tuples, summing -> sink. */
+static int build(sl_job *job, sl_op *keyed, const pipeline_series *s,
+                 int parallelism, void *result_void) {
+  (void)s;
+  sink_result *result = result_void;
   const sl_window_config window = {.type = SL_WINDOW_COUNT,
-                                   .size = (int64_t)o->window,
+                                   .size = (int64_t)result->window,
                                    .acc_bytes = sizeof(uint64_t),
                                    .init = acc_init,
                                    .add = acc_add,
                                    .emit = acc_emit};
   static const sl_process_ops sink_ops = {
       .open = sink_open, .process = sink_process, .close = sink_close};
-  sl_job *job = 0;
-  sl_op *src, *keyed, *windows, *sink;
-  int parallelism = pipeline_parallelism(o, s);
-  int rc = sl_job_create(&config, &job);
-  if (!rc)
-    rc = sl_source_sequence(job, "source", 1, o->records, o->keys, &src);
-  if (!rc)
-    rc = sl_op_key_by(job, "by-key", src, fixture_tuple_key, 0, &keyed);
-  if (!rc)
-    rc = sl_op_window(job, "count-window", keyed, parallelism, &window,
-                      &windows);
+  sl_op *windows, *sink;
+  int rc = sl_op_window(job, "count-window", keyed, parallelism, &window,
+                        &windows);
   if (!rc)
     rc = sl_op_sink(job, "sink", windows, parallelism, &sink_ops, result,
                     &sink);
-  double seconds = pipeline_run_job(o, s, job, rc, dir, checkpoints, cpu_s);
-  if (seconds < 0 || !check_result(result, o->records))
-    return -1;
-  return (double)o->records / seconds;
+  return rc;
 }
 
 /* ------------------------------------------------------------ output */
 
-static void print_table(const pipeline_options *o,
-                        const pipeline_series *all, int count) {
+static void print_heading(const pipeline_options *o) {
   printf("P3 source -> key_by -> count window (%" PRIu64 ", sum) -> sink, %"
          PRIu64 " tuples, %" PRIu64 " keys, parallelism %d (-p2: 2), %d runs "
          "each\n", o->window, o->records, o->keys, o->parallelism, o->repeat);
   printf("  %-13s %10s %10s %10s %18s %8s  (M input tuples/s); CPU: median "
          "cores busy [min-max], CPU s per 1M tuples\n", "series", "median",
          "min", "max", "cores", "CPU s/M");
-  pipeline_print_rows(o, all, count, "window", "window-cp");
 }
 
 /* ------------------------------------------------------------ main */
@@ -292,12 +277,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "pipeline_p3: no memory for %" PRIu64 " keys\n", o.keys);
     return 1;
   }
-  int status = pipeline_measure(&o, all, count, run_once, &result);
-  if (status == 0) {
-    print_table(&o, all, count);
-    if (pipeline_write_json(&o, all, count, "input_tuples_per_second") != 0)
-      status = 1;
-  }
+  const pipeline_bench bench = {.reset = reset_result,
+                                .build = build,
+                                .check = check_result,
+                                .result = &result,
+                                .heading = print_heading,
+                                .plain_name = "window",
+                                .checkpointed_name = "window-cp",
+                                .unit = "input_tuples_per_second"};
+  int status = pipeline_main(&o, all, count, &bench);
   free(result.count);
   return status;
 }

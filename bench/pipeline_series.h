@@ -158,17 +158,37 @@ static inline int pipeline_parse_args(int argc, char **argv,
 
 /* ---------------------------------------------------------------- runs */
 
-/* The job config of series s in *config; for a checkpointed series, the
- * temporary state directory is made from the template dir (a
- * "/tmp/...-XXXXXX" buffer that must outlive the run).  Returns 0, or -1
- * after printing why. */
+/* What a benchmark adds to the harness: its keyed operator and sink, and
+ * its check of a run's result (kept in `result`, the benchmark's own). */
+typedef struct pipeline_bench {
+  /* Clear result before a run. */
+  void (*reset)(void *result);
+  /* Add series s's keyed operator and sink behind keyed (the source's
+   * sl_op_key_by stream) at parallelism; returns 0 or the sl_* error. */
+  int (*build)(sl_job *job, sl_op *keyed, const pipeline_series *s,
+               int parallelism, void *result);
+  /* Whether the run's result matches the closed forms (printing the first
+   * mismatch if not). */
+  bool (*check)(const void *result, uint64_t records);
+  void *result;
+  /* Print the table's heading (what ran; the column names). */
+  void (*heading)(const pipeline_options *o);
+  const char *plain_name, *checkpointed_name; /* their ratio is printed */
+  const char *unit; /* of the rates in the JSON */
+} pipeline_bench;
+
+/* The job config of series s in *config; for a checkpointed series, a
+ * temporary state directory is made in dir (dir_bytes long, outliving the
+ * run).  Returns 0, or -1 after printing why. */
 static inline int pipeline_job_config(const pipeline_options *o,
                                       const pipeline_series *s, char *dir,
+                                      size_t dir_bytes,
                                       sl_job_config *config) {
   *config = o->config;
   config->pin_policy = s->pin_policy;
   if (!s->checkpoint)
     return 0;
+  snprintf(dir, dir_bytes, "/tmp/sluice-%s-XXXXXX", o->program);
   if (!mkdtemp(dir)) {
     fprintf(stderr, "%s: mkdtemp %s: %s\n", o->program, dir, strerror(errno));
     return -1;
@@ -204,23 +224,46 @@ static inline double pipeline_run_job(const pipeline_options *o,
   return rc ? -1 : (double)elapsed_ns / 1e9;
 }
 
-/* One run of series s: returns input tuples/s, or a negative value (after
- * printing why) when the run failed or its result did not check. */
-typedef double (*pipeline_run_fn)(const pipeline_options *o,
-                                  const pipeline_series *s, void *result,
-                                  uint64_t *checkpoints, double *cpu_s);
+/* Build the job of series s (sequence source of o->records tuples over
+ * o->keys keys -> key_by -> the benchmark's operators), run it once and
+ * check its result.  Returns input tuples/s, or a negative value (after
+ * printing why) on failure. */
+static inline double pipeline_run_once(const pipeline_options *o,
+                                       const pipeline_series *s,
+                                       const pipeline_bench *bench,
+                                       uint64_t *checkpoints, double *cpu_s) {
+  sl_job_config config;
+  char dir[64];
+  if (pipeline_job_config(o, s, dir, sizeof dir, &config) != 0)
+    return -1;
+  bench->reset(bench->result);
+  sl_job *job = 0;
+  sl_op *source, *keyed;
+  int rc = sl_job_create(&config, &job);
+  if (!rc)
+    rc = sl_source_sequence(job, "source", 1, o->records, o->keys, &source);
+  if (!rc)
+    rc = sl_op_key_by(job, "by-key", source, fixture_tuple_key, 0, &keyed);
+  if (!rc)
+    rc = bench->build(job, keyed, s, pipeline_parallelism(o, s),
+                      bench->result);
+  double seconds = pipeline_run_job(o, s, job, rc, dir, checkpoints, cpu_s);
+  if (seconds < 0 || !bench->check(bench->result, o->records))
+    return -1;
+  return (double)o->records / seconds;
+}
 
 /* Measure: R rounds, one run of each series in turn (note 2), then each
  * series' statistics.  Returns 0, or 1 at the first failed run. */
 static inline int pipeline_measure(const pipeline_options *o,
                                    pipeline_series *all, int count,
-                                   pipeline_run_fn run_once, void *result) {
+                                   const pipeline_bench *bench) {
   for (int r = 0; r < o->repeat; r++) {
     for (int i = 0; i < count; i++) {
       pipeline_series *s = &all[i];
       uint64_t checkpoints = 0;
       double cpu_s = 0;
-      double rate = run_once(o, s, result, &checkpoints, &cpu_s);
+      double rate = pipeline_run_once(o, s, bench, &checkpoints, &cpu_s);
       if (rate < 0)
         return 1;
       /* cpu_s / wall seconds, the wall time being records / rate */
@@ -315,6 +358,20 @@ static inline int pipeline_write_json(const pipeline_options *o,
   else
     printf("  written: %s\n", o->json);
   return rc;
+}
+
+/* The whole benchmark once the command line is parsed: measure, print the
+ * table, write the JSON.  Returns the exit status (0, or 1 on a failed run
+ * or an unwritten JSON). */
+static inline int pipeline_main(const pipeline_options *o,
+                                pipeline_series *all, int count,
+                                const pipeline_bench *bench) {
+  if (pipeline_measure(o, all, count, bench) != 0)
+    return 1;
+  bench->heading(o);
+  pipeline_print_rows(o, all, count, bench->plain_name,
+                      bench->checkpointed_name);
+  return pipeline_write_json(o, all, count, bench->unit) == 0 ? 0 : 1;
 }
 
 #endif /* SL_BENCH_PIPELINE_SERIES_H */

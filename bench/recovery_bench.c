@@ -218,26 +218,17 @@ static int paced_next(sl_ctx *ctx, void *state) {
 static int paced_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
   bench_run *run = state;
-  return sl_operator_state_set(ctx, &run->emitted, sizeof run->emitted);
+  return fixture_position_snapshot(ctx, &run->emitted);
 }
 
 static int paced_restore(sl_ctx *ctx, void *state, uint64_t id) {
   bench_run *run = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  int rc = fixture_position_restore(ctx, id, &run->emitted);
   if (rc == SL_ENOTFOUND)
     return 0; /* the checkpoint came before the first snapshot: from 0 */
-  if (rc)
-    return rc;
-  if (bytes != sizeof run->emitted) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": source position of %" PRIu32
-                " bytes", id, bytes);
-    return SL_ECALLBACK;
-  }
-  memcpy(&run->emitted, data, sizeof run->emitted);
-  atomic_store(&run->restored_position, run->emitted);
-  return 0;
+  if (rc == 0)
+    atomic_store(&run->restored_position, run->emitted);
+  return rc;
 }
 
 /* ------------------------------------------------------------ count */
@@ -721,17 +712,12 @@ int main(int argc, char **argv) {
   const char *dir = "/tmp/sluice-recovery-bench";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
-    if (strcmp(a, "--quick") == 0)
-      quick = true, repeat = 3;
-    else if (strcmp(a, "--repeat") == 0 && v)
-      repeat = atoi(v), i++;
+    int used = bench_run_option(a, v, &quick, &repeat, 3, &json_path, &dir);
+    if (used)
+      i += used - 1;
     else if (strcmp(a, "--keys") == 0 && v &&
              bench_parse_count(v, 1000, &only_keys) == 0 && only_keys > 0)
       i++;
-    else if (strcmp(a, "--json") == 0 && v)
-      json_path = v, i++;
-    else if (strcmp(a, "--dir") == 0 && v)
-      dir = v, i++;
     else if (strcmp(a, "--verbose") == 0)
       verbose = true;
     else {
