@@ -344,18 +344,34 @@ static int checkpoint_now(sl_job *job, uint64_t processed,
   return sl_job_checkpoint_stats(job, 0, cs);
 }
 
+/* A fresh state directory and a started job whose source has emitted
+ * `keys` tuples (one per key) and then waits for phase->allowed to grow;
+ * checkpoints come only from sl_job_trigger_checkpoint (the interval is an
+ * hour).  Returns the job, or NULL (nothing left running) on failure. */
+static sl_job *start_triggered(const char *dir, uint64_t keys,
+                               phased *phase) {
+  fresh_dir(dir);
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = dir;
+  config.checkpoint.interval_ms = 3600000; /* only the triggers */
+  phase->keys = keys;
+  phase->emitted = 0;
+  atomic_store(&phase->allowed, keys);
+  sl_job *job = build(&config, 0, keys, phase);
+  if (job && sl_job_start(job) != 0) {
+    sl_job_destroy(job);
+    job = 0;
+  }
+  return job;
+}
+
 static int duration_and_restore(bench_json *json, const char *dir,
                                 int repeat, bool quick) {
   const uint64_t keys = 1000000, changed = 100000;
   int rounds = quick ? 10 : 40;
-  fresh_dir(dir);
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = dir;
-  config.checkpoint.interval_ms = 3600000; /* only the triggers below */
-  phased phase = {.keys = keys};
-  atomic_store(&phase.allowed, keys);
-  sl_job *job = build(&config, 0, keys, &phase);
-  if (!job || sl_job_start(job) != 0)
+  phased phase;
+  sl_job *job = start_triggered(dir, keys, &phase);
+  if (!job)
     return 1;
   sl_checkpoint_stats cs;
   double durations_ms[MAX_REPEAT], writes_ms[MAX_REPEAT];
@@ -395,6 +411,9 @@ static int duration_and_restore(bench_json *json, const char *dir,
   bench_json_end_object(json);
 
   double restore_ms[MAX_REPEAT];
+  sl_job_config config = {0}; /* start_triggered's, resuming its store */
+  config.checkpoint.state_dir = dir;
+  config.checkpoint.interval_ms = 3600000;
   for (int r = 0; r < repeat; r++) {
     config.checkpoint.store_policy = SL_STORE_RESUME;
     phased again = {.keys = keys};
@@ -525,17 +544,10 @@ static void size_report(bench_json *json, uint64_t keys,
  * rounds on the same job. */
 static int size_one(bench_json *json, const char *dir, uint64_t keys,
                     bool quick) {
-  fresh_dir(dir);
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = dir;
-  config.checkpoint.interval_ms = 3600000; /* only the triggers below */
-  phased phase = {.keys = keys};
-  atomic_store(&phase.allowed, keys);
-  sl_job *job = build(&config, 0, keys, &phase);
-  if (!job || sl_job_start(job) != 0) {
-    sl_job_destroy(job);
+  phased phase;
+  sl_job *job = start_triggered(dir, keys, &phase);
+  if (!job)
     return 1;
-  }
   uint64_t total = keys;
   sl_checkpoint_stats first;
   int rc = checkpoint_now(job, total, &first);
