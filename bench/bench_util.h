@@ -1,6 +1,7 @@
 /* bench_util.h — small helpers shared by the benchmarks in bench/: a
  * monotonic clock, pinning the calling thread to one CPU, median/min/max of
- * repeated runs, percentiles, number parsing, and a tiny JSON writer.
+ * repeated runs, percentiles, number and option parsing, and a tiny JSON
+ * writer.  The jobs the benchmarks build are in fixtures.h.
  *
  * Everything is static inline so each benchmark is one translation unit
  * with no extra objects to link (and no -Wmissing-prototypes noise).
@@ -21,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Upper bound on --repeat: the statistics below sort a copy on the stack. */
 #define BENCH_MAX_REPEAT 1000u
@@ -186,6 +188,101 @@ static inline int bench_parse_count(const char *text, uint64_t unit,
   return 0;
 }
 
+/* Print "program: what" and exit with status 2 (a usage error). */
+static inline _Noreturn void bench_fail(const char *program, const char *what) {
+  fprintf(stderr, "%s: %s\n", program, what);
+  exit(2);
+}
+
+/* The value of option `flag` (bench_parse_count with `unit`), or exit with
+ * status 1 after naming the flag and the text. */
+static inline uint64_t bench_parse_or_die(const char *program,
+                                          const char *flag, const char *text,
+                                          uint64_t unit) {
+  uint64_t value = 0;
+  if (!text || bench_parse_count(text, unit, &value) != 0) {
+    fprintf(stderr, "%s: bad value for %s: %s\n", program, flag,
+            text ? text : "(missing)");
+    exit(1);
+  }
+  return value;
+}
+
+/* The flags the ring benchmarks share: --json PATH, --quick, and -h or
+ * --help (usage(stdout), then exit 0).  Returns how many arguments the flag
+ * used (1 or 2), or 0 when it is none of these; a --json without a path
+ * exits with status 1. */
+static inline int bench_common_flag(const char *program, const char *flag,
+                                    const char *value, const char **json_path,
+                                    bool *quick, void (*usage)(FILE *out)) {
+  if (strcmp(flag, "--json") == 0) {
+    if (!value)
+      bench_parse_or_die(program, flag, value, 1);
+    *json_path = value;
+    return 2;
+  }
+  if (strcmp(flag, "--quick") == 0) {
+    *quick = true;
+    return 1;
+  }
+  if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+    usage(stdout);
+    exit(0);
+  }
+  return 0;
+}
+
+/* The run options the state benchmarks share: --quick (sets *quick, and
+ * *repeat = quick_repeat unless that is 0), --repeat R (atoi: the caller
+ * checks the range), --json PATH and, when dir is not NULL, --dir DIR.
+ * Returns how many arguments the option used (1 or 2), or 0 when it is
+ * none of these or its value is missing. */
+static inline int bench_run_option(const char *a, const char *v, bool *quick,
+                                   int *repeat, int quick_repeat,
+                                   const char **json_path, const char **dir) {
+  if (strcmp(a, "--quick") == 0) {
+    *quick = true;
+    if (quick_repeat)
+      *repeat = quick_repeat;
+    return 1;
+  }
+  if (!v)
+    return 0;
+  if (strcmp(a, "--repeat") == 0)
+    *repeat = atoi(v);
+  else if (strcmp(a, "--json") == 0)
+    *json_path = v;
+  else if (dir && strcmp(a, "--dir") == 0)
+    *dir = v;
+  else
+    return 0;
+  return 2;
+}
+
+/* Index of the name at[0..length) among names[0..count), or -1: for
+ * comma-separated lists of modes or implementations. */
+static inline int bench_find_name(const char *const *names, size_t count,
+                                  const char *at, size_t length) {
+  for (size_t i = 0; i < count; i++)
+    if (strlen(names[i]) == length && strncmp(names[i], at, length) == 0)
+      return (int)i;
+  return -1;
+}
+
+/* This program's file, from /proc/self/exe, for the benchmarks that start
+ * fresh copies of themselves through a shell: refused (EINVAL) if it holds
+ * a single quote, which the quoted command line could not carry.  Returns
+ * 0 or an errno value; out is unspecified on error. */
+static inline int bench_self_path(char *out, size_t out_bytes) {
+  ssize_t length = readlink("/proc/self/exe", out, out_bytes - 1);
+  if (length <= 0)
+    return length < 0 ? errno : ENOENT;
+  if (memchr(out, '\'', (size_t)length))
+    return EINVAL;
+  out[length] = '\0';
+  return 0;
+}
+
 /* ------------------------------------------------------------------ JSON */
 
 /* Create every missing parent directory of the file `path` (like mkdir -p
@@ -323,6 +420,32 @@ static inline void bench_json_bool(bench_json *json, const char *key,
                                    bool value) {
   bench_json_prefix(json, key);
   fputs(value ? "true" : "false", json->file);
+}
+
+/* bench_json_open, then begin the top-level object; on error say why
+ * (naming program and path).  Returns 0 or the errno of the open. */
+static inline int bench_json_create(bench_json *json, const char *program,
+                                    const char *path) {
+  int rc = bench_json_open(json, path);
+  if (rc) {
+    fprintf(stderr, "%s: cannot write %s: %s\n", program, path, strerror(rc));
+    return rc;
+  }
+  bench_json_begin_object(json, 0);
+  return 0;
+}
+
+/* End the top-level object, close the file and say where it went (or why
+ * it could not be written).  Returns 0 or the errno of bench_json_close. */
+static inline int bench_json_finish(bench_json *json, const char *program,
+                                    const char *path) {
+  bench_json_end_object(json);
+  int rc = bench_json_close(json);
+  if (rc)
+    fprintf(stderr, "%s: cannot write %s: %s\n", program, path, strerror(rc));
+  else
+    printf("written: %s\n", path);
+  return rc;
 }
 
 /* {"median": .., "min": .., "max": ..} under `key`. */

@@ -69,6 +69,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "fixtures.h"
 #include "sluice.h"
 
 #define MAX_REPEAT 50
@@ -81,25 +82,12 @@
 const char *malloc_conf = "thp:always,metadata_thp:auto";
 #define UPDATE_STRIDE 7919u /* prime, coprime with the key counts used */
 
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
-}
-
 static int count_process(sl_ctx *ctx, void *state, int input,
                          const sl_record *in) {
   (void)state;
   (void)input;
-  (void)in;
-  const void *value;
-  uint32_t bytes;
-  uint64_t count = 0;
-  if (sl_state_get(ctx, 0, &value, &bytes) == 0)
-    memcpy(&count, value, sizeof count);
-  count++;
-  int rc = sl_state_put(ctx, 0, &count, sizeof count, 0);
+  uint64_t key = fixture_tuple_key(0, in), count;
+  int rc = fixture_count_add(ctx, key, &count);
   return rc ? rc : sl_emit(ctx, &count, sizeof count);
 }
 
@@ -112,14 +100,6 @@ static int count_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)state;
   (void)id;
   atomic_store(&count_restored_ns, bench_now_ns());
-  return 0;
-}
-
-static int discard(sl_ctx *ctx, void *state, int input, const sl_record *in) {
-  (void)ctx;
-  (void)state;
-  (void)input;
-  (void)in;
   return 0;
 }
 
@@ -159,7 +139,7 @@ static int phased_next(sl_ctx *ctx, void *state) {
 static int phased_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
   phased *p = state;
-  return sl_operator_state_set(ctx, &p->emitted, sizeof p->emitted);
+  return fixture_position_snapshot(ctx, &p->emitted);
 }
 
 static int phased_restore(sl_ctx *ctx, void *state, uint64_t id) {
@@ -179,22 +159,20 @@ static sl_job *build(const sl_job_config *config, uint64_t records,
   sl_job *job;
   if (sl_job_create(config, &job))
     return 0;
-  sl_op *src, *by, *count, *sink;
+  sl_op *src, *sink;
   static const sl_source_ops phased_ops = {.open = phased_open,
                                            .next = phased_next,
                                            .snapshot = phased_snapshot,
                                            .restore = phased_restore};
   static const sl_process_ops count_ops = {.process = count_process,
                                           .restore = count_restore};
-  static const sl_process_ops sink_ops = {.process = discard};
+  static const sl_process_ops sink_ops = {.process = fixture_discard};
+  const fixture_keyed_spec keyed = {.count_ops = &count_ops,
+                                    .sink_ops = &sink_ops};
   int rc = phase ? sl_op_source(job, "source", 1, &phased_ops, phase, &src)
                  : sl_source_sequence(job, "source", 1, records, keys, &src);
   if (!rc)
-    rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &by);
-  if (!rc)
-    rc = sl_op_process(job, "count", &by, 1, 1, &count_ops, 0, &count);
-  if (!rc)
-    rc = sl_op_sink(job, "sink", count, 1, &sink_ops, 0, &sink);
+    rc = fixture_keyed_job(job, src, &keyed, &sink);
   if (rc) {
     fprintf(stderr, "checkpoint_bench: build: %s\n", sl_strerror(rc));
     sl_job_destroy(job);
@@ -366,18 +344,34 @@ static int checkpoint_now(sl_job *job, uint64_t processed,
   return sl_job_checkpoint_stats(job, 0, cs);
 }
 
+/* A fresh state directory and a started job whose source has emitted
+ * `keys` tuples (one per key) and then waits for phase->allowed to grow;
+ * checkpoints come only from sl_job_trigger_checkpoint (the interval is an
+ * hour).  Returns the job, or NULL (nothing left running) on failure. */
+static sl_job *start_triggered(const char *dir, uint64_t keys,
+                               phased *phase) {
+  fresh_dir(dir);
+  sl_job_config config = {0};
+  config.checkpoint.state_dir = dir;
+  config.checkpoint.interval_ms = 3600000; /* only the triggers */
+  phase->keys = keys;
+  phase->emitted = 0;
+  atomic_store(&phase->allowed, keys);
+  sl_job *job = build(&config, 0, keys, phase);
+  if (job && sl_job_start(job) != 0) {
+    sl_job_destroy(job);
+    job = 0;
+  }
+  return job;
+}
+
 static int duration_and_restore(bench_json *json, const char *dir,
                                 int repeat, bool quick) {
   const uint64_t keys = 1000000, changed = 100000;
   int rounds = quick ? 10 : 40;
-  fresh_dir(dir);
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = dir;
-  config.checkpoint.interval_ms = 3600000; /* only the triggers below */
-  phased phase = {.keys = keys};
-  atomic_store(&phase.allowed, keys);
-  sl_job *job = build(&config, 0, keys, &phase);
-  if (!job || sl_job_start(job) != 0)
+  phased phase;
+  sl_job *job = start_triggered(dir, keys, &phase);
+  if (!job)
     return 1;
   sl_checkpoint_stats cs;
   double durations_ms[MAX_REPEAT], writes_ms[MAX_REPEAT];
@@ -417,6 +411,9 @@ static int duration_and_restore(bench_json *json, const char *dir,
   bench_json_end_object(json);
 
   double restore_ms[MAX_REPEAT];
+  sl_job_config config = {0}; /* start_triggered's, resuming its store */
+  config.checkpoint.state_dir = dir;
+  config.checkpoint.interval_ms = 3600000;
   for (int r = 0; r < repeat; r++) {
     config.checkpoint.store_policy = SL_STORE_RESUME;
     phased again = {.keys = keys};
@@ -547,17 +544,10 @@ static void size_report(bench_json *json, uint64_t keys,
  * rounds on the same job. */
 static int size_one(bench_json *json, const char *dir, uint64_t keys,
                     bool quick) {
-  fresh_dir(dir);
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = dir;
-  config.checkpoint.interval_ms = 3600000; /* only the triggers below */
-  phased phase = {.keys = keys};
-  atomic_store(&phase.allowed, keys);
-  sl_job *job = build(&config, 0, keys, &phase);
-  if (!job || sl_job_start(job) != 0) {
-    sl_job_destroy(job);
+  phased phase;
+  sl_job *job = start_triggered(dir, keys, &phase);
+  if (!job)
     return 1;
-  }
   uint64_t total = keys;
   sl_checkpoint_stats first;
   int rc = checkpoint_now(job, total, &first);
@@ -710,7 +700,7 @@ static sl_job *align_build(const sl_job_config *config, align_side sides[2]) {
   static const sl_source_ops source_ops = {.open = align_open,
                                            .next = align_next};
   static const sl_process_ops join_ops = {.process = align_join};
-  static const sl_process_ops sink_ops = {.process = discard};
+  static const sl_process_ops sink_ops = {.process = fixture_discard};
   sl_job *job;
   if (sl_job_create(config, &job))
     return 0;
@@ -719,9 +709,9 @@ static sl_job *align_build(const sl_job_config *config, align_side sides[2]) {
   if (!rc)
     rc = sl_op_source(job, "b", 1, &source_ops, &sides[1], &b);
   if (!rc)
-    rc = sl_op_key_by(job, "a.key", a, tuple_key, 0, &keyed[0]);
+    rc = sl_op_key_by(job, "a.key", a, fixture_tuple_key, 0, &keyed[0]);
   if (!rc)
-    rc = sl_op_key_by(job, "b.key", b, tuple_key, 0, &keyed[1]);
+    rc = sl_op_key_by(job, "b.key", b, fixture_tuple_key, 0, &keyed[1]);
   if (!rc)
     rc = sl_op_process(job, "join", keyed, 2, ALIGN_PARALLELISM, &join_ops,
                        0, &join);
@@ -963,14 +953,9 @@ int main(int argc, char **argv) {
   int only = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
-    if (strcmp(a, "--quick") == 0)
-      quick = true, repeat = 3;
-    else if (strcmp(a, "--repeat") == 0 && v)
-      repeat = atoi(v), i++;
-    else if (strcmp(a, "--json") == 0 && v)
-      json_path = v, i++;
-    else if (strcmp(a, "--dir") == 0 && v)
-      dir = v, i++;
+    int used = bench_run_option(a, v, &quick, &repeat, 3, &json_path, &dir);
+    if (used)
+      i += used - 1;
     else if (strcmp(a, "--only") == 0 && v)
       only = parse_only(v), i++;
     else
@@ -988,11 +973,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   bench_json json;
-  if (bench_json_open(&json, json_path) != 0) {
-    perror(json_path);
+  if (bench_json_create(&json, "checkpoint_bench", json_path) != 0)
     return 1;
-  }
-  bench_json_begin_object(&json, 0);
   bench_json_string(&json, "benchmark", "checkpoint_bench");
   bench_json_machine(&json);
   bench_json_u64(&json, "repeat", (uint64_t)repeat);
@@ -1007,10 +989,8 @@ int main(int argc, char **argv) {
     rc = size_part(&json, dir, quick);
   if (rc == 0 && (!only || only == 6))
     rc = align_part(&json, dir, quick);
-  bench_json_end_object(&json);
-  bench_json_close(&json);
+  int written = bench_json_finish(&json, "checkpoint_bench", json_path);
   fresh_dir(dir);
   rmdir(dir);
-  printf("written: %s\n", json_path);
-  return rc;
+  return rc ? rc : written != 0;
 }

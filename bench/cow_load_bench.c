@@ -317,12 +317,9 @@ int main(int argc, char **argv) {
   const char *json_path = "bench/results/cow_load_bench.json";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
-    if (strcmp(a, "--quick") == 0)
-      quick = true, repeat = 3;
-    else if (strcmp(a, "--repeat") == 0 && v)
-      repeat = atoi(v), i++;
-    else if (strcmp(a, "--json") == 0 && v)
-      json_path = v, i++;
+    int used = bench_run_option(a, v, &quick, &repeat, 3, &json_path, 0);
+    if (used)
+      i += used - 1;
     else {
       fprintf(stderr, "usage: cow_load_bench [--quick] [--repeat R] "
                       "[--json PATH]\n");
@@ -333,20 +330,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cow_load_bench: --repeat must be 1..%d\n", MAX_REPEAT);
     return 2;
   }
-  ssize_t length = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-  if (length <= 0 || strchr(self_path, '\'') != 0) {
+  if (bench_self_path(self_path, sizeof self_path) != 0) {
     fprintf(stderr, "cow_load_bench: cannot name this program for cold runs\n");
     return 1;
   }
-  self_path[length] = '\0';
   const uint64_t sizes[2] = {quick ? 100000u : 1000000u,
                              quick ? 1000000u : 10000000u};
   bench_json json;
-  if (bench_json_open(&json, json_path) != 0) {
-    perror(json_path);
+  if (bench_json_create(&json, "cow_load_bench", json_path) != 0)
     return 1;
-  }
-  bench_json_begin_object(&json, 0);
   bench_json_string(&json, "benchmark", "cow_load_bench");
   bench_json_machine(&json);
   bench_json_u64(&json, "repeat", (uint64_t)repeat);
@@ -355,8 +347,6 @@ int main(int argc, char **argv) {
   for (int s = 0; rc == 0 && s < 2; s++)
     rc = run_size(&json, sizes[s], repeat);
   bench_json_end_array(&json);
-  bench_json_end_object(&json);
-  bench_json_close(&json);
-  printf("written: %s\n", json_path);
-  return rc;
+  int written = bench_json_finish(&json, "cow_load_bench", json_path);
+  return rc ? rc : written != 0;
 }

@@ -103,10 +103,7 @@ typedef struct hop_run {
   pthread_barrier_t start;
 } hop_run;
 
-static _Noreturn void fail(const char *what) {
-  fprintf(stderr, "hop_latency: %s\n", what);
-  exit(2);
-}
+static _Noreturn void fail(const char *what) { bench_fail("hop_latency", what); }
 
 /* Wait until `ring` has something to read: spin up to spin_limit, then
  * park (wait.h protocol).  Counts sleeps that ended with the ring still
@@ -154,6 +151,15 @@ static void receive_message(sl_ring *ring, uint64_t sequence) {
   sl_ring_advance_consumer(ring, sl_entry_bytes(e));
 }
 
+/* Round trip i ended now: keep its time unless it is a warm-up round. */
+static inline void note_round_trip(hop_run *run, uint64_t i,
+                                   uint64_t *previous_ns) {
+  uint64_t now_ns = bench_now_ns();
+  if (i >= run->warmup)
+    run->round_trip_ns[i - run->warmup] = now_ns - *previous_ns;
+  *previous_ns = now_ns;
+}
+
 static void pinger_loop(hop_run *run) {
   const uint64_t total = run->warmup + run->rounds;
   uint64_t previous_ns = bench_now_ns();
@@ -162,10 +168,7 @@ static void pinger_loop(hop_run *run) {
     wait_readable(&run->pong_ring, &run->pinger, run->spin_limit);
     receive_message(&run->pong_ring, i);
     sl_ring_release_consumer(&run->pong_ring, false);
-    uint64_t now_ns = bench_now_ns();
-    if (i >= run->warmup)
-      run->round_trip_ns[i - run->warmup] = now_ns - previous_ns;
-    previous_ns = now_ns;
+    note_round_trip(run, i, &previous_ns);
   }
 }
 
@@ -189,10 +192,7 @@ static void reference_pinger_loop(hop_run *run) {
     while (atomic_load_explicit(&run->pong_sequence, memory_order_acquire) !=
            i + 1)
       sl_cpu_relax();
-    uint64_t now_ns = bench_now_ns();
-    if (i >= run->warmup)
-      run->round_trip_ns[i - run->warmup] = now_ns - previous_ns;
-    previous_ns = now_ns;
+    note_round_trip(run, i, &previous_ns);
   }
 }
 
@@ -361,10 +361,9 @@ static void print_results(const options *opt, const mode_result *results,
 static int write_json(const options *opt, const mode_result *results,
                       uint64_t clock_overhead_ns) {
   bench_json json;
-  int rc = bench_json_open(&json, opt->json_path);
+  int rc = bench_json_create(&json, "hop_latency", opt->json_path);
   if (rc != 0)
     return rc;
-  bench_json_begin_object(&json, NULL);
   bench_json_string(&json, "benchmark", "hop_latency");
   bench_json_machine(&json);
   bench_json_begin_object(&json, "config");
@@ -403,8 +402,7 @@ static int write_json(const options *opt, const mode_result *results,
     bench_json_end_object(&json);
   }
   bench_json_end_array(&json);
-  bench_json_end_object(&json);
-  return bench_json_close(&json);
+  return bench_json_finish(&json, "hop_latency", opt->json_path);
 }
 
 /* ------------------------------------------------------------- options */
@@ -425,13 +423,7 @@ static void usage(FILE *out) {
 
 static uint64_t parse_or_die(const char *flag, const char *text,
                              uint64_t unit) {
-  uint64_t value = 0;
-  if (!text || bench_parse_count(text, unit, &value) != 0) {
-    fprintf(stderr, "hop_latency: bad value for %s: %s\n", flag,
-            text ? text : "(missing)");
-    exit(1);
-  }
-  return value;
+  return bench_parse_or_die("hop_latency", flag, text, unit);
 }
 
 static void parse_modes(const char *text, options *opt) {
@@ -440,11 +432,7 @@ static void parse_modes(const char *text, options *opt) {
   memset(opt->selected, 0, sizeof opt->selected);
   for (const char *at = text; *at;) {
     size_t length = strcspn(at, ",");
-    int found = -1;
-    for (int m = 0; m < MODE_COUNT; m++)
-      if (strlen(mode_names[m]) == length &&
-          strncmp(mode_names[m], at, length) == 0)
-        found = m;
+    int found = bench_find_name(mode_names, MODE_COUNT, at, length);
     if (found < 0)
       parse_or_die("--modes", text, 1);
     opt->selected[found] = true;
@@ -485,19 +473,14 @@ static void parse_options(int argc, char **argv, options *opt) {
       opt->ponger_cpu = (int)parse_or_die(flag, value, 1000);
     } else if (strcmp(flag, "--modes") == 0) {
       parse_modes(value, opt);
-    } else if (strcmp(flag, "--json") == 0) {
-      if (!value)
-        parse_or_die(flag, value, 1);
-      opt->json_path = value;
-    } else if (strcmp(flag, "--quick") == 0) {
-      quick = true;
-      takes_value = false;
-    } else if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
-      usage(stdout);
-      exit(0);
     } else {
-      usage(stderr);
-      exit(1);
+      int used = bench_common_flag("hop_latency", flag, value, &opt->json_path,
+                                   &quick, usage);
+      if (used == 0) {
+        usage(stderr);
+        exit(1);
+      }
+      takes_value = used == 2;
     }
     if (takes_value)
       i++;
@@ -532,11 +515,6 @@ int main(int argc, char **argv) {
     if (opt.selected[m])
       run_mode((enum mode)m, &opt, &results[m]);
   print_results(&opt, results, clock_overhead_ns);
-  int rc = write_json(&opt, results, clock_overhead_ns);
-  if (rc != 0)
-    fprintf(stderr, "hop_latency: cannot write %s: %s\n", opt.json_path,
-            strerror(rc));
-  else
-    printf("\nwrote %s\n", opt.json_path);
-  return rc == 0 ? 0 : 1;
+  printf("\n");
+  return write_json(&opt, results, clock_overhead_ns) == 0 ? 0 : 1;
 }

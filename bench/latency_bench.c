@@ -126,6 +126,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "fixtures.h"
 #include "histogram.h"
 #include "sluice.h"
 
@@ -325,42 +326,19 @@ static int source_next(sl_ctx *ctx, void *state) {
 static int source_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
   latency_run *run = state;
-  return sl_operator_state_set(ctx, &run->emitted, sizeof run->emitted);
+  return fixture_position_snapshot(ctx, &run->emitted);
 }
 
 static int source_restore(sl_ctx *ctx, void *state, uint64_t id) {
   latency_run *run = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  int rc = fixture_position_restore(ctx, id, &run->emitted);
   if (rc == SL_ENOTFOUND)
     return 0; /* restored before the source's first snapshot: from 0 */
-  if (rc)
-    return rc;
-  if (bytes != sizeof run->emitted) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": source position of %" PRIu32
-                " bytes", id, bytes);
-    return SL_ECALLBACK;
-  }
-  memcpy(&run->emitted, data, sizeof run->emitted);
-  assert(run->emitted <= run->records);
-  return 0;
+  assert(rc != 0 || run->emitted <= run->records);
+  return rc;
 }
 
 /* ----------------------------------------------------------------- count */
-
-static uint64_t record_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
-}
-
-static int count_open(sl_ctx *ctx, void *user, void **state) {
-  (void)ctx;
-  *state = user;
-  return 0;
-}
 
 static int count_process(sl_ctx *ctx, void *state, int input,
                          const sl_record *in) {
@@ -536,34 +514,27 @@ static void *wait_job(void *arg) {
   return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag,
-                        struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path) == 0 ? 0 : errno;
-}
-
 static sl_job *build_job(const sl_job_config *config, latency_run *run) {
   static const sl_source_ops source_ops = {.open = source_open,
                                            .next = source_next,
                                            .snapshot = source_snapshot,
                                            .restore = source_restore};
-  static const sl_process_ops count_ops = {.open = count_open,
+  static const sl_process_ops count_ops = {.open = fixture_open_shared,
                                            .process = count_process};
   static const sl_process_ops sink_ops = {.open = sink_open,
                                           .process = sink_process};
+  /* in_record starts with its key, as an sl_tuple does */
+  const fixture_keyed_spec keyed = {.count_ops = &count_ops,
+                                    .count_user = run,
+                                    .sink_ops = &sink_ops,
+                                    .sink_user = run};
   sl_job *job = 0;
-  sl_op *source, *by_key, *count, *sink;
+  sl_op *source, *sink;
   int rc = sl_job_create(config, &job);
   if (!rc)
     rc = sl_op_source(job, "source", 1, &source_ops, run, &source);
   if (!rc)
-    rc = sl_op_key_by(job, "by-key", source, record_key, 0, &by_key);
-  if (!rc)
-    rc = sl_op_process(job, "count", &by_key, 1, 1, &count_ops, run, &count);
-  if (!rc)
-    rc = sl_op_sink(job, "sink", count, 1, &sink_ops, run, &sink);
+    rc = fixture_keyed_job(job, source, &keyed, &sink);
   if (rc) {
     fprintf(stderr, "latency_bench: build: %s: %s\n", sl_strerror(rc),
             job ? sl_job_error(job) : "");
@@ -678,7 +649,7 @@ static int run_job(const run_plan *plan, latency_run *run,
   }
   sl_job_destroy(job);
   if (plan->checkpoints)
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    fixture_remove_tree(dir);
   return rc ? 1 : 0;
 }
 

@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "fixtures.h"
 #include "cow_map.h"
 #include "internal.h" /* the instance's copy-on-write map, for its size */
 #include "sluice.h"
@@ -233,13 +234,6 @@ static int source_snapshot(sl_ctx *ctx, void *instance_state,
   return sl_operator_state_set(ctx, &s->emitted, sizeof s->emitted);
 }
 
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  return t.key;
-}
-
 /* Count the key's records in its state; emit the key when it is new. */
 static int count_process(sl_ctx *ctx, void *instance_state, int input,
                          const sl_record *in) {
@@ -282,12 +276,6 @@ static int sink_process(sl_ctx *ctx, void *instance_state, int input,
   return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag,
-                        struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path) == 0 ? 0 : errno;
-}
-
 /* Build the job of s into *job (created with config). */
 static int build_job(const sl_job_config *config, run_state *s, sl_job **job) {
   static const sl_source_ops source_ops = {
@@ -296,18 +284,18 @@ static int build_job(const sl_job_config *config, run_state *s, sl_job **job) {
       .open = share_open, .process = count_process, .close = count_close};
   static const sl_process_ops sink_ops = {.open = share_open,
                                           .process = sink_process};
-  sl_op *src, *keyed, *count, *sink;
+  const fixture_keyed_spec keyed = {.count_ops = &count_ops,
+                                    .count_user = s,
+                                    .sink_ops = &sink_ops,
+                                    .sink_user = s};
+  sl_op *src, *sink;
   int rc = sl_job_create(config, job);
   if (rc)
     return rc;
   s->job = *job;
   rc = sl_op_source(*job, "source", 1, &source_ops, s, &src);
   if (!rc)
-    rc = sl_op_key_by(*job, "by-key", src, tuple_key, 0, &keyed);
-  if (!rc)
-    rc = sl_op_process(*job, "count", &keyed, 1, 1, &count_ops, s, &count);
-  if (!rc)
-    rc = sl_op_sink(*job, "sink", count, 1, &sink_ops, s, &sink);
+    rc = fixture_keyed_job(*job, src, &keyed, &sink);
   return rc;
 }
 
@@ -367,7 +355,7 @@ static int run_variant(int variant, uint64_t keys, child_result *out) {
             job && sl_job_error(job)[0] ? sl_job_error(job) : "");
   sl_job_destroy(job);
   if (s.checkpoint)
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    fixture_remove_tree(dir);
   return rc || !check_counts(&s) ? 1 : 0;
 }
 
@@ -566,11 +554,7 @@ static int write_json(const char *path, bool quick, int repeat,
   bench_json_double(&json, "measured_at_largest", largest.median);
   bench_json_bool(&json, "met", met);
   bench_json_end_object(&json);
-  bench_json_end_object(&json);
-  if (bench_json_close(&json) != 0)
-    return fprintf(stderr, "memory_bench: writing %s failed\n", path), 1;
-  printf("written: %s\n", path);
-  return 0;
+  return bench_json_finish(&json, "memory_bench", path) == 0 ? 0 : 1;
 }
 
 static int usage(void) {
@@ -587,22 +571,16 @@ int main(int argc, char **argv) {
   const char *json_path = "bench/results/memory_bench.json";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
-    if (strcmp(a, "--quick") == 0)
-      quick = true;
-    else if (strcmp(a, "--repeat") == 0 && v)
-      repeat = atoi(v), i++;
-    else if (strcmp(a, "--json") == 0 && v)
-      json_path = v, i++;
-    else
+    int used = bench_run_option(a, v, &quick, &repeat, 0, &json_path, 0);
+    if (!used)
       return usage();
+    i += used - 1;
   }
   repeat = repeat ? repeat : quick ? 1 : 3;
   if (repeat < 1 || repeat > MAX_REPEAT)
     return fprintf(stderr, "memory_bench: --repeat 1..%d\n", MAX_REPEAT), 2;
-  ssize_t length = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-  if (length <= 0 || memchr(self_path, '\'', (size_t)length))
+  if (bench_self_path(self_path, sizeof self_path) != 0)
     return fprintf(stderr, "memory_bench: cannot name this program\n"), 1;
-  self_path[length] = '\0';
   static size_runs sizes[2];
   sizes[0] = (size_runs){.keys = quick ? 100000u : 1000000u, .repeat = repeat};
   sizes[1] = (size_runs){.keys = quick ? 1000000u : 10000000u,

@@ -21,31 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
+#include "fixtures.h"
 #include "sluice.h"
 
 #define MAX_REPEAT 50
-
-static int map_triple(void *user, const sl_record *in, void *out,
-                      uint32_t *out_size) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  t.value = t.value * 3 + 1;
-  memcpy(out, &t, sizeof t);
-  *out_size = sizeof t;
-  return 0;
-}
-
-static int filter_keep(void *user, const sl_record *in) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  return t.value % 4 != 0;
-}
 
 typedef struct totals {
   uint64_t count;
@@ -70,14 +52,6 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* User + system CPU time of the whole process so far, in seconds. */
-static double cpu_now_s(void) {
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return (double)usage.ru_utime.tv_sec + (double)usage.ru_utime.tv_usec / 1e6 +
-         (double)usage.ru_stime.tv_sec + (double)usage.ru_stime.tv_usec / 1e6;
-}
-
 /* One run; returns tuples/s and sets *cpu_s to its CPU seconds, or returns
  * a negative value on failure. */
 static double run_once(uint64_t records, const sl_job_config *config,
@@ -90,17 +64,18 @@ static double run_once(uint64_t records, const sl_job_config *config,
   static const sl_process_ops sink_ops = {.process = sink_process};
   int rc = sl_source_sequence(job, "source", 1, records, 10000, &src);
   if (!rc)
-    rc = sl_op_map(job, "map", src, 1, sizeof(sl_tuple), map_triple, 0, &map);
+    rc = sl_op_map(job, "map", src, 1, sizeof(sl_tuple), fixture_p1_map, 0,
+                   &map);
   if (!rc)
-    rc = sl_op_filter(job, "filter", map, 1, filter_keep, 0, &filter);
+    rc = sl_op_filter(job, "filter", map, 1, fixture_p1_filter, 0, &filter);
   if (!rc)
     rc = sl_op_sink(job, "sink", filter, 1, &sink_ops, &got, &sink);
-  double cpu0_s = cpu_now_s();
+  double cpu0_s = fixture_cpu_now_s();
   double t0 = now_s();
   if (!rc)
     rc = sl_job_run(job);
   double seconds = now_s() - t0;
-  *cpu_s = cpu_now_s() - cpu0_s;
+  *cpu_s = fixture_cpu_now_s() - cpu0_s;
   if (rc) {
     fprintf(stderr, "pipeline_p1: %s: %s\n", sl_strerror(rc), sl_job_error(job));
     sl_job_destroy(job);

@@ -77,6 +77,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "fixtures.h"
 #include "sluice.h"
 
 /* Read by jemalloc at start-up: back the heap with transparent huge pages.
@@ -217,36 +218,20 @@ static int paced_next(sl_ctx *ctx, void *state) {
 static int paced_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
   bench_run *run = state;
-  return sl_operator_state_set(ctx, &run->emitted, sizeof run->emitted);
+  return fixture_position_snapshot(ctx, &run->emitted);
 }
 
 static int paced_restore(sl_ctx *ctx, void *state, uint64_t id) {
   bench_run *run = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  int rc = fixture_position_restore(ctx, id, &run->emitted);
   if (rc == SL_ENOTFOUND)
     return 0; /* the checkpoint came before the first snapshot: from 0 */
-  if (rc)
-    return rc;
-  if (bytes != sizeof run->emitted) {
-    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": source position of %" PRIu32
-                " bytes", id, bytes);
-    return SL_ECALLBACK;
-  }
-  memcpy(&run->emitted, data, sizeof run->emitted);
-  atomic_store(&run->restored_position, run->emitted);
-  return 0;
+  if (rc == 0)
+    atomic_store(&run->restored_position, run->emitted);
+  return rc;
 }
 
 /* ------------------------------------------------------------ count */
-
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  return t.key;
-}
 
 static void note_max(_Atomic uint64_t *max, uint64_t value) {
   /* Only count's thread writes it: a load and a store suffice. */
@@ -288,12 +273,6 @@ static void sample_lag(bench_run *run, uint64_t position) {
     atomic_store_explicit(&run->caught_up_ns, now, memory_order_relaxed);
 }
 
-static int count_open(sl_ctx *ctx, void *user, void **state) {
-  (void)ctx;
-  *state = user;
-  return 0;
-}
-
 static int count_process(sl_ctx *ctx, void *state, int input,
                          const sl_record *in) {
   (void)input;
@@ -310,25 +289,12 @@ static int count_process(sl_ctx *ctx, void *state, int input,
                 t.value);
     return SL_ECALLBACK;
   }
-  const void *value;
-  uint32_t bytes;
-  uint64_t count = 0;
-  if (sl_state_get(ctx, 0, &value, &bytes) == 0 && bytes == sizeof count)
-    memcpy(&count, value, sizeof count);
-  count++;
-  int rc = sl_state_put(ctx, 0, &count, sizeof count, 0);
+  uint64_t count;
+  int rc = fixture_count_add(ctx, t.key, &count);
   if (rc)
     return rc;
   if ((t.value & LAG_SAMPLE_MASK) == 0)
     sample_lag(run, t.value);
-  return 0;
-}
-
-static int discard(sl_ctx *ctx, void *state, int input, const sl_record *in) {
-  (void)ctx;
-  (void)state;
-  (void)input;
-  (void)in;
   return 0;
 }
 
@@ -337,20 +303,18 @@ static sl_job *build(const sl_job_config *config, bench_run *run) {
                                            .next = paced_next,
                                            .snapshot = paced_snapshot,
                                            .restore = paced_restore};
-  static const sl_process_ops count_ops = {.open = count_open,
+  static const sl_process_ops count_ops = {.open = fixture_open_shared,
                                            .process = count_process};
-  static const sl_process_ops sink_ops = {.process = discard};
+  static const sl_process_ops sink_ops = {.process = fixture_discard};
+  const fixture_keyed_spec keyed = {
+      .count_ops = &count_ops, .count_user = run, .sink_ops = &sink_ops};
   sl_job *job;
   if (sl_job_create(config, &job))
     return 0;
-  sl_op *src, *by, *count, *sink;
+  sl_op *src, *sink;
   int rc = sl_op_source(job, "source", 1, &source_ops, run, &src);
   if (!rc)
-    rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &by);
-  if (!rc)
-    rc = sl_op_process(job, "count", &by, 1, 1, &count_ops, run, &count);
-  if (!rc)
-    rc = sl_op_sink(job, "sink", count, 1, &sink_ops, 0, &sink);
+    rc = fixture_keyed_job(job, src, &keyed, &sink);
   if (rc) {
     fprintf(stderr, "recovery_bench: build: %s\n", sl_strerror(rc));
     sl_job_destroy(job);
@@ -748,17 +712,12 @@ int main(int argc, char **argv) {
   const char *dir = "/tmp/sluice-recovery-bench";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
-    if (strcmp(a, "--quick") == 0)
-      quick = true, repeat = 3;
-    else if (strcmp(a, "--repeat") == 0 && v)
-      repeat = atoi(v), i++;
+    int used = bench_run_option(a, v, &quick, &repeat, 3, &json_path, &dir);
+    if (used)
+      i += used - 1;
     else if (strcmp(a, "--keys") == 0 && v &&
              bench_parse_count(v, 1000, &only_keys) == 0 && only_keys > 0)
       i++;
-    else if (strcmp(a, "--json") == 0 && v)
-      json_path = v, i++;
-    else if (strcmp(a, "--dir") == 0 && v)
-      dir = v, i++;
     else if (strcmp(a, "--verbose") == 0)
       verbose = true;
     else {
@@ -774,17 +733,12 @@ int main(int argc, char **argv) {
   int repeats[3];
   int count = plan(quick, repeat, only_keys, sizes, repeats);
   bench_json json;
-  if (bench_json_open(&json, json_path) != 0) {
-    perror(json_path);
+  if (bench_json_create(&json, "recovery_bench", json_path) != 0)
     return 1;
-  }
-  bench_json_begin_object(&json, 0);
   json_settings(&json);
   int rc = run_all(&json, count, sizes, repeats, dir);
-  bench_json_end_object(&json);
-  bench_json_close(&json);
+  int written = bench_json_finish(&json, "recovery_bench", json_path);
   fresh_dir(dir);
   rmdir(dir);
-  printf("written: %s\n", json_path);
-  return rc;
+  return rc ? rc : written != 0;
 }

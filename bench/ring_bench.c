@@ -115,10 +115,7 @@ typedef struct bench_impl {
   void (*dump_state)(bench_run *run); /* on a hang; may be NULL */
 } bench_impl;
 
-static _Noreturn void fail(const char *what) {
-  fprintf(stderr, "ring_bench: %s\n", what);
-  exit(2);
-}
+static _Noreturn void fail(const char *what) { bench_fail("ring_bench", what); }
 
 static inline void write_record(void *slot, uint64_t key) {
   bench_record record = {key, key * VALUE_MULTIPLIER};
@@ -349,18 +346,27 @@ typedef struct spsc_queue {
   uint64_t mask;
 } spsc_queue;
 
+/* The record slots of a reference queue: run->capacity_bytes, page
+ * aligned, zeroed; *capacity and *mask in records.  NULL if out of memory. */
+static bench_record *slots_alloc(const bench_run *run, uint64_t *capacity,
+                                 uint64_t *mask) {
+  *capacity = run->capacity_bytes / sizeof(bench_record);
+  *mask = *capacity - 1;
+  bench_record *slots = aligned_alloc(4096, run->capacity_bytes);
+  if (slots)
+    memset(slots, 0, run->capacity_bytes);
+  return slots;
+}
+
 static int spsc_create(bench_run *run) {
   spsc_queue *q = aligned_zalloc(sizeof *q);
   if (!q)
     return ENOMEM;
-  q->capacity = run->capacity_bytes / sizeof(bench_record);
-  q->mask = q->capacity - 1;
-  q->slots = aligned_alloc(4096, run->capacity_bytes);
+  q->slots = slots_alloc(run, &q->capacity, &q->mask);
   if (!q->slots) {
     free(q);
     return ENOMEM;
   }
-  memset(q->slots, 0, run->capacity_bytes);
   atomic_init(&q->head, 0);
   atomic_init(&q->tail, 0);
   run->queue = q;
@@ -449,14 +455,11 @@ static int mutex_create(bench_run *run) {
   mutex_queue *q = aligned_zalloc(sizeof *q);
   if (!q)
     return ENOMEM;
-  q->capacity = run->capacity_bytes / sizeof(bench_record);
-  q->mask = q->capacity - 1;
-  q->slots = aligned_alloc(4096, run->capacity_bytes);
+  q->slots = slots_alloc(run, &q->capacity, &q->mask);
   if (!q->slots) {
     free(q);
     return ENOMEM;
   }
-  memset(q->slots, 0, run->capacity_bytes);
   pthread_mutex_init(&q->lock, NULL);
   pthread_cond_init(&q->not_empty, NULL);
   pthread_cond_init(&q->not_full, NULL);
@@ -883,10 +886,9 @@ static void print_sleeps(const options *opt, cell *cells) {
 
 static int write_json(const options *opt, cell *cells) {
   bench_json json;
-  int rc = bench_json_open(&json, opt->json_path);
+  int rc = bench_json_create(&json, "ring_bench", opt->json_path);
   if (rc != 0)
     return rc;
-  bench_json_begin_object(&json, NULL);
   bench_json_string(&json, "benchmark", "ring");
   bench_json_machine(&json);
   bench_json_begin_object(&json, "config");
@@ -942,8 +944,7 @@ static int write_json(const options *opt, cell *cells) {
     }
     bench_json_end_array(&json);
   }
-  bench_json_end_object(&json);
-  return bench_json_close(&json);
+  return bench_json_finish(&json, "ring_bench", opt->json_path);
 }
 
 /* ------------------------------------------------------------- options */
@@ -969,13 +970,7 @@ static void usage(FILE *out) {
 
 static uint64_t parse_or_die(const char *flag, const char *text,
                              uint64_t unit) {
-  uint64_t value = 0;
-  if (!text || bench_parse_count(text, unit, &value) != 0) {
-    fprintf(stderr, "ring_bench: bad value for %s: %s\n", flag,
-            text ? text : "(missing)");
-    exit(1);
-  }
-  return value;
+  return bench_parse_or_die("ring_bench", flag, text, unit);
 }
 
 static int find_impl(const char *name, size_t length) {
@@ -1067,19 +1062,14 @@ static void parse_options(int argc, char **argv, options *opt) {
       if (!value || (strcmp(value, "burst") != 0 && strcmp(value, "batch") != 0))
         parse_or_die(flag, value, 1);
       opt->release_per_batch = strcmp(value, "batch") == 0;
-    } else if (strcmp(flag, "--json") == 0) {
-      if (!value)
-        parse_or_die(flag, value, 1);
-      opt->json_path = value;
-    } else if (strcmp(flag, "--quick") == 0) {
-      quick = true;
-      takes_value = false;
-    } else if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
-      usage(stdout);
-      exit(0);
     } else {
-      usage(stderr);
-      exit(1);
+      int used = bench_common_flag("ring_bench", flag, value, &opt->json_path,
+                                   &quick, usage);
+      if (used == 0) {
+        usage(stderr);
+        exit(1);
+      }
+      takes_value = used == 2;
     }
     if (takes_value)
       i++;
@@ -1135,12 +1125,8 @@ int main(int argc, char **argv) {
     print_row(&opt, cells, b);
   }
   print_sleeps(&opt, cells);
+  printf("\n");
   int rc = write_json(&opt, cells);
-  if (rc != 0)
-    fprintf(stderr, "ring_bench: cannot write %s: %s\n", opt.json_path,
-            strerror(rc));
-  else
-    printf("\nwrote %s\n", opt.json_path);
   free(cells);
   return rc == 0 ? 0 : 1;
 }
