@@ -13,35 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures.h" /* bench/: the jobs the benchmarks also run */
 #include "output.h"
 #include "run.h"
 
 /* ------------------------------------------------------------ jobs */
-
-static int triple_plus_one(void *user, const sl_record *in, void *out,
-                           uint32_t *out_size) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  t.value = t.value * 3 + 1;
-  memcpy(out, &t, sizeof t);
-  *out_size = sizeof t;
-  return 0;
-}
-
-static int not_multiple_of_four(void *user, const sl_record *in) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  return t.value % 4 != 0;
-}
-
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
-}
 
 /* Running count per key: one counter array per instance, indexed by key
  * (keys are < K by construction; a key outside fails the job). */
@@ -82,32 +58,6 @@ static void count_close(sl_ctx *ctx, void *state) {
   counter *c = state;
   free(c->counts);
   free(c);
-}
-
-/* The count job: the running count of each key in keyed value state. */
-static int state_count_process(sl_ctx *ctx, void *state, int input,
-                               const sl_record *in) {
-  (void)state;
-  (void)input;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  const void *value;
-  uint32_t bytes;
-  uint64_t count = 0;
-  int rc = sl_state_get(ctx, 0, &value, &bytes);
-  if (rc == 0 && bytes == sizeof count)
-    memcpy(&count, value, sizeof count);
-  else if (rc != SL_ENOTFOUND) {
-    sl_ctx_fail(ctx, "keyed state of key %" PRIu64 ": %s", t.key,
-                rc ? sl_strerror(rc) : "wrong size");
-    return rc ? rc : -EINVAL;
-  }
-  count++;
-  rc = sl_state_put(ctx, 0, &count, sizeof count, 0);
-  if (rc)
-    return rc;
-  sl_tuple out = {.key = t.key, .value = count};
-  return sl_emit(ctx, &out, sizeof out);
 }
 
 static int format_tuple(void *user, const sl_record *in, char *buffer,
@@ -180,7 +130,7 @@ static int build_window(const options *o, sl_job *job, sl_op **verify) {
   int p = o->parallelism;
   int rc = sl_source_keyed(job, "source", p, o->records, o->keys, &src);
   if (!rc)
-    rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &by);
+    rc = sl_op_key_by(job, "by-key", src, fixture_tuple_key, 0, &by);
   sl_window_config wc = {.type = SL_WINDOW_COUNT,
                          .size = (int64_t)o->window,
                          .acc_bytes = sizeof(uint64_t),
@@ -213,19 +163,17 @@ static int build_job(const options *o, sl_job *job, sl_checksum *sum,
   if (rc)
     return rc;
   if (strcmp(o->job_name, "pipeline") == 0) {
-    rc = sl_op_map(job, "map", src, p, sizeof(sl_tuple), triple_plus_one, 0,
+    rc = sl_op_map(job, "map", src, p, sizeof(sl_tuple), fixture_p1_map, 0,
                    &mid);
     if (!rc)
-      rc = sl_op_filter(job, "filter", mid, p, not_multiple_of_four, 0, &mid2);
+      rc = sl_op_filter(job, "filter", mid, p, fixture_p1_filter, 0, &mid2);
     if (!rc)
       rc = sl_sink_checksum(job, "sink", mid2, p, sum, &sink);
     return rc;
   }
   if (strcmp(o->job_name, "count") == 0) {
-    static const sl_process_ops state_ops = {.process = state_count_process};
-    rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &mid);
-    if (!rc)
-      rc = sl_op_process(job, "count", &mid, 1, p, &state_ops, 0, &mid2);
+    const fixture_keyed_spec spec = {.parallelism = p};
+    rc = fixture_keyed_count(job, src, &spec, &mid2);
     if (!rc && o->output_dir) {
       sl_file_sink_config fc = {.dir = o->output_dir,
                                 .exactly_once = 1,
@@ -240,9 +188,9 @@ static int build_job(const options *o, sl_job *job, sl_checksum *sum,
   }
   static const sl_process_ops count_ops = {
       .open = count_open, .process = count_process, .close = count_close};
-  rc = sl_op_key_by(job, "by-key", src, tuple_key, 0, &mid);
-  if (!rc)
-    rc = sl_op_process(job, "count", &mid, 1, p, &count_ops, (void *)o, &mid2);
+  const fixture_keyed_spec spec = {
+      .count_ops = &count_ops, .count_user = (void *)o, .parallelism = p};
+  rc = fixture_keyed_count(job, src, &spec, &mid2);
   if (!rc)
     rc = sl_sink_checksum(job, "sink", mid2, p, sum, &sink);
   return rc;

@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "cli_util.h"
 #include "merge.h"
 #include "nexmark.h"
@@ -387,13 +388,6 @@ static void *nexmark_status_main(void *arg) {
 
 /* ------------------------------------------------------------ run */
 
-static double cpu_seconds(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
-
 static void check_run_options(nexmark_options *o, char *parts, size_t size) {
   if (o->query < 0)
     die_usage("nexmark run needs --query qN");
@@ -512,7 +506,7 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
   cli_watch_signals(job);
   nexmark_status st = {.job = job, .o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
                        .cond = PTHREAD_COND_INITIALIZER};
-  double cpu0 = cpu_seconds();
+  double cpu0 = fixture_cpu_now_s();
   clock_gettime(CLOCK_MONOTONIC, &st.t0);
   int rc = sl_job_start(job);
   if (rc) {
@@ -526,7 +520,7 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
       pthread_create(&status_thread, NULL, nexmark_status_main, &st) == 0;
   rc = sl_job_wait(job);
   double secs = seconds_since(&st.t0);
-  double cpu = cpu_seconds() - cpu0;
+  double cpu = fixture_cpu_now_s() - cpu0;
   if (status_started) {
     pthread_mutex_lock(&st.lock);
     st.done = true;
