@@ -70,6 +70,7 @@
 
 #include "bench_util.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 #define MAX_REPEAT 50
 
@@ -215,7 +216,7 @@ static void fresh_dir(const char *dir) {
 static double run_throughput(const char *dir, uint32_t interval_ms,
                              uint64_t records, uint64_t keys,
                              uint64_t *checkpoints) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   if (interval_ms) {
     fresh_dir(dir);
     config.checkpoint.state_dir = dir;
@@ -288,7 +289,7 @@ static int sync_part(bench_json *json, const char *dir, bool quick) {
   bench_json_begin_array(json, "sync_part");
   for (int s = 0; s < 3; s++) {
     fresh_dir(dir);
-    sl_job_config config = {0};
+    sl_job_config config = SL_JOB_CONFIG_INIT;
     config.checkpoint.state_dir = dir;
     config.checkpoint.interval_ms = 10;
     config.checkpoint.no_sync = 1; /* the sync part is what is measured */
@@ -371,7 +372,7 @@ static int duration_and_restore(bench_json *json, const char *dir,
   const uint64_t keys = 1000000, changed = 100000;
   int rounds = quick ? 10 : 40;
   fresh_dir(dir);
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 3600000; /* only the triggers below */
   phased phase = {.keys = keys};
@@ -548,7 +549,7 @@ static void size_report(bench_json *json, uint64_t keys,
 static int size_one(bench_json *json, const char *dir, uint64_t keys,
                     bool quick) {
   fresh_dir(dir);
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 3600000; /* only the triggers below */
   phased phase = {.keys = keys};
@@ -799,7 +800,7 @@ typedef struct align_result {
 static int align_case(const char *dir, align_feed *feed, int seconds,
                       align_samples *samples, align_result *result) {
   fresh_dir(dir);
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.max_parallelism = ALIGN_MAX_PARALLELISM; /* align_part's table */
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 100;

@@ -54,6 +54,7 @@
 
 #include "bench_util.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 #define MAX_REPEAT 50
 
@@ -288,6 +289,7 @@ static double run_once(const options *o, const series *s,
       .open = sink_open, .process = sink_process, .close = sink_close};
   sl_job *job = 0;
   sl_op *src, *keyed, *windows, *sink;
+  config.struct_bytes = sizeof config; /* sluice.h ABI */
   int rc = sl_job_create(&config, &job);
   if (!rc)
     rc = sl_source_sequence(job, "source", 1, o->records, o->keys, &src);

@@ -420,9 +420,7 @@ static int fire(sl_instance *inst, int domain, int64_t upto) {
     cp->current_key = t.key;
     cp->key_valid = true;
     rc = inst->op->fn.process.on_timer(inst, inst->state, domain, t.time);
-    cp->key_valid = false;
-    if (rc > 0)
-      rc = 0;
+    cp->key_valid = false; /* nonzero fails the job (runtime.c note 8) */
     if (rc == 0 && atomic_load_explicit(&inst->job->stopping,
                                         memory_order_relaxed))
       rc = SL_ESTOPPED;
@@ -490,9 +488,7 @@ static int fire_pending_processing(sl_instance *inst) {
                                       t.time);
     cp->key_valid = false;
     inst->current = 0;
-    if (rc > 0)
-      rc = 0;
-    if (rc < 0 && !inst->cause[0])
+    if (rc != 0 && !inst->cause[0]) /* runtime.c note 8 */
       sl_ctx_fail(inst, "on_timer (processing time %" PRId64 ") returned %d",
                   t.time, rc);
   }
@@ -526,9 +522,7 @@ static int advance(sl_instance *inst, int64_t watermark) {
       inst->current = 0;
       rc = op->fn.process.on_watermark(inst, inst->state, watermark);
       inst->current = saved;
-      if (rc > 0)
-        rc = 0;
-      if (rc < 0 && !inst->cause[0])
+      if (rc != 0 && !inst->cause[0]) /* runtime.c note 8 */
         sl_ctx_fail(inst, "on_watermark (%" PRId64 ") returned %d", watermark,
                     rc);
     }
