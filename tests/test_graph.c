@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 #include "test_util.h"
 
 /* Largest parallelism whose instances a spec tracks one by one. */
@@ -804,7 +805,7 @@ Test(keyby, stable_under_configured_max_parallelism, .timeout = 60) {
   const uint64_t keys = 500;
   static keyed_spec spec;
   keyed_init(&spec, keys, false);
-  sl_job_config config = {.max_parallelism = 16};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .max_parallelism = 16};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *by, *sink;
   OK(job, sl_source_sequence(job, "numbers", 3, n, keys, &src));
@@ -1128,7 +1129,7 @@ Test(records, variable_length_records_pass_intact, .timeout = 60) {
       .open = varlen_open, .next = varlen_next, .close = varlen_close};
   /* A small ring so that entries of changing sizes wrap around (pad)
    * often. */
-  sl_job_config config = {.ring_bytes = 8192};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 8192};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *fm, *filter, *sink;
   sl_checksum got = {0};
@@ -1172,7 +1173,7 @@ Test(records, empty_records_pass_through, .timeout = 60) {
   varlen_spec spec = {.count = sl_test_scaled(200000, 2000)};
   static const sl_source_ops ops = {
       .open = varlen_open, .next = mixed_next, .close = varlen_close};
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *fm, *sink;
   sl_checksum got = {0};
@@ -1373,7 +1374,7 @@ Test(errors, map_failure_names_operator_and_cause, .timeout = 30) {
   double t0 = sl_test_now_s();
   int rc = run_guarded(job, 10.0);
   double elapsed = sl_test_now_s() - t0;
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, -EIO, "run returned %d (%s)", rc, sl_strerror(rc));
   cr_assert_lt(elapsed, 15.0, "the failed job took %.2f s to end", elapsed);
   assert_error_has(job, "operator 'fragile'");
   assert_error_has(job, "instance 0/1");
@@ -1382,7 +1383,7 @@ Test(errors, map_failure_names_operator_and_cause, .timeout = 30) {
   cr_assert_leq(got.records, spec.fail_at - 1,
                 "records after the failing one reached the sink");
   assert_lifecycle(&src_spec.life, 1, 1, 1, 0, "source");
-  assert_stays_failed(job, SL_ECALLBACK);
+  assert_stays_failed(job, -EIO);
   job_free(job);
 }
 
@@ -1407,7 +1408,7 @@ Test(errors, process_failure_carries_ctx_fail_cause, .timeout = 30) {
   double t0 = sl_test_now_s();
   int rc = run_guarded(job, 10.0);
   double elapsed = sl_test_now_s() - t0;
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, -EPROTO, "run returned %d (%s)", rc, sl_strerror(rc));
   cr_assert_lt(elapsed, 15.0, "the failed job took %.2f s to end", elapsed);
   assert_error_has(job, "operator 'checker' instance 1/2 failed");
   assert_error_has(job, "record is cursed (value ");
@@ -1416,7 +1417,7 @@ Test(errors, process_failure_carries_ctx_fail_cause, .timeout = 30) {
   assert_lifecycle(&checker.life, 2, 1, 1, 0, "checker");
   assert_lifecycle(&last.life, 2, 1, 1, 0, "sink");
   assert_lifecycle(&src_spec.life, 2, 1, 1, 0, "source");
-  assert_stays_failed(job, SL_ECALLBACK);
+  assert_stays_failed(job, -EPROTO);
   job_free(job);
 }
 
@@ -1433,14 +1434,14 @@ Test(errors, source_open_failure, .timeout = 30) {
   src = add_range(job, "feed", 2, &src_spec);
   OK(job, sl_op_sink(job, "end", src, 2, &relay_ops, &last, &sink));
   int rc = run_guarded(job, 10.0);
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, -EACCES, "run returned %d (%s)", rc, sl_strerror(rc));
   assert_error_has(job, "operator 'feed' instance ");
   assert_error_has(job, "cannot open the feed");
   /* open ran on both instances and failed: close is not called. */
   assert_lifecycle(&src_spec.life, 2, 1, 0, 0, "source");
   assert_lifecycle(&last.life, 2, 1, 1, 0, "sink");
   cr_assert_eq(atomic_load(&last.records), 0);
-  assert_stays_failed(job, SL_ECALLBACK);
+  assert_stays_failed(job, -EACCES);
   job_free(job);
 }
 
@@ -1453,7 +1454,7 @@ Test(errors, source_open_failure_without_cause, .timeout = 30) {
   src = add_range(job, "feed", 1, &src_spec);
   OK(job, sl_sink_checksum(job, "sum", src, 1, &got, &sink));
   int rc = run_guarded(job, 10.0);
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, 7, "run returned %d (%s)", rc, sl_strerror(rc));
   assert_error_has(job, "operator 'feed' instance 0/1 failed");
   assert_error_has(job, "open callback returned 7");
   job_free(job);
@@ -1471,7 +1472,7 @@ Test(errors, failing_sink_with_blocked_upstream, .timeout = 30) {
   slow.fail_at = 300;
   slow.fail_status = -EIO;
   slow.fail_cause = "disk full";
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *sink;
   src = add_range(job, "endless", 1, &src_spec);
@@ -1481,7 +1482,7 @@ Test(errors, failing_sink_with_blocked_upstream, .timeout = 30) {
   double t0 = sl_test_now_s();
   int rc = run_guarded(job, 10.0);
   double elapsed = sl_test_now_s() - t0;
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, -EIO, "run returned %d (%s)", rc, sl_strerror(rc));
   cr_assert_lt(elapsed, 15.0, "the failed job took %.2f s to end", elapsed);
   assert_error_has(job, "operator 'slow_sink' instance 0/1 failed: disk full");
   /* Back-pressure held the endless source to a few rings' worth. */
@@ -1492,7 +1493,7 @@ Test(errors, failing_sink_with_blocked_upstream, .timeout = 30) {
                stats.records_out);
   assert_lifecycle(&src_spec.life, 1, 1, 1, 0, "source");
   assert_lifecycle(&slow.life, 1, 1, 1, 0, "sink");
-  assert_stays_failed(job, SL_ECALLBACK);
+  assert_stays_failed(job, -EIO);
   job_free(job);
 }
 
@@ -1550,7 +1551,7 @@ Test(stop, idle_parked_job_stops_promptly, .timeout = 30) {
   src_spec = (range_spec){.idle = true};
   static relay_spec last;
   relay_init(&last);
-  sl_job_config config = {.spin_iterations = 1};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .spin_iterations = 1};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *sink;
   src = add_range(job, "idle", 1, &src_spec);
@@ -1576,7 +1577,7 @@ Test(stop, blocked_full_ring_stops, .timeout = 30) {
   static relay_spec slow;
   relay_init(&slow);
   slow.sleep_us = 1000;
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *sink;
   src = add_range(job, "endless", 1, &src_spec);
@@ -1853,7 +1854,7 @@ Test(validate, process_without_input, .timeout = 30) {
 }
 
 Test(validate, keyed_parallelism_above_max_parallelism, .timeout = 30) {
-  sl_job_config config = {.max_parallelism = 2};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .max_parallelism = 2};
   sl_job *job = job_new(&config);
   sl_op *src, *by, *sink, *u;
   sl_checksum got = {0};
@@ -1931,15 +1932,15 @@ Test(config, invalid_values_rejected, .timeout = 30) {
     sl_job_config config;
     const char *what;
   } bad[] = {
-      {{.ring_bytes = 100}, "ring_bytes 100"},
-      {{.ring_bytes = (1ull << 30) + 1}, "ring_bytes over 1 GiB"},
-      {{.output_batch_records = 70000}, "output_batch_records 70000"},
-      {{.pin_policy = 7}, "pin_policy 7"},
-      {{.pin_policy = -1}, "pin_policy -1"},
-      {{.max_parallelism = 40000}, "max_parallelism 40000"},
-      {{.cpu_count = 1}, "cpu_count 1 without cpus"},
-      {{.cpu_count = -1}, "cpu_count -1"},
-      {{.ring_bytes = 4096, .max_record_bytes = 2048},
+      {{.struct_bytes = sizeof(sl_job_config), .ring_bytes = 100}, "ring_bytes 100"},
+      {{.struct_bytes = sizeof(sl_job_config), .ring_bytes = (1ull << 30) + 1}, "ring_bytes over 1 GiB"},
+      {{.struct_bytes = sizeof(sl_job_config), .output_batch_records = 70000}, "output_batch_records 70000"},
+      {{.struct_bytes = sizeof(sl_job_config), .pin_policy = 7}, "pin_policy 7"},
+      {{.struct_bytes = sizeof(sl_job_config), .pin_policy = -1}, "pin_policy -1"},
+      {{.struct_bytes = sizeof(sl_job_config), .max_parallelism = 40000}, "max_parallelism 40000"},
+      {{.struct_bytes = sizeof(sl_job_config), .cpu_count = 1}, "cpu_count 1 without cpus"},
+      {{.struct_bytes = sizeof(sl_job_config), .cpu_count = -1}, "cpu_count -1"},
+      {{.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096, .max_record_bytes = 2048},
        "max_record_bytes over ring_bytes / 4"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1951,18 +1952,18 @@ Test(config, invalid_values_rejected, .timeout = 30) {
     cr_assert_null(job, "%s: *job is not NULL after an error", bad[i].what);
   }
   static const int cpus[1] = {-3};
-  sl_job_config bad_cpu = {.cpus = cpus, .cpu_count = 1};
+  sl_job_config bad_cpu = {.struct_bytes = sizeof(sl_job_config), .cpus = cpus, .cpu_count = 1};
   sl_job *job = 0;
   cr_assert_eq(sl_job_create(&bad_cpu, &job), EINVAL, "cpu -3");
   /* The ends of the ranges are accepted. */
   static const sl_job_config good[] = {
-      {.ring_bytes = 4096},
-      {.output_batch_records = 65535},
-      {.output_batch_records = 1},
-      {.pin_policy = SL_PIN_ROUND_ROBIN},
-      {.max_parallelism = 32768},
-      {.max_parallelism = 1},
-      {.ring_bytes = 5000}, /* rounded up */
+      {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096},
+      {.struct_bytes = sizeof(sl_job_config), .output_batch_records = 65535},
+      {.struct_bytes = sizeof(sl_job_config), .output_batch_records = 1},
+      {.struct_bytes = sizeof(sl_job_config), .pin_policy = SL_PIN_ROUND_ROBIN},
+      {.struct_bytes = sizeof(sl_job_config), .max_parallelism = 32768},
+      {.struct_bytes = sizeof(sl_job_config), .max_parallelism = 1},
+      {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 5000}, /* rounded up */
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     job = 0;
@@ -1975,7 +1976,7 @@ Test(config, invalid_values_rejected, .timeout = 30) {
 
 /* sluice.h documents max_record_bytes as "at most ring_bytes / 4 - 16". */
 Test(config, max_record_bytes_quarter_ring_accepted, .timeout = 30) {
-  sl_job_config config = {.ring_bytes = 4096, .max_record_bytes = 1008};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096, .max_record_bytes = 1008};
   sl_job *job = 0;
   int rc = sl_job_create(&config, &job);
   cr_assert_eq(rc, 0,
@@ -1998,7 +1999,7 @@ Test(oversubscribed, twenty_threads_on_few_cores, .timeout = 120) {
   relay_init(&relay);
   relay.forward = true;
   /* Small rings and almost no spinning: threads park all the time. */
-  sl_job_config config = {.ring_bytes = 8192, .spin_iterations = 1};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 8192, .spin_iterations = 1};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *filter, *by, *proc, *sink;
   sl_checksum got = {0};
@@ -2085,7 +2086,7 @@ Test(emit, record_over_max_record_bytes_is_too_big, .timeout = 30) {
   static probe_spec spec;
   static const sl_source_ops src_ops = {.next = probe_next};
   static const sl_process_ops proc_ops = {.process = probe_process};
-  sl_job_config config = {.max_record_bytes = PROBE_LIMIT};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .max_record_bytes = PROBE_LIMIT};
   sl_job *job = job_new(&config);
   sl_op *src, *proc, *sink;
   sl_checksum got = {0};
@@ -2129,9 +2130,8 @@ Test(emit, map_output_over_its_declared_size_fails, .timeout = 30) {
                     &map));
   OK(job, sl_sink_checksum(job, "sum", map, 1, &got, &sink));
   int rc = run_guarded(job, RUN_LIMIT_S);
-  /* sl_job_wait: SL_ECALLBACK "or the callback's negative code's class". */
-  cr_assert(rc == SL_ECALLBACK || rc == SL_ETOOBIG, "run returned %d (%s)", rc,
-            sl_strerror(rc));
+  /* sl_job_wait: the engine's refusal of the map's output. */
+  cr_assert(rc == SL_ETOOBIG, "run returned %d (%s)", rc, sl_strerror(rc));
   assert_error_has(job, "operator 'liar' instance 0/1");
   assert_error_has(job, "map wrote 24 bytes");
   cr_assert_eq(got.records, 0);
@@ -2212,7 +2212,7 @@ static int triple_by_batch(void *user, const sl_record *in, sl_ctx *ctx) {
  * records of the equivalent single emits. */
 Test(emit, batch_matches_single_emits, .timeout = 60) {
   uint64_t n = sl_test_scaled(400000, 1000);
-  sl_job_config config = {.ring_bytes = 8192, .output_batch_records = 100};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 8192, .output_batch_records = 100};
   sl_job *job = job_new(&config);
   sl_op *src, *fm, *sink, *src2, *sink2;
   sl_checksum forward = {0}, rebalanced = {0};
@@ -2290,8 +2290,9 @@ static int returns_two(sl_ctx *ctx, void *state) {
   return 2;
 }
 
-/* A source's next() returning something other than 0, SL_SOURCE_END or a
- * negative error fails the job with a message, instead of looping. */
+/* A source's next() returning something other than 0 or SL_SOURCE_END
+ * fails the job with that value and a message, instead of looping
+ * (sluice.h, CALLBACK RETURNS). */
 Test(errors, source_next_bad_return_value, .timeout = 60) {
   static const sl_source_ops ops = {.next = returns_two};
   sl_job *job = job_new(0);
@@ -2300,7 +2301,7 @@ Test(errors, source_next_bad_return_value, .timeout = 60) {
   OK(job, sl_op_source(job, "odd", 1, &ops, 0, &src));
   OK(job, sl_sink_checksum(job, "sink", src, 1, &got, &sink));
   int rc = run_guarded(job, RUN_LIMIT_S);
-  cr_assert_eq(rc, SL_ECALLBACK);
+  cr_assert_eq(rc, 2);
   cr_assert(strstr(sl_job_error(job), "next() returned 2") != 0, "%s",
             sl_job_error(job));
   job_free(job);
