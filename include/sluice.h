@@ -92,9 +92,10 @@
  *   (sl_ctx): never free those.
  * - Configuration structs and strings passed in are copied before the
  *   call returns (cpus, state_dir, names, paths...), unless a call says
- *   otherwise (sl_source_memory's records, sl_sink_checksum's result and
- *   the user pointers, which must outlive the job).  A user pointer stays
- *   the caller's, unless it is handed over with sl_op_set_user_free().
+ *   otherwise (sl_source_memory's records, sl_sink_checksum's result in
+ *   sluice_testing.h, and the user pointers: they must outlive the job).
+ *   A user pointer stays the caller's, unless it is handed over with
+ *   sl_op_set_user_free().
  * - A const char * returned by the library (sl_job_error, sl_strerror,
  *   sl_ctx_name, names in stats and metrics) is owned by it: valid until
  *   the handle it came from is destroyed (sl_strerror's: forever).
@@ -891,9 +892,10 @@ int sl_operator_state_get(sl_ctx *ctx, const void **data, uint32_t *bytes);
 int sl_ctx_checkpointing(const sl_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
-/* Records of the built-in generators and tests. */
+/* A record shape shared by built-in operators. */
 
-/** The record of the built-in sequence source: 16 bytes. */
+/** A (key, value) record of 16 bytes: what the sources of sluice_testing.h
+ * emit, the table sink's default row reads, and the CLI's jobs carry. */
 typedef struct sl_tuple {
   uint64_t key;
   uint64_t value;
