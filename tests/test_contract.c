@@ -84,16 +84,24 @@ static int process_enomem(sl_ctx *ctx, void *state, int input,
   return ENOMEM;
 }
 
-Test(contract, process_positive_errno_fails_the_job) {
+/* source -> process operator NAME running fn -> sink: fails with status. */
+static void expect_process_failure(const char *name,
+                                   int (*fn)(sl_ctx *, void *, int,
+                                             const sl_record *),
+                                   int status) {
   sl_op *source, *process, *sink;
   counted c = {0};
   sl_job *job = new_job(&source);
-  const sl_process_ops ops = {.process = process_enomem};
-  cr_assert_eq(sl_op_process(job, "grow", &source, 1, 1, &ops, 0, &process),
+  const sl_process_ops ops = {.process = fn};
+  cr_assert_eq(sl_op_process(job, name, &source, 1, 1, &ops, 0, &process),
                0);
   cr_assert_eq(sl_op_sink(job, "count", process, 1, &count_ops, &c, &sink),
                0);
-  expect_failure(job, ENOMEM, "grow");
+  expect_failure(job, status, name);
+}
+
+Test(contract, process_positive_errno_fails_the_job) {
+  expect_process_failure("grow", process_enomem, ENOMEM);
 }
 
 static int filter_enomem(void *user, const sl_record *in) {
@@ -143,15 +151,7 @@ static int process_pass_through(sl_ctx *ctx, void *state, int input,
 }
 
 Test(contract, library_errno_returned_by_a_callback_fails_the_job) {
-  sl_op *source, *process, *sink;
-  counted c = {0};
-  sl_job *job = new_job(&source);
-  const sl_process_ops ops = {.process = process_pass_through};
-  cr_assert_eq(sl_op_process(job, "side", &source, 1, 1, &ops, 0, &process),
-               0);
-  cr_assert_eq(sl_op_sink(job, "count", process, 1, &count_ops, &c, &sink),
-               0);
-  expect_failure(job, EINVAL, "side");
+  expect_process_failure("side", process_pass_through, EINVAL);
 }
 
 /* A finish callback's positive errno fails the job too (it was dropped). */
