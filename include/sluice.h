@@ -79,10 +79,10 @@
  * failure that ended the run) and sl_table_error(reader) for a table
  * reader.  A call that has no handle to keep it in (it creates the handle,
  * or runs on any thread beside the job's own failure: sl_job_savepoint,
- * sl_table_open, sl_schema_validate) writes it to a caller buffer given as
- * its last two arguments (char *err, size_t err_bytes; NULL or 0: none),
- * always NUL-terminated.  Messages name what and where (operator, file,
- * line); none needs freeing.
+ * sl_table_open, sl_schema_validate, sl_generator_validate) writes it to a
+ * caller buffer given as its last two arguments (char *err, size_t
+ * err_bytes; NULL or 0: none), always NUL-terminated.  Messages name
+ * what and where (operator, file, line); none needs freeing.
  *
  * OWNERSHIP
  *
