@@ -71,6 +71,7 @@
 #include "bench_util.h"
 #include "fixtures.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 #define MAX_REPEAT 50
 
@@ -193,7 +194,7 @@ static void fresh_dir(const char *dir) {
 static double run_throughput(const char *dir, uint32_t interval_ms,
                              uint64_t records, uint64_t keys,
                              uint64_t *checkpoints) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   if (interval_ms) {
     fresh_dir(dir);
     config.checkpoint.state_dir = dir;
@@ -266,7 +267,7 @@ static int sync_part(bench_json *json, const char *dir, bool quick) {
   bench_json_begin_array(json, "sync_part");
   for (int s = 0; s < 3; s++) {
     fresh_dir(dir);
-    sl_job_config config = {0};
+    sl_job_config config = SL_JOB_CONFIG_INIT;
     config.checkpoint.state_dir = dir;
     config.checkpoint.interval_ms = 10;
     config.checkpoint.no_sync = 1; /* the sync part is what is measured */
@@ -351,7 +352,7 @@ static int checkpoint_now(sl_job *job, uint64_t processed,
 static sl_job *start_triggered(const char *dir, uint64_t keys,
                                phased *phase) {
   fresh_dir(dir);
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 3600000; /* only the triggers */
   phase->keys = keys;
@@ -411,7 +412,7 @@ static int duration_and_restore(bench_json *json, const char *dir,
   bench_json_end_object(json);
 
   double restore_ms[MAX_REPEAT];
-  sl_job_config config = {0}; /* start_triggered's, resuming its store */
+  sl_job_config config = SL_JOB_CONFIG_INIT; /* start_triggered's, resuming its store */
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 3600000;
   for (int r = 0; r < repeat; r++) {
@@ -789,7 +790,7 @@ typedef struct align_result {
 static int align_case(const char *dir, align_feed *feed, int seconds,
                       align_samples *samples, align_result *result) {
   fresh_dir(dir);
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.max_parallelism = ALIGN_MAX_PARALLELISM; /* align_part's table */
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 100;

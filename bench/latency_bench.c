@@ -595,7 +595,7 @@ static int supervise(sl_job *job, waiter *w, latency_run *run,
 }
 
 static sl_job_config job_config(const run_plan *plan, const char *dir) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.no_pinning = plan->no_pinning;
   if (plan->checkpoints) {
     config.checkpoint.state_dir = dir;

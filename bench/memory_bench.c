@@ -320,7 +320,7 @@ static int run_variant(int variant, uint64_t keys, child_result *out) {
                   .keys = variant == VARIANT_BASELINE ? BASELINE_KEYS : keys,
                   .checkpoint = variant == VARIANT_CHECKPOINT};
   char dir[] = "/tmp/sluice-memory-bench-XXXXXX";
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   if (s.checkpoint) {
     if (!mkdtemp(dir))
       return perror("memory_bench: mkdtemp"), 1;

@@ -58,6 +58,7 @@
 #include "bench_util.h"
 #include "nexmark.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 #define MAX_REPEAT 50
 #define MAX_QUERIES 16
@@ -149,7 +150,7 @@ static void count_checkpoints(const sl_job *job, run_result *out) {
 static int run_once(const bench_options *o, int q, uint64_t events,
                     uint32_t interval_ms, run_result *out) {
   char dir[] = "/tmp/sluice-nexmark-bench-XXXXXX";
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   if (interval_ms) {
     if (!mkdtemp(dir))
       return errno;

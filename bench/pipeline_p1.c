@@ -26,6 +26,7 @@
 
 #include "fixtures.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 #define MAX_REPEAT 50
 
@@ -170,7 +171,7 @@ int main(int argc, char **argv) {
   uint64_t records = 50000000;
   int repeat = 5;
   const char *json = "bench/results/pipeline_p1.json";
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : 0;
     if (strcmp(a, "--quick") == 0) {

@@ -55,6 +55,7 @@
 #include "fixtures.h"
 #include "pipeline_series.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 #define STATE_SUM 0 /* state id of the running sum */
 

@@ -53,6 +53,7 @@
 #include "fixtures.h"
 #include "pipeline_series.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 __extension__ typedef unsigned __int128 u128;
 

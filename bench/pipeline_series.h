@@ -23,6 +23,7 @@
 #include "bench_util.h"
 #include "fixtures.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* the sequence source */
 
 /* Upper bound on --repeat: the per-series arrays below are this long. */
 #define PIPELINE_MAX_REPEAT 50
@@ -185,6 +186,7 @@ static inline int pipeline_job_config(const pipeline_options *o,
                                       size_t dir_bytes,
                                       sl_job_config *config) {
   *config = o->config;
+  config->struct_bytes = sizeof *config; /* sluice.h ABI */
   config->pin_policy = s->pin_policy;
   if (!s->checkpoint)
     return 0;

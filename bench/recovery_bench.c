@@ -495,7 +495,7 @@ static void collect(const bench_run *run, const sl_recovery_stats *rs,
 }
 
 static sl_job_config job_config(const char *dir) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = CHECKPOINT_INTERVAL_MS;
   config.checkpoint.no_sync = 1;

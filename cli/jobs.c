@@ -32,7 +32,7 @@ static int count_open(sl_ctx *ctx, void *user, void **state) {
   if (!c || !(c->counts = calloc(o->keys, sizeof(uint64_t)))) {
     free(c);
     sl_ctx_fail(ctx, "no memory for %" PRIu64 " counters", o->keys);
-    return -ENOMEM;
+    return ENOMEM;
   }
   c->keys = o->keys;
   *state = c;
@@ -47,7 +47,7 @@ static int count_process(sl_ctx *ctx, void *state, int input,
   memcpy(&t, in->data, sizeof t);
   if (t.key >= c->keys) {
     sl_ctx_fail(ctx, "key %" PRIu64 " outside 0..%" PRIu64, t.key, c->keys - 1);
-    return -EINVAL;
+    return EINVAL;
   }
   sl_tuple out = {.key = t.key, .value = ++c->counts[t.key]};
   return sl_emit(ctx, &out, sizeof out);
@@ -420,6 +420,7 @@ int run_job(options *o) {
   if (cli_refuse_empty_resume(&o->config) != 0)
     return 1;
   sl_job *job = 0;
+  o->config.struct_bytes = sizeof o->config; /* sluice.h ABI */
   int rc = sl_job_create(&o->config, &job);
   if (rc) {
     fprintf(stderr, "sluice: invalid configuration: %s\n", sl_strerror(rc));

@@ -50,6 +50,7 @@
 #include "nexmark.h"
 #include "output.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 #define NEXMARK_MAX_INPUTS 64
 
@@ -562,6 +563,7 @@ static int nexmark_run(nexmark_options *o) {
   if (cli_refuse_empty_resume(&o->config) != 0)
     return 1;
   sl_job *job = NULL;
+  o->config.struct_bytes = sizeof o->config; /* sluice.h ABI */
   int rc = sl_job_create(&o->config, &job);
   if (rc) {
     fprintf(stderr, "sluice: invalid configuration: %s\n", sl_strerror(rc));

@@ -12,6 +12,7 @@
 
 #include "cli_util.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* the sequence source, checksum and verifying sinks */
 
 typedef struct options {
   const char *job_name;

@@ -117,9 +117,9 @@ SL_EXPORT int sl_job_create(const sl_job_config *config, sl_job **out) {
   sl_job *job = calloc(1, sizeof *job);
   if (!job)
     return ENOMEM;
-  if (config)
-    job->config = *config;
-  int rc = config_resolve(&job->config);
+  int rc = sl_job_config_read(config, &job->config); /* job.c note 3 */
+  if (rc == 0)
+    rc = config_resolve(&job->config);
   if (rc) {
     free(job);
     return rc;

@@ -259,6 +259,11 @@ void sl_job_set_error(sl_job *job, const char *fmt, ...)
 int sl_job_compile(sl_job *job);
 void sl_job_free_compiled(sl_job *job);
 
+/* job.c: the caller's config (NULL: all defaults) into out, read by its
+ * struct_bytes (sluice.h ABI); EINVAL, with a log line, for a size this
+ * library cannot read. */
+int sl_job_config_read(const sl_job_config *in, sl_job_config *out);
+
 /* runtime.c */
 void sl_instance_fail(sl_instance *inst, int status);
 /* Stop every instance without marking the stop as the user's (a failure
@@ -270,7 +275,7 @@ int sl_job_start_threads(sl_job *job);
 void sl_job_join_threads(sl_job *job);
 
 /* operators/sources.c: restored operator state as count 64-bit words;
- * SL_ENOTFOUND if none was saved, -EINVAL (instance failed, naming what)
+ * SL_ENOTFOUND if none was saved, EINVAL (instance failed, naming what)
  * for another size. */
 int sl_operator_state_words(sl_ctx *ctx, uint64_t id, const char *what,
                             uint64_t *words, uint32_t count);

@@ -35,6 +35,13 @@
  *    instances finished too; a record there means the checkpoint does
  *    not fit the job, and fails it), and waits for the final checkpoint
  *    like any finished instance (run_finished).
+ * 8. Callback returns (the contract in sluice.h, "CALLBACK RETURNS"): 0 is
+ *    success and any other value fails the job with that value as its
+ *    status, negative SL_E* codes and positive errno values alike, so a
+ *    callback may return what a library call (sl_state_put, sl_emit)
+ *    returned.  The exceptions are the two with a positive meaning: a
+ *    filter's 1 (keep) and a source's SL_SOURCE_END.  The test on the
+ *    record path is rc != 0, as cheap as the rc < 0 it replaced.
  *
  * Thread states (function making the transition in brackets):
  *
@@ -64,6 +71,23 @@
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* The whole-instance checker, asserted at each state change of the diagram
+ * above (never per record).  O(1): it looks at counters and flags, not at
+ * the channels one by one. */
+static bool instance_check(const sl_instance *inst) {
+  assert(inst->job && inst->op);
+  assert(inst->index >= 0 && inst->index < inst->op->parallelism);
+  assert(inst->channel_count >= 0 && inst->output_count >= 0);
+  assert(inst->channels_ended >= 0);
+  assert(inst->channels_ended <= inst->channel_count);
+  /* A source reads no channel; the fast emit path has one ring or none. */
+  assert(inst->op->kind != SL_OP_SOURCE || inst->channel_count == 0);
+  assert(!inst->forward_ring || inst->output_count == 1);
+  /* Sinks never emit: note 5 and sl_op_sink. */
+  assert(!inst->in_sink || inst->op->kind == SL_OP_SINK);
+  return true;
+}
 
 static inline bool job_stopping(const sl_job *job) {
   return atomic_load_explicit(&job->stopping, memory_order_relaxed) != 0;
@@ -386,8 +410,8 @@ process_one(sl_instance *inst, enum sl_op_kind kind, int input,
   case SL_OP_MAP: {
     uint32_t out_size = 0;
     int rc = op->fn.map(op->user, rec, inst->scratch, &out_size);
-    if (unlikely(rc < 0))
-      return rc;
+    if (unlikely(rc != 0))
+      return rc; /* note 8: any nonzero return fails the job */
     if (unlikely(out_size > op->out_max_bytes)) {
       sl_ctx_fail(inst, "map wrote %" PRIu32 " bytes, declared at most %" PRIu32,
                   out_size, op->out_max_bytes);
@@ -397,7 +421,7 @@ process_one(sl_instance *inst, enum sl_op_kind kind, int input,
   }
   case SL_OP_FILTER: {
     int rc = op->fn.filter(op->user, rec);
-    if (rc > 0)
+    if (rc == 1) /* note 8: 1 keeps, 0 drops, anything else fails */
       rc = emit(inst, rec->data, rec->size_bytes, rec->timestamp);
     return rc;
   }
@@ -424,27 +448,27 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
    * slice, not after a whole entry (up to output_batch_records records of
    * a possibly slow callback). */
   size_t slice_bytes = (size_t)SL_STOP_CHECK_RECORDS * stride;
-  while (at < end && rc >= 0) {
+  while (at < end && rc == 0) {
     const uint8_t *slice_end =
         (size_t)(end - at) > slice_bytes ? at + slice_bytes : end;
     if (e->flags & SL_ENTRY_HAS_TS) {
-      for (; at < slice_end && rc >= 0; at += stride) {
+      for (; at < slice_end && rc == 0; at += stride) {
         memcpy(&rec.timestamp, at, 8);
         rec.data = at + 8;
         rc = process_one(inst, kind, input, &rec);
       }
     } else {
-      for (; at < slice_end && rc >= 0; at += stride) {
+      for (; at < slice_end && rc == 0; at += stride) {
         rec.data = at;
         rc = process_one(inst, kind, input, &rec);
       }
     }
-    if (at < end && rc >= 0 && unlikely(job_stopping(inst->job)))
+    if (at < end && rc == 0 && unlikely(job_stopping(inst->job)))
       rc = SL_ESTOPPED;
   }
   inst->current = 0;
   inst->cp.key_valid = false; /* no state access outside a record */
-  return rc < 0 ? rc : 0;
+  return rc;
 }
 
 /* process_records with injected per-record faults: one record at a time,
@@ -459,7 +483,7 @@ process_records_injected(sl_instance *inst, int input, const sl_entry *e) {
                                                        : inst->op->kind;
   int rc = 0;
   inst->current = &rec;
-  for (uint32_t i = 0; i < e->count && rc >= 0; i++, at += stride) {
+  for (uint32_t i = 0; i < e->count && rc == 0; i++, at += stride) {
     rc = sl_inject_records(inst, 1);
     if (rc)
       break;
@@ -483,12 +507,12 @@ process_records_injected(sl_instance *inst, int input, const sl_entry *e) {
       rc = process_one(inst, SL_OP_PROCESS, input, &rec);
       break;
     }
-    if (rc >= 0 && job_stopping(inst->job))
+    if (rc == 0 && job_stopping(inst->job))
       rc = SL_ESTOPPED;
   }
   inst->current = 0;
   inst->cp.key_valid = false; /* no state access outside a record */
-  return rc < 0 ? rc : 0;
+  return rc;
 }
 
 /* Run the operator on every record of one RECORDS entry. */
@@ -721,15 +745,18 @@ static int run_source(sl_instance *inst) {
     int rc = inst->op->fn.source.next(inst, inst->state);
     /* Each call ends a batch (note 2): a source that blocks inside next()
      * must not hold back what it emitted before. */
-    if (inst->op->has_watermarks && rc >= 0) {
+    if (inst->op->has_watermarks && (rc == 0 || rc == SL_SOURCE_END)) {
       int wrc = sl_event_source_tick(inst);
       if (wrc)
         return wrc;
     }
     flush_outputs(inst, true);
     publish_counters(inst);
-    if (rc < 0)
-      return rc;
+    if (rc != 0 && rc != SL_SOURCE_END) {
+      if (!inst->cause[0])
+        sl_ctx_fail(inst, "next() returned %d", rc);
+      return rc; /* note 8: any other value fails the job with it */
+    }
     /* A source's records are those it emitted; an injected fault fires
      * after the call that emitted its record. */
     if (unlikely(inst->fault != 0)) {
@@ -739,11 +766,6 @@ static int run_source(sl_instance *inst) {
     }
     if (rc == SL_SOURCE_END)
       return sl_snapshot_source_poll(inst); /* a trigger that came last */
-    if (rc != 0) {
-      sl_ctx_fail(inst, "next() returned %d (0, SL_SOURCE_END or a negative "
-                  "error expected)", rc);
-      return EINVAL;
-    }
   }
 }
 
@@ -811,11 +833,16 @@ void sl_job_fail(sl_job *job, int status, const char *fmt, ...) {
 
 void sl_instance_fail(sl_instance *inst, int status) {
   sl_job *job = inst->job;
+  /* running --[failure]--> stopping: a failure always has a status, and
+   * a stop is no failure (instance_run tells them apart). */
+  assert(status != 0);
+  assert(instance_check(inst));
   int expected = 0;
   if (atomic_compare_exchange_strong(&job->failed, &expected, 1)) {
     sl_failover_note_failure(job);
     /* Only the first failure writes the message: later ones are usually
      * consequences of it. */
+    job->fail_status = status; /* note 8: sl_job_wait returns it */
     char code[64];
     if (status < 0 && status > -4096)
       snprintf(code, sizeof code, "error %d", status);
@@ -827,6 +854,7 @@ void sl_instance_fail(sl_instance *inst, int status) {
                      sl_strerror(status), code);
   }
   sl_job_stop_internal(job);
+  assert(atomic_load(&job->failed) == 1);
 }
 
 SL_EXPORT void sl_ctx_fail(sl_ctx *ctx, const char *fmt, ...) {
@@ -900,6 +928,9 @@ static void *instance_main(void *arg) {
 static int instance_finish(sl_instance *inst) {
   sl_op *op = inst->op;
   int rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
+  /* running --[inputs ended]--> finishing: every channel delivered END. */
+  assert(rc != 0 || inst->channels_ended == inst->channel_count);
+  assert(instance_check(inst));
   /* End of input: the final watermark fires every event-time timer still
    * pending, and the processing-time ones too (timer.c note 5). */
   if (rc == 0)
@@ -908,19 +939,21 @@ static int instance_finish(sl_instance *inst) {
   if (rc == 0 && (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
       op->fn.process.finish) {
     inst->current = 0;
-    rc = op->fn.process.finish(inst, inst->state);
-    if (rc > 0)
-      rc = 0; /* only negative values are errors, as for process() */
+    rc = op->fn.process.finish(inst, inst->state); /* note 8 */
   }
   if (rc == 0)
     rc = sl_snapshot_final(inst); /* snapshot.c note 7 */
+  assert(!inst->emit_closed); /* END is still to be written */
   return rc == 0 ? send_end(inst) : rc;
 }
 
 /* Note 7: an instance restored as finished: its restored state as its
  * final snapshot, END, then its inputs up to their END. */
 static int instance_refinish(sl_instance *inst) {
-  assert(inst->cp.restored_finished && inst->job->cp);
+  assert(inst->cp.restored_finished);
+  assert(inst->job->cp);
+  assert(instance_check(inst));
+  assert(inst->channels_ended == 0); /* nothing read yet: note 7 */
   int rc = sl_snapshot_final_restored(inst);
   if (rc == 0)
     rc = send_end(inst);
@@ -929,6 +962,10 @@ static int instance_refinish(sl_instance *inst) {
 
 /* The whole life of an instance: open, restore, run, finish, close. */
 static void instance_run(sl_instance *inst) {
+  /* created --[open]--> running: nothing read, nothing closed yet. */
+  assert(instance_check(inst));
+  assert(!inst->emit_closed && !inst->stopped_early);
+  assert(inst->current == 0);
   int rc = instance_open(inst);
   if (rc) {
     if (!inst->cause[0])
@@ -976,6 +1013,8 @@ static void instance_run(sl_instance *inst) {
    * may have finished, and a record written now would be lost or wait
    * forever for room. */
   inst->emit_closed = true;
+  assert(inst->current == 0); /* no record outlives its call */
+  assert(instance_check(inst));
   publish_counters(inst);
   /* Stop the job before the close callback runs, so a failure stops the
    * other instances promptly (DESIGN.md invariant 8). */
@@ -1032,158 +1071,14 @@ int sl_job_start_threads(sl_job *job) {
   return 0;
 }
 
-SL_EXPORT int sl_job_start(sl_job *job) {
-  if (!job)
-    return EINVAL;
-  if (job->state != SL_JOB_BUILDING)
-    return SL_ESTARTED;
-  int rc = sl_job_validate(job);
-  if (rc)
-    return rc;
-  rc = sl_job_compile(job);
-  if (rc) {
-    sl_job_set_error(job, "cannot set up the job: %s", sl_strerror(rc));
-    return rc;
-  }
-  job->error[0] = 0;
-  rc = sl_inject_setup(job); /* a malformed fault spec: EINVAL, message */
-  if (rc == 0)
-    rc = sl_failover_setup(job);
-  if (rc) {
-    sl_job_free_compiled(job);
-    return rc;
-  }
-  rc = sl_checkpointer_setup(job);
-  if (rc == 0)
-    rc = sl_checkpointer_start(job);
-  if (rc) {
-    if (!job->error[0])
-      sl_job_set_error(job, "cannot set up checkpointing: %s",
-                       sl_strerror(rc));
-    sl_job_free_compiled(job); /* also stops and frees the checkpointer */
-    return rc;
-  }
-  job->start_wall_ms = sl_wall_ms(); /* before the state: metrics.c */
-  job->start_ns = sl_now_ns();
-  job->state = SL_JOB_RUNNING;
-  rc = sl_job_start_threads(job);
-  if (rc == 0)
-    rc = sl_failover_start(job);
-  if (rc) {
-    if (!atomic_load(&job->failed))
-      sl_job_fail(job, rc, "cannot start the supervisor thread: %s",
-                  sl_strerror(rc));
-    sl_job_join_threads(job);
-    sl_checkpointer_stop(job);
-    atomic_store(&job->end_ns, sl_now_ns());
-    job->waited = true;
-    job->result = rc;
-    job->state = SL_JOB_FINISHED; /* last: metrics.c reads the above */
-    return rc;
-  }
-  return 0;
-}
-
-SL_EXPORT int sl_job_wait(sl_job *job) {
-  if (!job)
-    return EINVAL;
-  if (job->state == SL_JOB_BUILDING)
-    return SL_ENOTSTARTED;
-  if (job->waited)
-    return job->result;
-  if (!sl_failover_wait(job)) { /* no supervisor: join them here */
-    sl_job_join_threads(job);
-    sl_checkpointer_stop(job);
-  }
-  atomic_store(&job->end_ns, sl_now_ns());
-  job->waited = true;
-  if (atomic_load(&job->failed)) {
-    /* The cause is in job->error. */
-    job->result = job->fail_status ? job->fail_status : SL_ECALLBACK;
-  } else {
-    job->result = 0;
-    for (int i = 0; i < job->instance_count; i++)
-      if (job->instances[i]->stopped_early)
-        job->result = SL_ESTOPPED;
-  }
-  /* Last: a reader on another thread (metrics.c) that sees FINISHED sees
-   * the result and the final message too. */
-  job->state = SL_JOB_FINISHED;
-  return job->result;
-}
-
-SL_EXPORT int sl_job_run(sl_job *job) {
-  int rc = sl_job_start(job);
-  return rc ? rc : sl_job_wait(job);
-}
-
 void sl_job_stop_internal(sl_job *job) {
   /* Sequentially consistent: pairs with the fence in sl_parker_prepare, so
    * an instance about to park either sees stopping or is woken below. */
   atomic_store(&job->stopping, 1);
   if (atomic_load(&job->state) != SL_JOB_RUNNING)
     return;
+  /* running --[stop]--> stopping: every instance exists to be woken. */
+  assert(job->instances || job->instance_count == 0);
   for (int i = 0; i < job->instance_count; i++)
     sl_parker_wake(&job->instances[i]->parker);
-}
-
-SL_EXPORT void sl_job_stop(sl_job *job) {
-  if (!job)
-    return;
-  /* Before stopping: the supervisor reads it after it sees the stop, so a
-   * stop by the user is never taken for a failure's (failover.c note 2). */
-  atomic_store(&job->user_stopped, 1);
-  sl_job_stop_internal(job);
-  if (atomic_load(&job->state) == SL_JOB_RUNNING)
-    sl_parker_wake(&job->supervisor_parker);
-}
-
-SL_EXPORT uint64_t sl_job_progress(const sl_job *job) {
-  if (!job || job->state == SL_JOB_BUILDING)
-    return 0;
-  uint64_t total = 0;
-  for (int i = 0; i < job->instance_count; i++) {
-    sl_instance *inst = job->instances[i];
-    if (inst->op->kind == SL_OP_SOURCE)
-      total += atomic_load_explicit(&inst->records_out_shared,
-                                    memory_order_relaxed);
-  }
-  return total;
-}
-
-SL_EXPORT int sl_job_stats(const sl_job *job, int i, sl_op_stats *stats) {
-  if (!job || !stats || i < 0 || i >= sl_job_operator_count(job))
-    return EINVAL;
-  memset(stats, 0, sizeof *stats);
-  const sl_op *op = 0;
-  if (job->physical) {
-    op = job->physical[i];
-  } else {
-    for (int k = 0, n = 0; k < job->op_count; k++)
-      if (!sl_op_kind_is_virtual(job->ops[k]->kind) && n++ == i)
-        op = job->ops[k];
-  }
-  assert(op);
-  stats->name = op->name;
-  stats->parallelism = op->parallelism;
-  stats->watermark = SL_WATERMARK_MIN;
-  if (!op->instances)
-    return 0;
-  for (int k = 0; k < op->parallelism; k++) {
-    stats->records_in += atomic_load_explicit(
-        &op->instances[k].records_in_shared, memory_order_relaxed);
-    stats->records_out += atomic_load_explicit(
-        &op->instances[k].records_out_shared, memory_order_relaxed);
-    stats->late_records += atomic_load_explicit(
-        &op->instances[k].counters_shared[SL_COUNT_LATE],
-        memory_order_relaxed);
-    stats->dead_letters += atomic_load_explicit(
-        &op->instances[k].counters_shared[SL_COUNT_DEAD_LETTER],
-        memory_order_relaxed);
-    int64_t wm = atomic_load_explicit(&op->instances[k].watermark_shared,
-                                      memory_order_relaxed);
-    if (k == 0 || wm < stats->watermark)
-      stats->watermark = wm;
-  }
-  return 0;
 }

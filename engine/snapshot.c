@@ -151,7 +151,7 @@ static int call_snapshot_hook(sl_instance *inst, uint64_t id) {
   inst->cause[0] = 0;
   int rc = hook(inst, inst->state, id);
   inst->cp.in_snapshot = false;
-  return rc < 0 ? rc : 0;
+  return rc; /* nonzero fails the job (runtime.c note 8) */
 }
 
 int sl_snapshot_add_rows(sl_instance *inst, sl_row_batch *batch) {
@@ -462,7 +462,7 @@ int sl_snapshot_restore_hook(sl_instance *inst) {
   else if (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK)
     hook = op->fn.process.restore;
   int rc = hook ? hook(inst, inst->state, id) : 0;
-  return rc < 0 ? rc : 0;
+  return rc; /* nonzero fails the job (runtime.c note 8) */
 }
 
 void sl_snapshot_instance_free(sl_instance *inst) {

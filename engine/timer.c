@@ -400,7 +400,7 @@ SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
  * with t's key current and an empty record of t's time as the current
  * record.  Leaves inst->current NULL and no key current; the caller
  * restores what it saved.  Returns 0, the delete's error, or on_timer's
- * failure (a positive return counts as 0). */
+ * nonzero return, which fails the job (runtime.c note 8). */
 static int fire_one(sl_instance *inst, int domain, timer_item t) {
   sl_instance_checkpoint *cp = &inst->cp;
   uint8_t k[TIMER_KEY_BYTES];
@@ -418,7 +418,7 @@ static int fire_one(sl_instance *inst, int domain, timer_item t) {
   rc = inst->op->fn.process.on_timer(inst, inst->state, domain, t.time);
   cp->key_valid = false;
   inst->current = 0; /* rec ends here */
-  return rc > 0 ? 0 : rc;
+  return rc;
 }
 
 /* Fire every timer of domain due at `upto` (note 4, 6). */
@@ -438,7 +438,7 @@ static int fire(sl_instance *inst, int domain, int64_t upto) {
   }
   inst->current = saved;
   inst->current_channel = saved_channel;
-  if (rc < 0 && rc != SL_ESTOPPED && !inst->cause[0])
+  if (rc != 0 && rc != SL_ESTOPPED && !inst->cause[0])
     sl_ctx_fail(inst, "on_timer (%s time %" PRId64 ") returned %d",
                 domain == SL_EVENT_TIME ? "event" : "processing", upto, rc);
   return rc;
@@ -482,7 +482,7 @@ static int fire_pending_processing(sl_instance *inst) {
   int rc = 0;
   for (uint32_t i = 0; i < due.count && rc == 0; i++) {
     rc = fire_one(inst, SL_PROCESSING_TIME, due.items[i]);
-    if (rc < 0 && !inst->cause[0])
+    if (rc != 0 && !inst->cause[0]) /* runtime.c note 8 */
       sl_ctx_fail(inst, "on_timer (processing time %" PRId64 ") returned %d",
                   due.items[i].time, rc);
   }
@@ -516,9 +516,7 @@ static int advance(sl_instance *inst, int64_t watermark) {
       inst->current = 0;
       rc = op->fn.process.on_watermark(inst, inst->state, watermark);
       inst->current = saved;
-      if (rc > 0)
-        rc = 0;
-      if (rc < 0 && !inst->cause[0])
+      if (rc != 0 && !inst->cause[0]) /* runtime.c note 8 */
         sl_ctx_fail(inst, "on_watermark (%" PRId64 ") returned %d", watermark,
                     rc);
     }

@@ -1,4 +1,4 @@
-/* sluice.h — public interface of the sluice stream engine.
+/* sluice.h — public interface of the sluice stream engine: the core.
  *
  * OVERVIEW
  *
@@ -7,8 +7,8 @@
  * instances, one thread each, optionally pinned to a CPU.  Instances are
  * connected by bounded lock-free single-producer/single-consumer rings, one
  * ring per (producer instance, consumer instance) pair.  Records and control
- * events (checkpoint barriers, end of stream; watermarks later) travel in
- * order through the same rings.
+ * events (checkpoint barriers, watermarks, end of stream) travel in order
+ * through the same rings.
  *
  * With checkpoint.state_dir set, the job takes checkpoints: barriers in-band
  * (aligned for exactly-once, or at-least-once), copy-on-write keyed state
@@ -23,9 +23,10 @@
  * optional 64-bit timestamp; the engine copies them into the rings, so a
  * callback may emit from a stack buffer.
  *
+ *     sl_job_config config = SL_JOB_CONFIG_INIT;
  *     sl_job *job;
  *     sl_op *src, *m, *snk;
- *     sl_job_create(NULL, &job);
+ *     sl_job_create(&config, &job);
  *     sl_op_source(job, "numbers", 1, &my_source, &state, &src);
  *     sl_op_map(job, "triple", src, 1, 16, triple_fn, NULL, &m);
  *     sl_op_sink(job, "out", m, 1, &my_sink, NULL, &snk);
@@ -33,10 +34,94 @@
  *     if (rc != 0) fprintf(stderr, "%s\n", sl_job_error(job));
  *     sl_job_destroy(job);
  *
- * Every call returns an int status: 0 on success, a negative SL_E* code or a
- * positive errno value on failure.  sl_strerror() turns either into text;
- * sl_job_error() returns the full message of the last failure of a job
- * (which operator, which instance, what went wrong).
+ * HEADERS
+ *
+ *   sluice.h             the core: status codes, configuration, building,
+ *                        running, emitting, event time, side outputs,
+ *                        keyed and operator state, hashing, logging; it
+ *                        includes every header below but sluice_testing.h
+ *   sluice_checkpoint.h  triggering checkpoints, savepoints, their stats
+ *   sluice_metrics.h     metrics snapshots and the HTTP endpoint
+ *   sluice_window.h      windows and joins (sluice_join.h includes it)
+ *   sluice_io.h          memory, line, file and stdin sources; file and
+ *                        stdout sinks; CSV and JSON lines
+ *   sluice_embed.h       generator and push sources, callback sink
+ *   sluice_table.h       LMDB table sink and its readers
+ *   sluice_testing.h     test and benchmark helpers (sequence and keyed
+ *                        sources, verifying and checksum sinks): installed
+ *                        but unstable, no ABI promise; include it yourself
+ *
+ * LIBRARY RETURNS
+ *
+ * Every call that can fail returns an int status: 0 on success, else a
+ * negative SL_E* code (sluice's own, a reserved range like LMDB's) or a
+ * positive errno value (ENOMEM, EINVAL, ...) passed on as the system or
+ * the library gave it.  Both kinds are final: no call flips a sign.
+ * sl_strerror() turns either into text.  Each call lists its errors.
+ *
+ * CALLBACK RETURNS
+ *
+ * A callback returns 0 for success.  Any other value fails the job with
+ * that value as its status: sl_job_wait() and sl_job_run() return it and
+ * sl_job_error() names the operator, the instance, the cause (sl_ctx_fail)
+ * and the value's text.  So a callback may pass a library call's failure
+ * straight on: `return sl_state_put(...)`.  Two callbacks have a second
+ * success value: a filter returns 1 to keep a record and 0 to drop it, a
+ * source's next() returns SL_SOURCE_END at its end (both 1, so neither
+ * can pass on EPERM).  SL_ESTOPPED, returned while the job is stopping,
+ * ends the instance quietly.  SL_ECALLBACK is a generic failure code a
+ * callback may return when it has no better one.
+ *
+ * ERROR MESSAGES
+ *
+ * A message lives with the handle it is about: sl_job_error(job) for
+ * everything done to a job (a refused build step, a failed start, the
+ * failure that ended the run) and sl_table_error(reader) for a table
+ * reader.  A call that has no handle to keep it in (it creates the handle,
+ * or runs on any thread beside the job's own failure: sl_job_savepoint,
+ * sl_table_open, sl_schema_validate, sl_generator_validate) writes it to a
+ * caller buffer given as its last two arguments (char *err, size_t
+ * err_bytes; NULL or 0: none), always NUL-terminated.  Messages name
+ * what and where (operator, file, line); none needs freeing.
+ *
+ * OWNERSHIP
+ *
+ * - The caller owns every handle it gets (sl_job, sl_http, table readers)
+ *   and frees it with its destroy/stop/close call; each accepts NULL.
+ *   sl_job_destroy() frees the job's operators (sl_op) and instances
+ *   (sl_ctx): never free those.
+ * - Configuration structs and strings passed in are copied before the
+ *   call returns (cpus, state_dir, names, paths...), unless a call says
+ *   otherwise (sl_source_memory's records, sl_sink_checksum's result in
+ *   sluice_testing.h, and the user pointers: they must outlive the job).
+ *   A user pointer stays the caller's, unless it is handed over with
+ *   sl_op_set_user_free().
+ * - A const char * returned by the library (sl_job_error, sl_strerror,
+ *   sl_ctx_name, names in stats and metrics) is owned by it: valid until
+ *   the handle it came from is destroyed (sl_strerror's: forever).
+ * - A record pointer given to a callback is valid during that call; a
+ *   state value pointer until the next state call of the instance.
+ * - Out structs the caller passes (stats, metrics) are filled; only
+ *   sl_metrics owns memory afterwards, freed with sl_metrics_free().
+ *
+ * GETTERS
+ *
+ * A getter is named sl_<object>_<what>(object, ...): sl_job_error,
+ * sl_job_restarts, sl_ctx_instance, sl_http_port.  One that cannot fail
+ * returns its value; one that can (an index out of range, a missing entry)
+ * returns a status and fills its last argument: sl_job_stats(job, i,
+ * &stats), sl_state_get(ctx, id, &value, &size).
+ *
+ * ABI
+ *
+ * A configuration struct the caller fills and passes by pointer and that
+ * may grow (sl_job_config, sl_http_options) starts with size_t
+ * struct_bytes = sizeof the struct as the caller's header had it; its
+ * initializer (SL_JOB_CONFIG_INIT, SL_HTTP_OPTIONS_INIT) sets it and zeroes
+ * the rest.  A later library reads only the bytes the caller knows and
+ * gives newer fields their defaults; a size below the first version's, or
+ * larger than the library's with nonzero bytes past its fields, is refused
+ * with EINVAL.  Fields are only ever added at the end.
  *
  * CAVEATS
  *
@@ -156,10 +241,14 @@ typedef struct sl_record {
 } sl_record;
 
 /* ------------------------------------------------------------------------ */
-/* Job configuration.  Zero-initialise, set what you need; zero means the
- * documented default.  sl_job_create(NULL, ...) takes all defaults. */
+/* Job configuration.  Start from SL_JOB_CONFIG_INIT, set what you need;
+ * zero means the documented default.  sl_job_create(NULL, ...) takes all
+ * defaults. */
 
 typedef struct sl_job_config {
+  /** sizeof(sl_job_config) as the caller was built with (ABI above); the
+   * initializer SL_JOB_CONFIG_INIT sets it.  0 is refused (EINVAL). */
+  size_t struct_bytes;
   /** Bytes of each ring; rounded up to a power of two, range 4 KiB ..
    * 1 GiB.  Default (0): automatic, 4 MiB per ring while the job's rings
    * fit in 256 MiB together, halved as they get more numerous down to
@@ -309,9 +398,15 @@ enum sl_store_policy {
  * SL_PIN_ROUND_ROBIN: instance i (creation order) goes to cpus[i % n]. */
 enum sl_pin_policy { SL_PIN_CHAINS = 0, SL_PIN_ROUND_ROBIN = 1 };
 
+/** Every field zero (its default) and struct_bytes set: start every
+ * sl_job_config from it (`sl_job_config c = SL_JOB_CONFIG_INIT;`). */
+#define SL_JOB_CONFIG_INIT {.struct_bytes = sizeof(sl_job_config)}
+
 /** Create an empty job.  config may be NULL for defaults; it is copied (the
- * cpus array too).  Errors: EINVAL (a setting out of range; *job is NULL),
- * ENOMEM. */
+ * cpus array and the strings too).  Errors: EINVAL (a setting out of
+ * range; config->struct_bytes 0, below the first version's size, or
+ * larger than this library's with nonzero bytes past its fields: a line
+ * on the log says which; *job is NULL), ENOMEM. */
 int sl_job_create(const sl_job_config *config, sl_job **job);
 
 /** Free a job and everything it owns.  A running job is stopped and waited
@@ -325,8 +420,8 @@ void sl_job_destroy(sl_job *job);
  * Called repeatedly until it returns SL_SOURCE_END.  Emit a batch per call
  * (a few hundred records or more) for throughput: each call ends an output
  * batch.  The engine checks for stop between calls.  Return 0 to be called
- * again, SL_SOURCE_END when exhausted, or a negative value (an error) to
- * fail the job; any other value fails it too. */
+ * again, SL_SOURCE_END when exhausted; any other value fails the job with
+ * it (CALLBACK RETURNS above). */
 #define SL_SOURCE_END 1
 typedef struct sl_source_ops {
   /** Optional.  Called once on the instance's thread before the first
@@ -342,7 +437,7 @@ typedef struct sl_source_ops {
    * when the job resumes from checkpoint_id and seeks to the position that
    * sl_operator_state_get() returns.  A source without them is not
    * replayable: after a resume it starts from its beginning (duplicates).
-   * Return 0 or negative to fail. */
+   * Return 0; anything else fails the job. */
   int (*snapshot)(sl_ctx *ctx, void *instance_state, uint64_t checkpoint_id);
   int (*restore)(sl_ctx *ctx, void *instance_state, uint64_t checkpoint_id);
   /** Optional: checkpoint_id (and every earlier one) is durable. */
@@ -351,16 +446,17 @@ typedef struct sl_source_ops {
 } sl_source_ops;
 
 /** Map: write at most out_max_bytes bytes to out (8-byte aligned) and set
- * *out_size_bytes.  Return 0, or a negative value to fail the job.  The
+ * *out_size_bytes.  Return 0; anything else fails the job with it.  The
  * output keeps the input's timestamp. */
 typedef int (*sl_map_fn)(void *user, const sl_record *in, void *out,
                          uint32_t *out_size_bytes);
 
-/** Filter: return 1 to keep the record, 0 to drop it, negative to fail. */
+/** Filter: return 1 to keep the record, 0 to drop it; anything else fails
+ * the job with it. */
 typedef int (*sl_filter_fn)(void *user, const sl_record *in);
 
 /** Flat map: emit zero or more records with sl_emit(); return 0 or a
- * negative value to fail the job. */
+ * anything else fails the job with it. */
 typedef int (*sl_flat_map_fn)(void *user, const sl_record *in, sl_ctx *ctx);
 
 /** Key function for sl_op_key_by: the record's key.  Records with equal keys
@@ -370,14 +466,14 @@ typedef uint64_t (*sl_key_fn)(void *user, const sl_record *in);
 /** General process operator, also used for sinks and multi-input operators.
  * process() is called for each record with the index of the input it came
  * from (0 .. n_inputs-1) and may emit any number of records.  Return 0, or
- * negative to fail the job. */
+ * anything else fails the job with it. */
 typedef struct sl_process_ops {
   int (*open)(sl_ctx *ctx, void *user, void **instance_state); /* optional */
   int (*process)(sl_ctx *ctx, void *instance_state, int input,
                  const sl_record *in);
   /** Optional.  Called when every input has ended, before the end of stream
    * is forwarded; may emit final records.  Not called on stop/failure.
-   * Return 0, or negative to fail the job. */
+   * Return 0; anything else fails the job. */
   int (*finish)(sl_ctx *ctx, void *instance_state);
   /** Optional.  Always called last if open succeeded (or was absent), after
    * the end of stream was forwarded; it may not emit (SL_EUSAGE). */
@@ -392,7 +488,8 @@ typedef struct sl_process_ops {
    * up to it; after an abort, the next completion covers the aborted one's
    * data too).  restore() runs after open() when the job resumes from
    * checkpoint_id; sl_operator_state_get() returns what snapshot() saved.
-   * Keyed state is already restored when it runs.  Return 0 or negative. */
+   * Keyed state is already restored when it runs.  Return 0; anything
+   * else fails the job. */
   int (*snapshot)(sl_ctx *ctx, void *instance_state, uint64_t checkpoint_id);
   void (*checkpoint_complete)(sl_ctx *ctx, void *instance_state,
                               uint64_t checkpoint_id);
@@ -403,7 +500,7 @@ typedef struct sl_process_ops {
    * domain is SL_EVENT_TIME or SL_PROCESSING_TIME.  on_watermark() runs
    * when the input watermark advances to watermark, after the event-time
    * timers it made due; the engine forwards the watermark downstream after
-   * it returns.  Return 0, or negative to fail the job. */
+   * it returns.  Return 0; anything else fails the job. */
   int (*on_timer)(sl_ctx *ctx, void *instance_state, int domain,
                   int64_t time);
   int (*on_watermark)(sl_ctx *ctx, void *instance_state, int64_t watermark);
@@ -485,10 +582,11 @@ int sl_job_start(sl_job *job);
 
 /** Wait until every instance has finished.  Returns 0 if every source ended
  * and every record was processed; SL_ESTOPPED if sl_job_stop() ended it;
- * SL_ECALLBACK if an operator failed (a callback returned an error, or the
- * engine refused what it emitted, e.g. a map output over its declared
- * size), with the message in sl_job_error().  A later call returns the same
- * value.  Errors: SL_ENOTSTARTED. */
+ * if an operator failed, the status of its failure: the value its callback
+ * returned (CALLBACK RETURNS above), or the engine's refusal of what it
+ * emitted (SL_ETOOBIG for a map output over its declared size), with the
+ * message in sl_job_error() naming the operator.  A later call returns the
+ * same value.  Errors: SL_ENOTSTARTED. */
 int sl_job_wait(sl_job *job);
 
 /** sl_job_start() then sl_job_wait(). */
@@ -794,373 +892,17 @@ int sl_operator_state_get(sl_ctx *ctx, const void **data, uint32_t *bytes);
 int sl_ctx_checkpointing(const sl_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
-/* Checkpoint control and statistics. */
+/* A record shape shared by built-in operators. */
 
-/** Trigger a checkpoint now (in addition to the periodic ones), respecting
- * max_concurrent; *id (if not NULL) receives its id.  Errors: SL_EUSAGE
- * (checkpointing off), SL_ENOTSTARTED, EBUSY (max_concurrent in flight, or
- * the job is ending). */
-int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
-
-/** Savepoint: write a self-contained, compacted copy of the newest
- * complete checkpoint into dir, for a later job to start from
- * (checkpoint.from_savepoint), also with other parallelisms.  dir is
- * created if missing (its parent too) and refused if it exists and is not
- * empty.  It receives data.mdb (LMDB's compacting copy, made inside a
- * read transaction: neither the instances nor the checkpoint writer wait
- * for it) and then, last, manifest.json (written to a temporary name,
- * fsync'd and renamed, so a directory without it is no savepoint): format
- * "sluice-savepoint", version 1, store_format, checkpoint_id, created_ms
- * (Unix epoch ms), graph (the job's operators and edges, without
- * parallelisms), max_parallelism, operators [{id, name, kind,
- * parallelism}], bytes (of data.mdb) and store_graph (the fingerprint in
- * the store).  Then one line {"checkpoint_id", "created_ms", "path" (dir,
- * absolute), "bytes"} is appended to state_dir/savepoints.jsonl.
- * *checkpoint_id (may be NULL) receives the id of the checkpoint copied.
- * err (may be NULL) receives a message naming dir and the problem.
- *
- * Any thread may call it, at any time from the return of sl_job_start
- * (0) until sl_job_destroy, also while the job runs, fails over, or after
- * sl_job_wait: the store stays open until sl_job_destroy.  Savepoints of
- * one process are taken one at a time.  On error no manifest is written
- * and what the call made in dir is removed, except: if only the line of
- * savepoints.jsonl cannot be written, the savepoint is complete (and
- * *checkpoint_id set) but the error is returned.
- *
- * Starting from a savepoint (sl_job_start) refuses, with SL_ESTORE and a
- * message naming the savepoint: no or a malformed manifest.json, another
- * format or store format version, another max_parallelism, another job
- * graph (operators by id, kind and name, in order, and their inputs), a
- * store that does not match its manifest, and another parallelism for an
- * operator whose instances saved operator state (a source's position, a
- * sink's pending transactions, sl_operator_state_set): that state cannot
- * be split or merged.  Keyed state moves by key group; an operator
- * rescaled without operator state gets, in every new instance, the lowest
- * watermark and the largest timestamp its old instances had saved.
- *
- * Errors: EINVAL (job or dir NULL or empty), SL_EUSAGE (checkpointing
- * off), SL_ENOTSTARTED, SL_ENOTFOUND (no checkpoint is complete yet),
- * EEXIST (dir is not empty), ENOMEM, errno values of the file system,
- * SL_ECORRUPT and LMDB codes (the copy). */
-int sl_job_savepoint(sl_job *job, const char *dir, uint64_t *checkpoint_id,
-                     char *err, size_t err_bytes);
-
-/** Id of the newest complete checkpoint of this run (0 if none) and, in
- * *restored_from, the checkpoint the job resumed from (0 if it did not). */
-uint64_t sl_job_last_checkpoint(const sl_job *job, uint64_t *restored_from);
-
-enum sl_checkpoint_status {
-  SL_CHECKPOINT_IN_PROGRESS = 0,
-  SL_CHECKPOINT_COMPLETED = 1,
-  SL_CHECKPOINT_ABORTED = 2
-};
-
-/** One checkpoint.  Durations in microseconds. */
-typedef struct sl_checkpoint_stats {
-  uint64_t id;
-  int status;       /* enum sl_checkpoint_status */
-  int final;        /* the checkpoint taken at the end of input */
-  int64_t trigger_time_ms; /* wall clock, Unix epoch */
-  uint64_t duration_us;    /* trigger to durable commit (or abort) */
-  uint64_t write_us;       /* the writer's transaction, commit included */
-  uint64_t bytes_persisted;
-  uint64_t entries_persisted; /* keyed-state puts and deletes */
-  int instance_count;
-  char cause[128];          /* why it was aborted */
-} sl_checkpoint_stats;
-
-/** One instance's part of a checkpoint. */
-typedef struct sl_checkpoint_instance_stats {
-  const char *name; /* operator */
-  int instance;
-  uint64_t start_delay_us; /* trigger to the first barrier at the instance */
-  uint64_t alignment_us;   /* first to last barrier */
-  uint64_t sync_us;        /* the snapshot on the instance's thread */
-  uint64_t async_us;       /* the writer serializing its state */
-  uint64_t bytes_persisted;
-  uint64_t entries_persisted;
-} sl_checkpoint_instance_stats;
-
-/** The k-th newest checkpoint of this run (k = 0 the newest; the last 64
- * are kept).  Errors: SL_ENOTFOUND. */
-int sl_job_checkpoint_stats(const sl_job *job, int k,
-                            sl_checkpoint_stats *stats);
-/** Instance i (0 .. instance_count-1, operators in creation order) of the
- * k-th newest checkpoint.  Errors: SL_ENOTFOUND, EINVAL. */
-int sl_job_checkpoint_instance_stats(const sl_job *job, int k, int i,
-                                     sl_checkpoint_instance_stats *stats);
+/** A (key, value) record of 16 bytes: what the sources of sluice_testing.h
+ * emit, the table sink's default row reads, and the CLI's jobs carry. */
+typedef struct sl_tuple {
+  uint64_t key;
+  uint64_t value;
+} sl_tuple;
 
 /* ------------------------------------------------------------------------ */
-/* Metrics (engine/metrics.c).
- *
- * sl_job_metrics() copies what an operator of the job wants to watch into
- * a caller-owned sl_metrics: per instance, per operator (sums) and per job.
- * Instance threads keep their counters in plain fields of their own and
- * publish copies with relaxed stores once per batch; they account time
- * once per wait, never per record.  A snapshot takes no lock an instance
- * thread ever takes, so polling it does not disturb the job.
- *
- * Time, as Flink reports it (busyTimeMsPerSecond and the others): each
- * instance's thread life splits into idle (waiting for input: spinning or
- * parked on empty input, on channels blocked by barrier alignment, or for
- * the final checkpoint), backpressured (waiting for room on a full output
- * ring) and busy (the rest, including open, restore, and all the time a
- * source spends inside next(), also if it sleeps there).  The figures are
- * cumulative nanoseconds over every attempt (restarts included); a poller
- * takes two snapshots and divides the differences by the time between them
- * (x 1000 for milliseconds per second).
- *
- * Records and bytes are cumulative over restarts too (records replayed
- * after a restore count again).  Bytes are record payload bytes, without
- * timestamps or ring headers; bytes out are those written into the output
- * rings, so a record sent to two consumer operators counts twice there
- * (once in records_out).  bytes_out is summed from the rings when the
- * instance flushes its outputs (at least every buffer timeout), so it may
- * trail records_out by one batch while the job runs. */
-
-/** What the job is doing (sl_metrics.state). */
-enum sl_job_status {
-  SL_JOB_STATUS_CREATED = 0,    /* not started */
-  SL_JOB_STATUS_RUNNING = 1,
-  SL_JOB_STATUS_FAILING = 2,    /* failed; stopping, maybe to restart */
-  SL_JOB_STATUS_CANCELLING = 3, /* sl_job_stop() was called */
-  SL_JOB_STATUS_FINISHED = 4,   /* sl_job_wait() returned 0 */
-  SL_JOB_STATUS_FAILED = 5,     /* sl_job_wait() returned a failure */
-  SL_JOB_STATUS_CANCELED = 6,   /* sl_job_wait() returned SL_ESTOPPED */
-};
-
-/** Flink's name of a status ("RUNNING", "FAILED", ...); "UNKNOWN" for a
- * value outside the enum. */
-const char *sl_job_status_name(int status);
-
-/** One instance (a thread). */
-typedef struct sl_instance_metrics {
-  const char *name;   /* its operator's (valid until sl_job_destroy) */
-  int operator_index; /* physical operator, creation order */
-  int instance;       /* 0 .. parallelism-1 */
-  int running;        /* its thread is alive */
-  uint64_t records_in;
-  uint64_t records_out;
-  uint64_t bytes_in;  /* payload bytes */
-  uint64_t bytes_out; /* payload bytes into the output rings (above) */
-  uint64_t busy_ns;   /* see "Time" above */
-  uint64_t idle_ns;
-  uint64_t backpressured_ns;
-  /** Ring occupancy: published, unread bytes over capacity (0 .. 1) of
-   * each input ring (mean and fullest) and of the fullest output ring.  A
-   * full input means this instance is the bottleneck; a full output, that
-   * something downstream is.  0 with no rings, and for the moment a
-   * restart empties them. */
-  int input_rings;
-  double input_fill_ratio;
-  double input_fill_max_ratio;
-  int output_rings;
-  double output_fill_max_ratio;
-  int64_t watermark;        /* current input watermark (a source: the last
-                               it emitted); SL_WATERMARK_MIN: none */
-  int has_watermark_lag;    /* watermark is a real time (neither MIN nor
-                               MAX, nor <= 0) */
-  int64_t watermark_lag_ms; /* wall clock now - watermark (event time taken
-                               as milliseconds since the epoch) */
-  uint64_t state_entries;   /* live keys of its keyed state */
-  uint64_t state_bytes;     /* memory its keyed state holds, versions kept
-                               for checkpoints included */
-  uint64_t late_records;    /* SL_COUNT_LATE */
-  uint64_t dead_letters;    /* SL_COUNT_DEAD_LETTER */
-} sl_instance_metrics;
-
-/** One physical operator: sums over its instances. */
-typedef struct sl_operator_metrics {
-  const char *name;
-  int parallelism;
-  int first_instance; /* its instances are sl_metrics.instances
-                         [first_instance .. first_instance+parallelism-1] */
-  uint64_t records_in;
-  uint64_t records_out;
-  uint64_t bytes_in;
-  uint64_t bytes_out;
-  uint64_t state_entries;
-  uint64_t state_bytes;
-  uint64_t late_records;
-  uint64_t dead_letters;
-  int64_t watermark; /* lowest among its instances */
-} sl_operator_metrics;
-
-/** A snapshot of a job.  Filled by sl_job_metrics(), freed by
- * sl_metrics_free(). */
-typedef struct sl_metrics {
-  int state;               /* enum sl_job_status */
-  int64_t time_ms;         /* wall clock of the snapshot, Unix epoch */
-  int64_t start_time_ms;   /* sl_job_start(), wall clock */
-  uint64_t uptime_ns;      /* start to now, or to the end once waited */
-  uint64_t source_records; /* sl_job_progress() */
-  uint32_t restarts;       /* sl_job_restarts() */
-  uint64_t faults_fired;   /* sl_job_faults_fired() */
-  /** The newest failure: the one that ended the job (after sl_job_wait()
-   * returned a failure), else the newest one recovered from by a restart;
-   * status 0 and "" if none. */
-  int last_failure_status;
-  char last_failure[512];
-
-  int operator_count;
-  sl_operator_metrics *operators;
-  int instance_count;
-  sl_instance_metrics *instances; /* operator by operator, creation order */
-
-  /** Checkpoints (all 0 when checkpointing is off).  total counts every
-   * checkpoint triggered since sl_job_start(); failed counts the aborted
-   * ones; latest_* are the newest to end each way (has_* says whether
-   * there is one); restored_from is the checkpoint the newest attempt
-   * started from (0: none). */
-  int checkpointing;
-  uint64_t checkpoints_total;
-  uint64_t checkpoints_completed;
-  uint64_t checkpoints_failed;
-  uint64_t checkpoints_in_progress;
-  uint64_t restored_from;
-  int has_latest_completed;
-  sl_checkpoint_stats latest_completed;
-  int has_latest_failed;
-  sl_checkpoint_stats latest_failed;
-  /** With SL_METRICS_HISTORY: the newest checkpoints (up to 64), newest
-   * first, and each one's instances: those of history[k] are
-   * history_instances[k * history_instance_count + i], i in instance
-   * order of sl_job_checkpoint_instance_stats(). */
-  int history_count;
-  sl_checkpoint_stats *history;
-  int history_instance_count;
-  sl_checkpoint_instance_stats *history_instances;
-} sl_metrics;
-
-/** sl_job_metrics() flag: copy the checkpoint history too (up to 64 x
- * instances entries: leave it out of frequent polls of a large job). */
-#define SL_METRICS_HISTORY 0x1u
-
-/** Take a snapshot of job into *out (any previous content is ignored:
- * free it first).  flags: 0 or SL_METRICS_HISTORY.
- *
- * Each counter is read once, with relaxed loads of what its instance last
- * published (at most one batch, or one pass over its inputs, old); times
- * are consistent per instance (busy + idle + backpressured = the thread's
- * lifetime at the moment of the read); the checkpoint figures are one
- * consistent copy.  Counters of different instances are not from one
- * instant.  After sl_job_wait() the figures are final and exact.
- *
- * Cost: O(instances + rings) loads, two allocations (three with the
- * history), and one short lock of the checkpoint history (taken only by the
- * coordinator, never by an instance thread).  Thread-safe: any thread, any
- * number at once, while the job runs and after it ended, until
- * sl_job_destroy().
- *
- * Returns 0; SL_ENOTSTARTED (the job was never started: *out holds the
- * state CREATED and no arrays, and needs no free), EINVAL (job or out
- * NULL, unknown flags), ENOMEM.  On error *out owns no memory. */
-int sl_job_metrics(const sl_job *job, unsigned flags, sl_metrics *out);
-
-/** Free the arrays of a snapshot and zero it.  NULL and a zeroed struct
- * are accepted. */
-void sl_metrics_free(sl_metrics *m);
-
-/* ------------------------------------------------------------------------ */
-/* HTTP endpoint (engine/http.c, libmicrohttpd).  An embedded server for
- * one job, on its own threads:
- *
- *   GET  /metrics         Prometheus text exposition format 0.0.4
- *   GET  /jobs            the job as JSON: state, uptime, restarts, last
- *                         failure, operators with their instances, totals
- *   GET  /checkpoints     JSON after Flink's /jobs/:id/checkpoints: counts,
- *                         latest, history (optional ?limit=N, 0 .. 64)
- *   POST /savepoints      write a savepoint below the savepoint root: the
- *                         query's dir=NAME or a JSON body {"dir": NAME}
- *                         names it relative to the root; without a name it
- *                         is savepoint-<checkpoint id>-<unix ms>
- *
- * An unknown path gets 404, a wrong method 405 (with an Allow header), bad
- * parameters 400, each with a JSON body {"error": "..."}.  Handlers read
- * the job only through sl_job_metrics() (and the savepoint call), so the
- * endpoint never stalls an instance thread.
- *
- * Security rules (engine/http.c, notes 5 to 9), each refusal a JSON error:
- *
- * - Savepoints are written only below savepoint_root.  Without one, POST
- *   /savepoints gets 403.  A name is refused (403) if it is absolute and
- *   not below the root, has an empty, "." or ".." component, a NUL (also
- *   as %00) or another control character, passes through a symbolic link
- *   (components are opened with O_NOFOLLOW), or lies inside the job's
- *   state directory or one of protected_dirs.
- * - Cross-site requests get 403: a POST whose Content-Type is a form type
- *   (application/x-www-form-urlencoded, multipart/form-data, text/plain),
- *   a request whose Origin is not the endpoint itself (http://ADDR:PORT of
- *   the address the client reached), and, on a loopback address, a Host
- *   that names neither that address nor localhost (DNS rebinding).
- * - A non-loopback address (0.0.0.0 and :: included) needs bearer_token;
- *   with a token every request needs "Authorization: Bearer TOKEN"
- *   (compared in constant time), else 401.
- * - A client has header_timeout_ms from connecting (or from its previous
- *   answer) to send a whole request, headers and body; then the connection
- *   is closed.  At most connections_per_client_max connections per client
- *   address and connections_max in all; more are closed at once.
- * - A Content-Length over 64 KiB gets 413 before any of the body is read;
- *   a chunked body that grows past it closes the connection. */
-
-typedef struct sl_http sl_http;
-
-/** Options of sl_http_start_with().  struct_bytes tells the library which
- * fields the caller knows: set it to sizeof(sl_http_options) (the
- * initializer SL_HTTP_OPTIONS_INIT does), so a program built against this
- * header keeps working with a later library that has more fields, which
- * then take their defaults.  Every field left zero means its default. */
-typedef struct sl_http_options {
-  size_t struct_bytes; /* sizeof(sl_http_options) */
-  /** An IPv4 or IPv6 literal; NULL: "127.0.0.1". */
-  const char *address;
-  /** 0: an ephemeral port, see sl_http_port(). */
-  int port;
-  /** The directory savepoints are written below (created, with its
-   * parents, if missing); NULL: POST /savepoints is refused. */
-  const char *savepoint_root;
-  /** More directories no savepoint may be written into or below, NULL
-   * terminated (the file sinks' output directories); the job's state
-   * directory is always one.  May be NULL. */
-  const char *const *protected_dirs;
-  /** The bearer token every request must carry; NULL: none.  Required on
-   * a non-loopback address.  16 to 1024 visible ASCII characters (0x21 ..
-   * 0x7e).  Copied. */
-  const char *bearer_token;
-  /** Time to send a whole request (0: 5000 ms). */
-  uint32_t header_timeout_ms;
-  /** Connections at once (0: 64), and per client address (0: 8). */
-  uint32_t connections_max;
-  uint32_t connections_per_client_max;
-} sl_http_options;
-
-#define SL_HTTP_OPTIONS_INIT {.struct_bytes = sizeof(sl_http_options)}
-
-/** Start a server for job with options (see sl_http_options).  The job
- * may be started before or after; the server must be stopped before
- * sl_job_destroy().  Errors: EINVAL (job, options or http NULL;
- * struct_bytes smaller than the first version of the struct, or larger
- * than this library's with nonzero bytes past it; address not a numeric IP
- * address; port outside 0 .. 65535; a malformed token; a limit above
- * 1024 connections or 600000 ms), SL_EUSAGE (a non-loopback address
- * without bearer_token), ENOTDIR / EACCES / ... (savepoint_root cannot be
- * created or is not a directory, or lies inside the state directory or a
- * protected directory: EINVAL), an errno of socket(), bind() or listen()
- * (EADDRINUSE, EACCES, ...), ENOMEM, EIO (the server could not start for
- * another reason).  On error *http is NULL and nothing is left running. */
-int sl_http_start_with(sl_job *job, const sl_http_options *options,
-                       sl_http **http);
-
-/** sl_http_start_with() with only address and port set: no savepoint root
- * (POST /savepoints is refused) and no token (so loopback only). */
-int sl_http_start(sl_job *job, const char *address, int port, sl_http **http);
-
-/** The port the server listens on (the real one when started with 0). */
-int sl_http_port(const sl_http *http);
-
-/** Stop the server: waits for requests in progress (a savepoint request
- * may take as long as the savepoint), then frees it.  NULL is accepted. */
-void sl_http_stop(sl_http *http);
+/* Keys. */
 
 /** A 64-bit hash of a byte string (XXH3), for key functions. */
 uint64_t sl_hash_bytes(const void *data, size_t size_bytes);
@@ -1171,257 +913,6 @@ uint64_t sl_hash_bytes(const void *data, size_t size_bytes);
  * max_parallelism (contiguous ranges of key groups).  Returns -1 if
  * max_parallelism is 0 or parallelism is outside 1..max_parallelism. */
 int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
-
-/* ------------------------------------------------------------------------ */
-/* Windows (operators/window.c).  A window operator consumes a keyed stream
- * (the output of sl_op_key_by) and groups each key's records into windows:
- *
- *   tumbling  [start, start + size) with start = ts - ts mod size
- *             (aligned to the epoch, i.e. to timestamp 0)
- *   sliding   every window [start, start + size) with start a multiple of
- *             slide and start <= ts < start + size (size / slide windows
- *             per record when slide divides size)
- *   session   [first ts, last ts + gap) of a run of records whose gaps are
- *             under gap; sessions that come to overlap merge
- *   count     every `size` records of a key: window k holds its records
- *             k*size .. (k+1)*size - 1 in arrival order (start and end are
- *             those indices); a last, partial window never fires (Flink's
- *             countWindow)
- *
- * A time window fires when the watermark reaches end - 1 (event time) or
- * the wall clock does (processing time), and at the end of input.  Its
- * result is emitted with timestamp end - 1.  With allowed_lateness L an
- * event-time window is kept until the watermark reaches end - 1 + L; a
- * record that arrives for it meanwhile is added and the window fires again
- * with the updated result.  A record whose every window is past that point
- * is late: dropped and counted (sl_op_stats.late_records), or sent to the
- * side output late_port.  Window contents and pending timers are keyed
- * state: checkpointed and restored exactly.  An event-time record whose
- * timestamp is not a valid time (SL_TIME_MIN_VALID .. SL_TIME_MAX_VALID)
- * fails the job with an error naming the operator and the timestamp.
- *
- * Results are computed either incrementally (acc_bytes, init, add, emit;
- * merge too for session windows), keeping one accumulator per window, or
- * by a full-window function (process) that sees every record of the window
- * in arrival order (after sessions merged: each merged part's records in
- * arrival order, one part after the other). */
-
-enum sl_window_type {
-  SL_WINDOW_TUMBLING = 0,
-  SL_WINDOW_SLIDING = 1,
-  SL_WINDOW_SESSION = 2,
-  SL_WINDOW_COUNT = 3,
-};
-
-typedef struct sl_window {
-  int64_t start; /* inclusive (count windows: index of the first record) */
-  int64_t end;   /* exclusive */
-} sl_window;
-
-/** The records of a window, for a full-window function. */
-typedef struct sl_window_contents sl_window_contents;
-
-/** Number of records in the window. */
-uint32_t sl_window_count(const sl_window_contents *contents);
-/** Record i (0 .. count-1, arrival order) in *out; its data is valid until
- * the next call of this function or of a state function.  Errors: EINVAL
- * (i out of range), SL_ECORRUPT. */
-int sl_window_record(const sl_window_contents *contents, uint32_t i,
-                     sl_record *out);
-
-typedef struct sl_window_config {
-  int type;   /* enum sl_window_type */
-  int domain; /* SL_EVENT_TIME (default) or SL_PROCESSING_TIME; unused by
-                 count windows */
-  int64_t size;  /* tumbling, sliding: length (1 .. SL_TIME_SPAN_MAX);
-                    count: records (> 0) */
-  int64_t slide; /* sliding: step, 0 < slide <= size */
-  int64_t gap;   /* session: the largest gap inside a session
-                    (1 .. SL_TIME_SPAN_MAX) */
-  int64_t allowed_lateness; /* event time only; 0 .. SL_TIME_SPAN_MAX */
-  int late_port; /* 0: drop late records; 1 .. SL_MAX_SIDE_OUTPUTS: emit
-                    them there (consume with sl_op_side_output) */
-  /* Incremental aggregation: an accumulator of acc_bytes (1 .. 64 KiB)
-   * per window.  init sets a fresh one (it must set the same bytes every
-   * time: count windows call it once and copy the result); add folds a
-   * record in; merge folds
-   * other into acc (session windows only, required there); emit produces
-   * the result with sl_emit (it may emit any number of records). */
-  uint32_t acc_bytes;
-  void (*init)(void *user, void *acc);
-  void (*add)(void *user, void *acc, const sl_record *in);
-  void (*merge)(void *user, void *acc, const void *other);
-  int (*emit)(void *user, sl_ctx *ctx, uint64_t key, const sl_window *window,
-              const void *acc);
-  /* Full-window function (instead of the four above). */
-  int (*process)(void *user, sl_ctx *ctx, uint64_t key,
-                 const sl_window *window, const sl_window_contents *contents);
-  void *user; /* passed to the callbacks; shared by all instances */
-} sl_window_config;
-
-/** A window operator on keyed_input (an sl_op_key_by stream).  The config
- * is copied.  Callbacks return 0, or negative to fail the job.  Errors:
- * EINVAL (an inconsistent config; sl_job_error() says which field),
- * SL_EGRAPH (input not keyed), as the builders. */
-int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
-                 int parallelism, const sl_window_config *config, sl_op **op);
-
-/* ------------------------------------------------------------------------ */
-/* Built-in operators (operators/builtin.c). */
-
-/** The record of the built-in sequence source: 16 bytes. */
-typedef struct sl_tuple {
-  uint64_t key;
-  uint64_t value;
-} sl_tuple;
-
-/** A source of `count` sl_tuple records {key = i % key_count, value = i},
- * i = 0 .. count-1, split into `parallelism` contiguous ranges (instance k
- * emits its range in order).  key_count 0 means key = i.  Records carry no
- * timestamp.  Errors: as the builders. */
-int sl_source_sequence(sl_job *job, const char *name, int parallelism,
-                       uint64_t count, uint64_t key_count, sl_op **op);
-
-/** A source of `count` sl_tuple records {key = i % keys, value = i},
- * i = 0 .. count-1, in which instance k of `parallelism` emits the records
- * whose key % parallelism == k, in order.  Each key thus has one producer,
- * and its records arrive anywhere downstream in sequence (the j-th record of
- * a key has value j * keys + key), which is what sl_sink_verify() checks.
- * Replayable (the position is checkpointed).  Errors: EINVAL (keys 0), as
- * the builders. */
-int sl_source_keyed(sl_job *job, const char *name, int parallelism,
-                    uint64_t count, uint64_t keys, sl_op **op);
-
-/** What a verifying sink found, per key against the keyed source's order,
- * summed over its instances (operators/verify.c has the definitions). */
-typedef struct sl_verify_counts {
-  uint64_t records;      /* received */
-  uint64_t in_order;     /* the next one expected for its key */
-  uint64_t duplicates;   /* a sequence number already passed */
-  uint64_t out_of_order; /* ahead of the next expected: a gap opened */
-  uint64_t lost;         /* expected, and neither in order nor ahead */
-  int complete;          /* every instance reached the end of input */
-  uint64_t pending_files; /* sl_verify_output_dir: uncommitted parts */
-} sl_verify_counts;
-
-/** A verifying sink for failure-injection tests: it partitions input (the
- * records of sl_source_keyed() with `count` and `keys`, or of any operator
- * that forwards them) by key with a key_by named NAME.key, and counts lost,
- * duplicated and out-of-order records per key.  Its counts are checkpointed
- * state, so after failures and restarts they describe the committed run:
- * exactly-once means lost = duplicates = out_of_order = 0.  A record that is
- * not such a tuple fails the job.  Errors: EINVAL, as the builders. */
-int sl_sink_verify(sl_job *job, const char *name, sl_op *input,
-                   int parallelism, uint64_t count, uint64_t keys, sl_op **op);
-
-/** The counts of a verifying sink (after sl_job_wait(); complete says
- * whether the run reached its end).  Errors: EINVAL (not a verifying
- * sink). */
-int sl_verify_result(const sl_op *op, sl_verify_counts *counts);
-
-/** The checker of committed output files: reads the committed files of a
- * file sink's directory (part-K-SEQ* in (K, SEQ) order, and out-K*), whose
- * lines begin "KEY,VALUE" (decimal; more fields may follow), and counts as
- * the verifying sink does against sl_source_keyed(count, keys); so it
- * assumes each key's lines are in one instance's files, as a keyed sink
- * writes them.  Also counts uncommitted (.part-*) files.  Returns 0, or
- * EINVAL for a malformed line or a key >= keys (err says which file and
- * line), an errno for an unreadable directory or file, ENOMEM. */
-int sl_verify_output_dir(const char *dir, uint64_t count, uint64_t keys,
-                         sl_verify_counts *counts, char *err,
-                         size_t err_bytes);
-
-/** What a checksum sink saw, summed over its instances when they close.
- * Order-independent, so two runs that deliver the same multiset of records
- * compare equal whatever the interleaving. */
-typedef struct sl_checksum {
-  uint64_t records;
-  uint64_t bytes;
-  uint64_t value_sum; /* sum of the second 64-bit word (sl_tuple.value) of
-                         records of at least 16 bytes */
-  uint64_t hash_sum;  /* sum of a 64-bit hash of each record's bytes */
-} sl_checksum;
-
-/** A sink that adds what it receives into *result (which must outlive the
- * run; zero it first).  Errors: as the builders. */
-int sl_sink_checksum(sl_job *job, const char *name, sl_op *input,
-                     int parallelism, sl_checksum *result, sl_op **op);
-
-/** The checksum contribution of one record, as the checksum sink computes
- * it; lets a test compute the expected sums independently of the engine. */
-void sl_checksum_add(sl_checksum *sum, const void *data, uint32_t size_bytes);
-
-/* ------------------------------------------------------------------------ */
-/* Replayable sources and file sinks (operators/sources.c, file_sink.c). */
-
-/** A source (parallelism 1) of count records of record_bytes each, stored
- * back to back at records, which must outlive the job.  Replayable:
- * position = records emitted.  Errors: EINVAL, as the builders. */
-int sl_source_memory(sl_job *job, const char *name, const void *records,
-                     uint32_t record_bytes, uint64_t count, sl_op **op);
-
-/** A source (parallelism 1) of the lines of the file at path, each emitted
- * without its newline.  Replayable: position = byte offset.  A line longer
- * than max_record_bytes fails the job naming the file and line number.
- * Errors: EINVAL (path NULL or over 4095 bytes), as the builders. */
-int sl_source_lines(sl_job *job, const char *name, const char *path,
-                    sl_op **op);
-
-/** Formats one record as text for a file sink: writes at most buffer_bytes
- * bytes (no newline; the sink adds it) and returns the length.  A return
- * above buffer_bytes asks to be called again with a buffer that large;
- * negative fails the job. */
-typedef int (*sl_format_fn)(void *user, const sl_record *in, char *buffer,
-                            uint32_t buffer_bytes);
-
-typedef struct sl_file_sink_config {
-  const char *dir;        /* created if missing */
-  /** 1: transactional (exactly-once): output goes to hidden pending part
-   * files, renamed to part-K-SEQ<suffix> when the checkpoint that covers
-   * them completes; after a resume, output past the restored checkpoint is
-   * deleted and written again by the replay.  0: plain (at-least-once):
-   * appends to out-K<suffix>, flushed at each checkpoint; after a resume
-   * the records since the restored checkpoint appear twice. */
-  int exactly_once;
-  sl_format_fn format;    /* NULL: the record's bytes as they are */
-  void *format_user;
-  const char *suffix;     /* file name suffix; NULL: ".txt" */
-  /** A first line for every file (e.g. a CSV header, from
-   * sl_format_csv_header()); NULL: none.  At most 4095 bytes, no newline.
-   * Each committed part starts with it, and a plain out file gets it when
-   * it is created (not when appended to). */
-  const char *header;
-  /** Transactional sink, a start with nothing to restore: 1 deletes the
-   * committed parts of another job lineage in dir (see below) and claims
-   * it; 0 (default) refuses them: the job fails with EEXIST and a
-   * message naming dir and a file.  Set it for a start that means to
-   * replace what dir holds (the CLI's --fresh, or a run that checkpoints
-   * nowhere and so can never be resumed). */
-  int clear_other_lineage;
-} sl_file_sink_config;
-
-/** A file sink writing one line per record.  Committed files of instance K
- * are named part-K-SEQ<suffix> (SEQ zero-padded, increasing), so reading
- * them in name order gives the instance's output in order.
- *
- * A transactional sink's dir belongs to one job lineage: the run that
- * started with nothing to restore and every run resumed from its
- * checkpoints (resume, failover, savepoint).  The lineage id is random, in
- * dir/.sluice-lineage and in the sink's checkpointed state.  A start with
- * nothing to restore accepts dir if its marker names the same lineage (an
- * in-process restart before the first checkpoint) or if it holds no
- * committed part (part-*); it then deletes every pending part in dir (no
- * checkpoint of its lineage refers to them) and writes the marker.
- * Another lineage's committed parts: see clear_other_lineage.  A restore refuses
- * (EEXIST) a dir whose marker names another lineage, and one holding
- * a committed part of an instance past the restored checkpoint (output of
- * a run that went on from it, as the job a savepoint was taken of); a
- * missing marker is written.  A commit never replaces an existing file: a
- * target that exists fails the job (EEXIST, naming it).  The plain sink
- * claims nothing (it appends).  Errors: EINVAL (no dir, or over 4095
- * bytes; a header too long or with a newline), as the builders. */
-int sl_sink_file(sl_job *job, const char *name, sl_op *input, int parallelism,
-                 const sl_file_sink_config *config, sl_op **op);
 
 /* ------------------------------------------------------------------------ */
 /* Logging (engine/log.c).  The engine reports what happens besides a job's
@@ -1463,10 +954,13 @@ void sl_log_set_status_line(int on);
 }
 #endif
 
-/* Sources, sinks and operator library, declared in their own headers. */
-#include "sluice_io.h"    /* file, stdin and stdout: CSV and JSON lines */
-#include "sluice_embed.h" /* generator, push source, callback sink */
-#include "sluice_table.h" /* LMDB table sink */
-#include "sluice_join.h"  /* windowed, interval and unbounded joins */
+/* The other public headers (see HEADERS above); sluice_testing.h is left
+ * out on purpose: the test helpers are no stable API. */
+#include "sluice_checkpoint.h" /* checkpoints, savepoints, their stats */
+#include "sluice_metrics.h"    /* metrics snapshots, HTTP endpoint */
+#include "sluice_window.h"     /* windows and joins */
+#include "sluice_io.h"         /* sources and sinks: memory, lines, files */
+#include "sluice_embed.h"      /* generator, push source, callback sink */
+#include "sluice_table.h"      /* LMDB table sink */
 
 #endif /* SLUICE_H */

@@ -198,8 +198,8 @@ void sl_push_close(sl_push *p);
 /* Callback sink (operators/push.c). */
 
 /** Called for each record, on the sink instance's thread (instance: 0 ..
- * parallelism-1).  Return 0 (or any non-negative value) to go on, a
- * negative value to fail the job; its message names the sink, the
+ * parallelism-1).  Return 0 to go on; any other value fails the job with
+ * it (sluice.h, CALLBACK RETURNS); its message names the sink, the
  * instance, the value returned and the record's number. */
 typedef int (*sl_callback_fn)(void *user, int instance, const sl_record *rec);
 
@@ -224,7 +224,7 @@ int sl_sink_callback(sl_job *job, const char *name, sl_op *input,
  *   instance received since is replayed after this call and must be
  *   discarded.  Not called on a start with nothing to restore.
  * With these an application commits exactly what the job committed: an
- * exactly-once sink.  Return 0, or negative to fail the job (for COMPLETE
+ * exactly-once sink.  Return 0; anything else fails the job (for COMPLETE
  * too: committed output must not silently lag). */
 enum sl_callback_event {
   SL_CALLBACK_SNAPSHOT = 1,

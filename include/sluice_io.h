@@ -108,6 +108,78 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------ */
+/* Replayable sources and file sinks (operators/sources.c, file_sink.c). */
+
+/** A source (parallelism 1) of count records of record_bytes each, stored
+ * back to back at records, which must outlive the job.  Replayable:
+ * position = records emitted.  Errors: EINVAL, as the builders. */
+int sl_source_memory(sl_job *job, const char *name, const void *records,
+                     uint32_t record_bytes, uint64_t count, sl_op **op);
+
+/** A source (parallelism 1) of the lines of the file at path, each emitted
+ * without its newline.  Replayable: position = byte offset.  A line longer
+ * than max_record_bytes fails the job naming the file and line number.
+ * Errors: EINVAL (path NULL or over 4095 bytes), as the builders. */
+int sl_source_lines(sl_job *job, const char *name, const char *path,
+                    sl_op **op);
+
+/** Formats one record as text for a file sink: writes at most buffer_bytes
+ * bytes (no newline; the sink adds it) and returns the length.  A return
+ * above buffer_bytes asks to be called again with a buffer that large;
+ * negative fails the job. */
+typedef int (*sl_format_fn)(void *user, const sl_record *in, char *buffer,
+                            uint32_t buffer_bytes);
+
+typedef struct sl_file_sink_config {
+  const char *dir;        /* created if missing */
+  /** 1: transactional (exactly-once): output goes to hidden pending part
+   * files, renamed to part-K-SEQ<suffix> when the checkpoint that covers
+   * them completes; after a resume, output past the restored checkpoint is
+   * deleted and written again by the replay.  0: plain (at-least-once):
+   * appends to out-K<suffix>, flushed at each checkpoint; after a resume
+   * the records since the restored checkpoint appear twice. */
+  int exactly_once;
+  sl_format_fn format;    /* NULL: the record's bytes as they are */
+  void *format_user;
+  const char *suffix;     /* file name suffix; NULL: ".txt" */
+  /** A first line for every file (e.g. a CSV header, from
+   * sl_format_csv_header()); NULL: none.  At most 4095 bytes, no newline.
+   * Each committed part starts with it, and a plain out file gets it when
+   * it is created (not when appended to). */
+  const char *header;
+  /** Transactional sink, a start with nothing to restore: 1 deletes the
+   * committed parts of another job lineage in dir (see below) and claims
+   * it; 0 (default) refuses them: the job fails with EEXIST and a
+   * message naming dir and a file.  Set it for a start that means to
+   * replace what dir holds (the CLI's --fresh, or a run that checkpoints
+   * nowhere and so can never be resumed). */
+  int clear_other_lineage;
+} sl_file_sink_config;
+
+/** A file sink writing one line per record.  Committed files of instance K
+ * are named part-K-SEQ<suffix> (SEQ zero-padded, increasing), so reading
+ * them in name order gives the instance's output in order.
+ *
+ * A transactional sink's dir belongs to one job lineage: the run that
+ * started with nothing to restore and every run resumed from its
+ * checkpoints (resume, failover, savepoint).  The lineage id is random, in
+ * dir/.sluice-lineage and in the sink's checkpointed state.  A start with
+ * nothing to restore accepts dir if its marker names the same lineage (an
+ * in-process restart before the first checkpoint) or if it holds no
+ * committed part (part-*); it then deletes every pending part in dir (no
+ * checkpoint of its lineage refers to them) and writes the marker.
+ * Another lineage's committed parts: see clear_other_lineage.  A restore refuses
+ * (EEXIST) a dir whose marker names another lineage, and one holding
+ * a committed part of an instance past the restored checkpoint (output of
+ * a run that went on from it, as the job a savepoint was taken of); a
+ * missing marker is written.  A commit never replaces an existing file: a
+ * target that exists fails the job (EEXIST, naming it).  The plain sink
+ * claims nothing (it appends).  Errors: EINVAL (no dir, or over 4095
+ * bytes; a header too long or with a newline), as the builders. */
+int sl_sink_file(sl_job *job, const char *name, sl_op *input, int parallelism,
+                 const sl_file_sink_config *config, sl_op **op);
+
+/* ------------------------------------------------------------------------ */
 /* Record schemas (operators/io_schema.c). */
 
 /** Field types, with the C type and size each one requires. */

@@ -111,10 +111,10 @@ typedef struct sl_table_row {
 } sl_table_row;
 
 /** Turns one record into a row.  Returns 1 (out is a row), 0 (this record
- * changes no row), or a negative value to fail the job (the message names
- * the operator, the table and the value returned).  Must be a pure
- * function of the record (see CAVEATS) and safe to call from several
- * threads at once. */
+ * changes no row), or any other value to fail the job with it (the message
+ * names the operator, the table and the value returned), as a filter.
+ * Must be a pure function of the record (see CAVEATS) and safe to call
+ * from several threads at once. */
 typedef int (*sl_table_row_fn)(void *user, const sl_record *in,
                                sl_table_row *out);
 

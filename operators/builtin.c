@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "internal.h"
+#include "sluice_testing.h"
 
 /* Records a sequence source emits per next() call: enough that the forced
  * flush after each call (runtime.c note 2) costs little per record. */
@@ -28,7 +29,7 @@ static int sequence_open(sl_ctx *ctx, void *user, void **state) {
   const sequence *seq = user;
   sequence_instance *s = calloc(1, sizeof *s);
   if (!s)
-    return -ENOMEM;
+    return ENOMEM;
   uint64_t parallelism = (uint64_t)sl_ctx_parallelism(ctx);
   uint64_t k = (uint64_t)sl_ctx_instance(ctx);
   /* Contiguous range [count*k/P, count*(k+1)/P); 128-bit products so huge
@@ -85,7 +86,7 @@ static int sequence_restore(sl_ctx *ctx, void *state, uint64_t id) {
     sl_ctx_fail(ctx, "checkpoint %llu: position %llu is past the end %llu "
                 "(was the job changed?)", (unsigned long long)id,
                 (unsigned long long)next, (unsigned long long)s->end);
-    return -EINVAL;
+    return EINVAL;
   }
   s->next = next;
   s->key = s->key_count ? next % s->key_count : next;
@@ -157,7 +158,7 @@ static int checksum_open(sl_ctx *ctx, void *user, void **state) {
   (void)ctx;
   checksum_instance *c = calloc(1, sizeof *c);
   if (!c)
-    return -ENOMEM;
+    return ENOMEM;
   c->result = user;
   *state = c;
   return 0;

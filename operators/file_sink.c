@@ -110,7 +110,7 @@ static int fail_errno(sl_ctx *ctx, int e, const char *what, const char *path) {
   if (e == 0)
     e = EIO; /* a failure without errno (a short write) is still one */
   sl_ctx_fail(ctx, "%s %s: %s", what, path, strerror(e));
-  return -e;
+  return e; /* the errno itself (sluice.h, CALLBACK RETURNS) */
 }
 
 static int open_part(sl_ctx *ctx, file_sink_instance *f) {
@@ -125,7 +125,7 @@ static int open_part(sl_ctx *ctx, file_sink_instance *f) {
   return 0;
 }
 
-/* Flush, fsync and close the open part.  Returns 0 or -errno. */
+/* Flush, fsync and close the open part.  Returns 0 or an errno. */
 static int close_part(sl_ctx *ctx, file_sink_instance *f) {
   if (!f->file)
     return 0;
@@ -159,7 +159,7 @@ static int format_record(file_sink_instance *f, const sl_record *in,
     }
     char *bigger = realloc(f->line, (size_t)n);
     if (!bigger)
-      return -ENOMEM;
+      return ENOMEM;
     f->line = bigger;
     f->line_bytes = (uint32_t)n;
   }
@@ -232,7 +232,7 @@ static int file_sink_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
        * with a later snapshot. */
       sl_ctx_fail(ctx, "%d parts await a completed checkpoint",
                   FILE_SINK_MAX_PENDING);
-      return -ENOSPC;
+      return ENOSPC;
     }
     int rc = close_part(ctx, f);
     if (written) {
@@ -315,7 +315,7 @@ static int decode_state(sl_ctx *ctx, file_sink_instance *f, const void *data,
                 words - header > FILE_SINK_MAX_PENDING)) {
     sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": file sink state of %" PRIu32
                 " bytes is malformed", id, bytes);
-    return -EINVAL;
+    return EINVAL;
   }
   uint64_t word[FILE_SINK_STATE_HEADER_WORDS] = {0};
   if (bytes)
@@ -367,7 +367,7 @@ static int check_lineage(sl_ctx *ctx, file_sink_instance *f, uint64_t id) {
   pthread_mutex_unlock(&f->sink->claim_lock);
   if (rc) {
     sl_ctx_fail(ctx, "%s", err[0] ? err : sl_strerror(rc));
-    return rc > 0 ? -rc : rc;
+    return rc;
   }
   char found[256];
   rc = committed_past(f, found, sizeof found);
@@ -378,7 +378,7 @@ static int check_lineage(sl_ctx *ctx, file_sink_instance *f, uint64_t id) {
                 "checkpoint %" PRIu64 " by a run that went on from it: "
                 "start from it into another directory", f->sink->dir,
                 found, id);
-    return -EEXIST;
+    return EEXIST;
   }
   return 0;
 }
@@ -420,7 +420,7 @@ static int claim_dir(sl_ctx *ctx, file_sink *sink) {
   if (rc == 0)
     return 0;
   sl_ctx_fail(ctx, "%s", err[0] ? err : sl_strerror(rc));
-  return rc > 0 ? -rc : rc;
+  return rc;
 }
 
 static int file_sink_open(sl_ctx *ctx, void *user, void **state) {
@@ -434,7 +434,7 @@ static int file_sink_open(sl_ctx *ctx, void *user, void **state) {
   }
   file_sink_instance *f = calloc(1, sizeof *f);
   if (!f)
-    return -ENOMEM;
+    return ENOMEM;
   f->sink = sink;
   f->index = sl_ctx_instance(ctx);
   f->lineage = sink->lineage; /* a restore replaces it with its own */

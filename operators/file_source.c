@@ -214,7 +214,7 @@ static int malformed(sl_ctx *ctx, io_instance *s, uint64_t number,
   if (!s->dead.path) {
     sl_ctx_fail(ctx, "file %s line %" PRIu64 ": %s", input_name(s), number,
                 reason);
-    return -EINVAL;
+    return EINVAL;
   }
   int rc = io_dead_letter_write(ctx, &s->dead, input_name(s), number, reason,
                              line, bytes);
@@ -235,12 +235,12 @@ static int read_header(sl_ctx *ctx, io_instance *s, uint64_t number,
   if (rc == IO_MALFORMED) {
     sl_ctx_fail(ctx, "file %s line %" PRIu64 ": %s", input_name(s), number,
                 reason);
-    return -EINVAL;
+    return EINVAL;
   }
   if (rc)
     sl_ctx_fail(ctx, "file %s line %" PRIu64 ": out of memory",
                 input_name(s), number);
-  return -rc;
+  return rc;
 }
 
 /* One line from io_reader_next(): header, record, skipped or malformed.
@@ -257,7 +257,7 @@ static int handle_line(sl_ctx *ctx, io_instance *s, int status,
     if (io_parser_wants_header(&in->parser)) { /* the file is unreadable */
       sl_ctx_fail(ctx, "file %s line %" PRIu64 ": CSV header %s",
                   input_name(s), number, reason);
-      return -EINVAL;
+      return EINVAL;
     }
     return malformed(ctx, s, number, reason, line, bytes);
   }
@@ -277,7 +277,7 @@ static int handle_line(sl_ctx *ctx, io_instance *s, int status,
     return malformed(ctx, s, number, reason, line, bytes);
   sl_ctx_fail(ctx, "file %s line %" PRIu64 ": out of memory", input_name(s),
               number);
-  return -rc; /* ENOMEM */
+  return rc; /* ENOMEM */
 }
 
 /* Emit the batch: in runs without timestamps, one by one with them. */
@@ -370,7 +370,7 @@ static int io_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
                 input_name(s), rc == ENODATA ? "was truncated below the "
                 "position while it was read" : "cannot be read",
                 strerror(rc));
-    return -rc;
+    return rc;
   }
   uint64_t words[POSITION_WORDS] = {
       [P_VERSION] = POSITION_VERSION,
@@ -408,7 +408,7 @@ static int reread_header(sl_ctx *ctx, io_instance *s) {
   if (status != IO_LINE_READY) {
     sl_ctx_fail(ctx, "file %s line 1: no CSV header to restore from",
                 input_name(s));
-    return -EINVAL;
+    return EINVAL;
   }
   strip_bom(1, &line, &bytes);
   return read_header(ctx, s, 1, line, bytes);
@@ -431,7 +431,7 @@ static int check_identity(sl_ctx *ctx, io_instance *s, uint64_t id,
                 "be resumed from there (the position is line %" PRIu64
                 ", byte %" PRIu64 ")", id, input_name(s), why,
                 words[P_LINE], words[P_OFFSET]);
-    return -EINVAL;
+    return EINVAL;
   }
   if (rc)
     return io_fail_errno(ctx, rc, "cannot read file", input_name(s));
@@ -492,7 +492,7 @@ static int read_position(sl_ctx *ctx, io_instance *s, uint64_t id,
                 "%" PRIu32 " bytes of version %" PRIu64 ", a format this "
                 "build does not read (version %d, or 1)", id, bytes,
                 words[P_VERSION], POSITION_VERSION);
-    return -EINVAL;
+    return EINVAL;
   }
   return 0;
 }
@@ -517,7 +517,7 @@ static int io_restore(sl_ctx *ctx, void *state, uint64_t id) {
                 " being %s)", id, file, src->path_count, file,
                 file < (uint64_t)src->path_count ? src->paths[file]
                                                  : "past the end");
-    return -EINVAL;
+    return EINVAL;
   }
   rc = io_dead_letter_truncate(ctx, &s->dead, id, words[P_DEAD_BYTES]);
   if (rc)
@@ -548,7 +548,7 @@ static int io_open(sl_ctx *ctx, void *user, void **state) {
   io_source *src = user;
   io_instance *s = calloc(1, sizeof *s);
   if (!s)
-    return -ENOMEM;
+    return ENOMEM;
   s->source = src;
   uint32_t record_bytes = src->schema->public_schema.record_bytes;
   s->batch_capacity = IO_BATCH_BYTES / record_bytes;
@@ -573,7 +573,7 @@ static int io_open(sl_ctx *ctx, void *user, void **state) {
     free(s->timestamps);
     free(s);
     sl_ctx_fail(ctx, "out of memory");
-    return -rc;
+    return rc;
   }
   s->in = src->is_stdin ? &src->stdin_input : &s->own;
   s->dead.path = src->dead_letter_path;

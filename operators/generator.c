@@ -219,7 +219,7 @@ static int generator_open(sl_ctx *ctx, void *user, void **state) {
   const sl_generator_config *cfg = user;
   generator_instance *g = calloc(1, sizeof *g);
   if (!g)
-    return -ENOMEM;
+    return ENOMEM;
   g->cfg = cfg;
   g->salts = salts_of(cfg->seed);
   sl_generator_range(cfg->count, sl_ctx_parallelism(ctx),
@@ -319,13 +319,13 @@ static int generator_restore(sl_ctx *ctx, void *state, uint64_t id) {
                 "with seed %" PRIu64 " and count %" PRIu64 ", this one has "
                 "seed %" PRIu64 " and count %" PRIu64, id, words[1], words[2],
                 g->cfg->seed, g->cfg->count);
-    return -EINVAL;
+    return EINVAL;
   }
   if (words[0] < g->begin || words[0] > g->end) {
     sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": position %" PRIu64 " is "
                 "outside this instance's range [%" PRIu64 ", %" PRIu64 ")",
                 id, words[0], g->begin, g->end);
-    return -EINVAL;
+    return EINVAL;
   }
   g->next = words[0];
   assert(g->begin <= g->next && g->next <= g->end);

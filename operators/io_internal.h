@@ -139,7 +139,7 @@ typedef struct io_dead_letter {
   bool dirty;     /* written since the last sync */
 } io_dead_letter;
 
-/* sl_ctx_fail("WHAT PATH: strerror(e)"), then -e (EIO for e == 0). */
+/* sl_ctx_fail("WHAT PATH: strerror(e)"), then e (EIO for e == 0). */
 int io_fail_errno(sl_ctx *ctx, int e, const char *what, const char *path);
 /* Open (creating) for appending; empty it first if empty is set.  Returns
  * 0 or -errno with the instance failed. */
@@ -147,7 +147,7 @@ int io_dead_letter_open(sl_ctx *ctx, io_dead_letter *d, bool empty);
 /* Flush and fdatasync what was written since the last sync. */
 int io_dead_letter_sync(sl_ctx *ctx, io_dead_letter *d);
 /* Cut the file back to length, its length at checkpoint id; fails
- * (-EINVAL) if it is shorter. */
+ * (EINVAL) if it is shorter. */
 int io_dead_letter_truncate(sl_ctx *ctx, io_dead_letter *d, uint64_t id,
                             uint64_t length);
 /* Append one entry (tabs and line breaks of path and reason as spaces). */

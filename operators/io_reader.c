@@ -294,7 +294,7 @@ int io_fail_errno(sl_ctx *ctx, int e, const char *what, const char *path) {
   if (e == 0)
     e = EIO; /* a failure without errno (a short write) is still one */
   sl_ctx_fail(ctx, "%s %s: %s", what, path, strerror(e));
-  return -e;
+  return e; /* the errno itself (sluice.h, CALLBACK RETURNS) */
 }
 
 int io_dead_letter_open(sl_ctx *ctx, io_dead_letter *d, bool empty) {
@@ -338,7 +338,7 @@ int io_dead_letter_truncate(sl_ctx *ctx, io_dead_letter *d, uint64_t id,
                 "than the %" PRIu64 " it held at checkpoint %" PRIu64
                 ": it was changed outside the job", d->path,
                 (uint64_t)st.st_size, length, id);
-    return -EINVAL;
+    return EINVAL;
   }
   if (ftruncate(fileno(d->file), (off_t)length) != 0)
     return io_fail_errno(ctx, errno, "cannot truncate dead-letter file",

@@ -502,7 +502,7 @@ static const char *event_name(int event) {
 static int callback_open(sl_ctx *ctx, void *user, void **state) {
   callback_instance *c = calloc(1, sizeof *c);
   if (!c)
-    return -ENOMEM;
+    return ENOMEM;
   c->sink = user;
   c->index = sl_ctx_instance(ctx);
   *state = c;
@@ -515,21 +515,21 @@ static int callback_process(sl_ctx *ctx, void *state, int input,
   callback_instance *c = state;
   c->records++;
   int rc = c->sink->fn(c->sink->user, c->index, rec);
-  if (rc >= 0)
+  if (rc == 0) /* anything else fails (runtime.c note 8) */
     return 0;
   sl_ctx_fail(ctx, "callback returned %d on record %" PRIu64
               " of this instance", rc, c->records);
   return rc;
 }
 
-/* Deliver a checkpoint event; 0, or the function's negative value with the
- * cause set. */
+/* Deliver a checkpoint event; 0, or the function's value with the cause
+ * set. */
 static int callback_event(sl_ctx *ctx, callback_instance *c, int event,
                           uint64_t id) {
   if (!c->sink->checkpoint)
     return 0;
   int rc = c->sink->checkpoint(c->sink->user, c->index, event, id);
-  if (rc >= 0)
+  if (rc == 0) /* anything else fails (runtime.c note 8) */
     return 0;
   if (id == UINT64_MAX)
     sl_ctx_fail(ctx, "checkpoint function returned %d on the %s of the "

@@ -31,7 +31,7 @@ int sl_operator_state_words(sl_ctx *ctx, uint64_t id, const char *what,
   if (bytes != count * 8u) {
     sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": saved %s is %" PRIu32
                 " bytes, not %" PRIu32, id, what, bytes, count * 8u);
-    return -EINVAL;
+    return EINVAL;
   }
   memcpy(words, data, bytes);
   return 0;
@@ -93,7 +93,7 @@ static int memory_restore(sl_ctx *ctx, void *state, uint64_t id) {
   if (position > m->count) {
     sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": position %" PRIu64
                 " is past the %" PRIu64 " records", id, position, m->count);
-    return -EINVAL;
+    return EINVAL;
   }
   m->next = position;
   return 0;
@@ -144,7 +144,7 @@ static int lines_open(sl_ctx *ctx, void *user, void **state) {
   const lines_source *src = user;
   lines_instance *l = calloc(1, sizeof *l);
   if (!l)
-    return -ENOMEM;
+    return ENOMEM;
   l->path = src->path;
   l->line = 1;
   l->file = fopen(src->path, "rb");
@@ -166,7 +166,7 @@ static int lines_next(sl_ctx *ctx, void *state) {
       if (ferror(l->file)) {
         sl_ctx_fail(ctx, "%s: read error after line %" PRIu64, l->path,
                     l->line - 1);
-        return -EIO;
+        return EIO;
       }
       return SL_SOURCE_END;
     }

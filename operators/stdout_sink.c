@@ -57,10 +57,10 @@ static int write_all(const char *data, size_t n) {
 
 static int fail_write(sl_ctx *ctx, int e) {
   sl_ctx_fail(ctx, "cannot write to standard output: %s", strerror(e));
-  return -e;
+  return e; /* the errno itself (sluice.h, CALLBACK RETURNS) */
 }
 
-/* Write the buffer out (note 3).  Returns 0 or -errno (job failed). */
+/* Write the buffer out (note 3).  Returns 0 or an errno (job failed). */
 static int flush_buffer(sl_ctx *ctx, stdout_instance *s) {
   if (s->used == 0)
     return 0;
@@ -95,7 +95,7 @@ static int write_large(sl_ctx *ctx, stdout_instance *s, const sl_record *in,
     char *bigger = realloc(s->line, (size_t)n + 1);
     if (!bigger) {
       sl_ctx_fail(ctx, "out of memory for a line of %d bytes", n);
-      return -ENOMEM;
+      return ENOMEM;
     }
     s->line = bigger;
     s->line_bytes = (uint32_t)n + 1;
@@ -105,7 +105,7 @@ static int write_large(sl_ctx *ctx, stdout_instance *s, const sl_record *in,
     return again;
   if (again != n) {
     sl_ctx_fail(ctx, "format function gave %d bytes, then %d", n, again);
-    return -EINVAL;
+    return EINVAL;
   }
   s->line[n] = '\n';
   fflush(stdout);
@@ -136,14 +136,14 @@ static int stdout_process(sl_ctx *ctx, void *state, int input,
   /* An empty buffer had room for n + 1 bytes, yet the line did not fit:
    * the format function gave two different lengths. */
   sl_ctx_fail(ctx, "format function gave different lengths for one record");
-  return -EINVAL;
+  return EINVAL;
 }
 
 static int stdout_open(sl_ctx *ctx, void *user, void **state) {
   (void)ctx;
   stdout_instance *s = calloc(1, sizeof *s);
   if (!s)
-    return -ENOMEM;
+    return ENOMEM;
   s->sink = user;
   s->terminal = isatty(STDOUT_FILENO) == 1;
   *state = s;

@@ -89,7 +89,7 @@ typedef struct table_instance {
  * or -EINVAL for a record too short. */
 static int default_row(const sl_record *in, sl_table_row *out) {
   if (in->size_bytes < 8)
-    return -EINVAL;
+    return EINVAL;
   out->key = in->data;
   out->key_bytes = 8;
   out->value = (const uint8_t *)in->data + 8;
@@ -98,7 +98,7 @@ static int default_row(const sl_record *in, sl_table_row *out) {
   return 1;
 }
 
-/* The row of in: 1 (out set), 0 (none), or negative. */
+/* The row of in: 1 (out set), 0 (none), or another value: a failure. */
 static int row_of(const table_sink *sink, const sl_record *in,
                   sl_table_row *out) {
   return sink->row ? sink->row(sink->row_user, in, out) : default_row(in, out);
@@ -274,11 +274,11 @@ static int table_open(sl_ctx *ctx, void *user, void **state) {
     sl_ctx_fail(ctx, "table \"%s\": a table sink writes its rows with the "
                 "checkpoints, and the job takes none (set "
                 "checkpoint.state_dir)", sink->table);
-    return -EINVAL;
+    return EINVAL;
   }
   table_instance *t = calloc(1, sizeof *t);
   if (!t)
-    return -ENOMEM;
+    return ENOMEM;
   t->sink = sink; /* note 4: the buffer starts empty, restored or not */
   *state = t;
   return 0;
@@ -299,7 +299,7 @@ static int row_check(sl_ctx *ctx, const table_sink *sink,
                 PRIu32 " bytes", sink->table, row->value_bytes);
   else
     return 0;
-  return -EINVAL;
+  return EINVAL;
 }
 
 static int table_process(sl_ctx *ctx, void *state, int input,
@@ -319,7 +319,7 @@ static int table_process(sl_ctx *ctx, void *state, int input,
     else
       sl_ctx_fail(ctx, "table \"%s\": the row callback returned %d",
                   sink->table, rc);
-    return rc < 0 ? rc : -EINVAL;
+    return rc; /* fails the job with it (runtime.c note 8) */
   }
   if ((rc = row_check(ctx, sink, &row)) != 0)
     return rc;
@@ -328,7 +328,7 @@ static int table_process(sl_ctx *ctx, void *state, int input,
     sl_ctx_fail(ctx, "table \"%s\": cannot buffer a row (%" PRIu64 " rows "
                 "buffered since the last checkpoint)", sink->table,
                 t->building ? t->building->row_count : 0);
-    return -rc;
+    return rc; /* passes through (runtime.c note 8) */
   }
   return 0;
 }
@@ -342,7 +342,7 @@ static int table_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
     return 0;
   int rc = sl_snapshot_add_rows(ctx, b);
   if (rc) /* the rows stay in b, for the next snapshot */
-    return rc > 0 ? -rc : rc;
+    return rc;
   t->last_rows = b->row_count;
   t->building = 0;
   if (t->index_slots > TABLE_INDEX_KEEP_SLOTS) {

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "sluice_testing.h"
 
 #define KEYED_RECORDS_PER_CALL 1024u
 
@@ -60,7 +61,7 @@ static int keyed_open(sl_ctx *ctx, void *user, void **state) {
   const keyed_source *src = user;
   keyed_instance *s = calloc(1, sizeof *s);
   if (!s)
-    return -ENOMEM;
+    return ENOMEM;
   uint64_t k = (uint64_t)sl_ctx_instance(ctx);
   s->keys = src->keys;
   s->count = src->count;
@@ -174,7 +175,7 @@ static uint64_t verify_key(void *user, const sl_record *in) {
 static int verify_open(sl_ctx *ctx, void *user, void **state) {
   verify_instance *v = calloc(1, sizeof *v);
   if (!v)
-    return -ENOMEM;
+    return ENOMEM;
   v->sink = user;
   *state = v;
   return 0;
@@ -187,7 +188,7 @@ static int verify_process(sl_ctx *ctx, void *state, int input,
   if (rec->size_bytes < sizeof(sl_tuple)) {
     sl_ctx_fail(ctx, "verifying sink: a record of %" PRIu32 " bytes (an "
                 "sl_tuple of 16 expected)", rec->size_bytes);
-    return -EINVAL;
+    return EINVAL;
   }
   sl_tuple t;
   memcpy(&t, rec->data, sizeof t);
@@ -195,7 +196,7 @@ static int verify_process(sl_ctx *ctx, void *state, int input,
     sl_ctx_fail(ctx, "verifying sink: record {key %" PRIu64 ", value %" PRIu64
                 "} does not come from the keyed source of %" PRIu64 " keys",
                 t.key, t.value, v->sink->keys);
-    return -EINVAL;
+    return EINVAL;
   }
   uint64_t seq = t.value / v->sink->keys;
   const void *stored;
@@ -205,7 +206,7 @@ static int verify_process(sl_ctx *ctx, void *state, int input,
   if (rc == 0 && bytes == sizeof next)
     memcpy(&next, stored, sizeof next);
   else if (rc != SL_ENOTFOUND)
-    return rc ? rc : -EINVAL;
+    return rc ? rc : EINVAL;
   v->counts.records++;
   if (seq < next) {
     v->counts.duplicates++;

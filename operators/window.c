@@ -334,9 +334,7 @@ static int window_fire(sl_ctx *ctx, window_instance *s, uint64_t key,
   }
   if (stamped)
     sl_emit_stamp_end(ctx, &stamp);
-  if (rc > 0)
-    rc = 0;
-  if (rc < 0 && !ctx->cause[0])
+  if (rc != 0 && !ctx->cause[0]) /* any nonzero fails (runtime.c note 8) */
     sl_ctx_fail(ctx, "window function for key %" PRIu64 ", window [%" PRId64
                 ", %" PRId64 ") returned %d", key, win->start, win->end, rc);
   return rc;
@@ -917,9 +915,7 @@ static int count_process_incremental(sl_ctx *ctx, window_instance *s,
   if (rc)
     return rc;
   rc = c->emit(c->user, ctx, key, &win, s->buffer);
-  if (rc > 0)
-    rc = 0;
-  if (rc < 0 && !ctx->cause[0])
+  if (rc != 0 && !ctx->cause[0]) /* any nonzero fails (runtime.c note 8) */
     sl_ctx_fail(ctx, "window function for key %" PRIu64 ", count window [%"
                 PRId64 ", %" PRId64 ") returned %d", key, win.start, win.end,
                 rc);
@@ -990,7 +986,7 @@ static int window_open(sl_ctx *ctx, void *user, void **state) {
   (void)ctx;
   window_instance *s = calloc(1, sizeof *s);
   if (!s)
-    return -ENOMEM;
+    return ENOMEM;
   s->w = user;
   if (s->w->cfg.type == SL_WINDOW_COUNT && s->w->incremental) {
     uint32_t need = 8 + header_bytes(s->w);
@@ -1000,7 +996,7 @@ static int window_open(sl_ctx *ctx, void *user, void **state) {
       free(s->count_template);
       free(s->buffer);
       free(s);
-      return -ENOMEM;
+      return ENOMEM;
     }
     s->w->cfg.init(s->w->cfg.user,
                    s->count_template + 8 + sizeof(window_header));
@@ -1021,11 +1017,12 @@ static void window_close(sl_ctx *ctx, void *state) {
   free(s);
 }
 
+/* A state call's failure gets a cause naming the window operator's step;
+ * the status passes through unchanged (runtime.c note 8). */
 static int fail_status(sl_ctx *ctx, int rc, const char *what) {
   if (rc > 0 || rc == SL_ENOTFOUND || rc == SL_ECORRUPT || rc == SL_EUSAGE) {
     if (!ctx->cause[0])
       sl_ctx_fail(ctx, "%s: %s", what, sl_strerror(rc));
-    return rc > 0 ? -rc : rc;
   }
   return rc;
 }

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 
 /* Largest parallelism whose instances a spec tracks one by one. */
 #define MAX_P 16

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sluice_testing.h" /* unstable test helpers */
 #include "test_dirs.h"
 #include "test_util.h"
 
@@ -77,7 +78,7 @@ typedef struct count_job {
 } count_job;
 
 static sl_job *build_count(const count_job *c) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = c->state_dir;
   config.checkpoint.interval_ms = c->interval_ms ? c->interval_ms : 20;
   config.checkpoint.store_policy = c->policy;
@@ -402,7 +403,7 @@ static int two_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 static void run_alignment(int mode, uint64_t *checked, uint64_t *mismatches) {
   align = calloc(1, sizeof *align);
   char *state = sl_test_temp_dir("cp");
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.no_sync = 1;
@@ -474,7 +475,7 @@ static int slow_process(sl_ctx *ctx, void *state, int input,
 
 Test(checkpoint, timeout_beyond_tolerance_fails_the_job) {
   char *state = sl_test_temp_dir("cp");
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 10;
   config.checkpoint.timeout_ms = 30;
@@ -529,7 +530,7 @@ static int flaky_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 static int run_flaky(uint64_t fail_mask, uint32_t tolerable,
                      uint64_t *completed) {
   char *state = sl_test_temp_dir("cp");
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.tolerable_failures = tolerable;
@@ -654,7 +655,7 @@ static int slow_format(void *user, const sl_record *in, char *buffer,
 
 static sl_job *build_branches(const char *state, const char *out,
                               int policy) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.max_concurrent = 2;
@@ -734,7 +735,7 @@ static int sleepy_process(sl_ctx *ctx, void *state, int input,
 
 Test(checkpoint, concurrent_checkpoints_complete_in_order) {
   char *state = sl_test_temp_dir("cp");
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 1;
   config.checkpoint.max_concurrent = 2;
@@ -769,7 +770,7 @@ Test(checkpoint, concurrent_checkpoints_complete_in_order) {
 }
 
 Test(checkpoint, settings_out_of_range_are_refused) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   sl_job *job = 0;
   config.checkpoint.state_dir = "/tmp/unused";
   config.checkpoint.max_concurrent = 17;
@@ -999,7 +1000,7 @@ static const sl_process_ops *kinds_ops;
 static uint64_t kinds_keys = 777;
 
 static sl_job *build_kinds(const char *state, const char *out, int policy) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 10;
   config.checkpoint.store_policy = policy;
@@ -1160,7 +1161,7 @@ Test(checkpoint, state_update_in_place_survives_failovers) {
    * fault even in a slow sanitizer build (the fault's record counts start
    * again after each restore, so a fault cannot sit late in the share). */
   const uint64_t n = sl_test_scaled(4000000, 2000000);
-  sl_job_config c = {0};
+  sl_job_config c = SL_JOB_CONFIG_INIT;
   c.checkpoint.state_dir = dir;
   c.checkpoint.interval_ms = 5;
   c.checkpoint.no_sync = 1;

@@ -40,6 +40,7 @@
 
 #include "inspect.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 #include "store.h"
 #include "test_dirs.h"
 #include "test_util.h"
@@ -98,7 +99,7 @@ static void mix_u64(uint64_t *h, uint64_t v) { mix(h, &v, sizeof v); }
  * count records, in order. */
 static int run_job_with(const char *state_dir, const char *savepoint,
                         uint64_t count, char *err, size_t err_bytes) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state_dir;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.no_sync = 1;
@@ -218,7 +219,7 @@ static int store_write(sl_store *st) {
 /* A savepoint of the job's end in sp (the job runs count records). */
 static void job_savepoint(const char *state_dir, const char *sp,
                           uint64_t count) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state_dir;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.no_sync = 1;

@@ -593,7 +593,7 @@ static int txn_checkpoint(void *user, int instance, int event, uint64_t id) {
  * job's result; *restored_from receives the checkpoint it resumed from. */
 static int txn_run(txn_sink *t, const char *state_dir, int policy,
                    uint64_t checkpoints, uint64_t *restored_from) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state_dir;
   config.checkpoint.interval_ms = 30;
   config.checkpoint.store_policy = policy;
@@ -917,7 +917,7 @@ Test(push, a_stop_releases_blocked_pushers) {
   push_check c;
   push_check_init(&c, 10000000);
   c.delay_us = 200;
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   sl_push *push;
   sl_job *job = push_job(&config, 64, &c, &push);
   cr_assert_eq(sl_job_start(job), 0);
@@ -960,7 +960,7 @@ Test(push, a_failure_releases_blocked_pushers) {
   push_check c;
   push_check_init(&c, 10000000);
   c.fail_at = 5000;
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   sl_push *push;
   sl_job *job = push_job(&config, 64, &c, &push);
   cr_assert_eq(sl_job_start(job), 0);
@@ -970,7 +970,7 @@ Test(push, a_failure_releases_blocked_pushers) {
   for (int t = 0; t < PUSH_THREADS; t++)
     cr_assert_eq(ps[t].rc, SL_ESTOPPED, "thread %d: %s", t,
                  sl_strerror(ps[t].rc));
-  cr_assert_eq(wait_guarded(job, 60, "failed push job"), SL_ECALLBACK);
+  cr_assert_eq(wait_guarded(job, 60, "failed push job"), -EIO);
   cr_assert(strstr(sl_job_error(job), "operator 'sink' instance 0/1 failed: "
                    "callback returned -5 on record 5000 of this instance"),
             "%s", sl_job_error(job));
@@ -983,7 +983,7 @@ Test(push, a_failure_releases_blocked_pushers) {
 Test(push, a_strategy_that_gives_up_releases_blocked_pushers) {
   push_check c;
   push_check_init(&c, 10000000);
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
   config.restart.attempts = 1;
   config.restart.delay_ms = 0;
@@ -1007,7 +1007,7 @@ Test(push, a_strategy_that_gives_up_releases_blocked_pushers) {
                  sl_strerror(ps[t].rc));
   }
   int wrc = wait_guarded(job, 60, "given-up push job");
-  cr_assert_eq(wrc, SL_ECALLBACK, "%s: %s", sl_strerror(wrc), sl_job_error(job));
+  cr_assert_eq(wrc, SL_EINJECTED, "%s: %s", sl_strerror(wrc), sl_job_error(job));
   cr_assert_eq(sl_job_restarts(job), 1);
   cr_assert(strstr(sl_job_error(job), "not restarted after 1 restart"), "%s",
             sl_job_error(job));
@@ -1024,7 +1024,7 @@ Test(push, pushers_keep_going_through_a_restart) {
   push_check c;
   push_check_init(&c, per_thread);
   c.fail_at = 20000;
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
   config.restart.delay_ms = 10;
   config.ring_bytes = 65536; /* bounds what is in flight at the failure */
@@ -1064,7 +1064,7 @@ static int count_records(void *user, int instance, const sl_record *rec) {
 }
 
 Test(push, arguments_are_checked) {
-  sl_job_config config = {.max_record_bytes = 1024};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .max_record_bytes = 1024};
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   sl_op *src, *sink;
@@ -1125,7 +1125,7 @@ Test(callback, a_negative_return_fails_the_job_with_a_message) {
   uint64_t n = 0;
   cr_assert_eq(sl_sink_callback(job, "sink", gen, 1, fail_at_100, &n, &sink),
                0);
-  cr_assert_eq(run_guarded(job, 60, "failing callback"), SL_ECALLBACK);
+  cr_assert_eq(run_guarded(job, 60, "failing callback"), -EIO);
   cr_assert(strstr(sl_job_error(job), "operator 'sink' instance 0/1 failed: "
                    "callback returned -5 on record 100 of this instance"),
             "%s", sl_job_error(job));
@@ -1142,7 +1142,7 @@ static int fail_snapshot(void *user, int instance, int event, uint64_t id) {
 
 Test(callback, a_failing_checkpoint_function_fails_the_job) {
   char *dir = sl_test_temp_dir("embed");
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 10;
   config.checkpoint.no_sync = 1;

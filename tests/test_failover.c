@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sluice_testing.h" /* unstable test helpers */
 #include "test_dirs.h"
 #include "test_util.h"
 
@@ -185,7 +186,7 @@ typedef struct run_result {
 static gated_source g_source;
 
 static sl_job *build(const run_spec *s, sl_op **verify) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = s->state_dir;
   config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 10;
   config.checkpoint.mode = s->mode;
@@ -395,7 +396,7 @@ Test(failover, no_strategy_fails_at_once_naming_the_fault) {
                 .parallelism = 2, .faults = "fail:op=count,instance=1,record=700",
                 .state_dir = state, .out_dir = out};
   run_result r = run(&s);
-  cr_expect_eq(r.rc, SL_ECALLBACK, "%d: %s", r.rc, r.error);
+  cr_expect_eq(r.rc, SL_EINJECTED, "%d: %s", r.rc, r.error);
   cr_expect_eq(r.restarts, 0);
   cr_expect(strstr(r.error, "operator 'count' instance 1/2 failed: injected "
                             "fault 'fail:op=count,instance=1,record=700' at "
@@ -446,7 +447,7 @@ Test(failover, failure_rate_exhausts) {
                 .parallelism = 1, .faults = "fail:op=count,record=300,times=inf",
                 .restart = c, .state_dir = state, .out_dir = out};
   run_result r = run(&s);
-  cr_expect_eq(r.rc, SL_ECALLBACK, "%s", r.error);
+  cr_expect_eq(r.rc, SL_EINJECTED, "%s", r.error);
   cr_expect_eq(r.restarts, 2);
   cr_expect(strstr(r.error, "the failure-rate strategy allows 2 failures per "
                             "60000 ms, and 3 happened") != 0, "%s", r.error);
@@ -583,7 +584,7 @@ Test(failover, malformed_fault_specs_are_refused) {
                 .state_dir = state, .out_dir = out};
   run_result r = run(&s);
   unsetenv("SLUICE_FAULTS");
-  cr_expect_eq(r.rc, SL_ECALLBACK);
+  cr_expect_eq(r.rc, SL_EINJECTED);
   cr_expect(strstr(r.error, "fail:op=count,record=50") != 0, "%s", r.error);
   setenv("SLUICE_FAULTS", "fail:record=x", 1);
   sl_op *verify;
@@ -599,7 +600,7 @@ Test(failover, malformed_fault_specs_are_refused) {
 
 Test(failover, invalid_restart_settings_are_refused) {
   sl_job *job;
-  sl_job_config c = {0};
+  sl_job_config c = SL_JOB_CONFIG_INIT;
   c.restart = sl_restart_defaults(SL_RESTART_EXPONENTIAL_DELAY);
   c.restart.multiplier = 0.5;
   cr_expect_eq(sl_job_create(&c, &job), EINVAL);

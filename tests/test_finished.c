@@ -27,6 +27,7 @@
 
 #include "internal.h" /* sl_instance_fail: a failure after the final
                          checkpoint, as the file sink's failed commit */
+#include "sluice_testing.h" /* unstable test helpers */
 #include "test_dirs.h"
 #include "test_util.h"
 
@@ -292,7 +293,7 @@ typedef struct run_spec {
 
 /* keyed source -> key_by -> agg -> exactly-once file sink. */
 static sl_job *build(const run_spec *s) {
-  sl_job_config c = {0};
+  sl_job_config c = SL_JOB_CONFIG_INIT;
   c.checkpoint.state_dir = s->state_dir;
   c.checkpoint.interval_ms = NEVER_MS;
   c.checkpoint.store_policy = s->policy;
@@ -611,7 +612,7 @@ typedef struct side_spec {
 } side_spec;
 
 static sl_job *build_side(const side_spec *s, seq_source sources[2]) {
-  sl_job_config c = {0};
+  sl_job_config c = SL_JOB_CONFIG_INIT;
   c.checkpoint.state_dir = s->state_dir;
   c.checkpoint.interval_ms = NEVER_MS;
   c.checkpoint.store_policy = SL_STORE_RESUME;

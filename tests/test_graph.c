@@ -26,6 +26,7 @@
 
 #include "graph_fixture.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 #include "test_util.h"
 
 TestSuite(pipeline, .fini = free_leftover_jobs);
@@ -251,7 +252,7 @@ Test(keyby, stable_under_configured_max_parallelism, .timeout = 60) {
   const uint64_t keys = 500;
   static keyed_spec spec;
   keyed_init(&spec, keys, false);
-  sl_job_config config = {.max_parallelism = 16};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .max_parallelism = 16};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *by, *sink;
   OK(job, sl_source_sequence(job, "numbers", 3, n, keys, &src));
@@ -575,7 +576,7 @@ Test(records, variable_length_records_pass_intact, .timeout = 60) {
       .open = varlen_open, .next = varlen_next, .close = varlen_close};
   /* A small ring so that entries of changing sizes wrap around (pad)
    * often. */
-  sl_job_config config = {.ring_bytes = 8192};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 8192};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *fm, *filter, *sink;
   sl_checksum got = {0};
@@ -619,7 +620,7 @@ Test(records, empty_records_pass_through, .timeout = 60) {
   varlen_spec spec = {.count = sl_test_scaled(200000, 2000)};
   static const sl_source_ops ops = {
       .open = varlen_open, .next = mixed_next, .close = varlen_close};
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *fm, *sink;
   sl_checksum got = {0};

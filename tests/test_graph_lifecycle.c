@@ -132,7 +132,7 @@ Test(errors, map_failure_names_operator_and_cause, .timeout = 30) {
   double t0 = sl_test_now_s();
   int rc = run_guarded(job, 10.0);
   double elapsed = sl_test_now_s() - t0;
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, -EIO, "run returned %d (%s)", rc, sl_strerror(rc));
   cr_assert_lt(elapsed, 15.0, "the failed job took %.2f s to end", elapsed);
   assert_error_has(job, "operator 'fragile'");
   assert_error_has(job, "instance 0/1");
@@ -141,7 +141,7 @@ Test(errors, map_failure_names_operator_and_cause, .timeout = 30) {
   cr_assert_leq(got.records, spec.fail_at - 1,
                 "records after the failing one reached the sink");
   assert_lifecycle(&src_spec.life, 1, 1, 1, 0, "source");
-  assert_stays_failed(job, SL_ECALLBACK);
+  assert_stays_failed(job, -EIO);
   job_free(job);
 }
 
@@ -166,7 +166,7 @@ Test(errors, process_failure_carries_ctx_fail_cause, .timeout = 30) {
   double t0 = sl_test_now_s();
   int rc = run_guarded(job, 10.0);
   double elapsed = sl_test_now_s() - t0;
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, -EPROTO, "run returned %d (%s)", rc, sl_strerror(rc));
   cr_assert_lt(elapsed, 15.0, "the failed job took %.2f s to end", elapsed);
   assert_error_has(job, "operator 'checker' instance 1/2 failed");
   assert_error_has(job, "record is cursed (value ");
@@ -175,7 +175,7 @@ Test(errors, process_failure_carries_ctx_fail_cause, .timeout = 30) {
   assert_lifecycle(&checker.life, 2, 1, 1, 0, "checker");
   assert_lifecycle(&last.life, 2, 1, 1, 0, "sink");
   assert_lifecycle(&src_spec.life, 2, 1, 1, 0, "source");
-  assert_stays_failed(job, SL_ECALLBACK);
+  assert_stays_failed(job, -EPROTO);
   job_free(job);
 }
 
@@ -192,14 +192,14 @@ Test(errors, source_open_failure, .timeout = 30) {
   src = add_range(job, "feed", 2, &src_spec);
   OK(job, sl_op_sink(job, "end", src, 2, &relay_ops, &last, &sink));
   int rc = run_guarded(job, 10.0);
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, -EACCES, "run returned %d (%s)", rc, sl_strerror(rc));
   assert_error_has(job, "operator 'feed' instance ");
   assert_error_has(job, "cannot open the feed");
   /* open ran on both instances and failed: close is not called. */
   assert_lifecycle(&src_spec.life, 2, 1, 0, 0, "source");
   assert_lifecycle(&last.life, 2, 1, 1, 0, "sink");
   cr_assert_eq(atomic_load(&last.records), 0);
-  assert_stays_failed(job, SL_ECALLBACK);
+  assert_stays_failed(job, -EACCES);
   job_free(job);
 }
 
@@ -212,7 +212,7 @@ Test(errors, source_open_failure_without_cause, .timeout = 30) {
   src = add_range(job, "feed", 1, &src_spec);
   OK(job, sl_sink_checksum(job, "sum", src, 1, &got, &sink));
   int rc = run_guarded(job, 10.0);
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, 7, "run returned %d (%s)", rc, sl_strerror(rc));
   assert_error_has(job, "operator 'feed' instance 0/1 failed");
   assert_error_has(job, "open callback returned 7");
   job_free(job);
@@ -230,7 +230,7 @@ Test(errors, failing_sink_with_blocked_upstream, .timeout = 30) {
   slow.fail_at = 300;
   slow.fail_status = -EIO;
   slow.fail_cause = "disk full";
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *sink;
   src = add_range(job, "endless", 1, &src_spec);
@@ -240,7 +240,7 @@ Test(errors, failing_sink_with_blocked_upstream, .timeout = 30) {
   double t0 = sl_test_now_s();
   int rc = run_guarded(job, 10.0);
   double elapsed = sl_test_now_s() - t0;
-  cr_assert_eq(rc, SL_ECALLBACK, "run returned %d (%s)", rc, sl_strerror(rc));
+  cr_assert_eq(rc, -EIO, "run returned %d (%s)", rc, sl_strerror(rc));
   cr_assert_lt(elapsed, 15.0, "the failed job took %.2f s to end", elapsed);
   assert_error_has(job, "operator 'slow_sink' instance 0/1 failed: disk full");
   /* Back-pressure held the endless source to a few rings' worth. */
@@ -251,7 +251,7 @@ Test(errors, failing_sink_with_blocked_upstream, .timeout = 30) {
                stats.records_out);
   assert_lifecycle(&src_spec.life, 1, 1, 1, 0, "source");
   assert_lifecycle(&slow.life, 1, 1, 1, 0, "sink");
-  assert_stays_failed(job, SL_ECALLBACK);
+  assert_stays_failed(job, -EIO);
   job_free(job);
 }
 
@@ -330,7 +330,7 @@ Test(stop, idle_parked_job_stops_promptly, .timeout = 30) {
   src_spec = (range_spec){.idle = true};
   static relay_spec last;
   relay_init(&last);
-  sl_job_config config = {.spin_iterations = 1};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .spin_iterations = 1};
   stop_pipeline(&config, "idle", &src_spec, 2, "end", &last);
 }
 
@@ -344,7 +344,7 @@ Test(stop, blocked_full_ring_stops, .timeout = 30) {
   static relay_spec slow;
   relay_init(&slow);
   slow.sleep_us = 1000;
-  sl_job_config config = {.ring_bytes = 4096};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096};
   stop_pipeline(&config, "endless", &src_spec, 1, "slow_sink", &slow);
 }
 
@@ -392,7 +392,7 @@ Test(oversubscribed, twenty_threads_on_few_cores, .timeout = 120) {
   relay_init(&relay);
   relay.forward = true;
   /* Small rings and almost no spinning: threads park all the time. */
-  sl_job_config config = {.ring_bytes = 8192, .spin_iterations = 1};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 8192, .spin_iterations = 1};
   sl_job *job = job_new(&config);
   sl_op *src, *map, *filter, *by, *proc, *sink;
   sl_checksum got = {0};
@@ -479,7 +479,7 @@ Test(emit, record_over_max_record_bytes_is_too_big, .timeout = 30) {
   static probe_spec spec;
   static const sl_source_ops src_ops = {.next = probe_next};
   static const sl_process_ops proc_ops = {.process = probe_process};
-  sl_job_config config = {.max_record_bytes = PROBE_LIMIT};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .max_record_bytes = PROBE_LIMIT};
   sl_job *job = job_new(&config);
   sl_op *src, *proc, *sink;
   sl_checksum got = {0};
@@ -523,9 +523,8 @@ Test(emit, map_output_over_its_declared_size_fails, .timeout = 30) {
                     &map));
   OK(job, sl_sink_checksum(job, "sum", map, 1, &got, &sink));
   int rc = run_guarded(job, RUN_LIMIT_S);
-  /* sl_job_wait: SL_ECALLBACK "or the callback's negative code's class". */
-  cr_assert(rc == SL_ECALLBACK || rc == SL_ETOOBIG, "run returned %d (%s)", rc,
-            sl_strerror(rc));
+  /* sl_job_wait: the engine's refusal of the map's output. */
+  cr_assert(rc == SL_ETOOBIG, "run returned %d (%s)", rc, sl_strerror(rc));
   assert_error_has(job, "operator 'liar' instance 0/1");
   assert_error_has(job, "map wrote 24 bytes");
   cr_assert_eq(got.records, 0);
@@ -606,7 +605,7 @@ static int triple_by_batch(void *user, const sl_record *in, sl_ctx *ctx) {
  * records of the equivalent single emits. */
 Test(emit, batch_matches_single_emits, .timeout = 60) {
   uint64_t n = sl_test_scaled(400000, 1000);
-  sl_job_config config = {.ring_bytes = 8192, .output_batch_records = 100};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 8192, .output_batch_records = 100};
   sl_job *job = job_new(&config);
   sl_op *src, *fm, *sink, *src2, *sink2;
   sl_checksum forward = {0}, rebalanced = {0};
@@ -694,7 +693,7 @@ Test(errors, source_next_bad_return_value, .timeout = 60) {
   OK(job, sl_op_source(job, "odd", 1, &ops, 0, &src));
   OK(job, sl_sink_checksum(job, "sink", src, 1, &got, &sink));
   int rc = run_guarded(job, RUN_LIMIT_S);
-  cr_assert_eq(rc, SL_ECALLBACK);
+  cr_assert_eq(rc, 2);
   cr_assert(strstr(sl_job_error(job), "next() returned 2") != 0, "%s",
             sl_job_error(job));
   job_free(job);

@@ -251,7 +251,7 @@ Test(validate, process_without_input, .timeout = 30) {
 }
 
 Test(validate, keyed_parallelism_above_max_parallelism, .timeout = 30) {
-  sl_job_config config = {.max_parallelism = 2};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .max_parallelism = 2};
   sl_job *job = job_new(&config);
   sl_op *src, *by, *sink, *u;
   sl_checksum got = {0};
@@ -329,15 +329,15 @@ Test(config, invalid_values_rejected, .timeout = 30) {
     sl_job_config config;
     const char *what;
   } bad[] = {
-      {{.ring_bytes = 100}, "ring_bytes 100"},
-      {{.ring_bytes = (1ull << 30) + 1}, "ring_bytes over 1 GiB"},
-      {{.output_batch_records = 70000}, "output_batch_records 70000"},
-      {{.pin_policy = 7}, "pin_policy 7"},
-      {{.pin_policy = -1}, "pin_policy -1"},
-      {{.max_parallelism = 40000}, "max_parallelism 40000"},
-      {{.cpu_count = 1}, "cpu_count 1 without cpus"},
-      {{.cpu_count = -1}, "cpu_count -1"},
-      {{.ring_bytes = 4096, .max_record_bytes = 2048},
+      {{.struct_bytes = sizeof(sl_job_config), .ring_bytes = 100}, "ring_bytes 100"},
+      {{.struct_bytes = sizeof(sl_job_config), .ring_bytes = (1ull << 30) + 1}, "ring_bytes over 1 GiB"},
+      {{.struct_bytes = sizeof(sl_job_config), .output_batch_records = 70000}, "output_batch_records 70000"},
+      {{.struct_bytes = sizeof(sl_job_config), .pin_policy = 7}, "pin_policy 7"},
+      {{.struct_bytes = sizeof(sl_job_config), .pin_policy = -1}, "pin_policy -1"},
+      {{.struct_bytes = sizeof(sl_job_config), .max_parallelism = 40000}, "max_parallelism 40000"},
+      {{.struct_bytes = sizeof(sl_job_config), .cpu_count = 1}, "cpu_count 1 without cpus"},
+      {{.struct_bytes = sizeof(sl_job_config), .cpu_count = -1}, "cpu_count -1"},
+      {{.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096, .max_record_bytes = 2048},
        "max_record_bytes over ring_bytes / 4"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -349,18 +349,18 @@ Test(config, invalid_values_rejected, .timeout = 30) {
     cr_assert_null(job, "%s: *job is not NULL after an error", bad[i].what);
   }
   static const int cpus[1] = {-3};
-  sl_job_config bad_cpu = {.cpus = cpus, .cpu_count = 1};
+  sl_job_config bad_cpu = {.struct_bytes = sizeof(sl_job_config), .cpus = cpus, .cpu_count = 1};
   sl_job *job = 0;
   cr_assert_eq(sl_job_create(&bad_cpu, &job), EINVAL, "cpu -3");
   /* The ends of the ranges are accepted. */
   static const sl_job_config good[] = {
-      {.ring_bytes = 4096},
-      {.output_batch_records = 65535},
-      {.output_batch_records = 1},
-      {.pin_policy = SL_PIN_ROUND_ROBIN},
-      {.max_parallelism = 32768},
-      {.max_parallelism = 1},
-      {.ring_bytes = 5000}, /* rounded up */
+      {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096},
+      {.struct_bytes = sizeof(sl_job_config), .output_batch_records = 65535},
+      {.struct_bytes = sizeof(sl_job_config), .output_batch_records = 1},
+      {.struct_bytes = sizeof(sl_job_config), .pin_policy = SL_PIN_ROUND_ROBIN},
+      {.struct_bytes = sizeof(sl_job_config), .max_parallelism = 32768},
+      {.struct_bytes = sizeof(sl_job_config), .max_parallelism = 1},
+      {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 5000}, /* rounded up */
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     job = 0;
@@ -373,7 +373,7 @@ Test(config, invalid_values_rejected, .timeout = 30) {
 
 /* sluice.h documents max_record_bytes as "at most ring_bytes / 4 - 16". */
 Test(config, max_record_bytes_quarter_ring_accepted, .timeout = 30) {
-  sl_job_config config = {.ring_bytes = 4096, .max_record_bytes = 1008};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 4096, .max_record_bytes = 1008};
   sl_job *job = 0;
   int rc = sl_job_create(&config, &job);
   cr_assert_eq(rc, 0,

@@ -160,7 +160,7 @@ static void fixture_job(fixture *f) {
   f->root = sl_test_path_in(f->dir, "root");
   f->out = sl_test_path_in(f->dir, "out");
   cr_assert_eq(mkdir(f->out, 0700), 0);
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = f->state;
   config.checkpoint.interval_ms = 20;
   config.checkpoint.no_sync = 1;

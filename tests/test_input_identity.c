@@ -206,7 +206,7 @@ typedef struct run_setup {
 } run_setup;
 
 static sl_job *build(const run_setup *r) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = r->state_dir;
   config.checkpoint.interval_ms = 86400000; /* only the test triggers */
   config.checkpoint.no_sync = 1;

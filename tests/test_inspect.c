@@ -30,6 +30,7 @@
 
 #include "inspect.h"
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 #include "store.h"
 #include "test_dirs.h"
 #include "test_util.h"
@@ -100,7 +101,7 @@ static sl_checkpoint_stats newest_stats;
 /* A checkpointed job: keyed source (2 instances) -> verifying sink (2),
  * checkpoints every 5 ms; returns the newest checkpoint. */
 static uint64_t run_job(const char *state_dir, uint64_t count) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state_dir;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.no_sync = 1;

@@ -326,7 +326,7 @@ typedef struct pipeline {
 } pipeline;
 
 static sl_job *build_pipeline(const pipeline *p) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = p->state_dir;
   config.checkpoint.interval_ms = 20;
   config.checkpoint.no_sync = 1;
@@ -758,7 +758,7 @@ Test(io, each_malformed_line_fails_the_job_naming_file_line_and_reason) {
                   .exactly_once = 1, .output_format = sl_format_csv,
                   .max_line_bytes = c->max_line_bytes};
     run_result r = run_pipeline(&p);
-    cr_expect_eq(r.rc, SL_ECALLBACK, "case %zu: rc %d", k, r.rc);
+    cr_expect_eq(r.rc, EINVAL, "case %zu: rc %d", k, r.rc);
     char where[600];
     snprintf(where, sizeof where, "file %s line 3: ", input);
     cr_expect(strstr(r.error, where), "case %zu: '%s' lacks '%s'", k,
@@ -1004,7 +1004,7 @@ Test(io, a_bad_csv_header_fails_the_job_even_with_dead_letters) {
                   .out_dir = out, .exactly_once = 1,
                   .output_format = sl_format_csv, .dead_letter_path = dead};
     run_result r = run_pipeline(&p);
-    cr_expect_eq(r.rc, SL_ECALLBACK, "case %zu", k);
+    cr_expect_eq(r.rc, EINVAL, "case %zu: rc %d", k, r.rc);
     char want[700];
     snprintf(want, sizeof want, "file %s line 1: %s", input,
              cases[k].reason);
@@ -1026,7 +1026,7 @@ Test(io, a_missing_file_fails_the_job_naming_it) {
                 .schema = &trade_schema, .out_dir = out, .exactly_once = 1,
                 .output_format = sl_format_csv};
   run_result r = run_pipeline(&p);
-  cr_expect_eq(r.rc, SL_ECALLBACK);
+  cr_expect_eq(r.rc, ENOENT, "rc %d", r.rc);
   char want[600];
   snprintf(want, sizeof want, "cannot open file %s: No such file", missing);
   cr_expect(strstr(r.error, want), "'%s' lacks '%s'", r.error, want);
@@ -1296,7 +1296,7 @@ Test(io, stdin_jsonl_to_stdout_csv) {
    * the stdout sink flushes in its own. */
   char *state = sl_test_path_in(dir, "state");
   cr_assert_eq(mkdir(state, 0777), 0);
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.no_sync = 1;
@@ -1679,7 +1679,7 @@ Test(io, invalid_schemas_are_refused_with_the_reason) {
 
 Test(io, invalid_source_configs_are_refused) {
   sl_job *job;
-  sl_job_config config = {.max_record_bytes = 1024};
+  sl_job_config config = {.struct_bytes = sizeof(sl_job_config), .max_record_bytes = 1024};
   cr_assert_eq(sl_job_create(&config, &job), 0);
   const char *paths[] = {"a", 0};
   sl_op *op;

@@ -524,7 +524,7 @@ typedef struct run_result {
 
 static sl_job *build_job(const run_spec *s, const char *out_dir,
                          const char *state_dir) {
-  sl_job_config c = {0};
+  sl_job_config c = SL_JOB_CONFIG_INIT;
   if (s->checkpoints) {
     c.checkpoint.state_dir = state_dir;
     c.checkpoint.interval_ms = 20;

@@ -227,7 +227,7 @@ static int run_lineage_job(lineage_job *j, char *err, size_t err_bytes) {
     snprintf(line, sizeof line, "%c%07d", j->tag, i);
     memcpy(j->records[i], line, LINE_BYTES);
   }
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = j->state_dir;
   config.checkpoint.store_policy = j->store_policy;
   sl_job *job = 0;

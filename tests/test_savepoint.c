@@ -181,7 +181,7 @@ typedef struct spec {
 } spec;
 
 static sl_job *build(const spec *s) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = s->state_dir;
   config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 20;
   config.checkpoint.store_policy = s->policy;
@@ -736,7 +736,7 @@ Test(savepoint, no_complete_checkpoint_yet_is_its_own_error) {
   cr_expect_gt(id, 0);
   sl_job_destroy(job);
 
-  sl_job_config off = {0};
+  sl_job_config off = SL_JOB_CONFIG_INIT;
   cr_assert_eq(sl_job_create(&off, &job), 0);
   cr_expect_eq(sl_job_savepoint(job, target, 0, err, sizeof err), SL_EUSAGE);
   cr_expect_eq(sl_job_savepoint(job, "", 0, err, sizeof err), EINVAL);

@@ -19,6 +19,7 @@
 
 #include "checkpoint.h" /* sl_checkpointer_store: the job's store */
 #include "store.h"
+#include "sluice_testing.h" /* unstable test helpers */
 #include "test_dirs.h"
 #include "test_util.h"
 
@@ -266,7 +267,7 @@ typedef struct sum_job {
 /* source -> key_by -> sum -> table sink (the default row: key -> sum).
  * The source is operator 0. */
 static sl_job *build_sum(sum_job *s) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = s->state_dir;
   config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 10;
   config.checkpoint.store_policy = s->policy;
@@ -698,7 +699,7 @@ static void run_deletes(int source_parallelism, int sink_parallelism) {
   char *dir = sl_test_temp_dir("table");
   char *state = sl_test_path_in(dir, "state");
   uint64_t count = sl_test_scaled(100000, 20000), keys = 997;
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 5;
   config.checkpoint.no_sync = 1;
@@ -737,7 +738,7 @@ Test(table, deletes_and_skips_partitioned_by_row_key) { run_deletes(2, 3); }
 
 static sl_job *build_memory(const char *state, const sl_tuple *records,
                             uint64_t count, const char *table, int policy) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.no_sync = 1;
   config.checkpoint.store_policy = policy;
@@ -823,7 +824,7 @@ Test(table, refused_without_checkpointing_or_a_valid_name) {
   cr_assert_null(reader);
   sl_job_destroy(job);
 
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = "/tmp/never-created-by-this-test";
   cr_assert_eq(sl_job_create(&config, &job), 0);
   cr_assert_eq(sl_source_sequence(job, "source", 1, 10, 0, &src), 0);
@@ -888,10 +889,11 @@ static int long_key_row(void *user, const sl_record *in, sl_table_row *out) {
 
 /* The job's failure message for a sink fed by a sequence source. */
 static void expect_run_failure(sl_table_row_fn row, int parallelism,
-                               bool short_records, const char *needle) {
+                               bool short_records, const char *needle,
+                               int status) {
   char *dir = sl_test_temp_dir("table");
   char *state = sl_test_path_in(dir, "state");
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.no_sync = 1;
   sl_job *job;
@@ -906,7 +908,7 @@ static void expect_run_failure(sl_table_row_fn row, int parallelism,
   cr_assert_eq(sl_sink_table(job, "to-table", src, parallelism, &tc, &sink),
                0);
   int rc = run_guarded(job, "failing table job");
-  cr_assert_eq(rc, SL_ECALLBACK);
+  cr_assert_eq(rc, status, "%d: %s", rc, sl_job_error(job));
   const char *e = sl_job_error(job);
   cr_assert(strstr(e, "operator 'to-table'") != 0 &&
                 strstr(e, "table \"t\"") != 0 && strstr(e, needle) != 0,
@@ -917,11 +919,15 @@ static void expect_run_failure(sl_table_row_fn row, int parallelism,
 }
 
 Test(table, run_time_errors_name_the_operator_and_table) {
-  expect_run_failure(failing_row, 1, false, "the row callback returned -7");
-  expect_run_failure(failing_row, 2, false, "the row callback returned -7");
-  expect_run_failure(long_key_row, 1, false, "471 bytes is longer than 470");
+  expect_run_failure(failing_row, 1, false, "the row callback returned -7",
+                     -7);
+  expect_run_failure(failing_row, 2, false, "the row callback returned -7",
+                     -7);
+  expect_run_failure(long_key_row, 1, false, "471 bytes is longer than 470",
+                     EINVAL);
   expect_run_failure(0, 1, true,
-                     "record of 4 bytes is shorter than the default row's");
+                     "record of 4 bytes is shorter than the default row's",
+                     EINVAL);
 }
 
 Test(table, readers_refuse_what_is_no_store) {

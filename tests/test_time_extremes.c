@@ -118,7 +118,7 @@ static int count_emit(void *user, sl_ctx *ctx, uint64_t key,
 static int run_window(const event *events, uint64_t n, sl_window_config w,
                       int64_t bound, results *out, char *error,
                       size_t error_bytes) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   feed f = {.events = events, .n = n};
@@ -368,7 +368,7 @@ Test(time_extremes, spans_beyond_the_limit_are_refused) {
       {.type = SL_WINDOW_TUMBLING, .size = 10, .allowed_lateness = INT64_MAX},
   };
   for (size_t c = 0; c < COUNT(configs); c++) {
-    sl_job_config config = {0};
+    sl_job_config config = SL_JOB_CONFIG_INIT;
     sl_job *job;
     cr_assert_eq(sl_job_create(&config, &job), 0);
     feed f = {0};
@@ -428,7 +428,7 @@ Test(time_extremes, timers_and_watermarks_at_the_int64_limits) {
         e[i].ts = INT64_MIN + 3;
     }
     qsort(e, n, sizeof *e, event_cmp);
-    sl_job_config config = {0};
+    sl_job_config config = SL_JOB_CONFIG_INIT;
     sl_job *job;
     cr_assert_eq(sl_job_create(&config, &job), 0);
     feed f = {.events = e, .n = n};

@@ -347,7 +347,7 @@ static int late_sink_process(sl_ctx *ctx, void *state, int input,
 }
 
 static result *run_window(run_spec *spec, uint64_t *n_out) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   if (spec->state_dir) {
     config.checkpoint.state_dir = spec->state_dir;
     config.checkpoint.interval_ms = 5;
@@ -822,7 +822,7 @@ static int tp_timer(sl_ctx *ctx, void *state, int domain, int64_t time) {
 static result *run_timers(const event *e, uint64_t n, int parallelism,
                           const char *state_dir, const char *faults,
                           uint64_t *n_out) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   if (state_dir) {
     config.checkpoint.state_dir = state_dir;
     config.checkpoint.interval_ms = 5;
@@ -1219,7 +1219,7 @@ static int to_timer(sl_ctx *ctx, void *state, int domain, int64_t time) {
 
 static result *run_timeouts(const event *e, uint64_t n, int parallelism,
                             const char *state_dir, uint64_t *n_out) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   char faults[96];
   if (state_dir) {
     config.checkpoint.state_dir = state_dir;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 #include "stress_check.h"
 
 #define RECORDS 200000u
@@ -100,7 +101,7 @@ static void sink_close(sl_ctx *ctx, void *state) {
 
 static int run(const char *dir, int mode, int policy, unsigned stop_after_ms,
                seen *result) {
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.ring_bytes = 8192;
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 2;

@@ -102,7 +102,7 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
-  sl_job_config c = {.ring_bytes = 8192, .spin_iterations = 1,
+  sl_job_config c = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 8192, .spin_iterations = 1,
                      .output_batch_records = 16};
   c.checkpoint.state_dir = dir;
   c.checkpoint.interval_ms = 5;

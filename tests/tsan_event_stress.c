@@ -189,7 +189,7 @@ static const sl_process_ops sink_ops = {.open = sink_open,
                                         .close = sink_close};
 
 static void run(const char *state_dir) {
-  sl_job_config c = {.ring_bytes = 8192, .spin_iterations = 1,
+  sl_job_config c = {.struct_bytes = sizeof(sl_job_config), .ring_bytes = 8192, .spin_iterations = 1,
                      .output_batch_records = 16};
   if (state_dir) {
     c.checkpoint.state_dir = state_dir;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "sluice.h"
+#include "sluice_testing.h" /* unstable test helpers */
 #include "stress_check.h"
 
 #define RECORDS 200000u
@@ -63,7 +64,7 @@ static void remove_tree(char *dir) {
 
 static sl_job *build(const char *state, const char *faults,
                      struct sl_restart_config restart, sl_op **verify) {
-  sl_job_config c = {0};
+  sl_job_config c = SL_JOB_CONFIG_INIT;
   c.checkpoint.state_dir = state;
   c.checkpoint.interval_ms = 2;
   c.checkpoint.no_sync = 1;

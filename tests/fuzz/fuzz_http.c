@@ -87,7 +87,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   signal(SIGPIPE, SIG_IGN); /* a server that closes first is no crash */
   if (!mkdtemp(state_dir))
     abort();
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state_dir;
   config.checkpoint.interval_ms = UINT32_MAX; /* 49 days: never */
   config.checkpoint.no_sync = 1;

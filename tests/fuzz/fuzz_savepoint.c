@@ -73,7 +73,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   atexit(remove_all);
   verbose = getenv("FUZZ_VERBOSE") != 0;
   /* source -> sink, as the manifests of the seed corpus describe. */
-  sl_job_config config = {0};
+  sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state_dir;
   config.checkpoint.from_savepoint = savepoint_dir;
   config.checkpoint.no_sync = 1;

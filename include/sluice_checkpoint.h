@@ -1,0 +1,119 @@
+/* sluice_checkpoint.h — checkpoint control: triggering a checkpoint,
+ * savepoints, and the statistics of past checkpoints (engine/coordinator.c,
+ * engine/savepoint.c).  Included by sluice.h.  Checkpoints are configured
+ * in sl_job_config.checkpoint (sluice.h); docs/checkpoints.md tells the
+ * whole story.
+ */
+#ifndef SLUICE_CHECKPOINT_H
+#define SLUICE_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoint control and statistics. */
+
+/** Trigger a checkpoint now (in addition to the periodic ones), respecting
+ * max_concurrent; *id (if not NULL) receives its id.  Errors: SL_EUSAGE
+ * (checkpointing off), SL_ENOTSTARTED, EBUSY (max_concurrent in flight, or
+ * the job is ending). */
+int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
+
+/** Savepoint: write a self-contained, compacted copy of the newest
+ * complete checkpoint into dir, for a later job to start from
+ * (checkpoint.from_savepoint), also with other parallelisms.  dir is
+ * created if missing (its parent too) and refused if it exists and is not
+ * empty.  It receives data.mdb (LMDB's compacting copy, made inside a
+ * read transaction: neither the instances nor the checkpoint writer wait
+ * for it) and then, last, manifest.json (written to a temporary name,
+ * fsync'd and renamed, so a directory without it is no savepoint): format
+ * "sluice-savepoint", version 1, store_format, checkpoint_id, created_ms
+ * (Unix epoch ms), graph (the job's operators and edges, without
+ * parallelisms), max_parallelism, operators [{id, name, kind,
+ * parallelism}], bytes (of data.mdb) and store_graph (the fingerprint in
+ * the store).  Then one line {"checkpoint_id", "created_ms", "path" (dir,
+ * absolute), "bytes"} is appended to state_dir/savepoints.jsonl.
+ * *checkpoint_id (may be NULL) receives the id of the checkpoint copied.
+ * err (may be NULL) receives a message naming dir and the problem.
+ *
+ * Any thread may call it, at any time from the return of sl_job_start
+ * (0) until sl_job_destroy, also while the job runs, fails over, or after
+ * sl_job_wait: the store stays open until sl_job_destroy.  Savepoints of
+ * one process are taken one at a time.  On error no manifest is written
+ * and what the call made in dir is removed, except: if only the line of
+ * savepoints.jsonl cannot be written, the savepoint is complete (and
+ * *checkpoint_id set) but the error is returned.
+ *
+ * Starting from a savepoint (sl_job_start) refuses, with SL_ESTORE and a
+ * message naming the savepoint: no or a malformed manifest.json, another
+ * format or store format version, another max_parallelism, another job
+ * graph (operators by id, kind and name, in order, and their inputs), a
+ * store that does not match its manifest, and another parallelism for an
+ * operator whose instances saved operator state (a source's position, a
+ * sink's pending transactions, sl_operator_state_set): that state cannot
+ * be split or merged.  Keyed state moves by key group; an operator
+ * rescaled without operator state gets, in every new instance, the lowest
+ * watermark and the largest timestamp its old instances had saved.
+ *
+ * Errors: EINVAL (job or dir NULL or empty), SL_EUSAGE (checkpointing
+ * off), SL_ENOTSTARTED, SL_ENOTFOUND (no checkpoint is complete yet),
+ * EEXIST (dir is not empty), ENOMEM, errno values of the file system,
+ * SL_ECORRUPT and LMDB codes (the copy). */
+int sl_job_savepoint(sl_job *job, const char *dir, uint64_t *checkpoint_id,
+                     char *err, size_t err_bytes);
+
+/** Id of the newest complete checkpoint of this run (0 if none) and, in
+ * *restored_from, the checkpoint the job resumed from (0 if it did not). */
+uint64_t sl_job_last_checkpoint(const sl_job *job, uint64_t *restored_from);
+
+enum sl_checkpoint_status {
+  SL_CHECKPOINT_IN_PROGRESS = 0,
+  SL_CHECKPOINT_COMPLETED = 1,
+  SL_CHECKPOINT_ABORTED = 2
+};
+
+/** One checkpoint.  Durations in microseconds. */
+typedef struct sl_checkpoint_stats {
+  uint64_t id;
+  int status;       /* enum sl_checkpoint_status */
+  int final;        /* the checkpoint taken at the end of input */
+  int64_t trigger_time_ms; /* wall clock, Unix epoch */
+  uint64_t duration_us;    /* trigger to durable commit (or abort) */
+  uint64_t write_us;       /* the writer's transaction, commit included */
+  uint64_t bytes_persisted;
+  uint64_t entries_persisted; /* keyed-state puts and deletes */
+  int instance_count;
+  char cause[128];          /* why it was aborted */
+} sl_checkpoint_stats;
+
+/** One instance's part of a checkpoint. */
+typedef struct sl_checkpoint_instance_stats {
+  const char *name; /* operator */
+  int instance;
+  uint64_t start_delay_us; /* trigger to the first barrier at the instance */
+  uint64_t alignment_us;   /* first to last barrier */
+  uint64_t sync_us;        /* the snapshot on the instance's thread */
+  uint64_t async_us;       /* the writer serializing its state */
+  uint64_t bytes_persisted;
+  uint64_t entries_persisted;
+} sl_checkpoint_instance_stats;
+
+/** The k-th newest checkpoint of this run (k = 0 the newest; the last 64
+ * are kept).  Errors: SL_ENOTFOUND. */
+int sl_job_checkpoint_stats(const sl_job *job, int k,
+                            sl_checkpoint_stats *stats);
+/** Instance i (0 .. instance_count-1, operators in creation order) of the
+ * k-th newest checkpoint.  Errors: SL_ENOTFOUND, EINVAL. */
+int sl_job_checkpoint_instance_stats(const sl_job *job, int k, int i,
+                                     sl_checkpoint_instance_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_CHECKPOINT_H */
