@@ -38,7 +38,7 @@ int join_time_and_key(sl_ctx *ctx, const sl_record *in, int64_t *ts,
   if (in->timestamp == SL_NO_TIMESTAMP) {
     sl_ctx_fail(ctx, "a record without a timestamp reached an event-time "
                 "join (emit with sl_emit_ts)");
-    return -EINVAL;
+    return EINVAL;
   }
   return sl_ctx_key(ctx, key);
 }
@@ -58,7 +58,7 @@ static int join_open(sl_ctx *ctx, void *user, void **state) {
   (void)ctx;
   join_instance *s = calloc(1, sizeof *s);
   if (!s)
-    return -ENOMEM;
+    return ENOMEM;
   s->j = user;
   *state = s;
   return 0;

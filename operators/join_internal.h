@@ -26,6 +26,14 @@
  *    is never behind the watermark it forwards (neither record was late);
  *    pairs of a late arrival in a fired window are, like window.c's late
  *    firings.
+ * 3. Return codes: one contract, the engine's (sluice.h).  Every function
+ *    of the joins returns 0 or the code that failed, unchanged: a state
+ *    call's (positive errno or SL_E*), the join function's (any nonzero
+ *    value) or the join's own (positive errno, as the library's).  The
+ *    record and timer callbacks hand it to the engine as it is, and any
+ *    nonzero status fails the job with it; join_status and fail_status
+ *    only add a cause naming what failed when none was set.  SL_ESTOPPED
+ *    (the job is stopping) passes without a cause.
  */
 #ifndef SLUICE_JOIN_INTERNAL_H
 #define SLUICE_JOIN_INTERNAL_H
@@ -154,16 +162,17 @@ static inline int join_status(sl_ctx *ctx, int rc, uint64_t key) {
     return rc;
   if (!ctx->cause[0])
     sl_ctx_fail(ctx, "join function returned %d for key %" PRIu64, rc, key);
-  return rc < 0 ? rc : -rc;
+  return rc;
 }
 
-/* A state or engine error as the callback's status, with a cause. */
+/* A state, engine or join error, unchanged (note 3), with a cause
+ * naming what failed. */
 static inline int fail_status(sl_ctx *ctx, int rc, const char *what) {
   if (rc == 0 || rc == SL_ESTOPPED)
     return rc;
   if (!ctx->cause[0])
     sl_ctx_fail(ctx, "%s: %s", what, sl_strerror(rc));
-  return rc > 0 ? -rc : rc;
+  return rc;
 }
 
 /* The event time and the key of a record of an event-time join. */

@@ -230,7 +230,7 @@ static int interval_insert(sl_ctx *ctx, join_instance *s, int side,
     if (s->bucket[at].count == UINT32_MAX) {
       sl_ctx_fail(ctx, "2^32 - 1 records of timestamp %" PRId64 " buffered "
                   "for one key and side", ts);
-      return -EOVERFLOW;
+      return EOVERFLOW;
     }
     seq = s->bucket[at].count++;
   } else {

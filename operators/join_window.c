@@ -226,7 +226,7 @@ static int window_add(sl_ctx *ctx, join_instance *s, uint64_t key, int side,
     sl_ctx_fail(ctx, "window [%" PRId64 ", %" PRId64 ") of key %" PRIu64
                 " holds 2^32 - 1 records of one side already", start, end,
                 key);
-    return -EOVERFLOW;
+    return EOVERFLOW;
   }
   uint8_t k[13];
   window_element_key(k, end, side, (uint32_t)h.count[side]);
@@ -267,7 +267,7 @@ static int window_process(sl_ctx *ctx, join_instance *s, int side,
       sl_ctx_fail(ctx, "timestamp %" PRId64 " is too close to the int64 "
                   "limits for windows of size %" PRId64 " and allowed "
                   "lateness %" PRId64, ts, c->size, c->allowed_lateness);
-      return -EOVERFLOW;
+      return EOVERFLOW;
     }
     int64_t end = (int64_t)(start + c->size);
     if (watermark != SL_WATERMARK_MIN &&
