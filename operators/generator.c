@@ -46,6 +46,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "op_util.h"
 
 /* Events per next() call (note 5; see builtin.c for why a batch). */
 #define GENERATOR_RECORDS_PER_CALL 1024u
@@ -140,16 +141,9 @@ SL_EXPORT void sl_generator_range(uint64_t count, int parallelism,
 
 /* ------------------------------------------------------------ validation */
 
-__attribute__((format(printf, 3, 4))) static int
-invalid(char *err, size_t err_bytes, const char *fmt, ...) {
-  if (err && err_bytes) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-  }
-  return EINVAL;
-}
+/* invalid(err, err_bytes, fmt, ...): why the config is refused into the
+ * caller's buffer (if any), then EINVAL. */
+#define invalid(...) op_errorf(EINVAL, __VA_ARGS__)
 
 static bool probability(double p) { return p >= 0.0 && p <= 1.0; } /* NaN: no */
 

@@ -15,23 +15,6 @@
 
 /* ----------------------------------------------------------- helpers */
 
-int join_grow(void **buffer, uint64_t *capacity, uint64_t need,
-              size_t unit) {
-  if (need <= *capacity)
-    return 0;
-  if (need > (1ull << 31) / unit)
-    return EINVAL; /* beyond any state value (1 GiB) */
-  uint64_t n = *capacity ? *capacity : 16;
-  while (n < need)
-    n *= 2;
-  void *p = realloc(*buffer, n * unit);
-  if (!p)
-    return ENOMEM;
-  *buffer = p;
-  *capacity = n;
-  return 0;
-}
-
 int join_time_and_key(sl_ctx *ctx, const sl_record *in, int64_t *ts,
                       uint64_t *key) {
   *ts = in->timestamp;

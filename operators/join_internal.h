@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "op_util.h"
 
 enum {
   ID_WINDOW_HEADER = 0xFE01,
@@ -119,8 +120,12 @@ struct join_instance {
 /* ----------------------------------------------------------- helpers */
 
 /* *buffer holds at least need units of unit bytes: 0, EINVAL beyond any
- * state value or ENOMEM (the buffer unchanged). */
-int join_grow(void **buffer, uint64_t *capacity, uint64_t need, size_t unit);
+ * state value (1 GiB, with room to spare) or ENOMEM (the buffer
+ * unchanged). */
+static inline int join_grow(void **buffer, uint64_t *capacity, uint64_t need,
+                            size_t unit) {
+  return op_grow(buffer, capacity, need, unit, 1ull << 31);
+}
 
 /* v clamped to the int64 range. */
 static inline int64_t saturate(wide v) {

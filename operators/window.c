@@ -88,6 +88,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "op_util.h"
 #include "time_check.h"
 
 enum {
@@ -126,11 +127,11 @@ typedef struct window_op {
 typedef struct window_instance {
   const window_op *w;
   uint8_t *buffer; /* header + accumulator being built */
-  uint32_t buffer_bytes;
+  uint64_t buffer_bytes;
   session *sessions; /* working copy of the key's session set */
   uint64_t session_capacity;
   uint8_t *element; /* element being stored */
-  uint32_t element_bytes;
+  uint64_t element_bytes;
   uint8_t *count_template; /* count windows, incremental: an empty window's
                               state (counter 0, header, fresh accumulator) */
 } window_instance;
@@ -160,20 +161,10 @@ static void put_id(uint8_t *out, uint64_t id) { sl_store_be64(out, id); }
 
 static uint64_t time_id(int64_t end) { return (uint64_t)end ^ (1ull << 63); }
 
-static int grow(uint8_t **buffer, uint32_t *bytes, uint64_t need) {
-  if (need <= *bytes)
-    return 0;
-  if (need > (1u << 30))
-    return EINVAL;
-  uint64_t n = *bytes ? *bytes : 256;
-  while (n < need)
-    n *= 2;
-  uint8_t *p = realloc(*buffer, n);
-  if (!p)
-    return ENOMEM;
-  *buffer = p;
-  *bytes = (uint32_t)n;
-  return 0;
+/* A working buffer of at least need bytes (op_util.h): 0, EINVAL over
+ * 1 GiB, ENOMEM. */
+static inline int grow(uint8_t **buffer, uint64_t *bytes, uint64_t need) {
+  return op_grow((void **)buffer, bytes, need, 1, 1u << 30);
 }
 
 static uint32_t header_bytes(const window_op *w) {

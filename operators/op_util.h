@@ -1,0 +1,31 @@
+/* op_util.h — small helpers the operators share (op_util.c): growing a
+ * working buffer, and writing a refusal into a caller's text buffer.
+ * Private to operators/.
+ */
+#ifndef SLUICE_OP_UTIL_H
+#define SLUICE_OP_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+int op_grow_slow(void **buffer, uint64_t *capacity, uint64_t need,
+                 size_t unit, uint64_t max_bytes);
+
+/* *buffer holds at least need units of unit bytes (*capacity counts
+ * units): 0; EINVAL when need units are over max_bytes; ENOMEM.  On error
+ * the buffer and *capacity are unchanged.  Inline because the usual case,
+ * room already, is one compare on a per-record path. */
+static inline int op_grow(void **buffer, uint64_t *capacity, uint64_t need,
+                          size_t unit, uint64_t max_bytes) {
+  if (need <= *capacity)
+    return 0;
+  return op_grow_slow(buffer, capacity, need, unit, max_bytes);
+}
+
+/* Format fmt into text (text_bytes; nothing when text is NULL or
+ * text_bytes is 0) and return code: one line for a check that refuses
+ * with a reason. */
+int op_errorf(int code, char *text, size_t text_bytes, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif
