@@ -358,25 +358,43 @@ static int window_purge(sl_ctx *ctx, window_instance *s, uint64_t id,
 
 /* ----------------------------------------------------------- time windows */
 
-static int64_t record_time(sl_ctx *ctx, const window_op *w,
-                           const sl_record *in, int *rc) {
-  *rc = 0;
-  if (w->cfg.domain == SL_PROCESSING_TIME)
-    return sl_ctx_processing_time(ctx);
+/* The time of record in: its timestamp (note 7), or the processing time.
+ * 0, or EINVAL (job failed) for a missing or invalid timestamp. */
+static int record_time(sl_ctx *ctx, const window_op *w, const sl_record *in,
+                       int64_t *ts) {
+  if (w->cfg.domain == SL_PROCESSING_TIME) {
+    *ts = sl_ctx_processing_time(ctx);
+    return 0;
+  }
+  *ts = in->timestamp;
   if (in->timestamp == SL_NO_TIMESTAMP) {
     sl_ctx_fail(ctx, "a record without a timestamp reached an event-time "
                 "window (emit with sl_emit_ts)");
-    *rc = EINVAL;
-  } else if (!sl_time_valid(in->timestamp)) {
+    return EINVAL;
+  }
+  if (!sl_time_valid(in->timestamp)) {
     /* Its windows' bounds or cleanup time would not fit in an int64
      * (time_check.h note 2): refused, never wrapped. */
     sl_ctx_fail(ctx, "timestamp %" PRId64 " is outside the valid event "
                 "times %" PRId64 " .. %" PRId64 " (SL_TIME_MIN_VALID .. "
                 "SL_TIME_MAX_VALID)", in->timestamp, SL_TIME_MIN_VALID,
                 SL_TIME_MAX_VALID);
-    *rc = EINVAL;
+    return EINVAL;
   }
-  return in->timestamp;
+  return 0;
+}
+
+/* What a time or session window needs of a record first: its time, its
+ * key and the watermark to judge its lateness by (note 5; never late in
+ * processing time). */
+static int record_begin(sl_ctx *ctx, const window_op *w, const sl_record *in,
+                        int64_t *ts, uint64_t *key, int64_t *wm) {
+  int rc = record_time(ctx, w, in, ts);
+  if (rc == 0)
+    rc = sl_ctx_key(ctx, key);
+  *wm = w->cfg.domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
+                                       : SL_WATERMARK_MIN;
+  return rc;
 }
 
 static int late_record(sl_ctx *ctx, const window_op *w, const sl_record *in) {
@@ -422,16 +440,11 @@ static int time_window_add(sl_ctx *ctx, window_instance *s, uint64_t key,
 
 static int time_process(sl_ctx *ctx, window_instance *s, const sl_record *in) {
   const sl_window_config *c = &s->w->cfg;
-  int rc;
-  int64_t ts = record_time(ctx, s->w, in, &rc);
-  if (rc)
-    return rc;
+  int64_t ts, wm;
   uint64_t key;
-  rc = sl_ctx_key(ctx, &key);
+  int rc = record_begin(ctx, s->w, in, &ts, &key, &wm);
   if (rc)
     return rc;
-  int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
-                                          : SL_WATERMARK_MIN;
   int64_t slide = c->type == SL_WINDOW_TUMBLING ? c->size : c->slide;
   /* ts is valid and size, slide <= SL_TIME_SPAN_MAX (check_config), so
    * nothing below overflows (time_check.h note 2): each start lies in
@@ -731,16 +744,11 @@ static int session_insert(window_instance *s, uint64_t *count,
 static int session_process(sl_ctx *ctx, window_instance *s,
                            const sl_record *in) {
   const sl_window_config *c = &s->w->cfg;
-  int rc;
-  int64_t ts = record_time(ctx, s->w, in, &rc);
-  if (rc)
-    return rc;
+  int64_t ts, wm;
   uint64_t key;
-  rc = sl_ctx_key(ctx, &key);
+  int rc = record_begin(ctx, s->w, in, &ts, &key, &wm);
   if (rc)
     return rc;
-  int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
-                                          : SL_WATERMARK_MIN;
   uint64_t n, next_id;
   rc = sessions_load(ctx, s, &n, &next_id);
   if (rc)
