@@ -331,8 +331,6 @@ static void generator_close(sl_ctx *ctx, void *state) {
   free(state);
 }
 
-static void free_user(void *p) { free(p); }
-
 SL_EXPORT int sl_source_generator(sl_job *job, const char *name,
                                   int parallelism,
                                   const sl_generator_config *cfg, sl_op **op) {
@@ -356,10 +354,5 @@ SL_EXPORT int sl_source_generator(sl_job *job, const char *name,
                                     .snapshot = generator_snapshot,
                                     .restore = generator_restore};
   rc = sl_op_source(job, name, parallelism, &ops, copy, op);
-  if (rc) {
-    free(copy);
-    return rc;
-  }
-  (*op)->user_free = free_user;
-  return 0;
+  return op_adopt(rc, op, copy, free);
 }

@@ -134,11 +134,6 @@ int join_build(sl_job *job, const char *what, const char *name, sl_op *left,
                         .close = join_close,
                         .on_timer = timer ? join_on_timer : 0};
   rc = sl_op_process(job, name, inputs, 2, parallelism, &ops, j, op);
-  if (rc) {
-    free(j);
-    return rc;
-  }
-  (*op)->user_free = free;
-  return 0;
+  return op_adopt(rc, op, j, free);
 }
 

@@ -1,7 +1,10 @@
 /* op_util.c — small helpers the operators share: growing a working buffer
- * by doubling, and formatting a refusal into a caller's buffer.
+ * by doubling, formatting a refusal into a caller's buffer, and handing a
+ * builder's config copy to its operator.
  */
 #include "op_util.h"
+
+#include "internal.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -40,4 +43,15 @@ int op_errorf(int code, char *text, size_t text_bytes, const char *fmt,
     va_end(ap);
   }
   return code;
+}
+
+int op_adopt(int rc, sl_op **op, void *user, void (*free_fn)(void *)) {
+  assert(free_fn);
+  if (rc) {
+    free_fn(user); /* the builder's copy: nobody else holds it */
+    return rc;
+  }
+  assert(op && *op && (*op)->user == user);
+  (*op)->user_free = free_fn;
+  return 0;
 }

@@ -1,5 +1,6 @@
 /* op_util.h — small helpers the operators share (op_util.c): growing a
- * working buffer, and writing a refusal into a caller's text buffer.
+ * working buffer, writing a refusal into a caller's text buffer, and
+ * handing a builder's config copy to its operator.
  * Private to operators/.
  */
 #ifndef SLUICE_OP_UTIL_H
@@ -7,6 +8,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "sluice.h"
 
 int op_grow_slow(void **buffer, uint64_t *capacity, uint64_t need,
                  size_t unit, uint64_t max_bytes);
@@ -27,5 +30,11 @@ static inline int op_grow(void **buffer, uint64_t *capacity, uint64_t need,
  * with a reason. */
 int op_errorf(int code, char *text, size_t text_bytes, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* The end of a builder that hands its own copy of the config (user) to
+ * the operator it just added, rc being the add's status: on success *op
+ * frees user with free_fn when the job is destroyed; on failure user is
+ * freed now.  Returns rc. */
+int op_adopt(int rc, sl_op **op, void *user, void (*free_fn)(void *));
 
 #endif

@@ -1145,10 +1145,5 @@ SL_EXPORT int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
                         .close = window_close,
                         .on_timer = window_on_timer};
   rc = sl_op_process(job, name, &keyed_input, 1, parallelism, &ops, w, op);
-  if (rc) {
-    free(w);
-    return rc;
-  }
-  (*op)->user_free = free;
-  return 0;
+  return op_adopt(rc, op, w, free);
 }
