@@ -15,9 +15,10 @@
 
 /* ----------------------------------------------------------- helpers */
 
-int join_time_and_key(sl_ctx *ctx, const sl_record *in, int64_t *ts,
-                      uint64_t *key) {
+int join_record_begin(sl_ctx *ctx, const sl_record *in, int64_t *ts,
+                      uint64_t *key, int64_t *watermark) {
   *ts = in->timestamp;
+  *watermark = sl_ctx_watermark(ctx);
   if (in->timestamp == SL_NO_TIMESTAMP) {
     sl_ctx_fail(ctx, "a record without a timestamp reached an event-time "
                 "join (emit with sl_emit_ts)");

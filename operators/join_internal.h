@@ -180,9 +180,11 @@ static inline int fail_status(sl_ctx *ctx, int rc, const char *what) {
   return rc;
 }
 
-/* The event time and the key of a record of an event-time join. */
-int join_time_and_key(sl_ctx *ctx, const sl_record *in, int64_t *ts,
-                      uint64_t *key);
+/* What an event-time join needs of a record first: its event time, its
+ * key and the watermark before it (to judge lateness).  0, or EINVAL (job
+ * failed) for a record without a timestamp. */
+int join_record_begin(sl_ctx *ctx, const sl_record *in, int64_t *ts,
+                      uint64_t *key, int64_t *watermark);
 
 /* A late record of side: counted, and sent to the side's late port. */
 int join_late_record(sl_ctx *ctx, const join_op *j, int side,

@@ -81,10 +81,7 @@ static void bucket_key(uint8_t k[8], int64_t bucket) {
 
 static void interval_element_key(uint8_t k[12], int64_t ts, uint32_t seq) {
   sl_store_be64(k, flip(ts));
-  k[8] = (uint8_t)(seq >> 24);
-  k[9] = (uint8_t)(seq >> 16);
-  k[10] = (uint8_t)(seq >> 8);
-  k[11] = (uint8_t)seq;
+  op_store_be32(k + 8, seq);
 }
 
 /* Side's directory as it is in the state: *n bucket numbers at *view,
@@ -346,12 +343,11 @@ static int64_t interval_cleanup_time(const sl_interval_join_config *c,
 static int interval_process(sl_ctx *ctx, join_instance *s, int side,
                             const sl_record *in) {
   const sl_interval_join_config *c = &s->j->interval;
-  int64_t ts;
+  int64_t ts, watermark;
   uint64_t key;
-  int rc = join_time_and_key(ctx, in, &ts, &key);
+  int rc = join_record_begin(ctx, in, &ts, &key, &watermark);
   if (rc)
     return rc;
-  int64_t watermark = sl_ctx_watermark(ctx);
   if (watermark != SL_WATERMARK_MIN && ts < watermark)
     return join_late_record(ctx, s->j, side, in);
   rc = interval_probe(ctx, s, key, side, in);

@@ -87,10 +87,7 @@ static void window_element_key(uint8_t k[13], int64_t end, int side,
                                uint32_t seq) {
   window_key(k, end);
   k[8] = (uint8_t)side;
-  k[9] = (uint8_t)(seq >> 24);
-  k[10] = (uint8_t)(seq >> 16);
-  k[11] = (uint8_t)(seq >> 8);
-  k[12] = (uint8_t)seq;
+  op_store_be32(k + 9, seq);
 }
 
 static int header_load(sl_ctx *ctx, int64_t end, window_header *h,
@@ -250,12 +247,11 @@ static int window_add(sl_ctx *ctx, join_instance *s, uint64_t key, int side,
 static int window_process(sl_ctx *ctx, join_instance *s, int side,
                           const sl_record *in) {
   const sl_window_join_config *c = &s->j->window;
-  int64_t ts;
+  int64_t ts, watermark;
   uint64_t key;
-  int rc = join_time_and_key(ctx, in, &ts, &key);
+  int rc = join_record_begin(ctx, in, &ts, &key, &watermark);
   if (rc)
     return rc;
-  int64_t watermark = sl_ctx_watermark(ctx);
   int64_t slide = c->type == SL_WINDOW_TUMBLING ? c->size : c->slide;
   bool added = false;
   /* Its windows, newest first; computed wide, since the first start of

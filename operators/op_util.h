@@ -25,6 +25,14 @@ static inline int op_grow(void **buffer, uint64_t *capacity, uint64_t need,
   return op_grow_slow(buffer, capacity, need, unit, max_bytes);
 }
 
+/* v as 4 big-endian bytes: sequence numbers in state keys sort. */
+static inline void op_store_be32(uint8_t *out, uint32_t v) {
+  out[0] = (uint8_t)(v >> 24);
+  out[1] = (uint8_t)(v >> 16);
+  out[2] = (uint8_t)(v >> 8);
+  out[3] = (uint8_t)v;
+}
+
 /* Format fmt into text (text_bytes; nothing when text is NULL or
  * text_bytes is 0) and return code: one line for a check that refuses
  * with a reason. */

@@ -213,15 +213,17 @@ static int header_store(sl_ctx *ctx, window_instance *s, uint64_t id) {
                          header_bytes(s->w));
 }
 
+/* The ELEMENT key of window id's element seq (note 2). */
+static void element_key(uint8_t k[12], uint64_t id, uint64_t seq) {
+  put_id(k, id);
+  op_store_be32(k + 8, (uint32_t)seq);
+}
+
 static int element_store(sl_ctx *ctx, window_instance *s, uint64_t id,
                          uint64_t seq, int64_t ts, const void *data,
                          uint32_t size) {
   uint8_t k[12];
-  put_id(k, id);
-  k[8] = (uint8_t)(seq >> 24);
-  k[9] = (uint8_t)(seq >> 16);
-  k[10] = (uint8_t)(seq >> 8);
-  k[11] = (uint8_t)seq;
+  element_key(k, id, seq);
   int rc = grow(&s->element, &s->element_bytes, 8ull + size);
   if (rc)
     return rc;
@@ -234,11 +236,7 @@ static int element_store(sl_ctx *ctx, window_instance *s, uint64_t id,
 static int element_get(sl_ctx *ctx, uint64_t id, uint64_t seq,
                        const uint8_t **value, uint32_t *bytes) {
   uint8_t k[12];
-  put_id(k, id);
-  k[8] = (uint8_t)(seq >> 24);
-  k[9] = (uint8_t)(seq >> 16);
-  k[10] = (uint8_t)(seq >> 8);
-  k[11] = (uint8_t)seq;
+  element_key(k, id, seq);
   const void *v;
   int rc = sl_mapstate_get(ctx, ID_ELEMENT, k, 12, &v, bytes);
   if (rc == 0 && *bytes < 8)
@@ -249,11 +247,7 @@ static int element_get(sl_ctx *ctx, uint64_t id, uint64_t seq,
 
 static int element_delete(sl_ctx *ctx, uint64_t id, uint64_t seq) {
   uint8_t k[12];
-  put_id(k, id);
-  k[8] = (uint8_t)(seq >> 24);
-  k[9] = (uint8_t)(seq >> 16);
-  k[10] = (uint8_t)(seq >> 8);
-  k[11] = (uint8_t)seq;
+  element_key(k, id, seq);
   return sl_mapstate_delete(ctx, ID_ELEMENT, k, 12);
 }
 
