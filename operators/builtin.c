@@ -4,6 +4,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "op_util.h" /* before internal.h: both are private */
 #include "internal.h"
 #include "sluice_testing.h"
 
@@ -98,8 +99,6 @@ static void sequence_close(sl_ctx *ctx, void *state) {
   free(state);
 }
 
-static void free_user(void *p) { free(p); }
-
 SL_EXPORT int sl_source_sequence(sl_job *job, const char *name,
                                  int parallelism, uint64_t count,
                                  uint64_t key_count, sl_op **op) {
@@ -114,12 +113,7 @@ SL_EXPORT int sl_source_sequence(sl_job *job, const char *name,
                                     .snapshot = sequence_snapshot,
                                     .restore = sequence_restore};
   int rc = sl_op_source(job, name, parallelism, &ops, seq, op);
-  if (rc) {
-    free(seq);
-    return rc;
-  }
-  (*op)->user_free = free_user;
-  return 0;
+  return op_adopt(rc, op, seq, free);
 }
 
 /* ------------------------------------------------------------ checksum */

@@ -54,6 +54,7 @@
 
 #include "fault.h"
 #include "internal.h"
+#include "op_util.h"
 #include "output_dir.h"
 
 #define FILE_SINK_MAX_PENDING 4096 /* parts awaiting commit per instance */
@@ -541,10 +542,5 @@ SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
                                        .snapshot = plain_snapshot};
   int rc = sl_op_sink(job, name, input, parallelism,
                       config->exactly_once ? &exactly_once : &plain, sink, op);
-  if (rc) {
-    free_sink(sink);
-    return rc;
-  }
-  (*op)->user_free = free_sink;
-  return 0;
+  return op_adopt(rc, op, sink, free_sink);
 }

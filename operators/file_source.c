@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "op_util.h"
 #include "io_internal.h"
 #include "log.h"
 
@@ -658,12 +659,7 @@ static int add_source(sl_job *job, const char *name, io_source *src,
                                           .snapshot = io_snapshot};
   int rc = sl_op_source(job, name, 1, src->is_stdin ? &stdin_ops : &file_ops,
                         src, op);
-  if (rc) {
-    io_source_free(src);
-    return rc;
-  }
-  (*op)->user_free = io_source_free;
-  return 0;
+  return op_adopt(rc, op, src, io_source_free);
 }
 
 /* The config checks of the file source.  Returns 0 or refuse()'s EINVAL. */

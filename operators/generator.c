@@ -24,14 +24,14 @@
  *    the seed and the count.  A restore refuses a position outside the
  *    instance's range or a seed or count that differ (a changed
  *    configuration would otherwise resume silently into other events).
- * 4. Rate limit: the instance keeps a schedule anchored at its first
- *    next() call (after open and restore): by time t it may have emitted
- *    (t - anchor) * rate events.  When nothing is due it sleeps until the
- *    next event is, at most 1 ms per next() call (GENERATOR_SLEEP_MAX_NS),
- *    and returns, so the engine checks for stop and checkpoints between
- *    sleeps; it never spins.  After a stall the schedule is moved so that
- *    at most one batch is due at once (no long burst at an unlimited
- *    rate).
+ * 4. Rate limit (rate.h): the instance keeps a schedule anchored at its
+ *    first next() call (after open and restore): by time t it may have
+ *    emitted (t - anchor) * rate events.  When nothing is due it sleeps
+ *    until the next event is, at most 1 ms per next() call
+ *    (GENERATOR_SLEEP_MAX_NS), and returns, so the engine checks for stop
+ *    and checkpoints between sleeps; it never spins.  After a stall the
+ *    schedule is moved so that at most one batch is due at once (no long
+ *    burst at an unlimited rate).
  * 5. Each next() call emits up to GENERATOR_RECORDS_PER_CALL events, each
  *    with sl_emit_ts (records carry their own timestamps, so the batched
  *    sl_emit_batch, which gives every record the same one, does not fit).
@@ -46,6 +46,8 @@
 #include <time.h>
 
 #include "internal.h"
+#include "op_util.h"
+#include "rate.h"
 
 /* Events per next() call (note 5; see builtin.c for why a batch). */
 #define GENERATOR_RECORDS_PER_CALL 1024u
@@ -140,16 +142,9 @@ SL_EXPORT void sl_generator_range(uint64_t count, int parallelism,
 
 /* ------------------------------------------------------------ validation */
 
-__attribute__((format(printf, 3, 4))) static int
-invalid(char *err, size_t err_bytes, const char *fmt, ...) {
-  if (err && err_bytes) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-  }
-  return EINVAL;
-}
+/* invalid(err, err_bytes, fmt, ...): why the config is refused into the
+ * caller's buffer (if any), then EINVAL. */
+#define invalid(...) op_errorf(EINVAL, __VA_ARGS__)
 
 static bool probability(double p) { return p >= 0.0 && p <= 1.0; } /* NaN: no */
 
@@ -210,9 +205,7 @@ typedef struct generator_instance {
   uint64_t begin; /* this instance's range (note 2) */
   uint64_t end;
   uint64_t next;  /* the position (note 3) */
-  /* Rate limit (note 4): emitted since the anchor, and when it was. */
-  uint64_t anchor_ns; /* 0: not anchored yet */
-  uint64_t anchor_emitted;
+  rate_limiter rate; /* note 4 */
 } generator_instance;
 
 static int generator_open(sl_ctx *ctx, void *user, void **state) {
@@ -225,52 +218,10 @@ static int generator_open(sl_ctx *ctx, void *user, void **state) {
   sl_generator_range(cfg->count, sl_ctx_parallelism(ctx),
                      sl_ctx_instance(ctx), &g->begin, &g->end);
   g->next = g->begin;
+  g->rate = rate_limiter_make(cfg->events_per_second,
+                              GENERATOR_RECORDS_PER_CALL,
+                              GENERATOR_SLEEP_MAX_NS);
   *state = g;
-  return 0;
-}
-
-static uint64_t monotonic_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-/* Events the rate limit allows now (note 4), at most `wanted`.  0 after a
- * sleep of at most GENERATOR_SLEEP_MAX_NS when none is due yet. */
-static uint64_t generator_due(sl_ctx *ctx, generator_instance *g,
-                              uint64_t wanted) {
-  uint64_t rate = g->cfg->events_per_second;
-  if (rate == 0)
-    return wanted;
-  uint64_t now = monotonic_ns();
-  if (g->anchor_ns == 0) {
-    g->anchor_ns = now;
-    g->anchor_emitted = 0;
-  }
-  uint64_t allowed =
-      (uint64_t)((u128)(now - g->anchor_ns) * rate / 1000000000u);
-  if (allowed > g->anchor_emitted + GENERATOR_RECORDS_PER_CALL) {
-    /* Behind schedule by more than a batch: forget the rest (no burst). */
-    g->anchor_ns = now;
-    g->anchor_emitted = 0;
-    return wanted < GENERATOR_RECORDS_PER_CALL ? wanted
-                                               : GENERATOR_RECORDS_PER_CALL;
-  }
-  if (allowed > g->anchor_emitted) {
-    uint64_t due = allowed - g->anchor_emitted;
-    return due < wanted ? due : wanted;
-  }
-  if (sl_ctx_stopping(ctx))
-    return 0;
-  /* When the next event is due: anchor + (emitted + 1) / rate seconds. */
-  uint64_t due_ns = g->anchor_ns +
-                    (uint64_t)(((u128)(g->anchor_emitted + 1) * 1000000000u +
-                                rate - 1) / rate);
-  uint64_t wait_ns = due_ns > now ? due_ns - now : 0;
-  if (wait_ns > GENERATOR_SLEEP_MAX_NS)
-    wait_ns = GENERATOR_SLEEP_MAX_NS;
-  struct timespec t = {.tv_sec = 0, .tv_nsec = (long)wait_ns};
-  nanosleep(&t, 0); /* EINTR: a shorter sleep, the next call sleeps again */
   return 0;
 }
 
@@ -279,9 +230,9 @@ static int generator_next(sl_ctx *ctx, void *state) {
   uint64_t left = g->end - g->next;
   if (left == 0)
     return SL_SOURCE_END;
-  uint64_t n = generator_due(ctx, g, left < GENERATOR_RECORDS_PER_CALL
-                                         ? left
-                                         : GENERATOR_RECORDS_PER_CALL);
+  uint64_t n = rate_due(&g->rate, ctx, left < GENERATOR_RECORDS_PER_CALL
+                                            ? left
+                                            : GENERATOR_RECORDS_PER_CALL);
   assert(n <= left);
   assert(n <= GENERATOR_RECORDS_PER_CALL);
   for (uint64_t k = 0; k < n; k++) {
@@ -291,7 +242,7 @@ static int generator_next(sl_ctx *ctx, void *state) {
     if (rc)
       return rc; /* this event was not emitted: next stays on it */
     g->next++;
-    g->anchor_emitted++;
+    rate_emitted(&g->rate, 1);
   }
   return g->next == g->end ? SL_SOURCE_END : 0;
 }
@@ -337,8 +288,6 @@ static void generator_close(sl_ctx *ctx, void *state) {
   free(state);
 }
 
-static void free_user(void *p) { free(p); }
-
 SL_EXPORT int sl_source_generator(sl_job *job, const char *name,
                                   int parallelism,
                                   const sl_generator_config *cfg, sl_op **op) {
@@ -362,10 +311,5 @@ SL_EXPORT int sl_source_generator(sl_job *job, const char *name,
                                     .snapshot = generator_snapshot,
                                     .restore = generator_restore};
   rc = sl_op_source(job, name, parallelism, &ops, copy, op);
-  if (rc) {
-    free(copy);
-    return rc;
-  }
-  (*op)->user_free = free_user;
-  return 0;
+  return op_adopt(rc, op, copy, free);
 }

@@ -42,18 +42,13 @@
 #include <string.h>
 
 #include "io_internal.h"
+#include "op_util.h"
 #include "time_check.h"
 #include "utf8_check.h"
 
-static int bad(char *reason, size_t reason_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(char *reason, size_t reason_bytes, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(reason, reason_bytes, fmt, ap);
-  va_end(ap);
-  return IO_MALFORMED;
-}
+/* bad(reason, reason_bytes, fmt, ...): the reason of a malformed input
+ * into the caller's buffer, then IO_MALFORMED. */
+#define bad(...) op_errorf(IO_MALFORMED, __VA_ARGS__)
 
 /* ------------------------------------------------------------ setup */
 

@@ -36,6 +36,7 @@
 
 #include "internal.h"
 #include "io_internal.h"
+#include "op_util.h"
 
 _Static_assert(sizeof(double) == 8, "SL_FIELD_DOUBLE is 8 bytes");
 _Static_assert(sizeof(json_int_t) == sizeof(int64_t),
@@ -65,17 +66,9 @@ static uint32_t type_size(int type) {
   }
 }
 
-static int invalid(char *err, size_t err_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int invalid(char *err, size_t err_bytes, const char *fmt, ...) {
-  if (err && err_bytes) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-  }
-  return EINVAL;
-}
+/* invalid(err, err_bytes, fmt, ...): why the schema is refused into the
+ * caller's buffer (if any), then EINVAL. */
+#define invalid(...) op_errorf(EINVAL, __VA_ARGS__)
 
 /* One field on its own: name, type, size, place, flags. */
 static int check_field(const sl_schema *s, int i, char *err,
@@ -246,15 +239,9 @@ void io_schema_free(io_schema *schema) {
 
 /* ------------------------------------------------------------ text in */
 
-static int bad(char *reason, size_t reason_bytes, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(char *reason, size_t reason_bytes, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(reason, reason_bytes, fmt, ap);
-  va_end(ap);
-  return IO_MALFORMED;
-}
+/* bad(reason, reason_bytes, fmt, ...): the reason of a malformed input
+ * into the caller's buffer, then IO_MALFORMED. */
+#define bad(...) op_errorf(IO_MALFORMED, __VA_ARGS__)
 
 /* Bytes of a value quoted in a reason: enough to recognise it. */
 #define REASON_QUOTE_BYTES 40

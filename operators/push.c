@@ -66,6 +66,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "op_util.h"
 
 /* Records emitted per next() call (see builtin.c for why a batch). */
 #define PUSH_RECORDS_PER_CALL 1024u
@@ -457,14 +458,10 @@ SL_EXPORT int sl_source_push(sl_job *job, const char *name,
   static const sl_source_ops ops = {.open = push_open,
                                     .next = push_next,
                                     .close = push_close_instance};
-  rc = sl_op_source(job, name, 1, &ops, p, op);
-  if (rc) {
-    push_free(p);
-    return rc;
-  }
-  (*op)->user_free = push_free;
-  *push = p;
-  return 0;
+  rc = op_adopt(sl_op_source(job, name, 1, &ops, p, op), op, p, push_free);
+  if (rc == 0)
+    *push = p;
+  return rc;
 }
 
 /* ------------------------------------------------------------ callback sink
@@ -570,8 +567,6 @@ static const sl_process_ops callback_ops = {.open = callback_open,
                                                 callback_complete,
                                             .restore = callback_restore};
 
-static void free_user(void *p) { free(p); }
-
 SL_EXPORT int sl_sink_callback(sl_job *job, const char *name, sl_op *input,
                                int parallelism, sl_callback_fn fn, void *user,
                                sl_op **op) {
@@ -590,12 +585,7 @@ SL_EXPORT int sl_sink_callback(sl_job *job, const char *name, sl_op *input,
   sink->fn = fn;
   sink->user = user;
   int rc = sl_op_sink(job, name, input, parallelism, &callback_ops, sink, op);
-  if (rc) {
-    free(sink);
-    return rc;
-  }
-  (*op)->user_free = free_user;
-  return 0;
+  return op_adopt(rc, op, sink, free);
 }
 
 SL_EXPORT int sl_sink_callback_checkpoints(sl_op *op,

@@ -7,11 +7,10 @@
 #include <string.h>
 
 #include "internal.h"
+#include "op_util.h"
 
 /* Records emitted per next() call (see builtin.c). */
 #define SOURCE_RECORDS_PER_CALL 1024u
-
-static void free_user(void *p) { free(p); }
 
 /* Save an 8-byte position; restore it (0 if none was saved). */
 static int save_position(sl_ctx *ctx, uint64_t position) {
@@ -117,12 +116,7 @@ SL_EXPORT int sl_source_memory(sl_job *job, const char *name,
                                     .snapshot = memory_snapshot,
                                     .restore = memory_restore};
   int rc = sl_op_source(job, name, 1, &ops, m, op);
-  if (rc) {
-    free(m);
-    return rc;
-  }
-  (*op)->user_free = free_user;
-  return 0;
+  return op_adopt(rc, op, m, free);
 }
 
 /* ------------------------------------------------------------ lines */
@@ -234,10 +228,5 @@ SL_EXPORT int sl_source_lines(sl_job *job, const char *name, const char *path,
                                     .snapshot = lines_snapshot,
                                     .restore = lines_restore};
   int rc = sl_op_source(job, name, 1, &ops, src, op);
-  if (rc) {
-    free(src);
-    return rc;
-  }
-  (*op)->user_free = free_user;
-  return 0;
+  return op_adopt(rc, op, src, free);
 }

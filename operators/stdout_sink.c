@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "op_util.h"
 
 #define STDOUT_BUFFER_BYTES (64u * 1024u)
 
@@ -186,10 +187,5 @@ SL_EXPORT int sl_sink_stdout(sl_job *job, const char *name, sl_op *input,
                                      .close = stdout_close,
                                      .snapshot = stdout_snapshot};
   int rc = sl_op_sink(job, name, input, 1, &ops, sink, op);
-  if (rc) {
-    free(sink);
-    return rc;
-  }
-  (*op)->user_free = free;
-  return 0;
+  return op_adopt(rc, op, sink, free);
 }

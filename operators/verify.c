@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_util.h" /* before internal.h: both are private */
 #include "internal.h"
 #include "sluice_testing.h"
 
@@ -121,8 +122,6 @@ static void keyed_close(sl_ctx *ctx, void *state) {
   free(state);
 }
 
-static void free_user(void *p) { free(p); }
-
 SL_EXPORT int sl_source_keyed(sl_job *job, const char *name, int parallelism,
                               uint64_t count, uint64_t keys, sl_op **op) {
   if (keys == 0)
@@ -138,12 +137,7 @@ SL_EXPORT int sl_source_keyed(sl_job *job, const char *name, int parallelism,
                                     .snapshot = keyed_snapshot,
                                     .restore = keyed_restore};
   int rc = sl_op_source(job, name, parallelism, &ops, src, op);
-  if (rc) {
-    free(src);
-    return rc;
-  }
-  (*op)->user_free = free_user;
-  return 0;
+  return op_adopt(rc, op, src, free);
 }
 
 /* ------------------------------------------------------------ sink */
@@ -308,14 +302,9 @@ SL_EXPORT int sl_sink_verify(sl_job *job, const char *name, sl_op *input,
                                      .restore = verify_restore};
   if (rc == 0)
     rc = sl_op_sink(job, name, keyed, parallelism, &ops, sink, op);
-  if (rc) {
-    /* A key_by already added stays, dangling: sl_job_validate refuses
-     * the graph, as for any builder error the caller ignores. */
-    verify_free(sink);
-    return rc;
-  }
-  (*op)->user_free = verify_free;
-  return 0;
+  /* On failure a key_by already added stays, dangling: sl_job_validate
+   * refuses the graph, as for any builder error the caller ignores. */
+  return op_adopt(rc, op, sink, verify_free);
 }
 
 SL_EXPORT int sl_verify_result(const sl_op *op, sl_verify_counts *counts) {

@@ -88,6 +88,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "op_util.h"
 #include "time_check.h"
 
 enum {
@@ -126,11 +127,11 @@ typedef struct window_op {
 typedef struct window_instance {
   const window_op *w;
   uint8_t *buffer; /* header + accumulator being built */
-  uint32_t buffer_bytes;
+  uint64_t buffer_bytes;
   session *sessions; /* working copy of the key's session set */
   uint64_t session_capacity;
   uint8_t *element; /* element being stored */
-  uint32_t element_bytes;
+  uint64_t element_bytes;
   uint8_t *count_template; /* count windows, incremental: an empty window's
                               state (counter 0, header, fresh accumulator) */
 } window_instance;
@@ -160,20 +161,10 @@ static void put_id(uint8_t *out, uint64_t id) { sl_store_be64(out, id); }
 
 static uint64_t time_id(int64_t end) { return (uint64_t)end ^ (1ull << 63); }
 
-static int grow(uint8_t **buffer, uint32_t *bytes, uint64_t need) {
-  if (need <= *bytes)
-    return 0;
-  if (need > (1u << 30))
-    return EINVAL;
-  uint64_t n = *bytes ? *bytes : 256;
-  while (n < need)
-    n *= 2;
-  uint8_t *p = realloc(*buffer, n);
-  if (!p)
-    return ENOMEM;
-  *buffer = p;
-  *bytes = (uint32_t)n;
-  return 0;
+/* A working buffer of at least need bytes (op_util.h): 0, EINVAL over
+ * 1 GiB, ENOMEM. */
+static inline int grow(uint8_t **buffer, uint64_t *bytes, uint64_t need) {
+  return op_grow((void **)buffer, bytes, need, 1, 1u << 30);
 }
 
 static uint32_t header_bytes(const window_op *w) {
@@ -222,15 +213,17 @@ static int header_store(sl_ctx *ctx, window_instance *s, uint64_t id) {
                          header_bytes(s->w));
 }
 
+/* The ELEMENT key of window id's element seq (note 2). */
+static void element_key(uint8_t k[12], uint64_t id, uint64_t seq) {
+  put_id(k, id);
+  op_store_be32(k + 8, (uint32_t)seq);
+}
+
 static int element_store(sl_ctx *ctx, window_instance *s, uint64_t id,
                          uint64_t seq, int64_t ts, const void *data,
                          uint32_t size) {
   uint8_t k[12];
-  put_id(k, id);
-  k[8] = (uint8_t)(seq >> 24);
-  k[9] = (uint8_t)(seq >> 16);
-  k[10] = (uint8_t)(seq >> 8);
-  k[11] = (uint8_t)seq;
+  element_key(k, id, seq);
   int rc = grow(&s->element, &s->element_bytes, 8ull + size);
   if (rc)
     return rc;
@@ -243,11 +236,7 @@ static int element_store(sl_ctx *ctx, window_instance *s, uint64_t id,
 static int element_get(sl_ctx *ctx, uint64_t id, uint64_t seq,
                        const uint8_t **value, uint32_t *bytes) {
   uint8_t k[12];
-  put_id(k, id);
-  k[8] = (uint8_t)(seq >> 24);
-  k[9] = (uint8_t)(seq >> 16);
-  k[10] = (uint8_t)(seq >> 8);
-  k[11] = (uint8_t)seq;
+  element_key(k, id, seq);
   const void *v;
   int rc = sl_mapstate_get(ctx, ID_ELEMENT, k, 12, &v, bytes);
   if (rc == 0 && *bytes < 8)
@@ -258,11 +247,7 @@ static int element_get(sl_ctx *ctx, uint64_t id, uint64_t seq,
 
 static int element_delete(sl_ctx *ctx, uint64_t id, uint64_t seq) {
   uint8_t k[12];
-  put_id(k, id);
-  k[8] = (uint8_t)(seq >> 24);
-  k[9] = (uint8_t)(seq >> 16);
-  k[10] = (uint8_t)(seq >> 8);
-  k[11] = (uint8_t)seq;
+  element_key(k, id, seq);
   return sl_mapstate_delete(ctx, ID_ELEMENT, k, 12);
 }
 
@@ -365,25 +350,43 @@ static int window_purge(sl_ctx *ctx, window_instance *s, uint64_t id,
 
 /* ----------------------------------------------------------- time windows */
 
-static int64_t record_time(sl_ctx *ctx, const window_op *w,
-                           const sl_record *in, int *rc) {
-  *rc = 0;
-  if (w->cfg.domain == SL_PROCESSING_TIME)
-    return sl_ctx_processing_time(ctx);
+/* The time of record in: its timestamp (note 7), or the processing time.
+ * 0, or EINVAL (job failed) for a missing or invalid timestamp. */
+static int record_time(sl_ctx *ctx, const window_op *w, const sl_record *in,
+                       int64_t *ts) {
+  if (w->cfg.domain == SL_PROCESSING_TIME) {
+    *ts = sl_ctx_processing_time(ctx);
+    return 0;
+  }
+  *ts = in->timestamp;
   if (in->timestamp == SL_NO_TIMESTAMP) {
     sl_ctx_fail(ctx, "a record without a timestamp reached an event-time "
                 "window (emit with sl_emit_ts)");
-    *rc = EINVAL;
-  } else if (!sl_time_valid(in->timestamp)) {
+    return EINVAL;
+  }
+  if (!sl_time_valid(in->timestamp)) {
     /* Its windows' bounds or cleanup time would not fit in an int64
      * (time_check.h note 2): refused, never wrapped. */
     sl_ctx_fail(ctx, "timestamp %" PRId64 " is outside the valid event "
                 "times %" PRId64 " .. %" PRId64 " (SL_TIME_MIN_VALID .. "
                 "SL_TIME_MAX_VALID)", in->timestamp, SL_TIME_MIN_VALID,
                 SL_TIME_MAX_VALID);
-    *rc = EINVAL;
+    return EINVAL;
   }
-  return in->timestamp;
+  return 0;
+}
+
+/* What a time or session window needs of a record first: its time, its
+ * key and the watermark to judge its lateness by (note 5; never late in
+ * processing time). */
+static int record_begin(sl_ctx *ctx, const window_op *w, const sl_record *in,
+                        int64_t *ts, uint64_t *key, int64_t *wm) {
+  int rc = record_time(ctx, w, in, ts);
+  if (rc == 0)
+    rc = sl_ctx_key(ctx, key);
+  *wm = w->cfg.domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
+                                       : SL_WATERMARK_MIN;
+  return rc;
 }
 
 static int late_record(sl_ctx *ctx, const window_op *w, const sl_record *in) {
@@ -429,16 +432,11 @@ static int time_window_add(sl_ctx *ctx, window_instance *s, uint64_t key,
 
 static int time_process(sl_ctx *ctx, window_instance *s, const sl_record *in) {
   const sl_window_config *c = &s->w->cfg;
-  int rc;
-  int64_t ts = record_time(ctx, s->w, in, &rc);
-  if (rc)
-    return rc;
+  int64_t ts, wm;
   uint64_t key;
-  rc = sl_ctx_key(ctx, &key);
+  int rc = record_begin(ctx, s->w, in, &ts, &key, &wm);
   if (rc)
     return rc;
-  int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
-                                          : SL_WATERMARK_MIN;
   int64_t slide = c->type == SL_WINDOW_TUMBLING ? c->size : c->slide;
   /* ts is valid and size, slide <= SL_TIME_SPAN_MAX (check_config), so
    * nothing below overflows (time_check.h note 2): each start lies in
@@ -738,16 +736,11 @@ static int session_insert(window_instance *s, uint64_t *count,
 static int session_process(sl_ctx *ctx, window_instance *s,
                            const sl_record *in) {
   const sl_window_config *c = &s->w->cfg;
-  int rc;
-  int64_t ts = record_time(ctx, s->w, in, &rc);
-  if (rc)
-    return rc;
+  int64_t ts, wm;
   uint64_t key;
-  rc = sl_ctx_key(ctx, &key);
+  int rc = record_begin(ctx, s->w, in, &ts, &key, &wm);
   if (rc)
     return rc;
-  int64_t wm = c->domain == SL_EVENT_TIME ? sl_ctx_watermark(ctx)
-                                          : SL_WATERMARK_MIN;
   uint64_t n, next_id;
   rc = sessions_load(ctx, s, &n, &next_id);
   if (rc)
@@ -1143,10 +1136,5 @@ SL_EXPORT int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
                         .close = window_close,
                         .on_timer = window_on_timer};
   rc = sl_op_process(job, name, &keyed_input, 1, parallelism, &ops, w, op);
-  if (rc) {
-    free(w);
-    return rc;
-  }
-  (*op)->user_free = free;
-  return 0;
+  return op_adopt(rc, op, w, free);
 }
