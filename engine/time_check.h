@@ -1,5 +1,5 @@
 /* time_check.h — checked arithmetic on event times, one set of rules for
- * the engine (timer.c), the operators (window.c, join.c) and the Nexmark
+ * the engine (timer.c), the operators (window.c) and the Nexmark
  * queries.  Internal: not part of the public API.
  *
  * NOTES ON THE DESIGN

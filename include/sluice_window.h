@@ -1,6 +1,6 @@
 /* sluice_window.h — windows and joins: the operators that group a keyed
  * stream by event or processing time (operators/window.c) and that join
- * two keyed streams (operators/join.c).  Included by sluice.h; the older
+ * two keyed streams (operators/join_*.c).  Included by sluice.h; the older
  * name sluice_join.h includes this header.  Event time itself (watermarks,
  * timers, valid times) is in sluice.h.
  */
@@ -113,7 +113,7 @@ int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
 
 /* ------------------------------------------------------------------------ */
 /* Joins of two keyed streams: windowed, interval and unbounded
- * (operators/join.c).
+ * (operators/join_window.c, join_interval.c, join_unbounded.c).
  *
  * Each join is a keyed two-input operator: input 0 is the left stream,
  * input 1 the right one, and both must come out of sl_op_key_by with key
@@ -211,7 +211,7 @@ typedef struct sl_interval_join_config {
                           SL_MAX_SIDE_OUTPUTS: emit them there */
   int right_late_port; /* the same for the right input (may be equal) */
   /** Width, in timestamp units, of the buckets that index the buffered
-   * timestamps of a key (join.c note 5).  0: 256.  A record costs about
+   * timestamps of a key (join_interval.c note 2).  0: 256.  A record costs about
    * (distinct timestamps in its bucket) + (buckets of its key, when it
    * opens a new one); choose about the number of units that hold a few
    * dozen records of one key. */

@@ -47,9 +47,9 @@
  *    it with the configuration and P, and a restore refuses a checkpoint
  *    of another configuration or parallelism (it would resume silently
  *    into other events).  Each next() emits at most the rest of one block.
- * 7. Rate limit (events_per_second_limit; rate.c), as operators/generator.c
- *    does it: a schedule anchored at the first next(); when nothing is due the
- *    instance sleeps until the next event is, at most 1 ms per call, and
+ * 7. Rate limit (events_per_second_limit; operators/rate.h, shared with
+ *    operators/generator.c): a schedule anchored at the first next(); when
+ *    nothing is due the instance sleeps until the next event is, at most 1 ms per call, and
  *    returns, so stops and barriers are never held up; it never spins.
  *    After a stall at most one block is due at once.
  * 8. Departures from nexmark/nexmark, and why:
@@ -84,7 +84,7 @@
 #include <time.h>
 
 #include "nexmark.h"
-#include "rate.h"
+#include "rate.h" /* operators/: the generators' shared rate limiter */
 
 __extension__ typedef unsigned __int128 u128;
 __extension__ typedef __int128 i128;
@@ -730,11 +730,10 @@ typedef struct gen_source {
 
 typedef struct gen_instance {
   gen_plan plan;
-  uint64_t rate_limit;
   uint64_t instance, parallelism;
   uint64_t next;   /* the position (note 6) */
   gen_clock clock; /* of next, while next < events */
-  nx_rate pace;    /* the rate limit's schedule (note 7) */
+  rate_limiter pace; /* the rate limit's schedule (note 7) */
   uint64_t record[GEN_BUFFER_WORDS];
 } gen_instance;
 
@@ -753,7 +752,9 @@ static int gen_open(sl_ctx *ctx, void *user, void **state) {
     return -ENOMEM;
   }
   gi->plan = plan_of(&src->cfg);
-  gi->rate_limit = src->rate_limit;
+  /* The rest of a block is at most a block, so a burst is never cut. */
+  gi->pace = rate_limiter_make(src->rate_limit, NX_SPLIT_BLOCK,
+                               GEN_SLEEP_MAX_NS);
   gi->instance = (uint64_t)sl_ctx_instance(ctx);
   gi->parallelism = (uint64_t)sl_ctx_parallelism(ctx);
   gen_seek(gi, gi->instance * NX_SPLIT_BLOCK);
@@ -776,10 +777,7 @@ static int gen_next(sl_ctx *ctx, void *state) {
   uint64_t block_end = (block + 1) * NX_SPLIT_BLOCK;
   if (block_end > g->events)
     block_end = g->events;
-  /* The rest of a block is at most a block, so a burst is never cut. */
-  uint64_t due = nx_rate_due(ctx, &gi->pace, gi->rate_limit,
-                             block_end - gi->next, NX_SPLIT_BLOCK,
-                             GEN_SLEEP_MAX_NS);
+  uint64_t due = rate_due(&gi->pace, ctx, block_end - gi->next);
   assert(due <= NX_SPLIT_BLOCK);
   for (uint64_t i = 0; i < due; i++) {
     int64_t date_time;
@@ -793,7 +791,7 @@ static int gen_next(sl_ctx *ctx, void *state) {
       return rc; /* not emitted: the position stays on it */
     gi->next++;
     clock_step(g, &gi->clock);
-    gi->pace.anchor_emitted++;
+    rate_emitted(&gi->pace, 1);
   }
   if (gi->next == block_end)
     gen_seek(gi, (block + gi->parallelism) * NX_SPLIT_BLOCK);
