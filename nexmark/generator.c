@@ -50,8 +50,8 @@
  * 7. Rate limit (events_per_second_limit; operators/rate.h, shared with
  *    operators/generator.c): a schedule anchored at the first next(); when
  *    nothing is due the instance sleeps until the next event is, at most
- *    1 ms per call, and returns, so stops and barriers are never held up; it never spins.
- *    After a stall at most one block is due at once.
+ *    1 ms per call, and returns, so stops and barriers are never held up;
+ *    it never spins.  After a stall at most one block is due at once.
  * 8. Departures from nexmark/nexmark, and why:
  *    - PRNG per event (note 2), not one java.util.Random per generator.
  *    - nextString characters: a space (or '_') with probability 20/256
