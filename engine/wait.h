@@ -15,7 +15,7 @@
  *   sl_parker_wake               any thread, after publishing its change
  *   sl_cpu_relax                 anyone
  *
- * Waiting protocol of an owner (see sl_runtime wait loops):
+ * Waiting protocol of an owner (wait_until and wait_loop in runtime.c):
  *
  *     for (spins = 0; !ready(); spins++) {
  *         if (spins < limit) { sl_cpu_relax(); continue; }
