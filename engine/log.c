@@ -132,7 +132,9 @@ static void write_line(const char *line, size_t bytes) {
   }
 }
 
-static void log_line(int level, const char *fmt, va_list ap) {
+__attribute__((format(printf, 2, 0))) static void log_line(int level,
+                                                           const char *fmt,
+                                                           va_list ap) {
   char line[SL_LOG_LINE_BYTES];
   int used = 0;
   if (atomic_load_explicit(&status_line, memory_order_relaxed)) {

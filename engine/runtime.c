@@ -75,6 +75,7 @@
 /* The whole-instance checker, asserted at each state change of the diagram
  * above (never per record).  O(1): it looks at counters and flags, not at
  * the channels one by one. */
+__attribute__((unused)) /* asserts only: NDEBUG builds drop the calls */
 static bool instance_check(const sl_instance *inst) {
   assert(inst->job && inst->op);
   assert(inst->index >= 0 && inst->index < inst->op->parallelism);

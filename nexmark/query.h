@@ -34,9 +34,9 @@
  *    state calls are used only until the next state call (sl_emit is not
  *    one), and values are copied out with memcpy: list items are only
  *    4-byte aligned.
- * 6. Callbacks return negative errors only: the engine ignores positive
- *    returns, so an errno from a state call is negated after it is put in
- *    the job's message (failed()).
+ * 6. Callbacks return 0 or the failing code as it came (any nonzero return
+ *    fails the job: sluice.h, CALLBACK RETURNS); failed() first puts the
+ *    cause in the job's message.
  * 7. Result records are the *_row structs below; nx_query_format() checks a
  *    record's size against its query before it reads it.
  * 8. Times.  Every time a query computes from comes through time_of(): a
@@ -151,17 +151,17 @@ static inline int malformed(sl_ctx *ctx, const sl_record *in) {
   return -EINVAL;
 }
 
-/* rc as a callback's return (note 6): 0, or negative with the cause. */
+/* rc as a callback's return (note 6): 0, or rc with the cause recorded. */
 static inline int failed(sl_ctx *ctx, int rc, const char *what) {
   if (rc == 0 || rc == SL_ESTOPPED)
     return rc;
   sl_ctx_fail(ctx, "%s: %s", what, sl_strerror(rc));
-  return rc > 0 ? -rc : rc;
+  return rc;
 }
 
 static inline int64_t window_start(int64_t ts, int64_t size) {
   assert(size > 0 && size <= SL_TIME_SPAN_MAX && sl_time_valid(ts));
-  int64_t start, end;
+  int64_t start = 0, end = 0; /* set by sl_time_window; 0 quiets -O3 */
   bool ok = sl_time_window(ts, size, &start, &end);
   assert(ok); /* a valid time's window fits (time_check.h note 2) */
   (void)ok;

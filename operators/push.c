@@ -127,6 +127,7 @@ struct sl_push {
 
 /* Does a buffer hold together?  For asserts (inline: unused, and not
  * warned about, when NDEBUG removes them). */
+__attribute__((unused)) /* asserts only */
 static inline bool buffer_check(const push_buffer *b) {
   assert(b->used_bytes <= b->capacity_bytes);
   assert((b->records == 0) == (b->used_bytes == 0));
@@ -135,6 +136,7 @@ static inline bool buffer_check(const push_buffer *b) {
 }
 
 /* The queue side of p; under the lock. */
+__attribute__((unused)) /* asserts only */
 static inline bool queue_check(const sl_push *p) {
   assert(buffer_check(&p->filling));
   assert(p->filling.records <= p->capacity_records);
@@ -145,6 +147,7 @@ static inline bool queue_check(const sl_push *p) {
 }
 
 /* The source side of p; on the source's thread. */
+__attribute__((unused)) /* asserts only */
 static inline bool drain_check(const sl_push *p) {
   assert(buffer_check(&p->draining));
   assert(p->drain_left <= p->draining.records);

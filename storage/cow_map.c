@@ -476,6 +476,7 @@ static inline sl_cow_entry **find_key(const sl_cow_map *m, const sl_cow_key *k,
 
 /* Whether key holds the hash and words of its bytes (the promise of a
  * caller that prepared it itself; for asserts). */
+__attribute__((unused)) /* asserts only */
 static inline bool key_prepared(const sl_cow_key *key) {
   sl_cow_key expected = sl_cow_key_of(key->bytes, key->key_bytes);
   return key->hash == expected.hash && key->first == expected.first &&

@@ -132,6 +132,7 @@ check_fail(walker *w, int rc, const char *format, ...) {
 
 #define CORRUPT(w, ...) check_fail((w), SL_ECORRUPT, __VA_ARGS__)
 
+__attribute__((unused)) /* asserts only */
 static bool walker_check(const walker *w) {
   assert(w->page_bytes >= PAGE_MIN_BYTES && w->page_bytes <= PAGE_MAX_BYTES);
   assert((w->page_bytes & (w->page_bytes - 1)) == 0);

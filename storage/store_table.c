@@ -222,7 +222,7 @@ int store_commit_table_counts(sl_store_txn *t) {
       continue;
     uint8_t key_bytes[1 + SL_STORE_TABLE_NAME_MAX];
     MDB_val key = count_key(key_bytes, table->name, table->name_bytes);
-    MDB_val stored, payload;
+    MDB_val stored, payload = {0};
     uint64_t rows = 0;
     int rc = mdb_get(t->mdb, s->dbi[DB_TABLES], &key, &stored);
     if (rc == 0 && (rc = store_value_open(s, DB_TABLES, &key, &stored,
@@ -381,7 +381,7 @@ int sl_store_table_get(sl_store *s, const char *table, const void *key,
     return rc;
   uint8_t key_buffer[KEY_BUFFER_BYTES];
   MDB_val k = row_key(key_buffer, table, strlen(table), key, key_bytes);
-  MDB_val stored, payload;
+  MDB_val stored, payload = {0};
   rc = txn ? mdb_get(txn, s->dbi[DB_TABLES], &k, &stored) : MDB_NOTFOUND;
   if (rc == MDB_NOTFOUND)
     rc = store_dir_fail(s->dir, err, err_bytes, SL_ENOTFOUND,
@@ -429,7 +429,7 @@ static int table_walk(const sl_store *s, MDB_txn *txn, const char *table,
     if (key.mv_size < prefix_bytes ||
         memcmp(key.mv_data, prefix, prefix_bytes) != 0)
       break; /* past the table's range */
-    MDB_val payload;
+    MDB_val payload = {0};
     rc = table_value_open(s, table, &key, &value, &payload, err, err_bytes);
     if (rc == 0) /* nonzero: fn's value, which stops the walk */
       rc = fn(arg, (const uint8_t *)key.mv_data + prefix_bytes,
@@ -471,7 +471,8 @@ int sl_store_table_count(sl_store *s, const char *table, uint64_t *rows,
   if (rc != 0 || !txn)
     return rc;
   uint8_t key_buffer[1 + SL_STORE_TABLE_NAME_MAX];
-  MDB_val key = count_key(key_buffer, table, strlen(table)), stored, payload;
+  MDB_val key = count_key(key_buffer, table, strlen(table)), stored;
+  MDB_val payload = {0};
   rc = mdb_get(txn, s->dbi[DB_TABLES], &key, &stored);
   if (rc == MDB_NOTFOUND) {
     rc = 0; /* never written: empty */
