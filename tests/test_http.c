@@ -109,13 +109,6 @@ static int forever_next(sl_ctx *ctx, void *state) {
   return 0;
 }
 
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  return t.key;
-}
-
 static int count_per_key(sl_ctx *ctx, void *state, int input,
                          const sl_record *in) {
   (void)state, (void)input, (void)in;
@@ -171,7 +164,8 @@ static void fixture_job(fixture *f) {
   sl_op *src, *by, *snk;
   cr_assert_eq(sl_op_source(f->job, "source", 1, &src_ops, &f->position,
                             &src), 0);
-  cr_assert_eq(sl_op_key_by(f->job, "by_key", src, tuple_key, 0, &by), 0);
+  cr_assert_eq(
+      sl_op_key_by(f->job, "by_key", src, sl_fixture_tuple_key, 0, &by), 0);
   cr_assert_eq(sl_op_sink(f->job, ODD_NAME, by, 2, &ops, 0, &snk), 0);
 }
 

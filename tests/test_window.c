@@ -125,22 +125,12 @@ static void src_close(sl_ctx *ctx, void *state) {
 
 static int src_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  source *s = state;
-  return sl_operator_state_set(ctx, &s->pos, sizeof s->pos);
+  return sl_fixture_save_position(ctx, &((source *)state)->pos);
 }
 
 static int src_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  source *s = state;
-  const void *d;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &d, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  if (rc || bytes != 8)
-    return -EINVAL;
-  memcpy(&s->pos, d, 8);
-  return 0;
+  return sl_fixture_load_position(ctx, &((source *)state)->pos);
 }
 
 static const sl_source_ops src_ops = {.open = src_open,
@@ -192,22 +182,12 @@ static int sink_process(sl_ctx *ctx, void *state, int input,
 
 static int sink_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  collected *mine = state;
-  return sl_operator_state_set(ctx, &mine->count, sizeof mine->count);
+  return sl_fixture_save_position(ctx, &((collected *)state)->count);
 }
 
 static int sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  collected *mine = state;
-  const void *d;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &d, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  if (rc || bytes != 8)
-    return -EINVAL;
-  memcpy(&mine->count, d, 8);
-  return 0;
+  return sl_fixture_load_position(ctx, &((collected *)state)->count);
 }
 
 static const sl_process_ops sink_ops = {.open = sink_open,
