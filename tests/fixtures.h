@@ -2,7 +2,8 @@
  * an sl_tuple, the keyed running count (and sum) kept in keyed value
  * state, the "key,value" line of a file sink, and a uint64 position kept
  * in operator state (the snapshot and restore of most test sources and
- * sinks).
+ * sinks), a sink that collects every record in memory, and the config of
+ * a checkpointed test job.
  *
  * Compiled once (fixtures.c) into a static library that every test
  * executable links, rather than written as static functions in a header:
@@ -56,5 +57,57 @@ int sl_fixture_save_position(sl_ctx *ctx, const uint64_t *position);
  * *position unchanged when there is none, -EINVAL when it cannot be read
  * or is not 8 bytes. */
 int sl_fixture_load_position(sl_ctx *ctx, uint64_t *position);
+
+/* ------------------------------------------------------------ config */
+
+/* The config of a checkpointed test job: state in state_dir, a checkpoint
+ * every interval_ms, no fsync (the tests kill processes, never the
+ * machine) and 64 KiB rings (small, so barriers queue behind few
+ * records).  The rest is zero: the caller adds what its test is about. */
+sl_job_config sl_fixture_config(const char *state_dir, uint32_t interval_ms);
+
+/* ------------------------------------------------------------ collector */
+
+/* A sink that keeps every record it gets, per instance, in memory, and
+ * checkpoints how many it kept: a restore drops what came after the
+ * checkpoint (the records the restored sources replay), so after
+ * failovers the collector holds exactly the committed run.  The records
+ * must all be record_bytes long (else the job fails naming the sink).
+ * Give sl_fixture_collector_ops with user = the collector to sl_op_sink
+ * (at most SL_FIXTURE_COLLECTOR_INSTANCES instances). */
+#define SL_FIXTURE_COLLECTOR_INSTANCES 8
+
+typedef struct sl_fixture_collected {
+  void *items; /* count records of record_bytes each */
+  uint64_t count, capacity;
+  uint32_t record_bytes;
+} sl_fixture_collected;
+
+typedef struct sl_fixture_collector {
+  uint32_t record_bytes; /* set before the job runs */
+  sl_fixture_collected per[SL_FIXTURE_COLLECTOR_INSTANCES];
+} sl_fixture_collector;
+
+extern const sl_process_ops sl_fixture_collector_ops;
+
+/* The collector's callbacks, for a sink that adds to them (the process
+ * callback appends a copy of in->data, and returns 0, -EINVAL for a
+ * record of the wrong size, or -ENOMEM). */
+int sl_fixture_collector_open(sl_ctx *ctx, void *user, void **state);
+int sl_fixture_collector_process(sl_ctx *ctx, void *state, int input,
+                                 const sl_record *in);
+int sl_fixture_collector_snapshot(sl_ctx *ctx, void *state, uint64_t id);
+int sl_fixture_collector_restore(sl_ctx *ctx, void *state, uint64_t id);
+
+/* The record the last successful process call kept (state as given to
+ * the sink's callbacks). */
+void *sl_fixture_collector_last(void *state);
+
+/* Every instance's records in one array sorted by compare (free() it),
+ * their number in *count; the collector is emptied.  NULL if out of
+ * memory. */
+void *sl_fixture_collector_gather(sl_fixture_collector *c,
+                                  int (*compare)(const void *, const void *),
+                                  uint64_t *count);
 
 #endif /* SL_TEST_FIXTURES_H */

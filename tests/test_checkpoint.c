@@ -37,14 +37,11 @@ typedef struct count_job {
 } count_job;
 
 static sl_job *build_count(const count_job *c) {
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = c->state_dir;
-  config.checkpoint.interval_ms = c->interval_ms ? c->interval_ms : 20;
+  sl_job_config config =
+      sl_fixture_config(c->state_dir, c->interval_ms ? c->interval_ms : 20);
   config.checkpoint.store_policy = c->policy;
   config.checkpoint.mode = c->mode;
-  config.checkpoint.no_sync = 1;
   config.checkpoint.initial_map_bytes = c->map_bytes;
-  config.ring_bytes = 64 * 1024; /* small rings: barriers queue behind less */
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   sl_op *src, *by, *count, *sink;
@@ -960,12 +957,8 @@ static const sl_process_ops *kinds_ops;
 static uint64_t kinds_keys = 777;
 
 static sl_job *build_kinds(const char *state, const char *out, int policy) {
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = state;
-  config.checkpoint.interval_ms = 10;
+  sl_job_config config = sl_fixture_config(state, 10);
   config.checkpoint.store_policy = policy;
-  config.checkpoint.no_sync = 1;
-  config.ring_bytes = 64 * 1024;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   sl_op *src, *by, *kinds, *sink;

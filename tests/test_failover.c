@@ -160,14 +160,11 @@ typedef struct run_result {
 static gated_source g_source;
 
 static sl_job *build(const run_spec *s, sl_op **verify) {
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = s->state_dir;
-  config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 10;
+  sl_job_config config =
+      sl_fixture_config(s->state_dir, s->interval_ms ? s->interval_ms : 10);
   config.checkpoint.mode = s->mode;
-  config.checkpoint.no_sync = 1;
   config.checkpoint.tolerable_failures = s->tolerable;
   config.checkpoint.store_policy = s->policy;
-  config.ring_bytes = 64 * 1024;
   config.restart = s->restart;
   config.faults = s->faults;
   sl_job *job;

@@ -173,14 +173,11 @@ typedef struct spec {
 } spec;
 
 static sl_job *build(const spec *s) {
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = s->state_dir;
-  config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 20;
+  sl_job_config config =
+      sl_fixture_config(s->state_dir, s->interval_ms ? s->interval_ms : 20);
   config.checkpoint.store_policy = s->policy;
-  config.checkpoint.no_sync = 1;
   config.checkpoint.from_savepoint = s->from_savepoint;
   config.max_parallelism = s->max_parallelism;
-  config.ring_bytes = 64 * 1024;
   config.faults = s->faults;
   if (s->restarts) {
     config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);

@@ -250,14 +250,11 @@ typedef struct sum_job {
 /* source -> key_by -> sum -> table sink (the default row: key -> sum).
  * The source is operator 0. */
 static sl_job *build_sum(sum_job *s) {
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = s->state_dir;
-  config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 10;
+  sl_job_config config =
+      sl_fixture_config(s->state_dir, s->interval_ms ? s->interval_ms : 10);
   config.checkpoint.store_policy = s->policy;
-  config.checkpoint.no_sync = 1;
   config.checkpoint.tolerable_failures = s->tolerable;
   config.checkpoint.initial_map_bytes = s->map_bytes;
-  config.ring_bytes = 64 * 1024;
   config.faults = s->faults;
   config.restart = s->restart;
   sl_job *job;
@@ -683,11 +680,7 @@ static void run_deletes(int source_parallelism, int sink_parallelism) {
   char *dir = sl_test_temp_dir("table");
   char *state = sl_test_path_in(dir, "state");
   uint64_t count = sl_test_scaled(100000, 20000), keys = 997;
-  sl_job_config config = {0};
-  config.checkpoint.state_dir = state;
-  config.checkpoint.interval_ms = 5;
-  config.checkpoint.no_sync = 1;
-  config.ring_bytes = 64 * 1024;
+  sl_job_config config = sl_fixture_config(state, 5);
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   sl_op *src, *table;

@@ -52,11 +52,7 @@ static void remove_tree(char *dir) {
 
 static sl_job *build(const char *state, const char *faults,
                      struct sl_restart_config restart, sl_op **verify) {
-  sl_job_config c = {0};
-  c.checkpoint.state_dir = state;
-  c.checkpoint.interval_ms = 2;
-  c.checkpoint.no_sync = 1;
-  c.ring_bytes = 64 * 1024;
+  sl_job_config c = sl_fixture_config(state, 2);
   c.restart = restart;
   c.faults = faults;
   sl_job *job;
