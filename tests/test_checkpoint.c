@@ -23,47 +23,7 @@
 
 /* ------------------------------------------------------------ helpers */
 
-/* Remove a directory made by sl_test_temp_dir("cp") and free its name. */
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
-}
-
-static int format_tuple(void *user, const sl_record *in, char *buffer,
-                        uint32_t buffer_bytes) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  int n = snprintf(buffer, buffer_bytes, "%" PRIu64 ",%" PRIu64, t.key,
-                   t.value);
-  return (uint32_t)n < buffer_bytes ? n : n + 1;
-}
-
-/* The running count of each key, in keyed value state. */
-static int count_process(sl_ctx *ctx, void *state, int input,
-                         const sl_record *in) {
-  (void)state;
-  (void)input;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  const void *value;
-  uint32_t bytes;
-  uint64_t count = 0;
-  int rc = sl_state_get(ctx, 0, &value, &bytes);
-  if (rc == 0)
-    memcpy(&count, value, sizeof count);
-  else if (rc != SL_ENOTFOUND)
-    return rc;
-  count++;
-  rc = sl_state_put(ctx, 0, &count, sizeof count, 0);
-  if (rc)
-    return rc;
-  sl_tuple out = {.key = t.key, .value = count};
-  return sl_emit(ctx, &out, sizeof out);
-}
-
+/* The keyed running count (fixtures.h) from a keyed source to a file sink. */
 typedef struct count_job {
   uint64_t records;
   uint64_t keys;
@@ -78,26 +38,24 @@ typedef struct count_job {
 } count_job;
 
 static sl_job *build_count(const count_job *c) {
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = c->state_dir;
-  config.checkpoint.interval_ms = c->interval_ms ? c->interval_ms : 20;
+  sl_job_config config =
+      sl_fixture_config(c->state_dir, c->interval_ms ? c->interval_ms : 20);
   config.checkpoint.store_policy = c->policy;
   config.checkpoint.mode = c->mode;
-  config.checkpoint.no_sync = 1;
   config.checkpoint.initial_map_bytes = c->map_bytes;
-  config.ring_bytes = 64 * 1024; /* small rings: barriers queue behind less */
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   sl_op *src, *by, *count, *sink;
   cr_assert_eq(sl_source_sequence(job, "source", c->parallelism, c->records,
                                   c->keys, &src), 0);
-  cr_assert_eq(sl_op_key_by(job, "by-key", src, tuple_key, 0, &by), 0);
-  static const sl_process_ops ops = {.process = count_process};
+  cr_assert_eq(sl_op_key_by(job, "by-key", src, sl_fixture_tuple_key, 0, &by),
+               0);
+  static const sl_process_ops ops = {.process = sl_fixture_count_process};
   cr_assert_eq(sl_op_process(job, "count", &by, 1, c->parallelism, &ops, 0,
                              &count), 0);
   sl_file_sink_config fc = {.dir = c->out_dir,
                             .exactly_once = c->exactly_once_sink,
-                            .format = format_tuple,
+                            .format = sl_fixture_format_tuple,
                             .suffix = ".csv"};
   cr_assert_eq(sl_sink_file(job, "sink", count, c->parallelism, &fc, &sink), 0);
   return job;
@@ -650,7 +608,7 @@ static int b_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
 static int slow_format(void *user, const sl_record *in, char *buffer,
                        uint32_t buffer_bytes) {
   sl_test_sleep_us(2000); /* a slow sink: barriers queue behind records */
-  return format_tuple(user, in, buffer, buffer_bytes);
+  return sl_fixture_format_tuple(user, in, buffer, buffer_bytes);
 }
 
 static sl_job *build_branches(const char *state, const char *out,
@@ -1000,12 +958,8 @@ static const sl_process_ops *kinds_ops;
 static uint64_t kinds_keys = 777;
 
 static sl_job *build_kinds(const char *state, const char *out, int policy) {
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = state;
-  config.checkpoint.interval_ms = 10;
+  sl_job_config config = sl_fixture_config(state, 10);
   config.checkpoint.store_policy = policy;
-  config.checkpoint.no_sync = 1;
-  config.ring_bytes = 64 * 1024;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   sl_op *src, *by, *kinds, *sink;
@@ -1013,12 +967,12 @@ static sl_job *build_kinds(const char *state, const char *out, int policy) {
    * the outputs of two runs can be compared line by line. */
   cr_assert_eq(sl_source_sequence(job, "source", 1, kinds_records(),
                                   kinds_keys, &src), 0);
-  cr_assert_eq(sl_op_key_by(job, "by", src, tuple_key, 0, &by), 0);
+  cr_assert_eq(sl_op_key_by(job, "by", src, sl_fixture_tuple_key, 0, &by), 0);
   static const sl_process_ops ops = {.process = kinds_process};
   cr_assert_eq(sl_op_process(job, "kinds", &by, 1, 3,
                              kinds_ops ? kinds_ops : &ops, 0, &kinds), 0);
-  sl_file_sink_config fc = {.dir = out, .exactly_once = 1,
-                            .format = format_tuple};
+  sl_file_sink_config fc = {
+      .dir = out, .exactly_once = 1, .format = sl_fixture_format_tuple};
   cr_assert_eq(sl_sink_file(job, "sink", kinds, 3, &fc, &sink), 0);
   return job;
 }
@@ -1180,7 +1134,7 @@ Test(checkpoint, state_update_in_place_survives_failovers) {
   memset(&sums, 0, sizeof sums);
   sl_op *src, *by, *sum, *sink;
   cr_assert_eq(sl_source_sequence(job, "src", 1, n, UPDATE_KEYS, &src), 0);
-  cr_assert_eq(sl_op_key_by(job, "by", src, tuple_key, 0, &by), 0);
+  cr_assert_eq(sl_op_key_by(job, "by", src, sl_fixture_tuple_key, 0, &by), 0);
   sl_process_ops ops = {.process = update_process};
   cr_assert_eq(sl_op_process(job, "sum", &by, 1, 2, &ops, 0, &sum), 0);
   sl_process_ops sink_ops = {.process = last_sum_process};

@@ -87,22 +87,12 @@ static int gated_next(sl_ctx *ctx, void *state) {
 
 static int gated_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  gated_instance *s = state;
-  return sl_operator_state_set(ctx, &s->emitted, sizeof s->emitted);
+  return sl_fixture_save_position(ctx, &((gated_instance *)state)->emitted);
 }
 
 static int gated_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  gated_instance *s = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  if (rc || bytes != 8)
-    return -EINVAL;
-  memcpy(&s->emitted, data, 8);
-  return 0;
+  return sl_fixture_load_position(ctx, &((gated_instance *)state)->emitted);
 }
 
 static void gated_complete(sl_ctx *ctx, void *state, uint64_t id) {
@@ -116,13 +106,6 @@ static void gated_close(sl_ctx *ctx, void *state) {
   free(state);
 }
 
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
-}
-
 typedef struct counted {
   uint64_t key, value, count;
 } counted;
@@ -133,16 +116,8 @@ static int count_process(sl_ctx *ctx, void *state, int input,
   (void)input;
   sl_tuple t;
   memcpy(&t, in->data, sizeof t);
-  const void *value;
-  uint32_t bytes;
-  uint64_t n = 0;
-  int rc = sl_state_get(ctx, 0, &value, &bytes);
-  if (rc == 0)
-    memcpy(&n, value, sizeof n);
-  else if (rc != SL_ENOTFOUND)
-    return rc;
-  n++;
-  rc = sl_state_put(ctx, 0, &n, sizeof n, 0);
+  uint64_t n;
+  int rc = sl_fixture_state_add(ctx, 1, &n);
   if (rc)
     return rc;
   counted out = {t.key, t.value, n};
@@ -186,14 +161,11 @@ typedef struct run_result {
 static gated_source g_source;
 
 static sl_job *build(const run_spec *s, sl_op **verify) {
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = s->state_dir;
-  config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 10;
+  sl_job_config config =
+      sl_fixture_config(s->state_dir, s->interval_ms ? s->interval_ms : 10);
   config.checkpoint.mode = s->mode;
-  config.checkpoint.no_sync = 1;
   config.checkpoint.tolerable_failures = s->tolerable;
   config.checkpoint.store_policy = s->policy;
-  config.ring_bytes = 64 * 1024;
   config.restart = s->restart;
   config.faults = s->faults;
   sl_job *job;
@@ -209,7 +181,8 @@ static sl_job *build(const run_spec *s, sl_op **verify) {
   sl_op *src, *by, *count, *file;
   cr_assert_eq(sl_op_source(job, "source", s->parallelism, &source_ops,
                             &g_source, &src), 0);
-  cr_assert_eq(sl_op_key_by(job, "by-key", src, tuple_key, 0, &by), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", src, sl_fixture_tuple_key, 0, &by),
+               0);
   static const sl_process_ops count_ops = {.process = count_process};
   cr_assert_eq(sl_op_process(job, "count", &by, 1, s->parallelism,
                              &count_ops, 0, &count), 0);

@@ -763,43 +763,54 @@ Test(occur, matches) {
   cr_assert(!sl_fault_matches(&f, "x", 1));
 }
 
-#define OCCUR_THREADS 8
+#define RACERS 8
 
-/* The threads wait at a barrier so that they do overlap: started one by
- * one, each could finish before the next began. */
-typedef struct occur_arg {
+/* One of RACERS threads claiming a plan's faults at once.  They wait at a
+ * barrier so that they do overlap: started one by one, each could finish
+ * before the next began. */
+typedef struct racer {
   sl_fault_plan *plan;
   pthread_barrier_t *start;
+  int instance;
   uint64_t calls;
-  uint64_t fired; /* written by the thread, read after join */
-} occur_arg;
+  uint64_t hits; /* written by the thread, read after join */
+} racer;
 
+/* Run RACERS threads of racer_main over plan, each with its instance
+ * number and `calls`; the sum of their hits. */
+static uint64_t race(sl_fault_plan *plan, void *(*racer_main)(void *),
+                     uint64_t calls) {
+  pthread_t threads[RACERS];
+  racer args[RACERS];
+  pthread_barrier_t start;
+  cr_assert_eq(pthread_barrier_init(&start, NULL, RACERS), 0);
+  for (int t = 0; t < RACERS; t++) {
+    args[t] =
+        (racer){.plan = plan, .start = &start, .instance = t, .calls = calls};
+    cr_assert_eq(pthread_create(&threads[t], NULL, racer_main, &args[t]), 0);
+  }
+  uint64_t hits = 0;
+  for (int t = 0; t < RACERS; t++) {
+    pthread_join(threads[t], NULL);
+    hits += args[t].hits;
+  }
+  pthread_barrier_destroy(&start);
+  return hits;
+}
+
+/* `calls` store puts; a hit is a put the plan fires on. */
 static void *occur_thread(void *arg) {
-  occur_arg *a = arg;
+  racer *a = arg;
   pthread_barrier_wait(a->start);
   for (uint64_t i = 0; i < a->calls; i++)
-    a->fired += sl_fault_occur(a->plan, SL_FAULT_STORE, SL_FAULT_CALL_PUT,
-                               NULL, -1) != NULL;
+    a->hits += sl_fault_occur(a->plan, SL_FAULT_STORE, SL_FAULT_CALL_PUT, NULL,
+                              -1) != NULL;
   return NULL;
 }
 
-/* Run OCCUR_THREADS threads of `calls` store puts each; total fired. */
+/* Run RACERS threads of `calls` store puts each; total fired. */
 static uint64_t occur_in_threads(sl_fault_plan *plan, uint64_t calls) {
-  pthread_t threads[OCCUR_THREADS];
-  occur_arg args[OCCUR_THREADS];
-  pthread_barrier_t start;
-  cr_assert_eq(pthread_barrier_init(&start, NULL, OCCUR_THREADS), 0);
-  for (int t = 0; t < OCCUR_THREADS; t++) {
-    args[t] = (occur_arg){.plan = plan, .start = &start, .calls = calls};
-    cr_assert_eq(pthread_create(&threads[t], NULL, occur_thread, &args[t]), 0);
-  }
-  uint64_t fired = 0;
-  for (int t = 0; t < OCCUR_THREADS; t++) {
-    pthread_join(threads[t], NULL);
-    fired += args[t].fired;
-  }
-  pthread_barrier_destroy(&start);
-  return fired;
+  return race(plan, occur_thread, calls);
 }
 
 Test(occur, threads_fire_exactly_times) {
@@ -807,15 +818,15 @@ Test(occur, threads_fire_exactly_times) {
   sl_fault_plan *plan = parse_ok("store:call=put,nth=1000,times=12345", 1);
   cr_assert_eq(occur_in_threads(plan, calls), 12345);
   cr_assert_eq(loaded(&plan->faults[0].fired), 12345);
-  cr_assert_eq(loaded(&plan->faults[0].occurrences), OCCUR_THREADS * calls);
+  cr_assert_eq(loaded(&plan->faults[0].occurrences), RACERS * calls);
   sl_fault_plan_free(plan);
   /* persistent: every occurrence from nth on */
   plan = parse_ok("store:call=put,nth=7,persistent", 1);
-  cr_assert_eq(occur_in_threads(plan, calls), OCCUR_THREADS * calls - 6);
+  cr_assert_eq(occur_in_threads(plan, calls), RACERS * calls - 6);
   sl_fault_plan_free(plan);
   /* more times than occurrences: all of them from nth on */
   plan = parse_ok("store:call=put,nth=3,times=1000000000", 1);
-  cr_assert_eq(occur_in_threads(plan, calls), OCCUR_THREADS * calls - 2);
+  cr_assert_eq(occur_in_threads(plan, calls), RACERS * calls - 2);
   sl_fault_plan_free(plan);
 }
 
@@ -1009,22 +1020,15 @@ Test(cursor, restart_keeps_the_generator_going) {
   sl_fault_plan_free(plan_b);
 }
 
-#define CURSOR_THREADS 8
-
-typedef struct cursor_arg {
-  sl_fault_plan *plan;
-  pthread_barrier_t *start;
-  int instance;
-  uint64_t fails; /* written by the thread, read after join */
-} cursor_arg;
-
+/* `calls` records of instance `instance` of op "op"; a hit is a record
+ * the plan fails. */
 static void *cursor_thread(void *arg) {
-  cursor_arg *a = arg;
+  racer *a = arg;
   sl_fault_cursor c;
   sl_fault_cursor_init(&c, a->plan, "op", a->instance, (uint32_t)a->instance);
   pthread_barrier_wait(a->start);
-  for (int i = 0; i < 50000; i++)
-    a->fails += sl_fault_cursor_next(&c).fail != NULL;
+  for (uint64_t i = 0; i < a->calls; i++)
+    a->hits += sl_fault_cursor_next(&c).fail != NULL;
   return NULL;
 }
 
@@ -1032,20 +1036,7 @@ Test(cursor, threads_share_times_exactly) {
   /* prob=1: every record of every thread competes for the 100000 times
    * (of 400000 records), so claims do collide */
   sl_fault_plan *plan = parse_ok("fail:op=op,prob=1,times=100000", 1);
-  pthread_t threads[CURSOR_THREADS];
-  cursor_arg args[CURSOR_THREADS];
-  pthread_barrier_t start;
-  cr_assert_eq(pthread_barrier_init(&start, NULL, CURSOR_THREADS), 0);
-  for (int t = 0; t < CURSOR_THREADS; t++) {
-    args[t] = (cursor_arg){.plan = plan, .start = &start, .instance = t};
-    cr_assert_eq(pthread_create(&threads[t], NULL, cursor_thread, &args[t]), 0);
-  }
-  uint64_t fails = 0;
-  for (int t = 0; t < CURSOR_THREADS; t++) {
-    pthread_join(threads[t], NULL);
-    fails += args[t].fails;
-  }
-  pthread_barrier_destroy(&start);
+  uint64_t fails = race(plan, cursor_thread, 50000);
   cr_assert_eq(fails, 100000);
   cr_assert_eq(loaded(&plan->faults[0].fired), 100000);
   sl_fault_plan_free(plan);

@@ -232,21 +232,15 @@ static int agg_finish(sl_ctx *ctx, void *state) {
 
 static int agg_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  agg_state *a = state;
-  return sl_operator_state_set(ctx, &a->sum, sizeof a->sum);
+  return sl_fixture_save_position(ctx, &((agg_state *)state)->sum);
 }
 
 static int agg_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  agg_state *a = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  cr_assert_eq(rc, 0);
-  cr_assert_eq(bytes, sizeof a->sum);
-  memcpy(&a->sum, data, sizeof a->sum);
+  /* absent: nothing to restore; present: readable and 8 bytes */
+  cr_assert_eq(sl_fixture_load_position(ctx, &((agg_state *)state)->sum), 0,
+               "%s: operator state unreadable or not 8 bytes",
+               sl_ctx_name(ctx));
   return 0;
 }
 
@@ -276,13 +270,6 @@ static const sl_process_ops agg_ops = {.open = agg_open,
                                        .restore = agg_restore,
                                        .on_timer = agg_on_timer};
 
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
-}
-
 typedef struct run_spec {
   const char *state_dir, *out_dir, *from_savepoint, *faults;
   uint64_t count, keys;
@@ -307,7 +294,8 @@ static sl_job *build(const run_spec *s) {
   cr_assert_eq(sl_job_create(&c, &job), 0);
   sl_op *src, *keyed, *agg, *sink;
   cr_assert_eq(sl_source_keyed(job, "src", 1, s->count, s->keys, &src), 0);
-  cr_assert_eq(sl_op_key_by(job, "by_key", src, tuple_key, 0, &keyed), 0);
+  cr_assert_eq(
+      sl_op_key_by(job, "by_key", src, sl_fixture_tuple_key, 0, &keyed), 0);
   cr_assert_eq(sl_op_process(job, "agg", &keyed, 1, 1, &agg_ops,
                              (void *)&s->agg, &agg), 0);
   sl_file_sink_config fc = {.dir = s->out_dir, .exactly_once = 1,
@@ -540,21 +528,15 @@ static int seq_next(sl_ctx *ctx, void *state) {
 
 static int seq_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  seq_state *s = state;
-  return sl_operator_state_set(ctx, &s->position, sizeof s->position);
+  return sl_fixture_save_position(ctx, &((seq_state *)state)->position);
 }
 
 static int seq_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  seq_state *s = state;
-  const void *data;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &data, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  cr_assert_eq(rc, 0);
-  cr_assert_eq(bytes, sizeof s->position);
-  memcpy(&s->position, data, sizeof s->position);
+  /* absent: nothing to restore; present: readable and 8 bytes */
+  cr_assert_eq(sl_fixture_load_position(ctx, &((seq_state *)state)->position),
+               0, "%s: operator state unreadable or not 8 bytes",
+               sl_ctx_name(ctx));
   return 0;
 }
 

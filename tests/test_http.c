@@ -94,6 +94,14 @@ static void assert_error(const reply *r, int status) {
   json_decref(v);
 }
 
+/* A request that must fail with status and a JSON error message. */
+static void expect_error(int port, const char *path, const char *args,
+                         int status) {
+  reply r = curl(port, path, args);
+  assert_error(&r, status);
+  reply_free(&r);
+}
+
 /* ------------------------------------------------------------ the job */
 
 /* 256 records per call, then a pause, until stopped. */
@@ -107,13 +115,6 @@ static int forever_next(sl_ctx *ctx, void *state) {
   }
   sl_test_sleep_us(500);
   return 0;
-}
-
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  return t.key;
 }
 
 static int count_per_key(sl_ctx *ctx, void *state, int input,
@@ -171,7 +172,8 @@ static void fixture_job(fixture *f) {
   sl_op *src, *by, *snk;
   cr_assert_eq(sl_op_source(f->job, "source", 1, &src_ops, &f->position,
                             &src), 0);
-  cr_assert_eq(sl_op_key_by(f->job, "by_key", src, tuple_key, 0, &by), 0);
+  cr_assert_eq(
+      sl_op_key_by(f->job, "by_key", src, sl_fixture_tuple_key, 0, &by), 0);
   cr_assert_eq(sl_op_sink(f->job, ODD_NAME, by, 2, &ops, 0, &snk), 0);
 }
 
@@ -420,12 +422,8 @@ Test(http, checkpoints_json) {
   cr_assert_eq(json_array_size(json_object_get(v, "history")), 1);
   json_decref(v);
   reply_free(&r);
-  r = curl(f.port, "/checkpoints?limit=abc", "");
-  assert_error(&r, 400);
-  reply_free(&r);
-  r = curl(f.port, "/checkpoints?limit=65", "");
-  assert_error(&r, 400);
-  reply_free(&r);
+  expect_error(f.port, "/checkpoints?limit=abc", "", 400);
+  expect_error(f.port, "/checkpoints?limit=65", "", 400);
   fixture_stop(&f);
 }
 
@@ -434,31 +432,21 @@ Test(http, checkpoints_json) {
 Test(http, bad_requests) {
   fixture f;
   fixture_start(&f, true);
-  reply r = curl(f.port, "/nope", "");
-  assert_error(&r, 404);
-  reply_free(&r);
-  r = curl(f.port, "/metrics/", "");
-  assert_error(&r, 404);
-  reply_free(&r);
-  r = curl(f.port, "/metrics", "-X POST");
+  expect_error(f.port, "/nope", "", 404);
+  expect_error(f.port, "/metrics/", "", 404);
+  reply r = curl(f.port, "/metrics", "-X POST");
   assert_error(&r, 405);
   cr_assert(strstr(r.headers, "Allow: GET, HEAD"), "%s", r.headers);
   reply_free(&r);
-  r = curl(f.port, "/jobs", "-X DELETE");
-  assert_error(&r, 405);
-  reply_free(&r);
+  expect_error(f.port, "/jobs", "-X DELETE", 405);
   r = curl(f.port, "/savepoints", "");
   assert_error(&r, 405);
   cr_assert(strstr(r.headers, "Allow: POST"), "%s", r.headers);
   reply_free(&r);
-  r = curl(f.port, "/savepoints", "-H 'Content-Type: application/json' "
-                                  "-d '{\"dir\": 7}'");
-  assert_error(&r, 400);
-  reply_free(&r);
-  r = curl(f.port, "/savepoints", "-H 'Content-Type: application/json' "
-                                  "-d '[\"dir\"]'");
-  assert_error(&r, 400);
-  reply_free(&r);
+  expect_error(f.port, "/savepoints",
+               "-H 'Content-Type: application/json' -d '{\"dir\": 7}'", 400);
+  expect_error(f.port, "/savepoints",
+               "-H 'Content-Type: application/json' -d '[\"dir\"]'", 400);
   /* A body over 64 KiB, sent (curl sends it with the headers). */
   char big[] = "/tmp/sluice-http-big-XXXXXX";
   int fd = mkstemp(big);
@@ -471,9 +459,7 @@ Test(http, bad_requests) {
   char args[160];
   snprintf(args, sizeof args,
            "-H 'Content-Type: application/json' --data-binary '@%s'", big);
-  r = curl(f.port, "/savepoints", args);
-  assert_error(&r, 413);
-  reply_free(&r);
+  expect_error(f.port, "/savepoints", args, 413);
   unlink(big);
   fixture_stop(&f);
 }
@@ -804,9 +790,7 @@ Test(http, savepoints_are_refused_without_a_root) {
   assert_error(&r, 403);
   cr_assert(strstr(r.body, "savepoint root"), "%s", r.body);
   reply_free(&r);
-  r = curl(port, "/savepoints", "-X POST");
-  assert_error(&r, 403);
-  reply_free(&r);
+  expect_error(port, "/savepoints", "-X POST", 403);
   sl_http_stop(plain);
   assert_listing(f.dir, "out,root,state");
   assert_listing(f.root, "");
@@ -856,13 +840,9 @@ Test(http, foreign_origins_and_hosts_are_refused) {
     else
       snprintf(origin, sizeof origin, "%s", foreign[i].before);
     snprintf(args, sizeof args, "-H 'Origin: %s'", origin);
-    reply r = curl(f.port, "/jobs", args);
-    assert_error(&r, 403);
-    reply_free(&r);
+    expect_error(f.port, "/jobs", args, 403);
     snprintf(args, sizeof args, "-X POST -H 'Origin: %s'", origin);
-    r = curl(f.port, "/savepoints?dir=cross", args);
-    assert_error(&r, 403);
-    reply_free(&r);
+    expect_error(f.port, "/savepoints?dir=cross", args, 403);
   }
   assert_listing(f.root, "");
   /* DNS rebinding: a foreign name for 127.0.0.1, same-origin for it. */

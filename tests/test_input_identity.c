@@ -206,12 +206,10 @@ typedef struct run_setup {
 } run_setup;
 
 static sl_job *build(const run_setup *r) {
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = r->state_dir;
-  config.checkpoint.interval_ms = 86400000; /* only the test triggers */
-  config.checkpoint.no_sync = 1;
+  /* Only the test triggers checkpoints; the source runs ahead by the
+   * fixture's 64 KiB rings. */
+  sl_job_config config = sl_fixture_config(r->state_dir, 86400000);
   config.checkpoint.store_policy = r->policy;
-  config.ring_bytes = 64 * 1024; /* the source runs ahead by this much */
   config.spin_iterations = 20;   /* park soon: the gate holds for long */
   if (r->restart_attempts) {
     config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);

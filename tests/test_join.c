@@ -208,22 +208,12 @@ static void src_close(sl_ctx *ctx, void *state) {
 
 static int src_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  source *s = state;
-  return sl_operator_state_set(ctx, &s->pos, sizeof s->pos);
+  return sl_fixture_save_position(ctx, &((source *)state)->pos);
 }
 
 static int src_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  source *s = state;
-  const void *d;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &d, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  if (rc || bytes != 8)
-    return -EINVAL;
-  memcpy(&s->pos, d, 8);
-  return 0;
+  return sl_fixture_load_position(ctx, &((source *)state)->pos);
 }
 
 static const sl_source_ops src_ops = {.open = src_open,
@@ -249,67 +239,23 @@ static int is_right(void *user, const sl_record *in) {
 
 /* ----------------------------------------------------------- the sink */
 
-typedef struct collected {
-  pair_out *items;
-  uint64_t count, capacity;
-} collected;
-
-typedef struct collector {
-  collected per[8];
-} collector;
-
-static int sink_open(sl_ctx *ctx, void *user, void **state) {
-  collector *c = user;
-  collected *mine = &c->per[sl_ctx_instance(ctx)];
-  mine->count = 0; /* a restore brings back what was committed */
-  *state = mine;
-  return 0;
-}
+/* sl_fixture_collector (fixtures.h) of pair_out records, each stamped
+ * with the timestamp it arrived with. */
+typedef sl_fixture_collector collector;
 
 static int sink_process(sl_ctx *ctx, void *state, int input,
                         const sl_record *in) {
-  (void)input;
-  collected *mine = state;
-  if (in->size_bytes != sizeof(pair_out)) {
-    sl_ctx_fail(ctx, "sink got %" PRIu32 " bytes", in->size_bytes);
-    return -EINVAL;
-  }
-  if (mine->count == mine->capacity) {
-    mine->capacity = mine->capacity ? mine->capacity * 2 : 1024;
-    mine->items = realloc(mine->items, sizeof(pair_out) * mine->capacity);
-    if (!mine->items)
-      return -ENOMEM;
-  }
-  pair_out *p = &mine->items[mine->count++];
-  memcpy(p, in->data, sizeof *p);
-  p->stamp = in->timestamp;
-  return 0;
+  int rc = sl_fixture_collector_process(ctx, state, input, in);
+  if (rc == 0)
+    ((pair_out *)sl_fixture_collector_last(state))->stamp = in->timestamp;
+  return rc;
 }
 
-static int sink_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
-  collected *mine = state;
-  return sl_operator_state_set(ctx, &mine->count, sizeof mine->count);
-}
-
-static int sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
-  collected *mine = state;
-  const void *d;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &d, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  if (rc || bytes != 8)
-    return -EINVAL;
-  memcpy(&mine->count, d, 8);
-  return 0;
-}
-
-static const sl_process_ops sink_ops = {.open = sink_open,
-                                        .process = sink_process,
-                                        .snapshot = sink_snapshot,
-                                        .restore = sink_restore};
+static const sl_process_ops sink_ops = {
+    .open = sl_fixture_collector_open,
+    .process = sink_process,
+    .snapshot = sl_fixture_collector_snapshot,
+    .restore = sl_fixture_collector_restore};
 
 /* Late side outputs: counted per port, and checked to be the port's side. */
 static uint64_t late_seen[2];
@@ -352,21 +298,8 @@ static int pair_cmp(const void *a, const void *b) {
 
 /* All instances' results, sorted. */
 static pair_out *gather(collector *c, uint64_t *n) {
-  uint64_t total = 0;
-  for (int i = 0; i < 8; i++)
-    total += c->per[i].count;
-  pair_out *all = malloc(sizeof *all * (total ? total : 1));
+  pair_out *all = sl_fixture_collector_gather(c, pair_cmp, n);
   cr_assert(all);
-  uint64_t k = 0;
-  for (int i = 0; i < 8; i++) {
-    if (c->per[i].count)
-      memcpy(all + k, c->per[i].items, sizeof *all * c->per[i].count);
-    k += c->per[i].count;
-    free(c->per[i].items);
-    c->per[i] = (collected){0};
-  }
-  qsort(all, total, sizeof *all, pair_cmp);
-  *n = total;
   return all;
 }
 
@@ -566,7 +499,7 @@ static pair_out *run_join(run_spec *spec, uint64_t *n_out) {
   sl_op *j, *out;
   cr_assert_eq(add_join(job, spec, keyed[0], keyed[1], &j), 0, "%s",
                sl_job_error(job));
-  collector sink_data = {0};
+  collector sink_data = {.record_bytes = sizeof(pair_out)};
   cr_assert_eq(sl_op_sink(job, "out", j, spec->parallelism, &sink_ops,
                           &sink_data, &out),
                0);
@@ -1121,7 +1054,7 @@ Test(join_errors, join_function_failure_fails_the_job) {
   cr_assert_eq(sl_op_key_by(job, "rk", s[1], event_key, 0, &k[1]), 0);
   cr_assert_eq(sl_op_join(job, "j", k[0], k[1], 1, failing_join_fn, 0, &j),
                0);
-  collector sink_data = {0};
+  collector sink_data = {.record_bytes = sizeof(pair_out)};
   cr_assert_eq(sl_op_sink(job, "out", j, 1, &sink_ops, &sink_data, &out), 0);
   cr_assert_eq(sl_job_run(job), EINVAL); /* failing_join_fn's return */
   cr_assert(strstr(sl_job_error(job), "refusing the pair"), "%s",

@@ -296,13 +296,6 @@ Test(metrics, slow_sink_shows_backpressure_upstream) {
 /* ------------------------------------------------------------ state and
  * checkpoints */
 
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  return t.key;
-}
-
 static int running_sum(sl_ctx *ctx, void *state, int input,
                        const sl_record *in) {
   (void)state, (void)input;
@@ -329,7 +322,8 @@ static sl_job *keyed_job(const char *state_dir, int policy, uint64_t n,
   sl_op *src, *by, *op, *snk;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   cr_assert_eq(sl_source_keyed(job, "source", 2, n, keys, &src), 0);
-  cr_assert_eq(sl_op_key_by(job, "by_key", src, tuple_key, 0, &by), 0);
+  cr_assert_eq(sl_op_key_by(job, "by_key", src, sl_fixture_tuple_key, 0, &by),
+               0);
   static const sl_process_ops ops = {.process = running_sum};
   cr_assert_eq(sl_op_process(job, "sum", &by, 1, 2, &ops, 0, &op), 0);
   cr_assert_eq(sl_sink_checksum(job, "sink", op, 1, sum, &snk), 0);

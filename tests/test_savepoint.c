@@ -101,8 +101,7 @@ static void source_close(sl_ctx *ctx, void *state) {
 
 static int source_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  source_state *s = state;
-  return sl_operator_state_set(ctx, &s->emitted, sizeof s->emitted);
+  return sl_fixture_save_position(ctx, &((source_state *)state)->emitted);
 }
 
 static int source_restore(sl_ctx *ctx, void *state, uint64_t id) {
@@ -115,13 +114,6 @@ static int source_restore(sl_ctx *ctx, void *state, uint64_t id) {
     return rc ? rc : -EINVAL;
   memcpy(&s->emitted, data, sizeof s->emitted);
   return 0;
-}
-
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
 }
 
 /* The running count and sum of each key, in keyed value state. */
@@ -181,14 +173,11 @@ typedef struct spec {
 } spec;
 
 static sl_job *build(const spec *s) {
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = s->state_dir;
-  config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 20;
+  sl_job_config config =
+      sl_fixture_config(s->state_dir, s->interval_ms ? s->interval_ms : 20);
   config.checkpoint.store_policy = s->policy;
-  config.checkpoint.no_sync = 1;
   config.checkpoint.from_savepoint = s->from_savepoint;
   config.max_parallelism = s->max_parallelism;
-  config.ring_bytes = 64 * 1024;
   config.faults = s->faults;
   if (s->restarts) {
     config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
@@ -209,7 +198,8 @@ static sl_job *build(const spec *s) {
   sl_watermark_config wc = {.every_call = 1};
   if (s->ctl->timestamps)
     cr_assert_eq(sl_op_watermarks(src, &wc), 0);
-  cr_assert_eq(sl_op_key_by(job, "by-key", src, tuple_key, 0, &by), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", src, sl_fixture_tuple_key, 0, &by),
+               0);
   cr_assert_eq(sl_op_process(job, "count", &by, 1, s->count_parallelism,
                              &count_ops, 0, &count), 0);
   if (s->extra_map)

@@ -25,13 +25,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t tuple_key(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t key;
-  memcpy(&key, in->data, sizeof key);
-  return key;
-}
-
 /* The expected content of a table whose keys are 0 .. keys-1 (as 8
  * bytes): present[k] and value[k]. */
 typedef struct table_model {
@@ -198,8 +191,7 @@ static int paced_next(sl_ctx *ctx, void *state) {
 
 static int paced_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  paced_instance *s = state;
-  return sl_operator_state_set(ctx, &s->next, sizeof s->next);
+  return sl_fixture_save_position(ctx, &((paced_instance *)state)->next);
 }
 
 static int paced_restore(sl_ctx *ctx, void *state, uint64_t id) {
@@ -235,16 +227,8 @@ static int sum_process(sl_ctx *ctx, void *state, int input,
   (void)input;
   sl_tuple t;
   memcpy(&t, in->data, sizeof t);
-  const void *value;
-  uint32_t bytes;
-  uint64_t sum = 0;
-  int rc = sl_state_get(ctx, 0, &value, &bytes);
-  if (rc == 0)
-    memcpy(&sum, value, sizeof sum);
-  else if (rc != SL_ENOTFOUND)
-    return rc;
-  sum += t.value;
-  rc = sl_state_put(ctx, 0, &sum, sizeof sum, 0);
+  uint64_t sum;
+  int rc = sl_fixture_state_add(ctx, t.value, &sum);
   if (rc)
     return rc;
   sl_tuple out = {.key = t.key, .value = sum};
@@ -267,14 +251,11 @@ typedef struct sum_job {
 /* source -> key_by -> sum -> table sink (the default row: key -> sum).
  * The source is operator 0. */
 static sl_job *build_sum(sum_job *s) {
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = s->state_dir;
-  config.checkpoint.interval_ms = s->interval_ms ? s->interval_ms : 10;
+  sl_job_config config =
+      sl_fixture_config(s->state_dir, s->interval_ms ? s->interval_ms : 10);
   config.checkpoint.store_policy = s->policy;
-  config.checkpoint.no_sync = 1;
   config.checkpoint.tolerable_failures = s->tolerable;
   config.checkpoint.initial_map_bytes = s->map_bytes;
-  config.ring_bytes = 64 * 1024;
   config.faults = s->faults;
   config.restart = s->restart;
   sl_job *job;
@@ -289,7 +270,8 @@ static sl_job *build_sum(sum_job *s) {
   sl_op *src, *by, *sum, *table;
   cr_assert_eq(sl_op_source(job, "source", 1, &source_ops, &s->source, &src),
                0);
-  cr_assert_eq(sl_op_key_by(job, "by-key", src, tuple_key, 0, &by), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", src, sl_fixture_tuple_key, 0, &by),
+               0);
   static const sl_process_ops sum_ops = {.process = sum_process};
   cr_assert_eq(sl_op_process(job, "sum", &by, 1, s->parallelism, &sum_ops, 0,
                              &sum), 0);
@@ -699,11 +681,7 @@ static void run_deletes(int source_parallelism, int sink_parallelism) {
   char *dir = sl_test_temp_dir("table");
   char *state = sl_test_path_in(dir, "state");
   uint64_t count = sl_test_scaled(100000, 20000), keys = 997;
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = state;
-  config.checkpoint.interval_ms = 5;
-  config.checkpoint.no_sync = 1;
-  config.ring_bytes = 64 * 1024;
+  sl_job_config config = sl_fixture_config(state, 5);
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   sl_op *src, *table;

@@ -4,6 +4,8 @@
  *
  * Everything is static (header-only) so each test executable gets its own
  * copy; nothing here calls Criterion, so the helpers may run on any thread.
+ * It also brings in fixtures.h (the shared pieces of test jobs, compiled
+ * once into a library), so one include gives a suite both.
  */
 #ifndef SL_TEST_UTIL_H
 #define SL_TEST_UTIL_H
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "fixtures.h" /* the shared job pieces; linked from fixtures.c */
 #include "sluice.h"
 
 /* ------------------------------------------------------------ scaling */

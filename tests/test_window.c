@@ -125,22 +125,12 @@ static void src_close(sl_ctx *ctx, void *state) {
 
 static int src_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  source *s = state;
-  return sl_operator_state_set(ctx, &s->pos, sizeof s->pos);
+  return sl_fixture_save_position(ctx, &((source *)state)->pos);
 }
 
 static int src_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
-  source *s = state;
-  const void *d;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &d, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  if (rc || bytes != 8)
-    return -EINVAL;
-  memcpy(&s->pos, d, 8);
-  return 0;
+  return sl_fixture_load_position(ctx, &((source *)state)->pos);
 }
 
 static const sl_source_ops src_ops = {.open = src_open,
@@ -156,64 +146,9 @@ static uint64_t event_key(void *user, const sl_record *in) {
 
 /* ----------------------------------------------------------- the sink */
 
-typedef struct collected {
-  result *items;
-  uint64_t count, capacity;
-} collected;
-
-typedef struct collector {
-  collected per[8];
-} collector;
-
-static int sink_open(sl_ctx *ctx, void *user, void **state) {
-  collector *c = user;
-  collected *mine = &c->per[sl_ctx_instance(ctx)];
-  mine->count = 0; /* a restore brings back what was committed */
-  *state = mine;
-  return 0;
-}
-
-static int sink_process(sl_ctx *ctx, void *state, int input,
-                        const sl_record *in) {
-  (void)ctx;
-  (void)input;
-  collected *mine = state;
-  if (in->size_bytes != sizeof(result))
-    return -EINVAL;
-  if (mine->count == mine->capacity) {
-    mine->capacity = mine->capacity ? mine->capacity * 2 : 256;
-    mine->items = realloc(mine->items, sizeof(result) * mine->capacity);
-    if (!mine->items)
-      return -ENOMEM;
-  }
-  memcpy(&mine->items[mine->count++], in->data, sizeof(result));
-  return 0;
-}
-
-static int sink_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
-  collected *mine = state;
-  return sl_operator_state_set(ctx, &mine->count, sizeof mine->count);
-}
-
-static int sink_restore(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
-  collected *mine = state;
-  const void *d;
-  uint32_t bytes;
-  int rc = sl_operator_state_get(ctx, &d, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
-  if (rc || bytes != 8)
-    return -EINVAL;
-  memcpy(&mine->count, d, 8);
-  return 0;
-}
-
-static const sl_process_ops sink_ops = {.open = sink_open,
-                                        .process = sink_process,
-                                        .snapshot = sink_snapshot,
-                                        .restore = sink_restore};
+/* sl_fixture_collector (fixtures.h): every result in memory, restored to
+ * the committed run on failover. */
+typedef sl_fixture_collector collector;
 
 static int result_cmp(const void *a, const void *b) {
   const result *x = a, *y = b;
@@ -232,21 +167,8 @@ static int result_cmp(const void *a, const void *b) {
 
 /* All instances' results, sorted. */
 static result *gather(collector *c, uint64_t *n) {
-  uint64_t total = 0;
-  for (int i = 0; i < 8; i++)
-    total += c->per[i].count;
-  result *all = malloc(sizeof *all * (total ? total : 1));
+  result *all = sl_fixture_collector_gather(c, result_cmp, n);
   cr_assert(all);
-  uint64_t k = 0;
-  for (int i = 0; i < 8; i++) {
-    if (c->per[i].count)
-      memcpy(all + k, c->per[i].items, sizeof *all * c->per[i].count);
-    k += c->per[i].count;
-    free(c->per[i].items);
-    c->per[i] = (collected){0};
-  }
-  qsort(all, total, sizeof *all, result_cmp);
-  *n = total;
   return all;
 }
 
@@ -362,7 +284,7 @@ static result *run_window(run_spec *spec, uint64_t *n_out) {
   cr_assert_eq(sl_job_create(&config, &job), 0);
   source src = {.events = spec->events, .n = spec->n,
                 .delay_us = spec->state_dir ? 1000 : 0};
-  collector sink_data = {0};
+  collector sink_data = {.record_bytes = sizeof(result)};
   sl_op *s, *k, *w, *out, *late = 0, *late_sink;
   cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
   sl_watermark_config wm = {.out_of_orderness = BOUND, .every_call = 1};
@@ -371,8 +293,8 @@ static result *run_window(run_spec *spec, uint64_t *n_out) {
   cr_assert_eq(sl_op_window(job, "win", k, spec->parallelism, &spec->window,
                             &w),
                0, "%s", sl_job_error(job));
-  cr_assert_eq(sl_op_sink(job, "out", w, spec->parallelism, &sink_ops,
-                          &sink_data, &out),
+  cr_assert_eq(sl_op_sink(job, "out", w, spec->parallelism,
+                          &sl_fixture_collector_ops, &sink_data, &out),
                0);
   late_seen_sum = 0;
   if (spec->window.late_port) {
@@ -836,7 +758,7 @@ static result *run_timers(const event *e, uint64_t n, int parallelism,
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   source src = {.events = e, .n = n, .delay_us = state_dir ? 1000 : 0};
-  collector sink_data = {0};
+  collector sink_data = {.record_bytes = sizeof(result)};
   sl_op *s, *k, *p, *out;
   cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
   sl_watermark_config wm = {.out_of_orderness = BOUND, .every_call = 1};
@@ -844,8 +766,8 @@ static result *run_timers(const event *e, uint64_t n, int parallelism,
   cr_assert_eq(sl_op_key_by(job, "by-key", s, event_key, 0, &k), 0);
   sl_process_ops ops = {.process = tp_process, .on_timer = tp_timer};
   cr_assert_eq(sl_op_process(job, "win", &k, 1, parallelism, &ops, 0, &p), 0);
-  cr_assert_eq(sl_op_sink(job, "out", p, parallelism, &sink_ops, &sink_data,
-                          &out),
+  cr_assert_eq(sl_op_sink(job, "out", p, parallelism, &sl_fixture_collector_ops,
+                          &sink_data, &out),
                0);
   int rc = sl_job_run(job);
   cr_assert_eq(rc, 0, "job failed: %s", sl_job_error(job));
@@ -923,30 +845,42 @@ Test(timers, fire_in_order_delete_and_survive_restore) {
 
 /* ----------------------------------------------------------- processing time */
 
+/* One source emitting e[0..n) slowly (3 ms a batch) -> key_by -> the
+ * window c at parallelism 2 -> one collecting sink; its results, sorted. */
+static result *run_processing_time(event *e, uint64_t n,
+                                   const sl_window_config *c, uint64_t *n_got) {
+  sl_job *job;
+  cr_assert_eq(sl_job_create(0, &job), 0);
+  source src = {.events = e, .n = n, .delay_us = 3000};
+  collector sink_data = {.record_bytes = sizeof(result)};
+  sl_op *s, *k, *w, *out;
+  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", s, event_key, 0, &k), 0);
+  cr_assert_eq(sl_op_window(job, "win", k, 2, c, &w), 0, "%s",
+               sl_job_error(job));
+  cr_assert_eq(
+      sl_op_sink(job, "out", w, 1, &sl_fixture_collector_ops, &sink_data, &out),
+      0);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  return gather(&sink_data, n_got);
+}
+
 /* A processing-time tumbling window of 20 ms over a source that emits for
  * about 200 ms: several windows fire by the clock, and together they hold
  * every record exactly once (the last ones fire at the end of input). */
 Test(window, processing_time_tumbling) {
   const uint64_t n = 4000;
   event *e = make_events(n, KEYS, 0, 7);
-  sl_job *job;
-  cr_assert_eq(sl_job_create(0, &job), 0);
-  source src = {.events = e, .n = n, .delay_us = 3000};
-  collector sink_data = {0};
-  sl_op *s, *k, *w, *out;
-  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
-  cr_assert_eq(sl_op_key_by(job, "by-key", s, event_key, 0, &k), 0);
   sl_window_config c = {.type = SL_WINDOW_TUMBLING,
-                        .domain = SL_PROCESSING_TIME, .size = 20,
-                        .acc_bytes = sizeof(acc), .init = acc_init,
-                        .add = acc_add, .emit = acc_emit};
-  cr_assert_eq(sl_op_window(job, "win", k, 2, &c, &w), 0, "%s",
-               sl_job_error(job));
-  cr_assert_eq(sl_op_sink(job, "out", w, 1, &sink_ops, &sink_data, &out), 0);
-  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
-  sl_job_destroy(job);
+                        .domain = SL_PROCESSING_TIME,
+                        .size = 20,
+                        .acc_bytes = sizeof(acc),
+                        .init = acc_init,
+                        .add = acc_add,
+                        .emit = acc_emit};
   uint64_t n_got;
-  result *got = gather(&sink_data, &n_got);
+  result *got = run_processing_time(e, n, &c, &n_got);
   uint64_t records = 0, sum = 0, expect_sum = 0;
   int64_t first_start = INT64_MAX, last_start = INT64_MIN;
   for (uint64_t i = 0; i < n_got; i++) {
@@ -1135,24 +1069,16 @@ Test(window, session_extended_many_times_fires_once) {
 Test(window, processing_time_session) {
   const uint64_t n = 3000;
   event *e = make_events(n, KEYS, 0, 9);
-  sl_job *job;
-  cr_assert_eq(sl_job_create(0, &job), 0);
-  source src = {.events = e, .n = n, .delay_us = 3000};
-  collector sink_data = {0};
-  sl_op *s, *k, *w, *out;
-  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
-  cr_assert_eq(sl_op_key_by(job, "by-key", s, event_key, 0, &k), 0);
   sl_window_config c = {.type = SL_WINDOW_SESSION,
-                        .domain = SL_PROCESSING_TIME, .gap = 2,
-                        .acc_bytes = sizeof(acc), .init = acc_init,
-                        .add = acc_add, .merge = acc_merge, .emit = acc_emit};
-  cr_assert_eq(sl_op_window(job, "win", k, 2, &c, &w), 0, "%s",
-               sl_job_error(job));
-  cr_assert_eq(sl_op_sink(job, "out", w, 1, &sink_ops, &sink_data, &out), 0);
-  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
-  sl_job_destroy(job);
+                        .domain = SL_PROCESSING_TIME,
+                        .gap = 2,
+                        .acc_bytes = sizeof(acc),
+                        .init = acc_init,
+                        .add = acc_add,
+                        .merge = acc_merge,
+                        .emit = acc_emit};
   uint64_t n_got;
-  result *got = gather(&sink_data, &n_got);
+  result *got = run_processing_time(e, n, &c, &n_got);
   uint64_t records = 0, sum = 0, expect_sum = 0;
   for (uint64_t i = 0; i < n_got; i++) {
     if (i > 0 && got[i].key == got[i - 1].key)
@@ -1236,7 +1162,7 @@ static result *run_timeouts(const event *e, uint64_t n, int parallelism,
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   source src = {.events = e, .n = n, .delay_us = state_dir ? 200 : 0};
-  collector sink_data = {0};
+  collector sink_data = {.record_bytes = sizeof(result)};
   sl_op *s, *k, *p, *out;
   cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
   sl_watermark_config wm = {.out_of_orderness = BOUND, .every_call = 1};
@@ -1244,8 +1170,8 @@ static result *run_timeouts(const event *e, uint64_t n, int parallelism,
   cr_assert_eq(sl_op_key_by(job, "by-key", s, event_key, 0, &k), 0);
   sl_process_ops ops = {.process = to_process, .on_timer = to_timer};
   cr_assert_eq(sl_op_process(job, "to", &k, 1, parallelism, &ops, 0, &p), 0);
-  cr_assert_eq(sl_op_sink(job, "out", p, parallelism, &sink_ops, &sink_data,
-                          &out),
+  cr_assert_eq(sl_op_sink(job, "out", p, parallelism, &sl_fixture_collector_ops,
+                          &sink_data, &out),
                0);
   cr_assert_eq(sl_job_run(job), 0, "job failed: %s", sl_job_error(job));
   if (state_dir)

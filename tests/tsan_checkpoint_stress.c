@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "sluice.h"
 #include "sluice_testing.h" /* unstable test helpers */
 #include "stress_check.h"
@@ -20,33 +21,9 @@
 #define RECORDS 200000u
 #define KEYS 500u
 
-static uint64_t key_of(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t k;
-  memcpy(&k, in->data, 8);
-  return k;
-}
-
-/* Running count per key in keyed state; the sink keeps, per key, the
- * highest count it saw and how many records it saw. */
-static int count(sl_ctx *ctx, void *state, int input, const sl_record *in) {
-  (void)state;
-  (void)input;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  const void *v;
-  uint32_t bytes;
-  uint64_t c = 0;
-  if (sl_state_get(ctx, 0, &v, &bytes) == 0)
-    memcpy(&c, v, 8);
-  c++;
-  int rc = sl_state_put(ctx, 0, &c, 8, 0);
-  if (rc)
-    return rc;
-  sl_tuple out = {.key = t.key, .value = c};
-  return sl_emit(ctx, &out, sizeof out);
-}
-
+/* The running count per key is the shared fixture
+ * (sl_fixture_count_process); the sink keeps, per key, the highest count
+ * it saw. */
 typedef struct seen {
   uint64_t max[KEYS];
 } seen;
@@ -113,7 +90,7 @@ static int run(const char *dir, int mode, int policy, unsigned stop_after_ms,
   if (sl_job_create(&config, &job))
     return -1;
   sl_op *src, *by, *counter, *sink;
-  static const sl_process_ops count_ops = {.process = count};
+  static const sl_process_ops count_ops = {.process = sl_fixture_count_process};
   static const sl_process_ops sink_ops = {.open = sink_open,
                                           .process = sink_process,
                                           .snapshot = sink_snapshot,
@@ -121,7 +98,7 @@ static int run(const char *dir, int mode, int policy, unsigned stop_after_ms,
                                           .close = sink_close};
   int rc = sl_source_sequence(job, "source", 2, RECORDS, KEYS, &src);
   if (!rc)
-    rc = sl_op_key_by(job, "by", src, key_of, 0, &by);
+    rc = sl_op_key_by(job, "by", src, sl_fixture_tuple_key, 0, &by);
   if (!rc)
     rc = sl_op_process(job, "count", &by, 1, 3, &count_ops, 0, &counter);
   if (!rc)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "sluice.h"
 #include "stress_check.h"
 
@@ -55,11 +56,6 @@ static void *read_main(void *arg) {
   if (reader)
     sl_table_close(reader);
   return 0;
-}
-
-static uint64_t key_of(void *user, const sl_record *in) {
-  (void)user;
-  return ((const sl_tuple *)in->data)->key;
 }
 
 /* Running count per key; emits {key, count} for the table sink. */
@@ -114,7 +110,7 @@ int main(void) {
   sl_push *push = 0;
   rc = sl_source_push(job, "push", 256, &src, &push);
   if (!rc)
-    rc = sl_op_key_by(job, "k", src, key_of, 0, &k);
+    rc = sl_op_key_by(job, "k", src, sl_fixture_tuple_key, 0, &k);
   sl_process_ops ops = {.process = count_process};
   if (!rc)
     rc = sl_op_process(job, "count", &k, 1, 2, &ops, 0, &cnt);

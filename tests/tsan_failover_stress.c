@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "sluice.h"
 #include "sluice_testing.h" /* unstable test helpers */
 #include "stress_check.h"
@@ -24,24 +25,12 @@
 #define RECORDS 200000u
 #define KEYS 300u
 
-static uint64_t key_of(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t k;
-  memcpy(&k, in->data, 8);
-  return k;
-}
-
 /* A running count per key in keyed state; the tuple goes on unchanged. */
 static int count(sl_ctx *ctx, void *state, int input, const sl_record *in) {
   (void)state;
   (void)input;
-  const void *v;
-  uint32_t bytes;
-  uint64_t c = 0;
-  if (sl_state_get(ctx, 0, &v, &bytes) == 0)
-    memcpy(&c, v, 8);
-  c++;
-  int rc = sl_state_put(ctx, 0, &c, 8, 0);
+  uint64_t c;
+  int rc = sl_fixture_state_add(ctx, 1, &c);
   return rc ? rc : sl_emit(ctx, in->data, in->size_bytes);
 }
 
@@ -64,11 +53,7 @@ static void remove_tree(char *dir) {
 
 static sl_job *build(const char *state, const char *faults,
                      struct sl_restart_config restart, sl_op **verify) {
-  sl_job_config c = SL_JOB_CONFIG_INIT;
-  c.checkpoint.state_dir = state;
-  c.checkpoint.interval_ms = 2;
-  c.checkpoint.no_sync = 1;
-  c.ring_bytes = 64 * 1024;
+  sl_job_config c = sl_fixture_config(state, 2);
   c.restart = restart;
   c.faults = faults;
   sl_job *job;
@@ -80,7 +65,7 @@ static sl_job *build(const char *state, const char *faults,
   static const sl_process_ops ops = {.process = count};
   int rc = sl_source_keyed(job, "source", 2, RECORDS, KEYS, &src);
   if (!rc)
-    rc = sl_op_key_by(job, "by-key", src, key_of, 0, &by);
+    rc = sl_op_key_by(job, "by-key", src, sl_fixture_tuple_key, 0, &by);
   if (!rc)
     rc = sl_op_process(job, "count", &by, 1, 2, &ops, 0, &counted);
   if (!rc)

@@ -11,16 +11,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "fixtures.h"
 #include "sluice.h"
 #include "sluice_testing.h" /* unstable test helpers */
 #include "stress_check.h"
-
-static uint64_t key_of(void *user, const sl_record *in) {
-  (void)user;
-  uint64_t k;
-  memcpy(&k, in->data, 8);
-  return k;
-}
 
 static int add_one(void *user, const sl_record *in, void *out, uint32_t *size) {
   (void)user;
@@ -68,7 +62,8 @@ static void keyed_and_fan_out(void) {
   sl_checksum keyed = {0}, direct = {0};
   int rc = sl_source_sequence(job, "src", 3, n, keys, &src);
   rc = rc ? rc : sl_op_map(job, "map", src, 2, 16, add_one, 0, &map);
-  rc = rc ? rc : sl_op_key_by(job, "by-key", map, key_of, 0, &by_key);
+  rc = rc ? rc
+          : sl_op_key_by(job, "by-key", map, sl_fixture_tuple_key, 0, &by_key);
   rc = rc ? rc : sl_sink_checksum(job, "keyed", by_key, 4, &keyed, &sink);
   rc = rc ? rc : sl_sink_checksum(job, "direct", src, 1, &direct, &fan);
   rc = rc ? rc : sl_job_run(job);

@@ -1,0 +1,171 @@
+/* fixtures.c — the shared pieces of test jobs declared in fixtures.h: one
+ * definition of each, linked into every test executable. */
+#include "fixtures.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t sl_fixture_tuple_key(void *user, const sl_record *in) {
+  (void)user;
+  uint64_t key;
+  memcpy(&key, in->data, sizeof key);
+  return key;
+}
+
+int sl_fixture_state_add(sl_ctx *ctx, uint64_t delta, uint64_t *total) {
+  const void *value;
+  uint32_t bytes;
+  uint64_t sum = 0;
+  int rc = sl_state_get(ctx, 0, &value, &bytes);
+  if (rc == 0)
+    memcpy(&sum, value, sizeof sum);
+  else if (rc != SL_ENOTFOUND)
+    return rc;
+  sum += delta;
+  rc = sl_state_put(ctx, 0, &sum, sizeof sum, 0);
+  if (rc)
+    return rc;
+  *total = sum;
+  return 0;
+}
+
+int sl_fixture_count_process(sl_ctx *ctx, void *state, int input,
+                             const sl_record *in) {
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  uint64_t count;
+  int rc = sl_fixture_state_add(ctx, 1, &count);
+  if (rc)
+    return rc;
+  sl_tuple out = {.key = t.key, .value = count};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
+int sl_fixture_format_tuple(void *user, const sl_record *in, char *buffer,
+                            uint32_t buffer_bytes) {
+  (void)user;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  int n = snprintf(buffer, buffer_bytes, "%" PRIu64 ",%" PRIu64, t.key,
+                   t.value);
+  /* snprintf wants room for its NUL, the sink does not: a line of exactly
+   * buffer_bytes came out cut, so ask for one more. */
+  return (uint32_t)n < buffer_bytes ? n : n + 1;
+}
+
+int sl_fixture_save_position(sl_ctx *ctx, const uint64_t *position) {
+  return sl_operator_state_set(ctx, position, sizeof *position);
+}
+
+int sl_fixture_load_position(sl_ctx *ctx, uint64_t *position) {
+  const void *data;
+  uint32_t bytes;
+  int rc = sl_operator_state_get(ctx, &data, &bytes);
+  if (rc == SL_ENOTFOUND)
+    return 0;
+  if (rc || bytes != sizeof *position)
+    return -EINVAL; /* negative: fails the job under either sign rule */
+  memcpy(position, data, sizeof *position);
+  return 0;
+}
+
+/* ------------------------------------------------------------ config */
+
+sl_job_config sl_fixture_config(const char *state_dir, uint32_t interval_ms) {
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  config.checkpoint.state_dir = state_dir;
+  config.checkpoint.interval_ms = interval_ms;
+  config.checkpoint.no_sync = 1;
+  config.ring_bytes = 64 * 1024;
+  return config;
+}
+
+/* ------------------------------------------------------------ collector */
+
+int sl_fixture_collector_open(sl_ctx *ctx, void *user, void **state) {
+  sl_fixture_collector *c = user;
+  int instance = sl_ctx_instance(ctx);
+  if (instance < 0 || instance >= SL_FIXTURE_COLLECTOR_INSTANCES)
+    return -EINVAL;
+  sl_fixture_collected *mine = &c->per[instance];
+  mine->record_bytes = c->record_bytes;
+  mine->count = 0; /* a restore brings back what was committed */
+  *state = mine;
+  return 0;
+}
+
+int sl_fixture_collector_process(sl_ctx *ctx, void *state, int input,
+                                 const sl_record *in) {
+  (void)input;
+  sl_fixture_collected *mine = state;
+  if (in->size_bytes != mine->record_bytes) {
+    sl_ctx_fail(ctx, "sink got %" PRIu32 " bytes, expected %" PRIu32,
+                in->size_bytes, mine->record_bytes);
+    return -EINVAL;
+  }
+  if (mine->count == mine->capacity) {
+    uint64_t capacity = mine->capacity ? mine->capacity * 2 : 1024;
+    void *items = realloc(mine->items, mine->record_bytes * capacity);
+    if (!items)
+      return -ENOMEM;
+    mine->items = items;
+    mine->capacity = capacity;
+  }
+  memcpy((char *)mine->items + mine->count * mine->record_bytes, in->data,
+         mine->record_bytes);
+  mine->count++;
+  return 0;
+}
+
+void *sl_fixture_collector_last(void *state) {
+  sl_fixture_collected *mine = state;
+  assert(mine->count > 0);
+  return (char *)mine->items + (mine->count - 1) * mine->record_bytes;
+}
+
+int sl_fixture_collector_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  return sl_fixture_save_position(ctx, &((sl_fixture_collected *)state)->count);
+}
+
+int sl_fixture_collector_restore(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  return sl_fixture_load_position(ctx, &((sl_fixture_collected *)state)->count);
+}
+
+const sl_process_ops sl_fixture_collector_ops = {
+    .open = sl_fixture_collector_open,
+    .process = sl_fixture_collector_process,
+    .snapshot = sl_fixture_collector_snapshot,
+    .restore = sl_fixture_collector_restore};
+
+void *sl_fixture_collector_gather(sl_fixture_collector *c,
+                                  int (*compare)(const void *, const void *),
+                                  uint64_t *count) {
+  uint64_t total = 0;
+  for (int i = 0; i < SL_FIXTURE_COLLECTOR_INSTANCES; i++)
+    total += c->per[i].count;
+  size_t bytes = c->record_bytes;
+  char *all = malloc(bytes * (total ? total : 1));
+  if (!all)
+    return NULL;
+  uint64_t k = 0;
+  for (int i = 0; i < SL_FIXTURE_COLLECTOR_INSTANCES; i++) {
+    sl_fixture_collected *one = &c->per[i];
+    if (one->count)
+      memcpy(all + k * bytes, one->items, bytes * one->count);
+    k += one->count;
+    free(one->items);
+    one->items = NULL;
+    one->count = one->capacity = 0;
+  }
+  qsort(all, total, bytes, compare);
+  *count = total;
+  return all;
+}
