@@ -411,7 +411,8 @@ SL_EXPORT int sl_op_watermarks_sized(sl_op *source,
     return EINVAL;
   sl_job *job = source->job;
   sl_watermark_config copy;
-  if (SL_CONFIG_READ(job, sl_op_watermarks, sl_watermark_config, SL_WATERMARK_CONFIG_V1, config, config_bytes, &copy))
+  if (SL_CONFIG_READ(job, sl_op_watermarks, sl_watermark_config,
+                     SL_WATERMARK_CONFIG_V1, config, config_bytes, &copy))
     return EINVAL;
   if (config)
     config = &copy;

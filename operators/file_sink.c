@@ -512,7 +512,8 @@ SL_EXPORT int sl_sink_file_sized(sl_job *job, const char *name,
                                  const sl_file_sink_config *config,
                                  sl_op **op, size_t config_bytes) {
   sl_file_sink_config copy;
-  if (SL_CONFIG_READ(job, sl_sink_file, sl_file_sink_config, SL_FILE_SINK_CONFIG_V1, config, config_bytes, &copy))
+  if (SL_CONFIG_READ(job, sl_sink_file, sl_file_sink_config,
+                     SL_FILE_SINK_CONFIG_V1, config, config_bytes, &copy))
     return EINVAL;
   if (config)
     config = &copy;

@@ -693,7 +693,8 @@ SL_EXPORT int sl_source_file_sized(sl_job *job, const char *name,
   if (!job || !op)
     return EINVAL;
   sl_file_source_config copy;
-  if (SL_CONFIG_READ(job, sl_source_file, sl_file_source_config, SL_FILE_SOURCE_CONFIG_V1, c, config_bytes, &copy))
+  if (SL_CONFIG_READ(job, sl_source_file, sl_file_source_config,
+                     SL_FILE_SOURCE_CONFIG_V1, c, config_bytes, &copy))
     return EINVAL;
   if (c)
     c = &copy;

@@ -443,7 +443,8 @@ SL_EXPORT int sl_op_interval_join_sized(sl_job *job, const char *name,
   if (!job || !op)
     return EINVAL;
   sl_interval_join_config copy;
-  if (SL_CONFIG_READ(job, sl_op_interval_join, sl_interval_join_config, SL_INTERVAL_JOIN_CONFIG_V1, cfg, cfg_bytes, &copy))
+  if (SL_CONFIG_READ(job, sl_op_interval_join, sl_interval_join_config,
+                     SL_INTERVAL_JOIN_CONFIG_V1, cfg, cfg_bytes, &copy))
     return EINVAL;
   if (cfg)
     cfg = &copy;

@@ -358,7 +358,8 @@ SL_EXPORT int sl_op_window_join_sized(sl_job *job, const char *name,
   if (!job || !op)
     return EINVAL;
   sl_window_join_config copy;
-  if (SL_CONFIG_READ(job, sl_op_window_join, sl_window_join_config, SL_WINDOW_JOIN_CONFIG_V1, cfg, cfg_bytes, &copy))
+  if (SL_CONFIG_READ(job, sl_op_window_join, sl_window_join_config,
+                     SL_WINDOW_JOIN_CONFIG_V1, cfg, cfg_bytes, &copy))
     return EINVAL;
   if (cfg)
     cfg = &copy;

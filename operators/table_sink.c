@@ -393,7 +393,8 @@ SL_EXPORT int sl_sink_table_sized(sl_job *job, const char *name,
   if (!job)
     return EINVAL;
   sl_table_sink_config copy;
-  if (SL_CONFIG_READ(job, sl_sink_table, sl_table_sink_config, SL_TABLE_SINK_CONFIG_V1, config, config_bytes, &copy))
+  if (SL_CONFIG_READ(job, sl_sink_table, sl_table_sink_config,
+                     SL_TABLE_SINK_CONFIG_V1, config, config_bytes, &copy))
     return EINVAL;
   if (config)
     config = &copy;

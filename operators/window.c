@@ -1120,7 +1120,8 @@ SL_EXPORT int sl_op_window_sized(sl_job *job, const char *name,
   if (!job)
     return EINVAL;
   sl_window_config copy;
-  if (SL_CONFIG_READ(job, sl_op_window, sl_window_config, SL_WINDOW_CONFIG_V1, config, config_bytes, &copy))
+  if (SL_CONFIG_READ(job, sl_op_window, sl_window_config, SL_WINDOW_CONFIG_V1,
+                     config, config_bytes, &copy))
     return EINVAL;
   if (config)
     config = &copy;
