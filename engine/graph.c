@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_abi.h"
 #include "internal.h"
 
 /* Automatic ring size: the job's rings share this much memory, each ring
@@ -403,11 +404,18 @@ SL_EXPORT int sl_op_side_output(sl_job *job, const char *name, sl_op *op,
   return 0;
 }
 
-SL_EXPORT int sl_op_watermarks(sl_op *source,
-                               const sl_watermark_config *config) {
+SL_EXPORT int sl_op_watermarks_sized(sl_op *source,
+                                     const sl_watermark_config *config,
+                                     size_t config_bytes) {
   if (!source || !config)
     return EINVAL;
   sl_job *job = source->job;
+  sl_watermark_config copy;
+  if (SL_CONFIG_READ(job, sl_op_watermarks, sl_watermark_config,
+                     SL_WATERMARK_CONFIG_V1, config, config_bytes, &copy))
+    return EINVAL;
+  if (config)
+    config = &copy;
   if (job->state != SL_JOB_BUILDING)
     return SL_ESTARTED;
   if (source->kind != SL_OP_SOURCE) {
@@ -1159,4 +1167,11 @@ SL_EXPORT int sl_job_operator_count(const sl_job *job) {
 
 SL_EXPORT const char *sl_job_error(const sl_job *job) {
   return job ? job->error : "";
+}
+
+/* The version-1 symbol (config_abi.c note 1): a program linked before the
+ * sized call existed passed a version-1 struct. */
+SL_EXPORT int(sl_op_watermarks)(sl_op *source,
+                                const sl_watermark_config *config) {
+  return sl_op_watermarks_sized(source, config, SL_WATERMARK_CONFIG_V1);
 }

@@ -123,6 +123,17 @@
  * larger than the library's with nonzero bytes past its fields, is refused
  * with EINVAL.  Fields are only ever added at the end.
  *
+ * The config structs given to a builder (sl_watermark_config,
+ * sl_window_config, sl_file_sink_config, ...) carry no size field: the
+ * builder's exported symbol is NAME_sized(..., size_t config_bytes), the
+ * size last, and the header's macro NAME(...) appends sizeof the struct as
+ * this header declares it, so calls are written as before, compound
+ * literals included.  The library reads them by that size, as above, and
+ * the refusal (EINVAL) names the builder and the struct (in sl_job_error(),
+ * or err for sl_generator_validate).
+ * The unsized symbols stay exported for programs linked before and read a
+ * first-version struct; `(NAME)(...)` reaches them past the macro.
+ *
  * CAVEATS
  *
  * - A job runs once.  After sl_job_run() returns, only sl_job_error(),
@@ -756,6 +767,10 @@ typedef struct sl_watermark_config {
  * SL_WATERMARK_MAX at its end.  Errors: EINVAL (not a source, negative
  * bound), SL_ESTARTED. */
 int sl_op_watermarks(sl_op *source, const sl_watermark_config *config);
+int sl_op_watermarks_sized(sl_op *source, const sl_watermark_config *config,
+                           size_t config_bytes);
+#define sl_op_watermarks(...)                                                  \
+  sl_op_watermarks_sized(__VA_ARGS__, sizeof(sl_watermark_config))
 
 /** Emit a watermark from a source or process callback (a custom
  * generator).  Watermarks only move forward: a lower one is ignored.  In a

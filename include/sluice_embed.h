@@ -118,6 +118,10 @@ typedef struct sl_generator_config {
  * SL_NO_TIMESTAMP). */
 int sl_generator_validate(const sl_generator_config *cfg, char *err,
                           size_t err_bytes);
+int sl_generator_validate_sized(const sl_generator_config *cfg, char *err,
+                                size_t err_bytes, size_t cfg_bytes);
+#define sl_generator_validate(...)                                             \
+  sl_generator_validate_sized(__VA_ARGS__, sizeof(sl_generator_config))
 
 /** A source of parallelism instances emitting the events of cfg (copied).
  * Instance k emits the contiguous index range [count*k/P, count*(k+1)/P)
@@ -129,11 +133,22 @@ int sl_generator_validate(const sl_generator_config *cfg, char *err,
  * sl_job_error()), as the builders. */
 int sl_source_generator(sl_job *job, const char *name, int parallelism,
                         const sl_generator_config *cfg, sl_op **op);
+int sl_source_generator_sized(sl_job *job, const char *name, int parallelism,
+                              const sl_generator_config *cfg, sl_op **op,
+                              size_t cfg_bytes);
+#define sl_source_generator(...)                                               \
+  sl_source_generator_sized(__VA_ARGS__, sizeof(sl_generator_config))
 
 /** Event i of cfg, exactly as the generator emits it.  cfg must be valid
  * (sl_generator_validate) and i below cfg->count. */
 void sl_generator_event(const sl_generator_config *cfg, uint64_t i,
                         sl_event *out);
+/** The sized call returns 0, or EINVAL (out zeroed) for a cfg_bytes it
+ * cannot read (sluice.h, ABI); the unsized symbol cannot say so. */
+int sl_generator_event_sized(const sl_generator_config *cfg, uint64_t i,
+                             sl_event *out, size_t cfg_bytes);
+#define sl_generator_event(...)                                                \
+  sl_generator_event_sized(__VA_ARGS__, sizeof(sl_generator_config))
 
 /** The index range [*begin, *end) that instance (0 .. parallelism-1) of a
  * generator of count events emits: [count*instance/parallelism,

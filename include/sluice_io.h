@@ -178,6 +178,11 @@ typedef struct sl_file_sink_config {
  * bytes; a header too long or with a newline), as the builders. */
 int sl_sink_file(sl_job *job, const char *name, sl_op *input, int parallelism,
                  const sl_file_sink_config *config, sl_op **op);
+int sl_sink_file_sized(sl_job *job, const char *name, sl_op *input,
+                       int parallelism, const sl_file_sink_config *config,
+                       sl_op **op, size_t config_bytes);
+#define sl_sink_file(...)                                                      \
+  sl_sink_file_sized(__VA_ARGS__, sizeof(sl_file_sink_config))
 
 /* ------------------------------------------------------------------------ */
 /* Record schemas (operators/io_schema.c). */
@@ -323,6 +328,11 @@ typedef struct sl_file_source_config {
  * which), ENOMEM, as the builders. */
 int sl_source_file(sl_job *job, const char *name,
                    const sl_file_source_config *config, sl_op **op);
+int sl_source_file_sized(sl_job *job, const char *name,
+                         const sl_file_source_config *config, sl_op **op,
+                         size_t config_bytes);
+#define sl_source_file(...)                                                    \
+  sl_source_file_sized(__VA_ARGS__, sizeof(sl_file_source_config))
 
 /** A source (parallelism 1) reading standard input the same way (a CSV
  * delimiter of ',', lines up to 1 MiB, messages name the file "<stdin>").

@@ -143,6 +143,11 @@ typedef struct sl_table_sink_config {
 int sl_sink_table(sl_job *job, const char *name, sl_op *input,
                   int parallelism, const sl_table_sink_config *config,
                   sl_op **op);
+int sl_sink_table_sized(sl_job *job, const char *name, sl_op *input,
+                        int parallelism, const sl_table_sink_config *config,
+                        sl_op **op, size_t config_bytes);
+#define sl_sink_table(...)                                                     \
+  sl_sink_table_sized(__VA_ARGS__, sizeof(sl_table_sink_config))
 
 /* ------------------------------------------------------------------------ */
 /* Reading tables. */

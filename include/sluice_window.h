@@ -110,6 +110,11 @@ typedef struct sl_window_config {
  * SL_EGRAPH (input not keyed), as the builders. */
 int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
                  int parallelism, const sl_window_config *config, sl_op **op);
+int sl_op_window_sized(sl_job *job, const char *name, sl_op *keyed_input,
+                       int parallelism, const sl_window_config *config,
+                       sl_op **op, size_t config_bytes);
+#define sl_op_window(...)                                                      \
+  sl_op_window_sized(__VA_ARGS__, sizeof(sl_window_config))
 
 /* ------------------------------------------------------------------------ */
 /* Joins of two keyed streams: windowed, interval and unbounded
@@ -200,6 +205,12 @@ typedef struct sl_window_join_config {
 int sl_op_window_join(sl_job *job, const char *name, sl_op *left_keyed,
                       sl_op *right_keyed, int parallelism,
                       const sl_window_join_config *cfg, sl_op **op);
+int sl_op_window_join_sized(sl_job *job, const char *name, sl_op *left_keyed,
+                            sl_op *right_keyed, int parallelism,
+                            const sl_window_join_config *cfg, sl_op **op,
+                            size_t cfg_bytes);
+#define sl_op_window_join(...)                                                 \
+  sl_op_window_join_sized(__VA_ARGS__, sizeof(sl_window_join_config))
 
 typedef struct sl_interval_join_config {
   /** A left record a and a right record b of one key match when
@@ -229,6 +240,12 @@ typedef struct sl_interval_join_config {
 int sl_op_interval_join(sl_job *job, const char *name, sl_op *left_keyed,
                         sl_op *right_keyed, int parallelism,
                         const sl_interval_join_config *cfg, sl_op **op);
+int sl_op_interval_join_sized(sl_job *job, const char *name, sl_op *left_keyed,
+                              sl_op *right_keyed, int parallelism,
+                              const sl_interval_join_config *cfg, sl_op **op,
+                              size_t cfg_bytes);
+#define sl_op_interval_join(...)                                               \
+  sl_op_interval_join_sized(__VA_ARGS__, sizeof(sl_interval_join_config))
 
 /** An unbounded equi-join of left_keyed (input 0) and right_keyed (input
  * 1): each record is kept forever and joined with every record of the

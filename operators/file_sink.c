@@ -52,6 +52,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config_abi.h"
 #include "fault.h"
 #include "internal.h"
 #include "op_util.h"
@@ -506,9 +507,16 @@ static void free_sink(void *user) {
   free(sink);
 }
 
-SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
-                           int parallelism, const sl_file_sink_config *config,
-                           sl_op **op) {
+SL_EXPORT int sl_sink_file_sized(sl_job *job, const char *name,
+                                 sl_op *input, int parallelism,
+                                 const sl_file_sink_config *config,
+                                 sl_op **op, size_t config_bytes) {
+  sl_file_sink_config copy;
+  if (SL_CONFIG_READ(job, sl_sink_file, sl_file_sink_config,
+                     SL_FILE_SINK_CONFIG_V1, config, config_bytes, &copy))
+    return EINVAL;
+  if (config)
+    config = &copy;
   if (!config || !config->dir || !config->dir[0] ||
       strlen(config->dir) >= sizeof(((file_sink *)0)->dir) ||
       (config->suffix && strlen(config->suffix) >= 32) ||
@@ -543,4 +551,13 @@ SL_EXPORT int sl_sink_file(sl_job *job, const char *name, sl_op *input,
   int rc = sl_op_sink(job, name, input, parallelism,
                       config->exactly_once ? &exactly_once : &plain, sink, op);
   return op_adopt(rc, op, sink, free_sink);
+}
+
+/* The version-1 symbol (config_abi.c note 1): a program linked before the
+ * sized call existed passed a version-1 struct. */
+SL_EXPORT int(sl_sink_file)(sl_job *job, const char *name, sl_op *input,
+                            int parallelism, const sl_file_sink_config *config,
+                            sl_op **op) {
+  return sl_sink_file_sized(job, name, input, parallelism, config, op,
+                            SL_FILE_SINK_CONFIG_V1);
 }

@@ -59,6 +59,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config_abi.h"
 #include "internal.h"
 #include "op_util.h"
 #include "io_internal.h"
@@ -686,10 +687,17 @@ static int check_file_config(sl_job *job, const char *name,
   return 0;
 }
 
-SL_EXPORT int sl_source_file(sl_job *job, const char *name,
-                             const sl_file_source_config *c, sl_op **op) {
+SL_EXPORT int sl_source_file_sized(sl_job *job, const char *name,
+                                   const sl_file_source_config *c, sl_op **op,
+                                   size_t config_bytes) {
   if (!job || !op)
     return EINVAL;
+  sl_file_source_config copy;
+  if (SL_CONFIG_READ(job, sl_source_file, sl_file_source_config,
+                     SL_FILE_SOURCE_CONFIG_V1, c, config_bytes, &copy))
+    return EINVAL;
+  if (c)
+    c = &copy;
   if (atomic_load(&job->state) != SL_JOB_BUILDING)
     return SL_ESTARTED;
   int rc = check_file_config(job, name, c);
@@ -738,4 +746,12 @@ SL_EXPORT int sl_source_stdin(sl_job *job, const char *name, int format,
   }
   src->path_count = 1;
   return add_source(job, name, src, op);
+}
+
+/* The version-1 symbol (config_abi.c note 1): a program linked before the
+ * sized call existed passed a version-1 struct. */
+SL_EXPORT int(sl_source_file)(sl_job *job, const char *name,
+                              const sl_file_source_config *config,
+                              sl_op **op) {
+  return sl_source_file_sized(job, name, config, op, SL_FILE_SOURCE_CONFIG_V1);
 }

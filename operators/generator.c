@@ -45,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config_abi.h"
 #include "internal.h"
 #include "op_util.h"
 #include "rate.h"
@@ -121,10 +122,26 @@ static void generator_fill(const sl_generator_config *cfg,
   e->ts = base - delay;
 }
 
-SL_EXPORT void sl_generator_event(const sl_generator_config *cfg, uint64_t i,
-                                  sl_event *out) {
-  generator_salts s = salts_of(cfg->seed);
-  generator_fill(cfg, &s, i, out);
+SL_EXPORT int sl_generator_event_sized(const sl_generator_config *cfg,
+                                       uint64_t i, sl_event *out,
+                                       size_t cfg_bytes) {
+  sl_generator_config copy;
+  if (sl_config_read(NULL, NULL, 0, "sl_generator_event",
+                     "sl_generator_config", cfg, cfg_bytes, &copy,
+                     sizeof copy, SL_GENERATOR_CONFIG_V1)) {
+    memset(out, 0, sizeof *out);
+    return EINVAL;
+  }
+  generator_salts s = salts_of(copy.seed);
+  generator_fill(&copy, &s, i, out);
+  return 0;
+}
+
+/* The version-1 symbol (config_abi.c note 1); it cannot report a refusal,
+ * and the version-1 size is always readable. */
+SL_EXPORT void(sl_generator_event)(const sl_generator_config *cfg,
+                                   uint64_t i, sl_event *out) {
+  (void)sl_generator_event_sized(cfg, i, out, SL_GENERATOR_CONFIG_V1);
 }
 
 SL_EXPORT void sl_generator_range(uint64_t count, int parallelism,
@@ -148,12 +165,19 @@ SL_EXPORT void sl_generator_range(uint64_t count, int parallelism,
 
 static bool probability(double p) { return p >= 0.0 && p <= 1.0; } /* NaN: no */
 
-SL_EXPORT int sl_generator_validate(const sl_generator_config *cfg, char *err,
-                                    size_t err_bytes) {
+SL_EXPORT int sl_generator_validate_sized(const sl_generator_config *cfg,
+                                          char *err, size_t err_bytes,
+                                          size_t cfg_bytes) {
   if (err && err_bytes)
     err[0] = 0;
   if (!cfg)
     return invalid(err, err_bytes, "no configuration");
+  sl_generator_config copy;
+  if (sl_config_read(NULL, err, err_bytes, "sl_generator_validate",
+                     "sl_generator_config", cfg, cfg_bytes, &copy,
+                     sizeof copy, SL_GENERATOR_CONFIG_V1))
+    return EINVAL;
+  cfg = &copy;
   if (cfg->keys == 0)
     return invalid(err, err_bytes, "keys is 0 (at least 1 key)");
   if (cfg->step < 0)
@@ -288,13 +312,20 @@ static void generator_close(sl_ctx *ctx, void *state) {
   free(state);
 }
 
-SL_EXPORT int sl_source_generator(sl_job *job, const char *name,
-                                  int parallelism,
-                                  const sl_generator_config *cfg, sl_op **op) {
+SL_EXPORT int sl_source_generator_sized(sl_job *job, const char *name,
+                                        int parallelism,
+                                        const sl_generator_config *cfg,
+                                        sl_op **op, size_t cfg_bytes) {
   if (!job || !op)
     return EINVAL;
   if (job->state != SL_JOB_BUILDING)
     return SL_ESTARTED;
+  sl_generator_config in;
+  if (SL_CONFIG_READ(job, sl_source_generator, sl_generator_config,
+                     SL_GENERATOR_CONFIG_V1, cfg, cfg_bytes, &in))
+    return EINVAL;
+  if (cfg)
+    cfg = &in;
   char why[200];
   int rc = sl_generator_validate(cfg, why, sizeof why);
   if (rc) {
@@ -312,4 +343,20 @@ SL_EXPORT int sl_source_generator(sl_job *job, const char *name,
                                     .restore = generator_restore};
   rc = sl_op_source(job, name, parallelism, &ops, copy, op);
   return op_adopt(rc, op, copy, free);
+}
+
+/* The version-1 symbols (config_abi.c note 1): a program linked before the
+ * sized calls existed passed a version-1 struct. */
+SL_EXPORT int(sl_generator_validate)(const sl_generator_config *cfg,
+                                     char *err, size_t err_bytes) {
+  return sl_generator_validate_sized(cfg, err, err_bytes,
+                                     SL_GENERATOR_CONFIG_V1);
+}
+
+SL_EXPORT int(sl_source_generator)(sl_job *job, const char *name,
+                                   int parallelism,
+                                   const sl_generator_config *cfg,
+                                   sl_op **op) {
+  return sl_source_generator_sized(job, name, parallelism, cfg, op,
+                                   SL_GENERATOR_CONFIG_V1);
 }

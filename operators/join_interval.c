@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_abi.h"
 #include "join_internal.h"
 
 #define DEFAULT_BUCKET_WIDTH 256
@@ -432,15 +433,21 @@ static int interval_timer(sl_ctx *ctx, join_instance *s, int64_t time) {
 
 /* ----------------------------------------------------------- building */
 
-SL_EXPORT int sl_op_interval_join(sl_job *job, const char *name,
-                                  sl_op *left_keyed, sl_op *right_keyed,
-                                  int parallelism,
-                                  const sl_interval_join_config *cfg,
-                                  sl_op **op) {
+SL_EXPORT int sl_op_interval_join_sized(sl_job *job, const char *name,
+                                        sl_op *left_keyed, sl_op *right_keyed,
+                                        int parallelism,
+                                        const sl_interval_join_config *cfg,
+                                        sl_op **op, size_t cfg_bytes) {
   if (op)
     *op = 0;
   if (!job || !op)
     return EINVAL;
+  sl_interval_join_config copy;
+  if (SL_CONFIG_READ(job, sl_op_interval_join, sl_interval_join_config,
+                     SL_INTERVAL_JOIN_CONFIG_V1, cfg, cfg_bytes, &copy))
+    return EINVAL;
+  if (cfg)
+    cfg = &copy;
   const char *what = "interval join";
   if (!cfg)
     return join_config_error(job, what, name, "config is NULL");
@@ -472,3 +479,15 @@ SL_EXPORT int sl_op_interval_join(sl_job *job, const char *name,
                     interval_process, interval_timer, op);
 }
 
+
+/* The version-1 symbol (config_abi.c note 1): a program linked before the
+ * sized call existed passed a version-1 struct. */
+SL_EXPORT int(sl_op_interval_join)(sl_job *job, const char *name,
+                                   sl_op *left_keyed, sl_op *right_keyed,
+                                   int parallelism,
+                                   const sl_interval_join_config *cfg,
+                                   sl_op **op) {
+  return sl_op_interval_join_sized(job, name, left_keyed, right_keyed,
+                                   parallelism, cfg, op,
+                                   SL_INTERVAL_JOIN_CONFIG_V1);
+}

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_abi.h"
 #include "join_internal.h"
 
 typedef struct window_header {
@@ -347,15 +348,21 @@ static int check_window(sl_job *job, const char *name,
                               "right_late_port");
 }
 
-SL_EXPORT int sl_op_window_join(sl_job *job, const char *name,
-                                sl_op *left_keyed, sl_op *right_keyed,
-                                int parallelism,
-                                const sl_window_join_config *cfg,
-                                sl_op **op) {
+SL_EXPORT int sl_op_window_join_sized(sl_job *job, const char *name,
+                                      sl_op *left_keyed, sl_op *right_keyed,
+                                      int parallelism,
+                                      const sl_window_join_config *cfg,
+                                      sl_op **op, size_t cfg_bytes) {
   if (op)
     *op = 0;
   if (!job || !op)
     return EINVAL;
+  sl_window_join_config copy;
+  if (SL_CONFIG_READ(job, sl_op_window_join, sl_window_join_config,
+                     SL_WINDOW_JOIN_CONFIG_V1, cfg, cfg_bytes, &copy))
+    return EINVAL;
+  if (cfg)
+    cfg = &copy;
   int rc = check_window(job, name, cfg);
   if (rc)
     return rc;
@@ -369,3 +376,15 @@ SL_EXPORT int sl_op_window_join(sl_job *job, const char *name,
                     parallelism, j, window_process, window_timer, op);
 }
 
+
+/* The version-1 symbol (config_abi.c note 1): a program linked before the
+ * sized call existed passed a version-1 struct. */
+SL_EXPORT int(sl_op_window_join)(sl_job *job, const char *name,
+                                 sl_op *left_keyed, sl_op *right_keyed,
+                                 int parallelism,
+                                 const sl_window_join_config *cfg,
+                                 sl_op **op) {
+  return sl_op_window_join_sized(job, name, left_keyed, right_keyed,
+                                 parallelism, cfg, op,
+                                 SL_WINDOW_JOIN_CONFIG_V1);
+}

@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_abi.h"
 #include "internal.h"
 
 /* Rows and arena bytes of a new batch: the previous batch's count (a
@@ -385,11 +386,18 @@ static int tables_with(const sl_job *job, const char *table) {
   return n;
 }
 
-SL_EXPORT int sl_sink_table(sl_job *job, const char *name, sl_op *input,
-                            int parallelism, const sl_table_sink_config *config,
-                            sl_op **op) {
+SL_EXPORT int sl_sink_table_sized(sl_job *job, const char *name,
+                                  sl_op *input, int parallelism,
+                                  const sl_table_sink_config *config,
+                                  sl_op **op, size_t config_bytes) {
   if (!job)
     return EINVAL;
+  sl_table_sink_config copy;
+  if (SL_CONFIG_READ(job, sl_sink_table, sl_table_sink_config,
+                     SL_TABLE_SINK_CONFIG_V1, config, config_bytes, &copy))
+    return EINVAL;
+  if (config)
+    config = &copy;
   if (atomic_load(&job->state) != SL_JOB_BUILDING)
     return SL_ESTARTED; /* as every builder */
   if (!name || !config || !config->table) {
@@ -568,4 +576,13 @@ SL_EXPORT int sl_table_checkpoint(sl_table_reader *reader,
     return reader_null(reader, "sl_table_checkpoint", "checkpoint_id");
   return sl_store_read_latest(reader->store, checkpoint_id, reader->error,
                               sizeof reader->error);
+}
+
+/* The version-1 symbol (config_abi.c note 1): a program linked before the
+ * sized call existed passed a version-1 struct. */
+SL_EXPORT int(sl_sink_table)(sl_job *job, const char *name, sl_op *input,
+                             int parallelism,
+                             const sl_table_sink_config *config, sl_op **op) {
+  return sl_sink_table_sized(job, name, input, parallelism, config, op,
+                             SL_TABLE_SINK_CONFIG_V1);
 }

@@ -87,6 +87,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_abi.h"
 #include "internal.h"
 #include "op_util.h"
 #include "time_check.h"
@@ -1110,13 +1111,20 @@ static int check_config(sl_job *job, const char *name,
   return 0;
 }
 
-SL_EXPORT int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
-                           int parallelism, const sl_window_config *config,
-                           sl_op **op) {
+SL_EXPORT int sl_op_window_sized(sl_job *job, const char *name,
+                                 sl_op *keyed_input, int parallelism,
+                                 const sl_window_config *config, sl_op **op,
+                                 size_t config_bytes) {
   if (op)
     *op = 0;
   if (!job)
     return EINVAL;
+  sl_window_config copy;
+  if (SL_CONFIG_READ(job, sl_op_window, sl_window_config, SL_WINDOW_CONFIG_V1,
+                     config, config_bytes, &copy))
+    return EINVAL;
+  if (config)
+    config = &copy;
   int rc = check_config(job, name, config);
   if (rc)
     return rc;
@@ -1137,4 +1145,13 @@ SL_EXPORT int sl_op_window(sl_job *job, const char *name, sl_op *keyed_input,
                         .on_timer = window_on_timer};
   rc = sl_op_process(job, name, &keyed_input, 1, parallelism, &ops, w, op);
   return op_adopt(rc, op, w, free);
+}
+
+/* The version-1 symbol (config_abi.c note 1): a program linked before the
+ * sized call existed passed a version-1 struct. */
+SL_EXPORT int(sl_op_window)(sl_job *job, const char *name, sl_op *keyed_input,
+                            int parallelism, const sl_window_config *config,
+                            sl_op **op) {
+  return sl_op_window_sized(job, name, keyed_input, parallelism, config, op,
+                            SL_WINDOW_CONFIG_V1);
 }

@@ -1,10 +1,12 @@
-/* test_contract.c — the callback contract of sluice.h ("CALLBACK
- * RETURNS"), with real jobs: a callback that returns any nonzero value,
- * a positive errno included, fails the job; sl_job_run returns that value
- * and sl_job_error names the operator.  Before the contract, a positive
+/* test_contract.c — the API contract of sluice.h, with real jobs.
+ * CALLBACK RETURNS: a callback that returns any nonzero value, a positive
+ * errno included, fails the job; sl_job_run returns that value and
+ * sl_job_error names the operator.  Before the contract, a positive
  * return from map, process or filter was taken for success (the job ended
  * with 0), and a library call's own positive errno could not be passed
- * through with `return sl_...(...)`.
+ * through with `return sl_...(...)`.  ABI: config structs are read by the
+ * size the caller was built with (struct_bytes, or a builder's _sized
+ * symbol).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -208,4 +210,119 @@ Test(contract, config_struct_bytes_is_checked) {
   cr_assert_null(job);
   cr_assert_eq(sl_job_create(NULL, &job), 0, "NULL takes every default");
   sl_job_destroy(job);
+}
+
+/* A keyed count window of 10 records over the RECORDS numbers, 4 keys: 25
+ * windows per key, one output record each. */
+#define WINDOW_KEYS 4
+#define WINDOW_SIZE 10
+#define WINDOW_OUTPUTS (RECORDS / WINDOW_SIZE)
+
+static uint64_t key_mod(void *user, const sl_record *in) {
+  (void)user;
+  return *(const uint64_t *)in->data % WINDOW_KEYS;
+}
+
+static void acc_init(void *user, void *acc) {
+  (void)user;
+  memset(acc, 0, sizeof(uint64_t));
+}
+
+static void acc_add(void *user, void *acc, const sl_record *in) {
+  (void)user, (void)in;
+  ++*(uint64_t *)acc;
+}
+
+static int acc_emit(void *user, sl_ctx *ctx, uint64_t key,
+                    const sl_window *window, const void *acc) {
+  (void)user, (void)key, (void)window;
+  return sl_emit(ctx, acc, sizeof(uint64_t));
+}
+
+static const sl_window_config count_window = {
+    .type = SL_WINDOW_COUNT, .size = WINDOW_SIZE, .acc_bytes = 8,
+    .init = acc_init, .add = acc_add, .emit = acc_emit};
+
+/* sl_op_window_sized (sluice.h, ABI): a size below version 1 is refused
+ * naming the builder and the struct, as is a later caller's larger struct
+ * with a byte set that this library does not know; the same struct with
+ * those bytes zero is read, and the window runs.  Each refusal leaves the
+ * graph unaltered, so the job built on is the one that runs. */
+Test(contract, builder_config_bytes_are_checked) {
+  sl_op *source, *keyed, *window, *sink;
+  sl_job *job = new_job(&source);
+  cr_assert_eq(sl_op_key_by(job, "key", source, key_mod, NULL, &keyed), 0);
+
+  cr_assert_eq(sl_op_window_sized(job, "win", keyed, 2, &count_window,
+                                  &window, sizeof count_window / 2), EINVAL);
+  cr_assert_null(window);
+  const char *message = sl_job_error(job);
+  cr_assert(strstr(message, "sl_op_window") &&
+            strstr(message, "sl_window_config") &&
+            strstr(message, "at least"), "message: %s", message);
+
+  struct {
+    sl_window_config config;
+    uint64_t newer_field;
+  } later;
+  memset(&later, 0, sizeof later);
+  later.config = count_window;
+  later.newer_field = 1; /* a field this library cannot honour */
+  cr_assert_eq(sl_op_window_sized(job, "win", keyed, 2, &later.config,
+                                  &window, sizeof later), EINVAL);
+  message = sl_job_error(job);
+  cr_assert(strstr(message, "sl_op_window") && strstr(message, "is set"),
+            "message: %s", message);
+
+  later.newer_field = 0;
+  cr_assert_eq(sl_op_window_sized(job, "win", keyed, 2, &later.config,
+                                  &window, sizeof later), 0, "%s",
+               sl_job_error(job));
+  counted c = {0};
+  cr_assert_eq(sl_op_sink(job, "count", window, 1, &count_ops, &c, &sink), 0);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  cr_assert_eq(atomic_load(&c.records), WINDOW_OUTPUTS);
+  sl_job_destroy(job);
+}
+
+/* The names a program uses: the macro passes the caller's size (a compound
+ * literal, as the README writes it), and the unsized symbol a program
+ * linked before the sized calls existed (called here past the macro) reads
+ * a version-1 struct.  Both windows run. */
+Test(contract, unsized_builder_names_still_work) {
+  sl_op *source, *keyed, *by_macro, *by_symbol, *merged, *sink;
+  sl_job *job = new_job(&source);
+  cr_assert_eq(sl_op_key_by(job, "key", source, key_mod, NULL, &keyed), 0);
+  cr_assert_eq(sl_op_window(job, "macro", keyed, 1,
+                            &(sl_window_config){
+                                .type = SL_WINDOW_COUNT, .size = WINDOW_SIZE,
+                                .acc_bytes = 8, .init = acc_init,
+                                .add = acc_add, .emit = acc_emit},
+                            &by_macro), 0, "%s", sl_job_error(job));
+  cr_assert_eq((sl_op_window)(job, "symbol", keyed, 1, &count_window,
+                              &by_symbol), 0, "%s", sl_job_error(job));
+  sl_op *both[2] = {by_macro, by_symbol};
+  cr_assert_eq(sl_op_union(job, "both", both, 2, &merged), 0);
+  counted c = {0};
+  cr_assert_eq(sl_op_sink(job, "count", merged, 1, &count_ops, &c, &sink), 0);
+  cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
+  cr_assert_eq(atomic_load(&c.records), 2 * WINDOW_OUTPUTS);
+  sl_job_destroy(job);
+}
+
+/* The calls without a job report through their own channel: the
+ * generator's check into the caller's buffer, the event call by its
+ * return. */
+Test(contract, generator_config_bytes_are_checked) {
+  sl_generator_config g = {.count = 10, .seed = 1, .keys = 3, .step = 1};
+  char err[256];
+  cr_assert_eq(sl_generator_validate_sized(&g, err, sizeof err, 8), EINVAL);
+  cr_assert(strstr(err, "sl_generator_validate") &&
+            strstr(err, "sl_generator_config"), "err: %s", err);
+  cr_assert_eq(sl_generator_validate(&g, err, sizeof err), 0, "%s", err);
+  sl_event e, expected;
+  cr_assert_eq(sl_generator_event_sized(&g, 3, &e, 8), EINVAL);
+  cr_assert_eq(sl_generator_event(&g, 3, &expected), 0);
+  (sl_generator_event)(&g, 3, &e); /* the version-1 symbol */
+  cr_assert_eq(memcmp(&e, &expected, sizeof e), 0);
 }
