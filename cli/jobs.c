@@ -417,15 +417,10 @@ static void print_checkpoints(sl_job *job) {
 int run_job(options *o) {
   run_check_options(o);
   bool window = strcmp(o->job_name, "window") == 0;
-  if (cli_refuse_empty_resume(&o->config) != 0)
-    return 1;
-  sl_job *job = 0;
-  o->config.struct_bytes = sizeof o->config; /* sluice.h ABI */
-  int rc = sl_job_create(&o->config, &job);
-  if (rc) {
-    fprintf(stderr, "sluice: invalid configuration: %s\n", sl_strerror(rc));
-    return 2;
-  }
+  sl_job *job;
+  int rc = cli_job_create(&o->config, &job);
+  if (rc)
+    return rc;
   sl_checksum sum = {0};
   sl_op *verify_op = 0;
   rc = build_job(o, job, &sum, &verify_op);

@@ -560,15 +560,10 @@ static int nexmark_run(nexmark_options *o) {
                      o->config.checkpoint.store_policy == SL_STORE_FRESH;
   if (o->output && cli_retire_output(o->output) != 0)
     return 1;
-  if (cli_refuse_empty_resume(&o->config) != 0)
-    return 1;
-  sl_job *job = NULL;
-  o->config.struct_bytes = sizeof o->config; /* sluice.h ABI */
-  int rc = sl_job_create(&o->config, &job);
-  if (rc) {
-    fprintf(stderr, "sluice: invalid configuration: %s\n", sl_strerror(rc));
-    return 2;
-  }
+  sl_job *job;
+  int rc = cli_job_create(&o->config, &job);
+  if (rc)
+    return rc;
   sl_checksum sum = {0};
   rc = build_nexmark(o, job, parts, clear_parts, &sum);
   if (rc) {

@@ -45,3 +45,16 @@ int cli_retire_output(const char *path) {
   }
   return 0;
 }
+
+int cli_job_create(sl_job_config *config, sl_job **job) {
+  *job = NULL;
+  if (cli_refuse_empty_resume(config) != 0)
+    return 1;
+  config->struct_bytes = sizeof *config; /* sluice.h ABI */
+  int rc = sl_job_create(config, job);
+  if (rc) {
+    fprintf(stderr, "sluice: invalid configuration: %s\n", sl_strerror(rc));
+    return 2;
+  }
+  return 0;
+}

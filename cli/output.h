@@ -14,6 +14,11 @@
  * start then reports why, naming the file). */
 int cli_refuse_empty_resume(const sl_job_config *config);
 
+/* The job of *config (its struct_bytes set here), after
+ * cli_refuse_empty_resume: 0 and *job, 1 when there is nothing to resume
+ * (said on stderr), or 2 for an invalid configuration (said on stderr). */
+int cli_job_create(sl_job_config *config, sl_job **job);
+
 /** A run that will write path removes it, and path.tmp, first: a run that
  * fails, is refused or is killed leaves no earlier file looking like its
  * result.  Returns 0, or 1 after printing why path could not be removed. */

@@ -76,7 +76,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +83,8 @@
 #include <time.h>
 
 #include "nexmark.h"
-#include "rate.h" /* operators/: the generators' shared rate limiter */
+#include "op_util.h" /* operators/: op_errorf */
+#include "rate.h"    /* operators/: the generators' shared rate limiter */
 
 __extension__ typedef unsigned __int128 u128;
 __extension__ typedef __int128 i128;
@@ -664,16 +664,8 @@ static uint32_t gen_record(const gen_plan *g, uint64_t n, const gen_clock *c,
 
 /* ------------------------------------------------------------ validation */
 
-__attribute__((format(printf, 3, 4))) static int
-invalid(char *err, size_t err_bytes, const char *fmt, ...) {
-  if (err && err_bytes) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_bytes, fmt, ap);
-    va_end(ap);
-  }
-  return EINVAL;
-}
+/* The generator's refusals: EINVAL with the message in err (op_util.h). */
+#define invalid(...) op_errorf(EINVAL, __VA_ARGS__)
 
 int nx_generator_validate(const nx_generator_config *cfg, char *err,
                           size_t err_bytes) {
