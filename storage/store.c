@@ -872,8 +872,8 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
   if (fingerprint_difference(v.mv_data, v.mv_size, fingerprint, bytes,
                              difference, sizeof difference))
     return store_fail(s, SL_ESTORE,
-                      "written by a different job graph: %s.  To change "
-                      "parallelism, take a savepoint and start this job "
+                      "written by a different job graph: %s.  To change an "
+                      "operator's parallelism, take a savepoint and start the job "
                       "from it in a new state directory (--from-savepoint, "
                       "sl_job_config.checkpoint.from_savepoint)",
                       difference);
