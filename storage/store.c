@@ -873,8 +873,9 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
                              difference, sizeof difference))
     return store_fail(s, SL_ESTORE,
                       "written by a different job graph: %s.  To change an "
-                      "operator's parallelism, take a savepoint and start the job "
-                      "from it in a new state directory (--from-savepoint, "
+                      "operator's parallelism, take a savepoint and start "
+                      "the job from it in a new state directory "
+                      "(--from-savepoint, "
                       "sl_job_config.checkpoint.from_savepoint)",
                       difference);
   int shown = MESSAGE_FINGERPRINT_BYTES;
