@@ -45,8 +45,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "--version") == 0) {
-    printf("sluice %d.%d.%d\n", SL_VERSION_MAJOR, SL_VERSION_MINOR,
-           SL_VERSION_PATCH);
+    /* The library's version, as loaded (sl_version), not the header's. */
+    printf("sluice %s\n", sl_version());
     return 0;
   }
   if (strcmp(cmd, "jobs") == 0) {
@@ -59,6 +59,12 @@ int main(int argc, char **argv) {
     return checkpoints_main(argc - 2, argv + 2);
   if (strcmp(cmd, "run") != 0)
     die_usage("unknown command '%s'", cmd);
+  /* `sluice run --help` asks for run's usage, not for a job named
+   * "--help": answer it like `sluice --help` (stdout, exit 0). */
+  if (argc >= 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
+    run_usage(stdout);
+    return 0;
+  }
   if (argc < 3 || argv[2][0] == '-')
     die_usage("run needs a job name: pipeline, keyed, count or window");
   options o = {.job_name = argv[2], .records = 50000000, .keys = 10000,

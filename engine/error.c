@@ -1,8 +1,17 @@
-/* error.c — sl_strerror: one text for each sluice code, strerror otherwise. */
+/* error.c — sl_strerror: one text for each sluice code, strerror otherwise;
+ * and sl_version, the library's own version string. */
 #include <lmdb.h>
 #include <string.h>
 
 #include "internal.h"
+
+/* meson passes project()'s version (meson.build); a build outside meson
+ * must say which version it is. */
+#ifndef SL_BUILD_VERSION
+#error "SL_BUILD_VERSION is not defined (meson.build passes it)"
+#endif
+
+SL_EXPORT const char *sl_version(void) { return SL_BUILD_VERSION; }
 
 SL_EXPORT const char *sl_strerror(int status) {
   switch (status) {

@@ -19,6 +19,7 @@
 
 #include "config_abi.h"
 #include "internal.h"
+#include "log.h"
 
 /* Automatic ring size: the job's rings share this much memory, each ring
  * between the two bounds.  On P1 (4 threads, 2 cores) 4 MiB rings ran about
@@ -115,6 +116,8 @@ static int config_resolve(sl_job_config *c) {
 
 SL_EXPORT int sl_job_create(const sl_job_config *config, sl_job **out) {
   *out = 0;
+  if (sl_log_env_check() != 0) /* log.c note 4 */
+    return EINVAL;
   sl_job *job = calloc(1, sizeof *job);
   if (!job)
     return ENOMEM;

@@ -17,6 +17,15 @@
  *    terminal: with sl_log_set_status_line(1) every line starts with
  *    "\r\033[K", which clears it, so the log line stands alone and the
  *    status line is drawn again below it at its next update.
+ * 4. An invalid SLUICE_LOG_LEVEL is refused, not ignored: sl_job_create
+ *    calls sl_log_env_check first and returns EINVAL, with an ERROR line
+ *    naming the variable and the accepted values.  The job is where a host
+ *    first asks the library to do work and already checks its settings,
+ *    so the refusal comes where the host looks for one; a log line cannot
+ *    fail (note 1 keeps its warning for the programs, like `sluice
+ *    checkpoints`, that make no job).  A level set with sl_log_set_level
+ *    is the host's own choice: the variable is then not read, so not
+ *    checked.
  */
 #include <assert.h>
 #include <errno.h>
@@ -39,6 +48,7 @@ _Static_assert(SL_LOG_LINE_BYTES <= 4096, "one line is one atomic write");
 #define CLEAR_STATUS "\r\033[K"
 
 static _Atomic int log_level = LEVEL_UNSET;
+static _Atomic int level_set_by_host; /* note 4 */
 static _Atomic int status_line;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
@@ -58,7 +68,26 @@ SL_EXPORT int sl_log_set_level(int level) {
   if (level < SL_LOG_ERROR || level > SL_LOG_DEBUG)
     return EINVAL;
   atomic_store_explicit(&log_level, level, memory_order_relaxed);
+  atomic_store_explicit(&level_set_by_host, 1, memory_order_relaxed);
   return 0;
+}
+
+/* Note 4. */
+int sl_log_env_check(void) {
+  if (atomic_load_explicit(&level_set_by_host, memory_order_relaxed))
+    return 0;
+  const char *env = getenv("SLUICE_LOG_LEVEL");
+  int parsed = SL_LOG_INFO;
+  if (!env || !env[0] || sl_log_level_parse(env, &parsed) == 0)
+    return 0;
+  /* Settle the level first (info, as note 1 would), so the line below is
+   * the only one about the variable: note 1's warning would repeat it. */
+  int expected = LEVEL_UNSET;
+  atomic_compare_exchange_strong(&log_level, &expected, SL_LOG_INFO);
+  sl_log(SL_LOG_ERROR, "sl_job_create: the environment variable "
+         "SLUICE_LOG_LEVEL='%.40s' is not one of error, warn, info, debug "
+         "(set one of those, or unset it for info)", env);
+  return EINVAL;
 }
 
 /* Note 1. */

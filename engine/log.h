@@ -32,6 +32,11 @@ bool sl_log_enabled(int level);
 void sl_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/** 0, or EINVAL after an ERROR line when SLUICE_LOG_LEVEL is set to no
+ * level name and sl_log_set_level was never called (log.c note 4);
+ * sl_job_create calls it first. */
+int sl_log_env_check(void);
+
 /** The prefix of a line ("TIME LEVEL [THREAD] ") into out; its length.
  * For tests and for writers of their own lines. */
 int sl_log_prefix(int level, char *out, int out_bytes);

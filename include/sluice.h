@@ -188,6 +188,12 @@ extern "C" {
 #define SL_VERSION_MINOR 1
 #define SL_VERSION_PATCH 0
 
+/** The version of the library loaded at run time, "MAJOR.MINOR.PATCH"
+ * (static storage).  It equals the SL_VERSION_* macros of the header the
+ * library was built with (meson refuses to configure otherwise), so a
+ * program compares it with its own macros to detect a different library. */
+const char *sl_version(void);
+
 /* ------------------------------------------------------------------------ */
 /* Status codes.  sluice's own codes sit in a reserved negative range, like
  * LMDB's; positive values are errno values (ENOMEM, EINVAL, ...). */
@@ -304,7 +310,10 @@ typedef struct sl_job_config {
   uint32_t max_parallelism;
   /** Checkpointing (off unless checkpoint.state_dir is set); see below. */
   struct sl_checkpoint_config {
-    /** Directory of the job's LMDB store; NULL: no checkpoints. */
+    /** Directory of the job's LMDB store; NULL: no checkpoints.  It and
+     * its missing parents are created (mode 0755, as savepoint
+     * directories); a parent that is not a directory fails the job,
+     * named in sl_job_error. */
     const char *state_dir;
     /** Time between checkpoint triggers.  Default (0): 1000 ms. */
     uint32_t interval_ms;
@@ -416,8 +425,10 @@ enum sl_pin_policy { SL_PIN_CHAINS = 0, SL_PIN_ROUND_ROBIN = 1 };
 /** Create an empty job.  config may be NULL for defaults; it is copied (the
  * cpus array and the strings too).  Errors: EINVAL (a setting out of
  * range; config->struct_bytes 0, below the first version's size, or
- * larger than this library's with nonzero bytes past its fields: a line
- * on the log says which; *job is NULL), ENOMEM. */
+ * larger than this library's with nonzero bytes past its fields; or the
+ * environment variable SLUICE_LOG_LEVEL set to no level name while
+ * sl_log_set_level was never called: a line on the log says which; *job
+ * is NULL), ENOMEM. */
 int sl_job_create(const sl_job_config *config, sl_job **job);
 
 /** Free a job and everything it owns.  A running job is stopped and waited

@@ -443,17 +443,52 @@ static int inspect_entries(sl_store *s, bool *has_data) {
   return 0;
 }
 
+/* Creates the missing parents of s->dir (not s->dir itself), with the
+ * mode of the store directory, as savepoint directories get theirs
+ * (engine/savepoint.c): a host that names a state_dir under a path of its
+ * own need not make the path first.  A parent that exists and is not a
+ * directory, or that cannot be made, is named in the error. */
+static int store_make_parents(sl_store *s) {
+  char path[PATH_MAX];
+  size_t n = strlen(s->dir);
+  if (n >= sizeof path)
+    return store_fail(s, ENAMETOOLONG, "the path is too long");
+  memcpy(path, s->dir, n + 1);
+  for (size_t i = 1; i < n; i++) { /* each '/' once: one level at a time */
+    if (path[i] != '/' || path[i - 1] == '/')
+      continue;
+    path[i] = 0;
+    struct stat st;
+    if (mkdir(path, STORE_DIR_MODE) != 0 && errno != EEXIST)
+      return store_fail(s, errno, "cannot create the parent directory %s: %s",
+                        path, strerror(errno));
+    if (stat(path, &st) != 0)
+      return store_fail(s, errno, "cannot stat the parent %s: %s", path,
+                        strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+      return store_fail(s, ENOTDIR, "the parent %s exists and is not a "
+                        "directory", path);
+    path[i] = '/';
+  }
+  return 0;
+}
+
 /* Note 3, first step: the path must be a directory (a writer creates a
- * missing one, *created) and must not hold someone else's files. */
+ * missing one and its missing parents, *created) and must not hold
+ * someone else's files. */
 int store_inspect_dir(sl_store *s, bool *has_data, bool *created) {
   struct stat st;
   if (stat(s->dir, &st) != 0) {
-    if (errno != ENOENT)
+    /* ENOTDIR: a parent is a file; store_make_parents names which. */
+    if (errno != ENOENT && (errno != ENOTDIR || s->read_only))
       return store_fail(s, errno, "cannot stat: %s", strerror(errno));
     if (s->read_only)
       return store_fail(s, ENOENT,
                         "no such directory (a read-only open creates no "
                         "store)");
+    int rc = store_make_parents(s);
+    if (rc != 0)
+      return rc;
     if (mkdir(s->dir, STORE_DIR_MODE) != 0 && errno != EEXIST)
       return store_fail(s, errno, "cannot create the directory: %s",
                         strerror(errno));
@@ -696,6 +731,99 @@ static int open_map_size(sl_store *s, uint64_t initial_map_bytes) {
   return 0;
 }
 
+/* A graph fingerprint (engine/graph.c sl_graph_fingerprint) is
+ * "max_parallelism=M" then ";ID:KIND:NAME:P" per physical operator.  The
+ * next ';'-separated entry of text[*at..len) into *entry, *entry_len;
+ * false at the end. */
+static bool fingerprint_entry(const char *text, size_t len, size_t *at,
+                              const char **entry, size_t *entry_len) {
+  if (*at > len)
+    return false;
+  const char *end = memchr(text + *at, ';', len - *at);
+  size_t n = end ? (size_t)(end - (text + *at)) : len - *at;
+  *entry = text + *at;
+  *entry_len = n;
+  *at += n + 1; /* past the ';' (or past len: the end) */
+  return true;
+}
+
+/* The fields of one operator entry "ID:KIND:NAME:P" (the name may hold
+ * ':', the kind never does): false if it is not of that form. */
+typedef struct fp_op {
+  const char *kind, *name, *parallelism;
+  int kind_len, name_len, parallelism_len;
+} fp_op;
+
+static bool fingerprint_op(const char *e, size_t n, fp_op *op) {
+  const char *c1 = memchr(e, ':', n);
+  const char *c2 = c1 ? memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - e)) : 0;
+  const char *c3 = e + n;
+  while (c2 && c3 > c2 && c3[-1] != ':') /* the last ':' */
+    c3--;
+  if (!c2 || c3 <= c2 + 1)
+    return false;
+  *op = (fp_op){.kind = c1 + 1, .kind_len = (int)(c2 - c1 - 1),
+                .name = c2 + 1, .name_len = (int)(c3 - 1 - c2 - 1),
+                .parallelism = c3, .parallelism_len = (int)(e + n - c3)};
+  return true;
+}
+
+/* The first difference between the store's fingerprint and this job's,
+ * in words, into out: the operator (by name) and what differs.  Rescaling
+ * is what users try most, so the hint names savepoints (engine/savepoint.c
+ * rewrites state for new parallelisms).  False if the texts do not parse
+ * (a name holding ';'): the caller shows them raw. */
+/* The longest operator entry graph.c writes: two ints, a kind, a name. */
+#define FINGERPRINT_ENTRY_MAX (SL_MAX_NAME + 48)
+
+static bool fingerprint_difference(const char *had, size_t had_len,
+                                   const char *has, size_t has_len,
+                                   char *out, size_t out_bytes) {
+  size_t a = 0, b = 0;
+  const char *x = 0, *y = 0;
+  size_t xn = 0, yn = 0;
+  for (int i = 0; i <= SL_MAX_OPERATORS; i++) { /* bounded: one per op */
+    bool more_x = fingerprint_entry(had, had_len, &a, &x, &xn);
+    bool more_y = fingerprint_entry(has, has_len, &b, &y, &yn);
+    fp_op ox, oy;
+    if (!more_x && !more_y)
+      return false; /* equal entry by entry: not a difference we can name */
+    if (more_x && more_y && xn == yn && memcmp(x, y, xn) == 0)
+      continue;
+    /* Only the form graph.c writes is read; any other text (a store
+     * test's, a name holding ';') is shown raw by the caller. */
+    if ((more_x && xn > FINGERPRINT_ENTRY_MAX) ||
+        (more_y && yn > FINGERPRINT_ENTRY_MAX))
+      return false;
+    if (i == 0 && !(more_x && more_y && xn > 16 && yn > 16 &&
+                    memcmp(x, "max_parallelism=", 16) == 0 &&
+                    memcmp(y, "max_parallelism=", 16) == 0))
+      return false;
+    if (i == 0) /* max_parallelism=M: the key-group count */
+      snprintf(out, out_bytes, "the store has %.*s, this job has %.*s",
+               (int)xn, x, (int)yn, y);
+    else if (!more_y && fingerprint_op(x, xn, &ox))
+      snprintf(out, out_bytes, "operator \"%.*s\" (%.*s) is in the store's "
+               "graph, not in this job's", ox.name_len, ox.name, ox.kind_len,
+               ox.kind);
+    else if (!more_x && fingerprint_op(y, yn, &oy))
+      snprintf(out, out_bytes, "operator \"%.*s\" (%.*s) is in this job's "
+               "graph, not in the store's", oy.name_len, oy.name, oy.kind_len,
+               oy.kind);
+    else if (more_x && more_y && fingerprint_op(x, xn, &ox) &&
+             fingerprint_op(y, yn, &oy))
+      snprintf(out, out_bytes, "operator \"%.*s\" (%.*s, parallelism %.*s) "
+               "in the store is \"%.*s\" (%.*s, parallelism %.*s) in this job",
+               ox.name_len, ox.name, ox.kind_len, ox.kind, ox.parallelism_len,
+               ox.parallelism, oy.name_len, oy.name, oy.kind_len, oy.kind,
+               oy.parallelism_len, oy.parallelism);
+    else
+      return false;
+    return true;
+  }
+  return false;
+}
+
 /* magic, then format, then graph (store.h note 4: each check may rely on
  * the ones before it). */
 static int meta_check_identity(sl_store *s, MDB_txn *txn,
@@ -740,6 +868,16 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
   size_t bytes = strlen(fingerprint);
   if (v.mv_size == bytes && memcmp(v.mv_data, fingerprint, bytes) == 0)
     return 0;
+  char difference[400];
+  if (fingerprint_difference(v.mv_data, v.mv_size, fingerprint, bytes,
+                             difference, sizeof difference))
+    return store_fail(s, SL_ESTORE,
+                      "written by a different job graph: %s.  To change an "
+                      "operator's parallelism, take a savepoint and start "
+                      "the job from it in a new state directory "
+                      "(--from-savepoint, "
+                      "sl_job_config.checkpoint.from_savepoint)",
+                      difference);
   int shown = MESSAGE_FINGERPRINT_BYTES;
   return store_fail(s, SL_ESTORE,
                     "written by a different job graph: the store has "
