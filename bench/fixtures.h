@@ -105,8 +105,11 @@ static inline int fixture_count_add(sl_ctx *ctx, uint64_t key,
   }
   now++;
   rc = sl_state_put(ctx, FIXTURE_COUNT_STATE, &now, sizeof now, 0);
-  if (rc)
+  if (rc) {
+    sl_ctx_fail(ctx, "keyed state of key %" PRIu64 ": %s", key,
+                sl_strerror(rc));
     return rc;
+  }
   *count = now;
   return 0;
 }

@@ -417,8 +417,7 @@ SL_EXPORT int sl_op_watermarks_sized(sl_op *source,
   if (SL_CONFIG_READ(job, sl_op_watermarks, sl_watermark_config,
                      SL_WATERMARK_CONFIG_V1, config, config_bytes, &copy))
     return EINVAL;
-  if (config)
-    config = &copy;
+  config = &copy;
   if (job->state != SL_JOB_BUILDING)
     return SL_ESTARTED;
   if (source->kind != SL_OP_SOURCE) {

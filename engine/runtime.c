@@ -556,8 +556,19 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
           return rc;
       }
       int rc = process_records(inst, ch->input, e);
-      if (unlikely(rc))
+      if (unlikely(rc)) {
+        /* A callback that failed without sl_ctx_fail still gets a cause:
+         * the value it returned (invariant 8); once per failure, never
+         * per record. */
+        if (rc != SL_ESTOPPED && !inst->cause[0])
+          sl_ctx_fail(inst, "the %s callback returned %d",
+                      inst->op->kind == SL_OP_FILTER  ? "filter"
+                      : inst->op->kind == SL_OP_MAP   ? "map"
+                      : inst->op->kind == SL_OP_FLAT_MAP ? "flat_map"
+                                                         : "process",
+                      rc);
         return rc;
+      }
     } else if (e->kind == SL_ENTRY_END) {
       assert(!ch->ended);
       ch->ended = true;

@@ -139,20 +139,10 @@ static char *savepoint_graph(const sl_job *job) {
 
 /* mkdir -p dir (its last component too).  0 or errno. */
 static int make_directories(const char *dir) {
-  char path[PATH_MAX];
-  size_t n = strlen(dir);
-  if (n >= sizeof path)
-    return ENAMETOOLONG;
-  memcpy(path, dir, n + 1);
-  for (size_t i = 1; i < n; i++) { /* each '/' once */
-    if (path[i] != '/')
-      continue;
-    path[i] = 0;
-    if (mkdir(path, DIR_MODE) != 0 && errno != EEXIST)
-      return errno;
-    path[i] = '/';
-  }
-  return mkdir(path, DIR_MODE) != 0 && errno != EEXIST ? errno : 0;
+  int rc = sl_store_make_parents(dir, NULL, 0);
+  if (rc)
+    return rc;
+  return mkdir(dir, DIR_MODE) != 0 && errno != EEXIST ? errno : 0;
 }
 
 /* dir must be new or empty (*created: this call made it). */

@@ -482,7 +482,8 @@ static int fire_pending_processing(sl_instance *inst) {
   int rc = 0;
   for (uint32_t i = 0; i < due.count && rc == 0; i++) {
     rc = fire_one(inst, SL_PROCESSING_TIME, due.items[i]);
-    if (rc != 0 && !inst->cause[0]) /* runtime.c note 8 */
+    /* runtime.c note 8 */
+    if (rc != 0 && rc != SL_ESTOPPED && !inst->cause[0])
       sl_ctx_fail(inst, "on_timer (processing time %" PRId64 ") returned %d",
                   due.items[i].time, rc);
   }
@@ -516,7 +517,8 @@ static int advance(sl_instance *inst, int64_t watermark) {
       inst->current = 0;
       rc = op->fn.process.on_watermark(inst, inst->state, watermark);
       inst->current = saved;
-      if (rc != 0 && !inst->cause[0]) /* runtime.c note 8 */
+      /* runtime.c note 8 */
+      if (rc != 0 && rc != SL_ESTOPPED && !inst->cause[0])
         sl_ctx_fail(inst, "on_watermark (%" PRId64 ") returned %d", watermark,
                     rc);
     }

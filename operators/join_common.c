@@ -6,6 +6,7 @@
  * (join_window.c, join_interval.c, join_unbounded.c); what they share is
  * described in join_internal.h.
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>

@@ -119,8 +119,8 @@ struct join_instance {
 
 /* ----------------------------------------------------------- helpers */
 
-/* *buffer holds at least need units of unit bytes: 0, EINVAL beyond any
- * state value (1 GiB, with room to spare) or ENOMEM (the buffer
+/* *buffer holds at least need units of unit bytes: 0, EINVAL beyond 2 GiB
+ * (above any state value, whose limit is 1 GiB) or ENOMEM (the buffer
  * unchanged). */
 static inline int join_grow(void **buffer, uint64_t *capacity, uint64_t need,
                             size_t unit) {

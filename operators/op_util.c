@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 int op_grow_slow(void **buffer, uint64_t *capacity, uint64_t need,
@@ -20,13 +21,18 @@ int op_grow_slow(void **buffer, uint64_t *capacity, uint64_t need,
   if (need > max_bytes / unit)
     return EINVAL; /* beyond any value the caller may hold */
   /* At least 16 units and 256 bytes at first: few reallocs for small
-   * records.  Doubling stays below 2 * max_bytes, no overflow. */
+   * records.  Doubling, then clamped to max_bytes (still >= need). */
+  uint64_t cap = max_bytes / unit;
   uint64_t n = *capacity ? *capacity : 16;
-  while (n * unit < 256)
+  while (n * unit < 256 && n < cap)
     n *= 2;
   while (n < need)
     n *= 2;
-  void *p = realloc(*buffer, n * unit);
+  if (n > cap)
+    n = cap;
+  if (n * unit > SIZE_MAX)
+    return ENOMEM;
+  void *p = realloc(*buffer, (size_t)(n * unit));
   if (!p)
     return ENOMEM;
   *buffer = p;
@@ -52,6 +58,7 @@ int op_adopt(int rc, sl_op **op, void *user, void (*free_fn)(void *)) {
     return rc;
   }
   assert(op && *op && (*op)->user == user);
-  (*op)->user_free = free_fn;
-  return 0;
+  rc = sl_op_set_user_free(*op, free_fn);
+  assert(rc == 0); /* a fresh built-in: nobody owns its pointer yet */
+  return rc;
 }

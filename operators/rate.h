@@ -20,6 +20,7 @@
 #ifndef SLUICE_RATE_H
 #define SLUICE_RATE_H
 
+#include <assert.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -37,6 +38,9 @@ typedef struct rate_limiter {
 static inline rate_limiter rate_limiter_make(uint64_t events_per_second,
                                              uint64_t burst_max,
                                              uint64_t sleep_max_ns) {
+  /* burst_max 0 would return 0 forever without sleeping: a spin; one
+   * nanosleep takes tv_nsec below a second. */
+  assert(burst_max > 0 && sleep_max_ns < 1000000000u);
   return (rate_limiter){.events_per_second = events_per_second,
                         .burst_max = burst_max,
                         .sleep_max_ns = sleep_max_ns};

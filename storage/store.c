@@ -443,34 +443,39 @@ static int inspect_entries(sl_store *s, bool *has_data) {
   return 0;
 }
 
-/* Creates the missing parents of s->dir (not s->dir itself), with the
- * mode of the store directory, as savepoint directories get theirs
- * (engine/savepoint.c): a host that names a state_dir under a path of its
- * own need not make the path first.  A parent that exists and is not a
- * directory, or that cannot be made, is named in the error. */
-static int store_make_parents(sl_store *s) {
-  char path[PATH_MAX];
-  size_t n = strlen(s->dir);
-  if (n >= sizeof path)
-    return store_fail(s, ENAMETOOLONG, "the path is too long");
-  memcpy(path, s->dir, n + 1);
+/* The shared part of sl_store_make_parents: path is a writable copy. */
+static int make_parents_in(char *path, size_t n, char *failed,
+                           size_t failed_bytes) {
   for (size_t i = 1; i < n; i++) { /* each '/' once: one level at a time */
     if (path[i] != '/' || path[i - 1] == '/')
       continue;
     path[i] = 0;
     struct stat st;
+    int rc = 0;
     if (mkdir(path, STORE_DIR_MODE) != 0 && errno != EEXIST)
-      return store_fail(s, errno, "cannot create the parent directory %s: %s",
-                        path, strerror(errno));
-    if (stat(path, &st) != 0)
-      return store_fail(s, errno, "cannot stat the parent %s: %s", path,
-                        strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-      return store_fail(s, ENOTDIR, "the parent %s exists and is not a "
-                        "directory", path);
+      rc = errno;
+    else if (stat(path, &st) != 0)
+      rc = errno;
+    else if (!S_ISDIR(st.st_mode))
+      rc = ENOTDIR;
+    if (rc) {
+      if (failed && failed_bytes)
+        snprintf(failed, failed_bytes, "%s", path);
+      return rc;
+    }
     path[i] = '/';
   }
   return 0;
+}
+
+int sl_store_make_parents(const char *dir, char *failed,
+                          size_t failed_bytes) {
+  char path[PATH_MAX];
+  size_t n = strlen(dir);
+  if (n >= sizeof path)
+    return ENAMETOOLONG;
+  memcpy(path, dir, n + 1);
+  return make_parents_in(path, n, failed, failed_bytes);
 }
 
 /* Note 3, first step: the path must be a directory (a writer creates a
@@ -479,16 +484,23 @@ static int store_make_parents(sl_store *s) {
 int store_inspect_dir(sl_store *s, bool *has_data, bool *created) {
   struct stat st;
   if (stat(s->dir, &st) != 0) {
-    /* ENOTDIR: a parent is a file; store_make_parents names which. */
+    /* ENOTDIR: a parent is a file; sl_store_make_parents names which. */
     if (errno != ENOENT && (errno != ENOTDIR || s->read_only))
       return store_fail(s, errno, "cannot stat: %s", strerror(errno));
     if (s->read_only)
       return store_fail(s, ENOENT,
                         "no such directory (a read-only open creates no "
                         "store)");
-    int rc = store_make_parents(s);
-    if (rc != 0)
-      return rc;
+    char parent[PATH_MAX];
+    int rc = sl_store_make_parents(s->dir, parent, sizeof parent);
+    if (rc == ENAMETOOLONG)
+      return store_fail(s, rc, "the path is too long");
+    if (rc == ENOTDIR)
+      return store_fail(s, rc, "the parent %s exists and is not a directory",
+                        parent);
+    if (rc)
+      return store_fail(s, rc, "cannot create the parent directory %s: %s",
+                        parent, strerror(rc));
     if (mkdir(s->dir, STORE_DIR_MODE) != 0 && errno != EEXIST)
       return store_fail(s, errno, "cannot create the directory: %s",
                         strerror(errno));

@@ -463,6 +463,13 @@ int sl_store_copy(sl_store *store, const char *dir, uint64_t *id,
  * Returns 0 or an errno value; nothing else changes. */
 int sl_store_sync_dir(const char *path);
 
+/** Creates the missing parents of dir (not dir itself), mode 0755, as the
+ * store does for a state directory and savepoints for theirs: a host that
+ * names a directory under a path of its own need not make the path first.
+ * Returns 0 or an errno value (ENOTDIR: a parent exists and is not a
+ * directory); then the parent that failed is in failed (may be NULL). */
+int sl_store_make_parents(const char *dir, char *failed, size_t failed_bytes);
+
 /** What sl_store_inspect read from a store directory. */
 typedef struct sl_store_info {
   uint32_t format; /* meta "format" */
