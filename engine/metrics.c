@@ -53,11 +53,14 @@
 static void times_write_begin(sl_instance_times *t) {
   uint64_t seq = atomic_load_explicit(&t->seq, memory_order_relaxed);
   assert(seq % 2 == 0); /* one writer: never nested */
-  atomic_store_explicit(&t->seq, seq + 1, memory_order_relaxed);
-  /* The field stores that follow are release stores (put): each is
-   * ordered after this odd count, so a reader that sees any of them sees
-   * the count changed (note 3).  No fence: ThreadSanitizer does not model
-   * fences, and on x86 a release store is a plain store. */
+  /* An exchange, not a store: a full barrier, so the clock the owner reads
+   * next (the time a wait began or ended) is read after any reader can see
+   * the odd count.  Otherwise a reader could take its own, later clock
+   * with the old fields, count a wait up to then, and the owner then store
+   * less: a snapshot going backwards.  The field stores that follow are
+   * release stores (put), ordered after the odd count (note 3).  Only
+   * waits and thread starts and exits write here, never a record. */
+  atomic_exchange_explicit(&t->seq, seq + 1, memory_order_seq_cst);
 }
 
 static void times_write_end(sl_instance_times *t) {
@@ -88,8 +91,8 @@ static uint64_t load_acquire(const _Atomic uint64_t *field) {
 void sl_times_thread_start(sl_instance *inst) {
   sl_instance_times *t = &inst->times;
   assert(load(&t->alive_since_ns) == 0); /* the previous attempt exited */
-  uint64_t now = sl_now_ns();
   times_write_begin(t);
+  uint64_t now = sl_now_ns(); /* inside the section (times_write_begin) */
   put(&t->alive_since_ns, now ? now : 1); /* 0 means "not running" */
   put(&t->wait_since_ns, 0);
   times_write_end(t);
@@ -100,8 +103,8 @@ void sl_times_thread_exit(sl_instance *inst) {
   uint64_t since = load(&t->alive_since_ns);
   assert(since != 0);
   assert(load(&t->wait_since_ns) == 0); /* every wait ended */
-  uint64_t now = sl_now_ns();
   times_write_begin(t);
+  uint64_t now = sl_now_ns(); /* inside the section (times_write_begin) */
   put(&t->alive_before_ns,
       load(&t->alive_before_ns) + (now > since ? now - since : 0));
   put(&t->alive_since_ns, 0);
@@ -111,10 +114,10 @@ void sl_times_thread_exit(sl_instance *inst) {
 uint64_t sl_times_wait_begin(sl_instance *inst, enum sl_wait_kind kind) {
   sl_instance_times *t = &inst->times;
   assert(load(&t->wait_since_ns) == 0); /* waits do not nest */
-  uint64_t now = sl_now_ns();
+  times_write_begin(t);
+  uint64_t now = sl_now_ns(); /* inside the section (times_write_begin) */
   if (now == 0)
     now = 1; /* 0 means "no wait" */
-  times_write_begin(t);
   put(&t->wait_since_ns, now);
   atomic_store_explicit(&t->wait_kind, (int)kind, memory_order_release);
   times_write_end(t);
@@ -125,11 +128,11 @@ void sl_times_wait_end(sl_instance *inst, enum sl_wait_kind kind,
                        uint64_t since_ns) {
   sl_instance_times *t = &inst->times;
   assert(load(&t->wait_since_ns) == since_ns);
-  uint64_t now = sl_now_ns();
-  uint64_t waited = now > since_ns ? now - since_ns : 0;
   _Atomic uint64_t *total =
       kind == SL_WAIT_IDLE ? &t->idle_ns : &t->backpressured_ns;
   times_write_begin(t);
+  uint64_t now = sl_now_ns(); /* inside the section (times_write_begin) */
+  uint64_t waited = now > since_ns ? now - since_ns : 0;
   put(total, load(total) + waited);
   put(&t->wait_since_ns, 0);
   times_write_end(t);
