@@ -100,6 +100,22 @@ int sl_sink_checksum(sl_job *job, const char *name, sl_op *input,
  * it; lets a test compute the expected sums independently of the engine. */
 void sl_checksum_add(sl_checksum *sum, const void *data, uint32_t size_bytes);
 
+/** Which allocator holds the job's keyed state, and how much.  Writes
+ * "jemalloc" or "malloc" (NUL-terminated) into name (bytes long), and sets
+ * *allocated_bytes to the bytes the arenas of the job's keyed-state maps
+ * hold, per jemalloc's statistics refreshed by this call (the library
+ * allocates keyed state through jemalloc's explicit API in a private arena
+ * per operator instance, whatever malloc the host process uses; objects
+ * jemalloc caches for the map count as held).  0 with "malloc" (builds
+ * without jemalloc: sanitizer builds, -Djemalloc=disabled) and for a job
+ * with no keyed state.  Call it on the job's owning thread before
+ * sl_job_start() or after sl_job_wait() (or sl_job_run()) returned, before
+ * sl_job_destroy().  Errors: EINVAL (an argument NULL or bytes 0),
+ * SL_EUSAGE (the job is running), ERANGE (name too short: 9 bytes hold
+ * either answer), or a jemalloc mallctl error. */
+int sl_testing_state_allocator(sl_job *job, char *name, size_t bytes,
+                               uint64_t *allocated_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -109,6 +109,15 @@
  *    probe's miss, even prefetched, cost as much as everything else.
  *    The ring holds CLEAN versions in no table and on no list; destroy and
  *    the checker know them.
+ * 11. The allocator.  Every allocation of the map — versions, load arena
+ *    chunks, bucket tables, pending arrays and the map itself — goes
+ *    through m->alloc (storage/alloc.h), opened by create and closed by
+ *    destroy, and nothing else allocates there.  When it is a jemalloc
+ *    arena of the map's own (sl_alloc_resettable()), destroy frees nothing
+ *    one by one: closing the arena discards it all, which is what makes
+ *    dropping a failed attempt's state cheap (engine/failover.c).
+ *    Otherwise (malloc builds, or no arena left) destroy walks as in note
+ *    3.  The map's memory accounting (note 7) is the same either way.
  */
 #include "cow_map.h"
 
@@ -124,6 +133,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "alloc.h"
 #include "sluice.h"
 
 #define INITIAL_BUCKETS 16u
@@ -218,6 +228,7 @@ struct sl_cow_map {
   const sl_cow_entry *load_previous; /* the last entry added, if sorted */
   int load_error; /* the bulk load's first error; never cleared */
   uint64_t load_probes; /* bulk-loaded entries probed, for tests */
+  sl_alloc alloc; /* every allocation of the map, itself included (note 11) */
 };
 
 /* ------------------------------------------------------------ versions */
@@ -292,7 +303,7 @@ static sl_cow_entry *entry_new(sl_cow_map *m, uint64_t hash, const void *key,
   uint64_t bytes = entry_alloc_bytes(key_bytes, value_bytes);
   if (bytes > SIZE_MAX)
     return 0;
-  sl_cow_entry *e = malloc((size_t)bytes);
+  sl_cow_entry *e = sl_alloc_bytes(&m->alloc, (size_t)bytes);
   if (!e)
     return 0;
   entry_init(e, hash, m->epoch, key, key_bytes, value_bytes);
@@ -312,7 +323,8 @@ static arena_chunk *chunk_of(const sl_cow_entry *e) {
  * until its versions are freed).  false on ENOMEM, nothing changed. */
 static bool arena_chunk_new(sl_cow_map *m) {
   /* Aligned to its size, so chunk_of() finds it from any version in it. */
-  arena_chunk *c = aligned_alloc(ARENA_CHUNK_BYTES, ARENA_CHUNK_BYTES);
+  arena_chunk *c =
+      sl_alloc_aligned(&m->alloc, ARENA_CHUNK_BYTES, ARENA_CHUNK_BYTES);
   if (!c)
     return false;
   c->prev = 0;
@@ -359,7 +371,7 @@ static void arena_chunk_free(sl_cow_map *m, arena_chunk *c) {
   m->arena_chunk_count--;
   assert(m->memory_bytes >= ARENA_CHUNK_BYTES);
   m->memory_bytes -= ARENA_CHUNK_BYTES;
-  free(c);
+  sl_alloc_free_aligned(&m->alloc, c, ARENA_CHUNK_BYTES, ARENA_CHUNK_BYTES);
 }
 
 /* A new CLEAN version (epoch 0, in no table, on no list) holding key and a
@@ -402,7 +414,7 @@ static void entry_free(sl_cow_map *m, sl_cow_entry *e) {
   assert(m->heap_versions > 0);
   m->memory_bytes -= bytes;
   m->heap_versions--;
-  free(e);
+  sl_alloc_free(&m->alloc, e, (size_t)bytes);
 }
 
 /* Turn a version (out of the table, not frozen) into a tombstone in place,
@@ -516,7 +528,8 @@ static void rehash_start_if_full(sl_cow_map *m) {
   if (m->rehashing || old->used < old->size)
     return;
   uint64_t size = old->size * 2;
-  sl_cow_entry **buckets = calloc((size_t)size, sizeof *buckets);
+  sl_cow_entry **buckets =
+      sl_alloc_zeroed(&m->alloc, (size_t)size * sizeof *buckets);
   if (!buckets)
     return; /* retried by the next insert; chains just get longer */
   m->tables[1] = (cow_table){.buckets = buckets, .size = size, .used = 0};
@@ -563,7 +576,8 @@ static void rehash_step(sl_cow_map *m) {
     m->step_buckets_max = moved + empty_visits;
   if (from->used == 0) {
     m->memory_bytes -= from->size * sizeof *from->buckets;
-    free(from->buckets);
+    sl_alloc_free(&m->alloc, from->buckets,
+                  (size_t)from->size * sizeof *from->buckets);
     m->tables[0] = m->tables[1];
     m->tables[1] = (cow_table){0};
     m->rehashing = false;
@@ -604,20 +618,36 @@ static inline void write_background(sl_cow_map *m) {
 
 /* ------------------------------------------------------------ lifetime */
 
+/* Free what create allocated; each NULL is accepted. */
+static void map_free_parts(sl_cow_map *m, sl_alloc *alloc) {
+  sl_alloc_free(alloc, m->tables[0].buckets,
+                INITIAL_BUCKETS * sizeof(sl_cow_entry *));
+  sl_alloc_free(alloc, m->pending, INITIAL_PENDING * sizeof *m->pending);
+  sl_alloc_free(alloc, m->pending_tails,
+                INITIAL_PENDING * sizeof *m->pending_tails);
+  sl_alloc_free(alloc, m, sizeof *m);
+}
+
 int sl_cow_map_create(sl_cow_map **map) {
   assert(map);
   *map = 0;
-  sl_cow_map *m = calloc(1, sizeof *m);
-  if (!m)
+  /* Note 11: the map's own arena first; the map lives in it too. */
+  sl_alloc alloc;
+  sl_alloc_open(&alloc);
+  sl_cow_map *m = sl_alloc_zeroed(&alloc, sizeof *m);
+  if (!m) {
+    sl_alloc_close(&alloc);
     return ENOMEM;
-  m->tables[0].buckets = calloc(INITIAL_BUCKETS, sizeof(sl_cow_entry *));
-  m->pending = malloc(INITIAL_PENDING * sizeof *m->pending);
-  m->pending_tails = malloc(INITIAL_PENDING * sizeof *m->pending_tails);
+  }
+  m->alloc = alloc;
+  m->tables[0].buckets =
+      sl_alloc_zeroed(&alloc, INITIAL_BUCKETS * sizeof(sl_cow_entry *));
+  m->pending = sl_alloc_bytes(&alloc, INITIAL_PENDING * sizeof *m->pending);
+  m->pending_tails =
+      sl_alloc_bytes(&alloc, INITIAL_PENDING * sizeof *m->pending_tails);
   if (!m->tables[0].buckets || !m->pending || !m->pending_tails) {
-    free(m->tables[0].buckets);
-    free(m->pending);
-    free(m->pending_tails);
-    free(m);
+    map_free_parts(m, &alloc);
+    sl_alloc_close(&alloc);
     return ENOMEM;
   }
   m->tables[0].size = INITIAL_BUCKETS;
@@ -649,9 +679,9 @@ static void free_retired_on_list(sl_cow_map *m, sl_cow_entry *e,
   assert(e == 0);
 }
 
-void sl_cow_map_destroy(sl_cow_map *m) {
-  if (!m)
-    return;
+/* Free every version and table one by one (note 3): the way without an
+ * arena of the map's own (note 11). */
+static void destroy_walk(sl_cow_map *m) {
   free_retired_on_list(m, m->dirty_head, m->dirty_entries);
   for (uint32_t i = 0; i < m->pending_count; i++)
     free_retired_on_list(m, m->pending[i].head, m->pending[i].entries);
@@ -674,18 +704,43 @@ void sl_cow_map_destroy(sl_cow_map *m) {
       }
       assert(e == 0);
     }
-    free(table->buckets);
+    sl_alloc_free(&m->alloc, table->buckets,
+                  (size_t)table->size * sizeof *table->buckets);
   }
   assert(m->heap_versions == 0);
   for (uint64_t i = 0; m->arena_chunks && i < m->arena_chunk_count; i++) {
     arena_chunk *next = m->arena_chunks->next;
-    free(m->arena_chunks);
+    sl_alloc_free_aligned(&m->alloc, m->arena_chunks, ARENA_CHUNK_BYTES,
+                          ARENA_CHUNK_BYTES);
     m->arena_chunks = next;
   }
   assert(m->arena_chunks == 0);
-  free(m->pending);
-  free(m->pending_tails);
-  free(m);
+  sl_alloc_free(&m->alloc, m->pending,
+                m->pending_capacity * sizeof *m->pending);
+  sl_alloc_free(&m->alloc, m->pending_tails,
+                m->pending_capacity * sizeof *m->pending_tails);
+}
+
+void sl_cow_map_destroy(sl_cow_map *m) {
+  if (!m)
+    return;
+  /* Note 11: with an arena of its own, closing it frees everything at
+   * once, the map itself included; so the handle is copied out first. */
+  sl_alloc alloc = m->alloc;
+  if (!sl_alloc_resettable(&alloc)) {
+    destroy_walk(m);
+    sl_alloc_free(&alloc, m, sizeof *m);
+  }
+  sl_alloc_close(&alloc);
+}
+
+const char *sl_cow_map_allocator_name(void) { return sl_alloc_name(); }
+
+int sl_cow_map_allocator(const sl_cow_map *m, const char **name,
+                         uint64_t *allocated_bytes) {
+  assert(m);
+  *name = sl_alloc_name();
+  return sl_alloc_allocated_bytes(&m->alloc, allocated_bytes);
 }
 
 /* ------------------------------------------------------------ reads */
@@ -1087,11 +1142,13 @@ int sl_cow_map_reserve(sl_cow_map *m, uint64_t entries) {
     size *= 2;
   if (size <= m->tables[0].size)
     return 0;
-  sl_cow_entry **buckets = calloc((size_t)size, sizeof *buckets);
+  sl_cow_entry **buckets =
+      sl_alloc_zeroed(&m->alloc, (size_t)size * sizeof *buckets);
   if (!buckets)
     return ENOMEM;
   m->memory_bytes += (size - m->tables[0].size) * sizeof *buckets;
-  free(m->tables[0].buckets);
+  sl_alloc_free(&m->alloc, m->tables[0].buckets,
+                (size_t)m->tables[0].size * sizeof *buckets);
   m->tables[0].buckets = buckets;
   m->tables[0].size = size;
   assert(sl_cow_map_check(m));
@@ -1104,17 +1161,19 @@ int sl_cow_map_reserve(sl_cow_map *m, uint64_t entries) {
 static void pending_grow(sl_cow_map *m) {
   uint32_t capacity = m->pending_capacity * 2;
   assert(capacity > m->pending_capacity);
-  sl_cow_delta *deltas = malloc(capacity * sizeof *deltas);
-  sl_cow_entry **tails = malloc(capacity * sizeof *tails);
+  sl_cow_delta *deltas = sl_alloc_bytes(&m->alloc, capacity * sizeof *deltas);
+  sl_cow_entry **tails = sl_alloc_bytes(&m->alloc, capacity * sizeof *tails);
   if (!deltas || !tails) {
-    free(deltas);
-    free(tails);
+    sl_alloc_free(&m->alloc, deltas, capacity * sizeof *deltas);
+    sl_alloc_free(&m->alloc, tails, capacity * sizeof *tails);
     return;
   }
   memcpy(deltas, m->pending, m->pending_count * sizeof *deltas);
   memcpy(tails, m->pending_tails, m->pending_count * sizeof *tails);
-  free(m->pending);
-  free(m->pending_tails);
+  sl_alloc_free(&m->alloc, m->pending,
+                m->pending_capacity * sizeof *m->pending);
+  sl_alloc_free(&m->alloc, m->pending_tails,
+                m->pending_capacity * sizeof *m->pending_tails);
   m->pending = deltas;
   m->pending_tails = tails;
   m->memory_bytes += (uint64_t)(capacity - m->pending_capacity) *

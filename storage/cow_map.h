@@ -60,7 +60,10 @@
  * Loaded versions (up to 64 KiB each; larger ones are malloc'd) are carved
  * out of 4 MiB chunks instead; a chunk goes back to the allocator when its
  * last version is freed, so the arena never holds more than the restored
- * state did (cow_map.c note 9).
+ * state did (cow_map.c note 9).  Every allocation goes through the map's
+ * own jemalloc arena where there is one (storage/alloc.h), so destroying
+ * the map is one arena reset, not a walk over its entries (cow_map.c
+ * note 11).
  *
  * Caveats
  * - Between the first sl_cow_map_load_add() and sl_cow_map_load_finish()
@@ -327,6 +330,18 @@ int sl_cow_map_load_finish(sl_cow_map *map);
 int sl_cow_map_foreach(sl_cow_map *map,
                        int (*fn)(void *arg, const sl_cow_entry *e),
                        void *arg);
+
+/** What allocates the map's memory (storage/alloc.h): sets *name to
+ * "jemalloc" or "malloc", and *allocated_bytes to the bytes jemalloc's
+ * arena of this map holds (statistics refreshed by this call).  Returns
+ * 0, or ENOTSUP when the map has no arena of its own (always so with
+ * "malloc"; *allocated_bytes is then untouched).  Owner thread, or any
+ * thread while the owner does not write; for tests. */
+int sl_cow_map_allocator(const sl_cow_map *map, const char **name,
+                         uint64_t *allocated_bytes);
+
+/** "jemalloc" or "malloc": what serves keyed state in this build. */
+const char *sl_cow_map_allocator_name(void);
 
 /** Memory held by the map in bytes (entries of every version and the
  * tables), for statistics. */

@@ -1,0 +1,149 @@
+/* alloc.c — the arenas behind sl_alloc (alloc.h): creating, resetting and
+ * pooling them through mallctl, and reading their statistics.  Without
+ * jemalloc, only the answers of the malloc fallback.
+ */
+#include "alloc.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#ifdef SL_USE_JEMALLOC
+
+#include <pthread.h>
+
+/* Reset arenas with their flushed tcaches, ready for reuse (note 3).  A
+ * lock, not a lock-free stack: maps are created and destroyed a few times
+ * per job attempt, never on the record path. */
+typedef struct pooled {
+  unsigned arena;
+  unsigned tcache;
+} pooled;
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pooled pool[SL_ALLOC_POOL_MAX];
+static int pool_count;
+
+/* mallctl on "prefix.<index>.suffix" with no data: reset, purge, destroy. */
+static int arena_command(unsigned arena, const char *suffix) {
+  char name[64];
+  int n = snprintf(name, sizeof name, "arena.%u.%s", arena, suffix);
+  if (n < 0 || (size_t)n >= sizeof name)
+    return ENAMETOOLONG;
+  return mallctl(name, 0, 0, 0, 0);
+}
+
+static bool pool_take(pooled *p) {
+  pthread_mutex_lock(&pool_lock);
+  bool taken = pool_count > 0;
+  if (taken)
+    *p = pool[--pool_count];
+  pthread_mutex_unlock(&pool_lock);
+  return taken;
+}
+
+static bool pool_give(pooled p) {
+  pthread_mutex_lock(&pool_lock);
+  bool kept = pool_count < SL_ALLOC_POOL_MAX;
+  if (kept)
+    pool[pool_count++] = p;
+  pthread_mutex_unlock(&pool_lock);
+  return kept;
+}
+
+/* A new arena and tcache pair; false if jemalloc has none to give. */
+static bool pair_create(pooled *p) {
+  size_t size = sizeof p->arena;
+  if (mallctl("arenas.create", &p->arena, &size, 0, 0) != 0)
+    return false;
+  size = sizeof p->tcache;
+  if (mallctl("tcache.create", &p->tcache, &size, 0, 0) != 0) {
+    /* The arena is empty: destroying it frees its index for reuse. */
+    (void)arena_command(p->arena, "destroy");
+    return false;
+  }
+  return true;
+}
+
+void sl_alloc_open(sl_alloc *a) {
+  pooled p;
+  if (pool_take(&p) || pair_create(&p)) {
+    *a = (sl_alloc){.flags = MALLOCX_ARENA(p.arena) | MALLOCX_TCACHE(p.tcache),
+                    .arena = p.arena, .tcache = p.tcache, .resettable = true};
+    return;
+  }
+  /* Note 4: jemalloc's default arenas, object by object. */
+  *a = (sl_alloc){.flags = MALLOCX_TCACHE_NONE, .resettable = false};
+}
+
+void sl_alloc_close(sl_alloc *a) {
+  if (!a->resettable)
+    return;
+  /* Note 3: the tcache first, as "arena.<i>.reset" requires; then the
+   * reset discards every allocation; the purge hands the pages back. */
+  unsigned tcache = a->tcache;
+  int rc = mallctl("tcache.flush", 0, 0, &tcache, sizeof tcache);
+  if (rc == 0)
+    rc = arena_command(a->arena, "reset");
+  if (rc == 0)
+    rc = arena_command(a->arena, "purge");
+  pooled p = {.arena = a->arena, .tcache = a->tcache};
+  if (rc != 0 || !pool_give(p)) {
+    /* Not reusable (a failed mallctl cannot happen with a valid index,
+     * but then the pair is dropped rather than reused half reset), or the
+     * pool is full: give both back to jemalloc. */
+    (void)mallctl("tcache.destroy", 0, 0, &tcache, sizeof tcache);
+    (void)arena_command(a->arena, "destroy");
+  }
+  a->resettable = false;
+  a->flags = MALLOCX_TCACHE_NONE;
+}
+
+const char *sl_alloc_name(void) { return "jemalloc"; }
+
+/* One uint64 statistic of an arena ("stats.arenas.<i>.<what>"). */
+static int arena_stat(unsigned arena, const char *what, uint64_t *value) {
+  char name[96];
+  int n = snprintf(name, sizeof name, "stats.arenas.%u.%s", arena, what);
+  if (n < 0 || (size_t)n >= sizeof name)
+    return ENAMETOOLONG;
+  size_t bytes = 0, size = sizeof bytes;
+  int rc = mallctl(name, &bytes, &size, 0, 0);
+  if (rc == 0)
+    *value = bytes;
+  return rc;
+}
+
+int sl_alloc_allocated_bytes(const sl_alloc *a, uint64_t *bytes) {
+  if (!a->resettable)
+    return ENOTSUP;
+  /* Statistics are cached until an epoch advances. */
+  uint64_t epoch = 1;
+  size_t size = sizeof epoch;
+  int rc = mallctl("epoch", &epoch, &size, &epoch, sizeof epoch);
+  uint64_t small = 0, large = 0;
+  if (rc == 0)
+    rc = arena_stat(a->arena, "small.allocated", &small);
+  if (rc == 0)
+    rc = arena_stat(a->arena, "large.allocated", &large);
+  if (rc == 0)
+    *bytes = small + large;
+  return rc;
+}
+
+#else /* malloc and free (alloc.h note 4) */
+
+void sl_alloc_open(sl_alloc *a) {
+  *a = (sl_alloc){.flags = 0, .resettable = false};
+}
+
+void sl_alloc_close(sl_alloc *a) { a->resettable = false; }
+
+const char *sl_alloc_name(void) { return "malloc"; }
+
+int sl_alloc_allocated_bytes(const sl_alloc *a, uint64_t *bytes) {
+  (void)a;
+  (void)bytes;
+  return ENOTSUP;
+}
+
+#endif

@@ -1,0 +1,143 @@
+/* alloc.h — the one allocator seam of keyed state: each map allocates
+ * through its own sl_alloc, which is a private jemalloc arena when the
+ * library is built with jemalloc, and malloc/free otherwise.
+ *
+ * NOTES ON THE DESIGN
+ *
+ * 1. Why explicit calls.  libsluice.so links jemalloc, but in a host whose
+ *    executable links libc before libsluice (the usual case), the symbol
+ *    malloc resolves to glibc's: the dynamic linker searches the
+ *    executable's DT_NEEDED list before libsluice's.  mallocx() and
+ *    sdallocx() exist in jemalloc only, so calling them reaches jemalloc
+ *    whatever the host links.
+ * 2. One arena and one explicit tcache per sl_alloc (one per keyed-state
+ *    map), both created by mallctl ("arenas.create", "tcache.create").
+ *    Every allocation passes MALLOCX_ARENA(arena) | MALLOCX_TCACHE(tcache),
+ *    so the tcache only ever caches objects of this arena, and only the
+ *    map uses either.  The tcache keeps the fast path of jemalloc's thread
+ *    caches; it is not thread-safe, which the map's owner rule (cow_map.h
+ *    note 1) already provides: one thread at a time, with a happens-before
+ *    hand-off between threads.
+ * 3. Dropping a map is one reset: everything in the arena belongs to that
+ *    map, so sl_alloc_close() flushes the tcache (jemalloc requires it
+ *    before "arena.<i>.reset"), resets the arena (discarding every
+ *    allocation at once, with no walk over entries), purges its dirty
+ *    pages (so an idle, pooled arena holds no physical memory) and keeps
+ *    the pair in a pool for the next sl_alloc_open().  Arenas are thus
+ *    reused across restarts and jobs, never leaked.  jemalloc 5.3 also has
+ *    "arena.<i>.destroy", used only when the pool is full
+ *    (SL_ALLOC_POOL_MAX): a pooled arena costs its metadata only.
+ * 4. When no arena can be had (jemalloc's limit of about 4K arenas, or
+ *    ENOMEM in mallctl), sl_alloc_open() still succeeds: that sl_alloc
+ *    allocates from jemalloc's default arenas without a tcache, and is
+ *    not resettable, so its owner frees object by object as without
+ *    jemalloc.  Builds without jemalloc (SL_USE_JEMALLOC undefined:
+ *    sanitizer builds, -Djemalloc=disabled) are that case throughout, on
+ *    malloc/free.  Either way the caller's code is the same; only
+ *    sl_alloc_resettable() tells it whether it must free every object.
+ * 5. sl_alloc_free() takes the size given at allocation (sdallocx skips a
+ *    size lookup); debug builds check it against jemalloc's own record.
+ */
+#ifndef SL_ALLOC_H
+#define SL_ALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#ifdef SL_USE_JEMALLOC
+#include <assert.h>
+#include <jemalloc/jemalloc.h>
+#endif
+
+typedef struct sl_alloc {
+  int flags;         /* mallocx flags: arena and tcache (note 2) */
+  unsigned arena;    /* valid when resettable */
+  unsigned tcache;   /* valid when resettable */
+  bool resettable;   /* own arena: close discards everything (note 3) */
+} sl_alloc;
+
+/* Pooled (reset) arenas kept for reuse; beyond this they are destroyed. */
+#define SL_ALLOC_POOL_MAX 1024
+
+/** Take an arena for one owner (from the pool, or a new one).  Cannot
+ * fail: without an arena the sl_alloc frees object by object (note 4). */
+void sl_alloc_open(sl_alloc *a);
+
+/** Give the arena back: with a resettable sl_alloc every object allocated
+ * through it is freed at once (the caller must not touch any afterwards,
+ * and must have freed them itself otherwise).  Any thread, once the owner
+ * has stopped using it. */
+void sl_alloc_close(sl_alloc *a);
+
+static inline bool sl_alloc_resettable(const sl_alloc *a) {
+  return a->resettable;
+}
+
+/** "jemalloc" or "malloc": what serves keyed state in this build. */
+const char *sl_alloc_name(void);
+
+/** Bytes allocated in a's arena (jemalloc's stats after an "epoch"
+ * refresh; objects in its tcache count as allocated).  Returns 0, or
+ * ENOTSUP when a has no arena of its own (or without jemalloc), or the
+ * mallctl error. */
+int sl_alloc_allocated_bytes(const sl_alloc *a, uint64_t *bytes);
+
+#ifdef SL_USE_JEMALLOC
+
+static inline void *sl_alloc_bytes(const sl_alloc *a, size_t bytes) {
+  return mallocx(bytes ? bytes : 1, a->flags);
+}
+static inline void *sl_alloc_zeroed(const sl_alloc *a, size_t bytes) {
+  return mallocx(bytes ? bytes : 1, a->flags | MALLOCX_ZERO);
+}
+/** alignment: a power of two. */
+static inline void *sl_alloc_aligned(const sl_alloc *a, size_t alignment,
+                                     size_t bytes) {
+  return mallocx(bytes, a->flags | MALLOCX_ALIGN(alignment));
+}
+/** Free p (NULL accepted), allocated through a with `bytes` (and
+ * `alignment`, 0 for none) as given then (note 5). */
+static inline void sl_alloc_free_aligned(const sl_alloc *a, void *p,
+                                         size_t alignment, size_t bytes) {
+  if (!p)
+    return;
+  int flags = a->flags | (alignment ? MALLOCX_ALIGN(alignment) : 0);
+  if (!bytes)
+    bytes = 1;
+  /* Note 5: a wrong size would corrupt jemalloc's size classes silently. */
+  assert(sallocx(p, 0) == nallocx(bytes, flags));
+  sdallocx(p, bytes, flags);
+}
+
+#else /* malloc and free (note 4) */
+
+static inline void *sl_alloc_bytes(const sl_alloc *a, size_t bytes) {
+  (void)a;
+  return malloc(bytes ? bytes : 1);
+}
+static inline void *sl_alloc_zeroed(const sl_alloc *a, size_t bytes) {
+  (void)a;
+  return calloc(1, bytes ? bytes : 1);
+}
+static inline void *sl_alloc_aligned(const sl_alloc *a, size_t alignment,
+                                     size_t bytes) {
+  (void)a;
+  return aligned_alloc(alignment, bytes);
+}
+static inline void sl_alloc_free_aligned(const sl_alloc *a, void *p,
+                                         size_t alignment, size_t bytes) {
+  (void)a;
+  (void)alignment;
+  (void)bytes;
+  free(p);
+}
+
+#endif
+
+static inline void sl_alloc_free(const sl_alloc *a, void *p, size_t bytes) {
+  sl_alloc_free_aligned(a, p, 0, bytes);
+}
+
+#endif /* SL_ALLOC_H */
