@@ -125,88 +125,90 @@ static uint64_t state_bytes(sl_job *job) {
   uint64_t bytes = UINT64_MAX;
   int rc = sl_testing_state_allocator(job, name, sizeof name, &bytes);
   cr_assert_eq(rc, 0, "hook: %s", sl_strerror(rc));
-#if SL_TEST_JEMALLOC
-  cr_assert_str_eq(name, "jemalloc");
-#else
-  cr_assert_str_eq(name, "malloc");
-  cr_assert_eq(bytes, 0);
-#endif
+  cr_assert_str_eq(name, SL_TEST_JEMALLOC ? "jemalloc" : "malloc");
+  if (!SL_TEST_JEMALLOC)
+    cr_assert_eq(bytes, 0);
   return bytes;
 }
 
 Test(alloc, host_malloc_is_glibc) {
-  /* The premise of this suite: the executable's malloc is libc's. */
+  /* The premise of this suite: the executable's malloc is not jemalloc's
+   * but libc's (under AddressSanitizer, its interceptor, loaded first). */
+  void *host_malloc = dlsym(RTLD_DEFAULT, "malloc");
+  Dl_info where;
+  cr_assert_neq(dladdr(host_malloc, &where), 0);
+  cr_assert_not_null(where.dli_fname);
+  cr_expect_null(strstr(where.dli_fname, "jemalloc"),
+                 "malloc comes from %s: the test proves nothing",
+                 where.dli_fname);
+#ifndef __SANITIZE_ADDRESS__
   void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
   cr_assert_not_null(libc, "libc.so.6 not loaded: %s", dlerror());
-  void *libc_malloc = dlsym(libc, "malloc");
-  cr_assert_not_null(libc_malloc);
-  cr_expect_eq(dlsym(RTLD_DEFAULT, "malloc"), libc_malloc,
-               "the test links jemalloc first: it proves nothing");
+  cr_expect_eq(host_malloc, dlsym(libc, "malloc"),
+               "malloc is %s's, not libc's", where.dli_fname);
   dlclose(libc);
-#if SL_TEST_JEMALLOC
-  /* ... and jemalloc is there all the same, brought by libsluice. */
-  cr_expect_not_null(find_mallctl());
 #endif
+  /* ... and jemalloc is there all the same, brought by libsluice. */
+  if (SL_TEST_JEMALLOC)
+    cr_expect_not_null(find_mallctl());
 }
 
 Test(alloc, keyed_state_is_in_jemalloc_arenas) {
-  uint64_t before = 0;
-#if SL_TEST_JEMALLOC
-  before = jemalloc_allocated_bytes();
-#endif
+  uint64_t before = SL_TEST_JEMALLOC ? jemalloc_allocated_bytes() : 0;
   sl_job *job = run_count_job(0);
   uint64_t bytes = state_bytes(job);
-#if SL_TEST_JEMALLOC
-  cr_expect_geq(bytes, KEYS * MIN_ENTRY_BYTES,
-                "%" PRIu64 " bytes for %" PRIu64 " keys", bytes, KEYS);
-  /* Nothing else of the process allocates from jemalloc, so its total grew
-   * by the state at least: the state is not in glibc's heap. */
-  uint64_t grown = jemalloc_allocated_bytes() - before;
-  cr_expect_geq(grown, KEYS * MIN_ENTRY_BYTES, "jemalloc grew by %" PRIu64,
-                grown);
-#endif
+  if (SL_TEST_JEMALLOC) {
+    cr_expect_geq(bytes, KEYS * MIN_ENTRY_BYTES,
+                  "%" PRIu64 " bytes for %" PRIu64 " keys", bytes, KEYS);
+    /* Nothing else of the process allocates from jemalloc, so its total
+     * grew by the state at least: the state is not in glibc's heap. */
+    uint64_t grown = jemalloc_allocated_bytes() - before;
+    cr_expect_geq(grown, KEYS * MIN_ENTRY_BYTES,
+                  "jemalloc grew by %" PRIu64, grown);
+  }
   sl_job_destroy(job);
-#if SL_TEST_JEMALLOC
-  /* Destroying the job reset the maps' arenas: their bytes are gone. */
-  uint64_t after = jemalloc_allocated_bytes();
-  cr_expect_lt(after, before + KEYS * MIN_ENTRY_BYTES / 10,
-               "%" PRIu64 " bytes before, %" PRIu64 " after destroy",
-               before, after);
-#endif
+  if (SL_TEST_JEMALLOC) {
+    /* Destroying the job reset the maps' arenas: their bytes are gone. */
+    uint64_t after = jemalloc_allocated_bytes();
+    cr_expect_lt(after, before + KEYS * MIN_ENTRY_BYTES / 10,
+                 "%" PRIu64 " bytes before, %" PRIu64 " after destroy",
+                 before, after);
+  }
 }
 
 Test(alloc, restart_drops_the_failed_attempts_arena) {
   sl_job *job = run_count_job(0);
   uint64_t clean_bytes = state_bytes(job);
   sl_job_destroy(job);
-#if SL_TEST_JEMALLOC
-  uint64_t before = jemalloc_allocated_bytes();
-#endif
+  uint64_t before = SL_TEST_JEMALLOC ? jemalloc_allocated_bytes() : 0;
   /* Instance 0 of count fails half way through its keys; the job restarts
    * in-process and builds its state again in fresh maps. */
   job = run_count_job("fail:op=count,instance=0,record=50000");
   uint64_t restarted_bytes = state_bytes(job);
-#if SL_TEST_JEMALLOC
-  cr_expect_geq(restarted_bytes, KEYS * MIN_ENTRY_BYTES);
-  /* Same order as a run without the failure, not that plus the old. */
-  cr_expect_leq(restarted_bytes, clean_bytes + clean_bytes / 2,
-                "%" PRIu64 " bytes after a restart, %" PRIu64 " without",
-                restarted_bytes, clean_bytes);
-  /* The failed attempt's maps were dropped, arena and all: what jemalloc
-   * holds beyond the start is the new state only. */
-  uint64_t grown = jemalloc_allocated_bytes() - before;
-  cr_expect_leq(grown, clean_bytes + clean_bytes / 2,
-                "jemalloc grew by %" PRIu64 ", the state holds %" PRIu64,
-                grown, restarted_bytes);
-#else
-  (void)clean_bytes;
-  (void)restarted_bytes;
-#endif
+  if (SL_TEST_JEMALLOC) {
+    cr_expect_geq(restarted_bytes, KEYS * MIN_ENTRY_BYTES);
+    /* Same order as a run without the failure, not that plus the old. */
+    cr_expect_leq(restarted_bytes, clean_bytes + clean_bytes / 2,
+                  "%" PRIu64 " bytes after a restart, %" PRIu64 " without",
+                  restarted_bytes, clean_bytes);
+    /* The failed attempt's maps were dropped, arena and all: what
+     * jemalloc holds beyond the start is the new state only. */
+    uint64_t grown = jemalloc_allocated_bytes() - before;
+    cr_expect_leq(grown, clean_bytes + clean_bytes / 2,
+                  "jemalloc grew by %" PRIu64 ", the state holds %" PRIu64,
+                  grown, restarted_bytes);
+  }
   sl_job_destroy(job);
 }
 
 Test(alloc, arenas_are_reused_across_jobs) {
-#if SL_TEST_JEMALLOC
+  /* Without jemalloc only the hook's answer is checked (state_bytes). */
+  if (!SL_TEST_JEMALLOC) {
+    sl_job *job = run_count_job(0);
+    (void)state_bytes(job);
+    sl_job_destroy(job);
+    return;
+  }
   /* The first job with a restart creates arenas: 2 for the maps of the
    * failed attempt and 2 for the new one, alive together until the new
    * attempt restored.  Later jobs take them from the pool. */
@@ -217,12 +219,6 @@ Test(alloc, arenas_are_reused_across_jobs) {
   cr_expect_eq(jemalloc_arena_count(), arenas,
                "arenas grew from %u to %u over 3 jobs with restarts", arenas,
                jemalloc_arena_count());
-#else
-  /* Without jemalloc the hook still answers, with "malloc". */
-  sl_job *job = run_count_job(0);
-  (void)state_bytes(job);
-  sl_job_destroy(job);
-#endif
 }
 
 Test(alloc, hook_refuses_bad_arguments) {
