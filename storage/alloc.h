@@ -59,7 +59,7 @@ typedef struct sl_alloc {
 } sl_alloc;
 
 /* Pooled (reset) arenas kept for reuse; beyond this they are destroyed. */
-#define SL_ALLOC_POOL_MAX 1024
+#define SL_ALLOC_POOL_MAX 256
 
 /** Take an arena for one owner (from the pool, or a new one).  Cannot
  * fail: without an arena the sl_alloc frees object by object (note 4). */

@@ -776,3 +776,48 @@ Test(cow_map, prepared_keys_match_byte_keys) {
   cr_assert(sl_cow_map_check(map));
   sl_cow_map_destroy(map);
 }
+
+/* More maps alive at once than the allocator pools (storage/alloc.h, note
+ * 3): each has an arena of its own where jemalloc is used, and every one is
+ * written through (inserts, a freeze, copies on write, a release, a
+ * reclaim), then dropped; the arenas past the pool's bound are destroyed
+ * rather than kept.  A second round takes the pooled ones again.  (Without
+ * jemalloc every map frees entry by entry: the same calls, checked the
+ * same way.) */
+Test(cow_map, more_maps_than_the_arena_pool) {
+  enum { MAPS = 300, KEYS = 64 };
+  static sl_cow_map *maps[MAPS];
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < MAPS; i++) {
+      cr_assert_eq(sl_cow_map_create(&maps[i]), 0);
+      for (uint64_t k = 0; k < KEYS; k++) {
+        uint64_t value = k + (uint64_t)i;
+        cr_assert(sl_cow_map_put(maps[i], &k, 8, &value, 8));
+      }
+      sl_cow_delta delta = sl_cow_map_freeze(maps[i]);
+      for (uint64_t k = 0; k < KEYS; k += 2) { /* copies on write */
+        uint64_t value = k * 3;
+        cr_assert(sl_cow_map_put(maps[i], &k, 8, &value, 8));
+      }
+      sl_cow_map_release(maps[i], delta.epoch);
+      while (sl_cow_map_maintain(maps[i], 16)) {
+      }
+      const char *name = 0;
+      uint64_t bytes = 0;
+      int rc = sl_cow_map_allocator(maps[i], &name, &bytes);
+      cr_assert(rc == 0 || rc == ENOTSUP);
+      cr_assert_str_eq(name, sl_cow_map_allocator_name());
+      if (rc == 0) /* every version is in the map's own arena */
+        cr_expect_geq(bytes, KEYS * 56u);
+      cr_assert(sl_cow_map_check(maps[i]));
+    }
+    for (int i = 0; i < MAPS; i++) {
+      uint32_t value_bytes = 0;
+      uint64_t k = 3;
+      const uint64_t *value = sl_cow_map_get(maps[i], &k, 8, &value_bytes);
+      cr_assert_not_null(value);
+      cr_expect_eq(*value, 3 + (uint64_t)i);
+      sl_cow_map_destroy(maps[i]);
+    }
+  }
+}
