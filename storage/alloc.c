@@ -23,7 +23,8 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pooled pool[SL_ALLOC_POOL_MAX];
 static int pool_count;
 
-/* mallctl on "prefix.<index>.suffix" with no data: reset, purge, destroy. */
+/* mallctl "arena.<arena>.<suffix>", a command without data: reset,
+ * purge or destroy. */
 static int arena_command(unsigned arena, const char *suffix) {
   char name[64];
   int n = snprintf(name, sizeof name, "arena.%u.%s", arena, suffix);
