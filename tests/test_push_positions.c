@@ -354,8 +354,9 @@ Test(positions, an_in_process_failover_loses_and_duplicates_nothing) {
 }
 
 Test(positions, a_full_replay_log_holds_the_source_until_a_checkpoint) {
-  /* 64 records: the log fills between checkpoints again and again. */
-  failover_run(true, 64, "fail:op=verify,record=3000,times=1", 1);
+  /* 1024 records: at this push rate the log fills between checkpoints (5
+   * ms apart) again and again. */
+  failover_run(true, 1024, "fail:op=verify,record=3000,times=1", 1);
 }
 
 /* ------------------------------------------------------------ non-blocking */
