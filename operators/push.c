@@ -878,7 +878,9 @@ static int drain_one(sl_ctx *ctx, sl_push *p, bool *waited) {
     e.position = p->emitted_next; /* the numbered form */
   } else if (e.position < p->drop_below) { /* queued before the restore */
     atomic_fetch_add_explicit(&p->dropped, 1, memory_order_relaxed);
-    goto consumed;
+    p->drain_offset += entry_bytes(e.size_bytes);
+    p->drain_left--;
+    return 0;
   }
   assert(e.position >= p->emitted_next);
   if (p->log_on) {
@@ -906,7 +908,6 @@ static int drain_one(sl_ctx *ctx, sl_push *p, bool *waited) {
     p->log.records++;
   }
   p->emitted_next = e.position + 1;
-consumed:
   p->drain_offset += entry_bytes(e.size_bytes);
   p->drain_left--;
   return 0;
