@@ -351,6 +351,8 @@ Test(positions, an_in_process_failover_loses_and_duplicates_nothing) {
    * flight both times. */
   failover_run(true, 0, "fail:op=verify,record=5000,times=2", 2);
   failover_run(false, 0, "fail:op=verify,record=5000,times=2", 2);
+  /* The source itself fails after emitting its 7000th record. */
+  failover_run(true, 0, "fail:op=push,record=7000,times=1", 1);
 }
 
 Test(positions, a_full_replay_log_holds_the_source_until_a_checkpoint) {
