@@ -413,6 +413,12 @@ static int queue_some(sl_push *p, const push_input *in, uint32_t *done) {
   uint32_t room = p->capacity_records - p->filling.records;
   uint32_t queued = 0;
   int rc = 0;
+  if (!in->items) { /* equal sizes: one reservation for the run */
+    uint32_t n = in->count - *done < room ? in->count - *done : room;
+    rc = buffer_reserve(&p->filling, (size_t)n * entry_bytes(in->size_bytes));
+    if (rc)
+      return rc;
+  }
   for (; *done < in->count && queued < room; (*done)++) {
     sl_push_item item = input_item(in, *done);
     rc = admit(p, in, &item);
@@ -420,8 +426,9 @@ static int queue_some(sl_push *p, const push_input *in, uint32_t *done) {
       continue; /* dropped */
     if (rc != 1)
       break;
-    rc = buffer_reserve(&p->filling, entry_bytes(item.size_bytes));
-    if (rc)
+    rc = 0;
+    if (in->items &&
+        (rc = buffer_reserve(&p->filling, entry_bytes(item.size_bytes))) != 0)
       break;
     uint32_t flags =
         in->mode == PUSH_MODE_POSITIONED ? PUSH_ENTRY_POSITIONED : 0;
