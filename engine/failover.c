@@ -410,6 +410,7 @@ static void *supervisor_main(void *arg) {
   /* No restart follows: a push source's blocked pushers may give up now,
    * before anyone calls sl_job_wait(). */
   atomic_store(&job->restarts_over, 1);
+  sl_push_job_over(job); /* wake them now, not at their next timeout */
   return 0;
 }
 

@@ -264,6 +264,10 @@ void sl_job_free_compiled(sl_job *job);
  * library cannot read. */
 int sl_job_config_read(const sl_job_config *in, sl_job_config *out);
 
+/* push.c: the failover supervisor returned (no attempt follows); wake
+ * the job's sleeping pushers and pollers (push.c note 4). */
+void sl_push_job_over(sl_job *job);
+
 /* runtime.c */
 void sl_instance_fail(sl_instance *inst, int status);
 /* Stop every instance without marking the stop as the user's (a failure

@@ -10,19 +10,43 @@
  *   computes the same event outside the engine, so a test can check what a
  *   job produced against an independent reference.
  * - sl_source_push(): a source fed by the application's own threads
- *   (sl_push_record()) while the job runs; the way to embed sluice in a
- *   service that receives its input elsewhere.
+ *   (sl_push_record(), sl_push_record_at()) while the job runs; the way to
+ *   embed sluice in a service that receives its input elsewhere.  Its
+ *   records carry positions in the application's own log, which are
+ *   checkpointed: after a resume, sl_push_resume_position() says where to
+ *   push from, so the input side is exactly-once.  For exactly-once output
+ *   into the application, see the callback sink's checkpoint events below
+ *   or write to a table (sl_sink_table(), sluice_table.h).
  * - sl_sink_callback(): a sink that hands every record to an application
  *   function, with optional checkpoint notifications so the application
  *   can commit exactly-once.
  *
  * CAVEATS
  *
- * - The push source is not replayable: records it emitted before a failure
- *   and that were still travelling through the job are not delivered again
- *   after an in-process restart (at-most-once for them), and a job resumed
- *   from its state directory starts with an empty queue.  Records still in
- *   its queue survive an in-process restart.
+ * - The push source is replayable through the application: it checkpoints
+ *   the position of the last record it emitted before each barrier, and a
+ *   job resumed from its state directory (SL_STORE_RESUME) or a savepoint
+ *   starts with an empty queue: the application asks
+ *   sl_push_resume_position() and pushes again from there.  Records at or
+ *   below the restored position are dropped (sl_push_dropped() counts
+ *   them), so pushing again from an earlier position is harmless.
+ * - In-process restarts (a restart strategy with checkpointing) are
+ *   exactly-once with no help from the application: the source keeps the
+ *   records it emitted since the newest completed checkpoint in a replay
+ *   log and emits those after the restored position again, then the rest
+ *   of its queue.  The log holds at most 262144 records by default
+ *   (sl_push_set_replay_capacity()); when it is full the source emits
+ *   nothing until a checkpoint completes, so pushers wait: checkpoint
+ *   often enough for the push rate.  Without checkpointing a restart
+ *   loses the records in flight (at-most-once for them); records still in
+ *   the queue survive it.
+ * - Positions are uint64_t; UINT64_MAX is reserved.  A source that used
+ *   positions once takes only positions (sl_push_record_at(),
+ *   sl_push_try_record_at(), sl_push_items() with positions), one that
+ *   was numbered only the numbered forms: the first push fixes the form.
+ * - A pusher whose job failed and will not be restarted gets the failure's
+ *   status (what sl_job_wait() returns; the message is in sl_job_error()),
+ *   not SL_ESTOPPED, which stays for sl_job_stop() and a finished job.
  * - The sl_push handle belongs to the job: valid from sl_source_push() until
  *   sl_job_destroy().  Every sl_push_* call must have returned before the
  *   job is destroyed, and none may be made after.
@@ -41,8 +65,15 @@
  *   sl_generator_event,           any thread, any time (pure functions)
  *   sl_generator_range,
  *   sl_generator_validate
+ *   sl_push_set_replay_capacity   the building thread, before the job starts
  *   sl_push_record, sl_push_batch any number of threads at once, before and
- *                                 while the job runs and after it ended
+ *   sl_push_record_at,            while the job runs and after it ended
+ *   sl_push_try_record,
+ *   sl_push_try_record_at,
+ *   sl_push_items
+ *   sl_push_resume_position       any thread after sl_job_start (it waits
+ *                                 for the source's restore)
+ *   sl_push_fd, sl_push_dropped   any thread, any time until sl_job_destroy
  *   sl_push_close                 any thread, any number of times
  */
 #ifndef SLUICE_EMBED_H
@@ -170,8 +201,9 @@ typedef struct sl_push sl_push;
  * capacity_records records (0: 4096; at most 1 << 24).  The source takes
  * the whole queue at once and emits it in batches of up to 1024, so up to
  * 2 * capacity_records records (and their bytes) are held at a time.
- * *push (valid until sl_job_destroy) is the handle to push with.  Not
- * replayable (see CAVEATS).  Errors: EINVAL (capacity over 1 << 24, op or
+ * *push (valid until sl_job_destroy) is the handle to push with.  Each
+ * record has a position (see CAVEATS and sl_push_record_at()), which the
+ * source checkpoints.  Errors: EINVAL (capacity over 1 << 24, op or
  * push NULL), ENOMEM, as the builders; *push is NULL on error. */
 int sl_source_push(sl_job *job, const char *name, uint32_t capacity_records,
                    sl_op **op, sl_push **push);
@@ -180,29 +212,127 @@ int sl_source_push(sl_job *job, const char *name, uint32_t capacity_records,
  * for none).  Thread-safe; pushes may start before sl_job_start(), they
  * are queued.  While the queue is full the caller waits: it spins briefly,
  * then sleeps on a condition variable until the source takes the queue.
+ * The numbered form: the source numbers its records itself as it emits
+ * them, 0, 1, 2 ... on a fresh start and from the restored position + 1
+ * after a resume (sl_push_resume_position() gives that number).
  * Returns 0 (queued), or:
  *   EINVAL        p NULL, or data NULL with size_bytes above 0;
  *   SL_ETOOBIG    size_bytes over the job's max_record_bytes;
- *   SL_EUSAGE     sl_push_close() was called (also while this call waited);
- *   SL_ESTOPPED   the job was stopped, or failed and will not be restarted,
- *                 or has finished: nothing will take the record (a waiting
- *                 pusher notices within a few milliseconds);
+ *   SL_EUSAGE     sl_push_close() was called (also while this call waited),
+ *                 or the source takes positions (sl_push_record_at());
+ *   SL_ESTOPPED   the job was stopped, or has finished: nothing will take
+ *                 the record (a waiting pusher notices at once);
+ *   (status)      the job failed and will not be restarted: the failure's
+ *                 status, as sl_job_wait() returns it (e.g. what a callback
+ *                 returned), with the message in sl_job_error();
  *   ENOMEM        the queue's buffer could not grow.
  * On error the record was not queued.  With a restart strategy a pusher
  * keeps waiting through a failover; if the strategy then gives up, it
- * returns SL_ESTOPPED within a few milliseconds of that decision (no
- * sl_job_wait() needed), or at once after sl_job_stop(). */
+ * returns the failure's status as soon as the supervisor decides (no
+ * sl_job_wait() needed), or SL_ESTOPPED at once after sl_job_stop(). */
 int sl_push_record(sl_push *p, const void *data, uint32_t size_bytes,
                    int64_t timestamp);
 
 /** Queue count records of size_bytes each, stored back to back at
  * records, with timestamps[i] (timestamps NULL: none).  The same as count
- * sl_push_record() calls, with the lock taken once per run of records that
- * fit; another pusher's records may come between runs.  *pushed (if not
- * NULL) receives how many were queued; on error, those before the failing
- * one were.  Errors: as sl_push_record(). */
+ * sl_push_record() calls (numbered form), with the lock taken once per run
+ * of records that fit; another pusher's records may come between runs.
+ * *pushed (if not NULL) receives how many were queued; on error, those
+ * before the failing one were.  Errors: as sl_push_record(). */
 int sl_push_batch(sl_push *p, const void *records, uint32_t size_bytes,
                   uint32_t count, const int64_t *timestamps, uint32_t *pushed);
+
+/** Queue one record with the application's position: its offset in the
+ * application's own log, strictly increasing per push source (over every
+ * pushing thread), below UINT64_MAX.  The source checkpoints the position
+ * of the last record it emitted before each barrier.  A record at or below
+ * the restored position (sl_push_resume_position() - 1) is dropped: the
+ * call returns 0 without queueing it and sl_push_dropped() counts it (one
+ * pushed before the restore was decided is queued, then dropped by the
+ * source, and counted then).  Errors: as sl_push_record(), and EINVAL
+ * (position not above the last one pushed, or UINT64_MAX), SL_EUSAGE
+ * (the source was used with the numbered forms). */
+int sl_push_record_at(sl_push *p, uint64_t position, const void *data,
+                      uint32_t size_bytes, int64_t timestamp);
+
+/** Non-blocking forms of sl_push_record() and sl_push_record_at(): when
+ * the queue is full they return EAGAIN at once (nothing queued) instead of
+ * waiting, and arm sl_push_fd(): it becomes readable when the source next
+ * makes room.  Errors: as the blocking forms, and EAGAIN. */
+int sl_push_try_record(sl_push *p, const void *data, uint32_t size_bytes,
+                       int64_t timestamp);
+int sl_push_try_record_at(sl_push *p, uint64_t position, const void *data,
+                          uint32_t size_bytes, int64_t timestamp);
+
+/** One record of sl_push_items(): its bytes (copied), size, timestamp
+ * (SL_NO_TIMESTAMP for none) and, on a source that takes positions, its
+ * position (ignored by a numbered source). */
+typedef struct sl_push_item {
+  const void *data;
+  uint32_t size_bytes;
+  int64_t timestamp;
+  uint64_t position;
+} sl_push_item;
+
+/** Flags of sl_push_items(). */
+enum sl_push_flags {
+  /** Return EAGAIN when the queue is full, as sl_push_try_record(). */
+  SL_PUSH_NONBLOCK = 1,
+  /** The items' positions are used even on the source's first push,
+   * which then fixes it to take positions (else a first sl_push_items()
+   * fixes the numbered form). */
+  SL_PUSH_POSITIONED = 2,
+};
+
+/** Queue count records of any sizes, in order: the same as count calls of
+ * the single-record form of the source (sl_push_record_at() on a source
+ * that takes positions, else sl_push_record()), with the lock taken once
+ * per run of records that fit.  flags: 0 or a combination of
+ * enum sl_push_flags; with SL_PUSH_NONBLOCK a full queue stops the call
+ * with EAGAIN.  *pushed (if not NULL) receives how many items were taken
+ * (queued, or dropped as at or below the restored position): on EAGAIN or
+ * an error, the items from *pushed on were not.  Errors: as
+ * sl_push_record_at() for the item at *pushed, EAGAIN, EINVAL (items NULL
+ * with count above 0, unknown flags), SL_EUSAGE (SL_PUSH_POSITIONED on a
+ * numbered source). */
+int sl_push_items(sl_push *p, const sl_push_item *items, uint32_t count,
+                  int flags, uint32_t *pushed);
+
+/** After sl_job_start(): wait until the source instance has restored its
+ * position (or the start found nothing to restore) and set *next_position
+ * to the first position the application must push next: 0 on a fresh
+ * start, the restored position + 1 after a resume (a state_dir with
+ * SL_STORE_RESUME, or from_savepoint).  In the numbered form it is the
+ * number the next pushed record gets.  The answer is the run's first
+ * restore: in-process restarts replay by themselves (CAVEATS) and do not
+ * change it.  Usually it returns within milliseconds of the start.
+ * Errors: EINVAL (an argument NULL), SL_ENOTSTARTED (before
+ * sl_job_start()), or, when the job ends before the source restored, what
+ * a push would get then (SL_ESTOPPED, or the failure's status). */
+int sl_push_resume_position(sl_push *p, uint64_t *next_position);
+
+/** Records dropped so far as at or below the restored position (see
+ * sl_push_record_at()); 0 for NULL. */
+uint64_t sl_push_dropped(const sl_push *p);
+
+/** A file descriptor for poll/epoll/libuv: an eventfd (non-blocking,
+ * close-on-exec), made by the first call and owned by the job (closed by
+ * sl_job_destroy(); do not close it).  It becomes readable when room
+ * appears in the queue after a non-blocking push got EAGAIN, and when the
+ * job stops, fails, is closed or will not restart (the next try then
+ * returns the end's status).  Reset it by reading its 8-byte counter
+ * (read(fd, &u64, 8); EAGAIN from that read means it was already reset)
+ * before the next try, and wait on it only after a try returned EAGAIN:
+ * a try that finds room does not arm it.  Returns the descriptor, or a
+ * negative errno value (-EINVAL for NULL, or eventfd()'s, e.g. -EMFILE). */
+int sl_push_fd(sl_push *p);
+
+/** The replay log's bound in records (0: the default, 262144; at most
+ * 1 << 28); see CAVEATS.  Its memory is that of the records it holds
+ * (a 24-byte header each, payloads padded to 8 bytes), growing as
+ * needed.  Only a job with checkpointing and a restart strategy keeps
+ * the log.  Errors: EINVAL (p NULL, over the maximum), SL_ESTARTED. */
+int sl_push_set_replay_capacity(sl_push *p, uint32_t records);
 
 /** End of input: the source ends once everything pushed before this call
  * was emitted.  Pushes after it (and pushers waiting for room) get

@@ -13,10 +13,10 @@
  *    in the order their pushes took the mutex; one thread's records keep
  *    its order.
  * 2. Bounds.  `filling` holds at most capacity_records records; a pusher
- *    that finds it full waits.  With `draining`, at most
- *    2 * capacity_records records are held.  A buffer's bytes grow by
- *    doubling to what its records need (entries: a 16-byte header, then
- *    the payload padded to 8 bytes).
+ *    that finds it full waits (or, non-blocking, gets EAGAIN).  With
+ *    `draining`, at most 2 * capacity_records records are held.  A
+ *    buffer's bytes grow by doubling to what its records need (entries: a
+ *    24-byte header, then the payload padded to 8 bytes).
  * 3. Waiting (DESIGN.md invariant 7).  A pusher that finds the queue full
  *    releases the mutex and spins PUSH_SPIN_ITERATIONS times on an atomic
  *    copy of the fill count; then it sleeps on `room`, at most
@@ -29,33 +29,73 @@
  *    counts change only under the mutex, and the sleeper's count is set
  *    before it releases the mutex in pthread_cond_timedwait, so no wake-up
  *    is lost; the timeouts are a second line, not the mechanism.
- * 4. The end of the job.  A push is refused with SL_ESTOPPED once nothing
- *    will ever take the queue (job_over): the job finished (sl_job_wait
- *    returned), or it is stopping and no restart can follow (the user
- *    stopped it, it failed with no restart strategy, or the strategy gave
- *    up).  The source's
- *    close callback, which every instance exit runs, broadcasts `room` so
- *    that sleeping pushers look at once; the sleep's timeout covers the
- *    cases where no instance is left to tell them (a strategy that gives
- *    up: the supervisor sets job->restarts_over when it returns).
- * 5. Restarts.  The queue, `draining` and its cursor live in the operator's
- *    user data, which outlives instance threads (a restart's new thread
- *    starts after the old one was joined).  So the new instance goes on
- *    with the records not emitted yet; records emitted before the failure
- *    and still in the rings are discarded with them (at-most-once).  No
- *    position is checkpointed: a resume from a state directory starts with
- *    the queue the application fills.
- * 6. End of input: sl_push_close() sets `closed`; the source returns
- *    SL_SOURCE_END once it is set and both buffers are empty.
+ * 4. The end of the job.  A push is refused once nothing will ever take
+ *    the queue (job_over): the job finished (sl_job_wait returned), or it
+ *    is stopping and no restart can follow (the user stopped it, it failed
+ *    with no restart strategy, or the strategy gave up).  The refusal is
+ *    the failure's status when the job failed (what sl_job_wait returns),
+ *    else SL_ESTOPPED (over_status).  The source's close callback, which
+ *    every instance exit runs, and sl_push_job_over(), which the failover
+ *    supervisor calls when it returns, wake sleeping pushers and signal
+ *    the eventfd; the sleep's timeout is a second line.
+ * 5. Positions.  Every emitted record has a position: the application's
+ *    (sl_push_record_at: strictly increasing, checked under the mutex) or,
+ *    in the numbered form, one the source gives it as it emits it: the
+ *    position after the last one emitted.  The first push fixes the form
+ *    of a source (`mode`); the other form is refused.  `emitted_next` (the
+ *    source's own) is the position after the last record emitted.
+ * 6. Checkpoints.  snapshot() runs between two next() calls, so the
+ *    `emitted_next` it saves is exactly what was emitted before the
+ *    barrier: the per-barrier bookkeeping that any checkpoint (periodic,
+ *    triggered, savepoint, a stop's) needs.  restore() reads it back.  The
+ *    first decision of the run (a restore, or the first next() of an
+ *    attempt that had nothing to restore) fixes `resume_next`, which
+ *    sl_push_resume_position() waits for, and `drop_below`: positioned
+ *    records below it are dropped, by the pusher once it is known and by
+ *    the source for those queued before it was; each drop is counted in
+ *    `dropped`.  Numbered records are never dropped: they are numbered
+ *    from the restored position on.
+ * 7. The replay log (only with checkpointing and a restart strategy: an
+ *    in-process restart is the only reader).  Each record emitted goes,
+ *    with its position, into `log` too.  A snapshot notes (checkpoint id,
+ *    emitted_next) in `marks`; the completion of a checkpoint cuts the log
+ *    before the position its mark saved: those records are in the
+ *    checkpoint.  A restart restores the newest complete checkpoint, whose
+ *    position is at or after the log's cut, so the log holds every record
+ *    after it; the new attempt cuts the records before the restored
+ *    position and emits the rest again before anything from the queue.
+ *    The log holds at most replay_capacity_records records: when it is
+ *    full the source emits nothing (it sleeps PUSH_SOURCE_WAIT_NS per
+ *    next() call, so that notifications are delivered) until a completed
+ *    checkpoint frees room, and the pushers wait behind the full queue.
+ * 8. Restarts.  The queue, `draining`, the log and their cursors live in
+ *    the operator's user data, which outlives instance threads (a
+ *    restart's new thread starts after the old one was joined).  So the
+ *    new instance goes on with the records not emitted yet, after the
+ *    log's.  Without the log (no checkpointing), records emitted before the
+ *    failure and still in the rings are lost with them (at-most-once).
+ * 9. Non-blocking pushes.  A try-push that finds the queue full returns
+ *    EAGAIN and sets `fd_armed`; the source writes the eventfd after the
+ *    next swap that made room.  Stops, failures, the supervisor's end and
+ *    sl_push_close() write it too, so a poller wakes and meets the end on
+ *    its next try.  The eventfd is made by the first sl_push_fd() and
+ *    closed with the handle (sl_job_destroy).
+ * 10. End of input: sl_push_close() sets `closed`; the source returns
+ *    SL_SOURCE_END once it is set and both buffers and the log's replay
+ *    are empty.
  *
- * Pusher (sl_push_record / sl_push_batch), under the mutex:
+ * Pusher (push_run), under the mutex, for each record:
  *
- *   check --[closed]--> SL_EUSAGE        check --[job_over]--> SL_ESTOPPED
- *     |  \--[room]--> append, signal `data` if the source sleeps --> 0
+ *   check --[closed]--> SL_EUSAGE    check --[job_over]--> over_status
+ *     |  \--[other form, bad position]--> SL_EUSAGE / EINVAL
+ *     |  \--[below drop_below]--> counted in dropped, next record
+ *     |  \--[room]--> append, signal `data` if the source sleeps
  *     |
+ *     +--[full]--[non-blocking]--> arm the eventfd --> EAGAIN
  *     +--[full]--> spin (unlocked) --> sleep on `room` --> check
  *                  [wait_for_room]      [woken by: swap, close, source
- *                                        close callback, timeout]
+ *                                        close callback, supervisor end,
+ *                                        timeout]
  */
 #include <assert.h>
 #include <errno.h>
@@ -63,7 +103,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "op_util.h"
@@ -73,23 +115,43 @@
 /* Default and largest queue capacity in records. */
 #define PUSH_DEFAULT_CAPACITY 4096u
 #define PUSH_MAX_CAPACITY (1u << 24)
+/* Default and largest replay log in records (note 7).  The default holds
+ * one checkpoint interval's records at 256 Ki records per interval; a
+ * faster or longer-checkpointing application raises it. */
+#define PUSH_DEFAULT_REPLAY (1u << 18)
+#define PUSH_MAX_REPLAY (1u << 28)
 /* Spins (each a CPU pause, ~20 ns here) before sleeping: about what a swap
  * and a few hundred emits take, short enough not to hold a core (note 3). */
 #define PUSH_SPIN_ITERATIONS 200
 /* Longest sleep of a pusher before it looks at the job again (note 4). */
 #define PUSH_PUSHER_WAIT_NS 10000000ull
-/* Longest sleep of the source inside next() (note 3). */
+/* Longest sleep of the source inside next() (notes 3, 7). */
 #define PUSH_SOURCE_WAIT_NS 1000000ull
 /* First allocation of a buffer. */
 #define PUSH_INITIAL_BYTES 65536u
+/* Snapshots noted while their checkpoints are in flight (note 7); when
+ * more are, the oldest note is forgotten: its completion then cuts
+ * nothing, which only keeps records longer. */
+#define PUSH_MARKS 64
+/* The checkpointed state: magic, emitted_next, mode (note 6). */
+#define PUSH_STATE_WORDS 3
+#define PUSH_STATE_MAGIC 0x31765f6873757073ull /* "spush_v1" */
 
-/* The header of one queued record (note 2). */
+/* Flags of an entry. */
+#define PUSH_ENTRY_POSITIONED 1u
+
+enum push_mode { PUSH_MODE_NONE = 0, PUSH_MODE_NUMBERED, PUSH_MODE_POSITIONED };
+
+/* The header of one queued or logged record (note 2).  position is the
+ * application's (PUSH_ENTRY_POSITIONED) or, in the log, the one given at
+ * emission. */
 typedef struct push_entry {
   uint32_t size_bytes;
-  uint32_t reserved;
+  uint32_t flags;
   int64_t timestamp;
+  uint64_t position;
 } push_entry;
-_Static_assert(sizeof(push_entry) == 16, "entries stay 8-byte aligned");
+_Static_assert(sizeof(push_entry) == 24, "entries stay 8-byte aligned");
 
 static inline size_t entry_bytes(uint32_t size_bytes) {
   return sizeof(push_entry) + (((size_t)size_bytes + 7u) & ~(size_t)7u);
@@ -102,26 +164,58 @@ typedef struct push_buffer {
   uint32_t records;
 } push_buffer;
 
+/* The replay log (note 7): live entries are bytes [begin, end); those from
+ * replay on are still to be emitted again after a restart. */
+typedef struct push_log {
+  uint8_t *bytes;
+  size_t begin;
+  size_t replay;
+  size_t end;
+  size_t capacity_bytes;
+  uint32_t records; /* live */
+} push_log;
+
+typedef struct push_mark {
+  uint64_t checkpoint_id;
+  uint64_t next_position;
+} push_mark;
+
 struct sl_push {
   sl_job *job;
   uint32_t capacity_records;
   uint32_t max_record_bytes; /* the job's, fixed at sl_job_create */
+  uint32_t replay_capacity_records;
   pthread_mutex_t lock;
-  pthread_cond_t room; /* pushers sleep here (note 3) */
+  pthread_cond_t room; /* pushers and resume waiters sleep here */
   pthread_cond_t data; /* the source sleeps here */
   /* Under lock. */
   push_buffer filling;
   uint32_t pushers_waiting;
   bool source_waiting;
   bool closed;
+  int mode;                /* enum push_mode, fixed by the first push */
+  bool any_position;       /* last_position is set */
+  uint64_t last_position;  /* the last one pushed (positioned form) */
+  bool resume_known;       /* note 6: the run's first decision was made */
+  uint64_t resume_next;
+  uint64_t drop_below;     /* 0 until resume_known */
+  int event_fd;            /* -1 until sl_push_fd (note 9) */
+  bool fd_armed;
   /* Relaxed copies, for spinning without the lock; every decision is made
    * again under it. */
   _Atomic uint32_t filling_records_shared;
   _Atomic bool closed_shared;
-  /* The source instance's own (note 5). */
+  _Atomic uint64_t dropped;
+  /* The source instance's own (note 8). */
   push_buffer draining;
   size_t drain_offset;
   uint32_t drain_left; /* records of draining not emitted yet */
+  uint64_t emitted_next;
+  bool attempt_decided; /* this attempt restored, or found nothing to */
+  bool log_on;
+  push_log log;
+  push_mark marks[PUSH_MARKS];
+  int mark_count;
 };
 
 
@@ -143,6 +237,7 @@ static inline bool queue_check(const sl_push *p) {
   assert(p->filling.records ==
          atomic_load_explicit(&p->filling_records_shared,
                               memory_order_relaxed));
+  assert(p->resume_known || p->drop_below == 0);
   return true;
 }
 
@@ -153,7 +248,21 @@ static inline bool drain_check(const sl_push *p) {
   assert(p->drain_left <= p->draining.records);
   assert(p->drain_offset <= p->draining.used_bytes);
   assert((p->drain_left == 0) == (p->drain_offset == p->draining.used_bytes));
+  assert(p->log.begin <= p->log.replay && p->log.replay <= p->log.end);
+  assert(p->log.end <= p->log.capacity_bytes);
+  assert((p->log.records == 0) == (p->log.begin == p->log.end));
+  assert(p->log.records <= p->replay_capacity_records);
+  assert(p->mark_count >= 0 && p->mark_count <= PUSH_MARKS);
   return true;
+}
+
+/* Bytes for a buffer of at least needed bytes: doubling from what it has
+ * (needed < 2^40: records and their sizes are bounded). */
+static size_t grown_bytes(size_t capacity_bytes, size_t needed) {
+  size_t bytes = capacity_bytes ? capacity_bytes : PUSH_INITIAL_BYTES;
+  while (bytes < needed)
+    bytes *= 2;
+  return bytes;
 }
 
 /* Room for extra more bytes; ENOMEM leaves b as it was. */
@@ -161,9 +270,7 @@ static int buffer_reserve(push_buffer *b, size_t extra) {
   size_t needed = b->used_bytes + extra;
   if (needed <= b->capacity_bytes)
     return 0;
-  size_t bytes = b->capacity_bytes ? b->capacity_bytes : PUSH_INITIAL_BYTES;
-  while (bytes < needed)
-    bytes *= 2; /* needed < 2^40 (records bounded, sizes bounded) */
+  size_t bytes = grown_bytes(b->capacity_bytes, needed);
   uint8_t *grown = realloc(b->bytes, bytes);
   if (!grown)
     return ENOMEM;
@@ -172,14 +279,13 @@ static int buffer_reserve(push_buffer *b, size_t extra) {
   return 0;
 }
 
-static void buffer_append(push_buffer *b, const void *data,
-                          uint32_t size_bytes, int64_t timestamp) {
-  push_entry e = {.size_bytes = size_bytes, .timestamp = timestamp};
-  memcpy(b->bytes + b->used_bytes, &e, sizeof e);
-  if (size_bytes)
-    memcpy(b->bytes + b->used_bytes + sizeof e, data, size_bytes);
-  b->used_bytes += entry_bytes(size_bytes);
-  b->records++;
+static void entry_write(uint8_t *at, const sl_push_item *item,
+                        uint32_t flags) {
+  push_entry e = {.size_bytes = item->size_bytes, .flags = flags,
+                  .timestamp = item->timestamp, .position = item->position};
+  memcpy(at, &e, sizeof e);
+  if (item->size_bytes)
+    memcpy(at + sizeof e, item->data, item->size_bytes);
 }
 
 /* An absolute CLOCK_MONOTONIC time wait_ns from now (the condition
@@ -202,6 +308,25 @@ static bool job_over(sl_job *job) {
   return atomic_load(&job->user_stopped) ||
          job->config.restart.strategy == SL_RESTART_NONE ||
          atomic_load(&job->restarts_over); /* the strategy gave up */
+}
+
+/* Note 4: what a pusher of an over job gets.  A failure's status was
+ * written before the failure stopped the job (runtime.c), and job_over
+ * saw that stop, so it is read after it was written. */
+static int over_status(sl_job *job) {
+  if (!atomic_load(&job->failed))
+    return SL_ESTOPPED;
+  return job->fail_status ? job->fail_status : SL_ECALLBACK;
+}
+
+/* Note 9: wake a poller; under the lock (the descriptor lives as long as
+ * the handle).  A full counter (EAGAIN) is readable already. */
+static void signal_fd(sl_push *p) {
+  if (p->event_fd < 0)
+    return;
+  uint64_t one = 1;
+  ssize_t written = write(p->event_fd, &one, sizeof one);
+  (void)written; /* only EAGAIN can fail it, and then it is readable */
 }
 
 /* ------------------------------------------------------------ pushing */
@@ -229,56 +354,168 @@ static void wait_for_room(sl_push *p, int *spins) {
   p->pushers_waiting--;
 }
 
-/* Queue count records of size_bytes at records (timestamps NULL: none);
- * *pushed receives how many were queued.  Note 1 and the diagram. */
-static int push_run(sl_push *p, const uint8_t *records, uint32_t size_bytes,
-                    uint32_t count, const int64_t *timestamps,
-                    uint32_t *pushed) {
+/* What one push call queues: count records, either back to back at
+ * records (size_bytes each, timestamps may be NULL, positions from
+ * *position on when not NULL) or the array items. */
+typedef struct push_input {
+  const uint8_t *records;
+  uint32_t size_bytes;
+  const int64_t *timestamps;
+  const uint64_t *position;
+  const sl_push_item *items;
+  uint32_t count;
+  int mode;      /* the form of this call (note 5) */
+  bool nonblock; /* EAGAIN instead of waiting (note 9) */
+} push_input;
+
+static sl_push_item input_item(const push_input *in, uint32_t k) {
+  if (in->items)
+    return in->items[k];
+  sl_push_item item = {
+      .data = in->size_bytes ? in->records + (size_t)k * in->size_bytes : 0,
+      .size_bytes = in->size_bytes,
+      .timestamp = in->timestamps ? in->timestamps[k] : SL_NO_TIMESTAMP,
+      .position = in->position ? *in->position + k : 0};
+  return item;
+}
+
+/* Under the lock: is the call's form the source's (fixing it on the first
+ * push)?  SL_EUSAGE if not (note 5). */
+static int check_mode(sl_push *p, int mode) {
+  if (p->mode == PUSH_MODE_NONE)
+    p->mode = mode;
+  return p->mode == mode ? 0 : SL_EUSAGE;
+}
+
+/* Under the lock: one record that is not queued (dropped, note 6) or an
+ * error; 1 when it is to be queued. */
+static int admit(sl_push *p, const push_input *in, const sl_push_item *item) {
+  if (!item->data && item->size_bytes)
+    return EINVAL;
+  if (item->size_bytes > p->max_record_bytes)
+    return SL_ETOOBIG;
+  if (in->mode != PUSH_MODE_POSITIONED)
+    return 1;
+  if (item->position == UINT64_MAX ||
+      (p->any_position && item->position <= p->last_position))
+    return EINVAL; /* not strictly increasing, or the reserved maximum */
+  p->any_position = true;
+  p->last_position = item->position;
+  if (item->position >= p->drop_below)
+    return 1;
+  atomic_fetch_add_explicit(&p->dropped, 1, memory_order_relaxed);
+  return 0;
+}
+
+/* Queue what fits of in from *done on; under the lock.  0 when the queue
+ * is full or everything went in, else the error. */
+static int queue_some(sl_push *p, const push_input *in, uint32_t *done) {
+  uint32_t room = p->capacity_records - p->filling.records;
+  uint32_t queued = 0;
+  int rc = 0;
+  if (!in->items) { /* equal sizes: one reservation for the run */
+    uint32_t n = in->count - *done < room ? in->count - *done : room;
+    rc = buffer_reserve(&p->filling, (size_t)n * entry_bytes(in->size_bytes));
+    if (rc)
+      return rc;
+  }
+  for (; *done < in->count && queued < room; (*done)++) {
+    sl_push_item item = input_item(in, *done);
+    rc = admit(p, in, &item);
+    if (rc == 0)
+      continue; /* dropped */
+    if (rc != 1)
+      break;
+    rc = 0;
+    if (in->items &&
+        (rc = buffer_reserve(&p->filling, entry_bytes(item.size_bytes))) != 0)
+      break;
+    uint32_t flags =
+        in->mode == PUSH_MODE_POSITIONED ? PUSH_ENTRY_POSITIONED : 0;
+    entry_write(p->filling.bytes + p->filling.used_bytes, &item, flags);
+    p->filling.used_bytes += entry_bytes(item.size_bytes);
+    p->filling.records++;
+    queued++;
+  }
+  if (queued) {
+    atomic_store_explicit(&p->filling_records_shared, p->filling.records,
+                          memory_order_relaxed);
+    if (p->source_waiting)
+      pthread_cond_signal(&p->data);
+  }
+  return rc;
+}
+
+/* Queue the records of in; *pushed receives how many were taken (queued
+ * or dropped).  Note 1 and the diagram. */
+static int push_run(sl_push *p, const push_input *in, uint32_t *pushed) {
   uint32_t done = 0;
   int spins = 0;
   int rc = 0;
   pthread_mutex_lock(&p->lock);
-  while (done < count) {
+  rc = check_mode(p, in->mode);
+  while (rc == 0 && done < in->count) {
     assert(queue_check(p));
     if (p->closed) {
       rc = SL_EUSAGE;
       break;
     }
     if (job_over(p->job)) {
-      rc = SL_ESTOPPED;
+      rc = over_status(p->job);
       break;
     }
-    uint32_t room = p->capacity_records - p->filling.records;
-    if (room == 0) {
+    if (p->filling.records == p->capacity_records) {
+      if (in->nonblock) {
+        p->fd_armed = true;
+        rc = EAGAIN;
+        break;
+      }
       wait_for_room(p, &spins);
       continue;
     }
-    uint32_t n = count - done < room ? count - done : room;
-    rc = buffer_reserve(&p->filling, (size_t)n * entry_bytes(size_bytes));
-    if (rc)
-      break;
-    for (uint32_t k = 0; k < n; k++, done++)
-      buffer_append(&p->filling,
-                    size_bytes ? records + (size_t)done * size_bytes : 0,
-                    size_bytes, timestamps ? timestamps[done] : SL_NO_TIMESTAMP);
-    atomic_store_explicit(&p->filling_records_shared, p->filling.records,
-                          memory_order_relaxed);
-    if (p->source_waiting)
-      pthread_cond_signal(&p->data);
+    rc = queue_some(p, in, &done);
   }
   pthread_mutex_unlock(&p->lock);
   *pushed = done;
   return rc;
 }
 
-SL_EXPORT int sl_push_record(sl_push *p, const void *data,
-                             uint32_t size_bytes, int64_t timestamp) {
+/* The single-record forms. */
+static int push_one(sl_push *p, const uint64_t *position, const void *data,
+                    uint32_t size_bytes, int64_t timestamp, bool nonblock) {
   if (!p || (!data && size_bytes))
     return EINVAL;
   if (size_bytes > p->max_record_bytes)
     return SL_ETOOBIG;
+  push_input in = {.records = data, .size_bytes = size_bytes,
+                   .timestamps = &timestamp, .position = position,
+                   .count = 1, .nonblock = nonblock,
+                   .mode = position ? PUSH_MODE_POSITIONED
+                                    : PUSH_MODE_NUMBERED};
   uint32_t pushed;
-  return push_run(p, data, size_bytes, 1, &timestamp, &pushed);
+  return push_run(p, &in, &pushed);
+}
+
+SL_EXPORT int sl_push_record(sl_push *p, const void *data,
+                             uint32_t size_bytes, int64_t timestamp) {
+  return push_one(p, 0, data, size_bytes, timestamp, false);
+}
+
+SL_EXPORT int sl_push_try_record(sl_push *p, const void *data,
+                                 uint32_t size_bytes, int64_t timestamp) {
+  return push_one(p, 0, data, size_bytes, timestamp, true);
+}
+
+SL_EXPORT int sl_push_record_at(sl_push *p, uint64_t position,
+                                const void *data, uint32_t size_bytes,
+                                int64_t timestamp) {
+  return push_one(p, &position, data, size_bytes, timestamp, false);
+}
+
+SL_EXPORT int sl_push_try_record_at(sl_push *p, uint64_t position,
+                                    const void *data, uint32_t size_bytes,
+                                    int64_t timestamp) {
+  return push_one(p, &position, data, size_bytes, timestamp, true);
 }
 
 SL_EXPORT int sl_push_batch(sl_push *p, const void *records,
@@ -290,8 +527,40 @@ SL_EXPORT int sl_push_batch(sl_push *p, const void *records,
     rc = EINVAL;
   else if (size_bytes > p->max_record_bytes)
     rc = SL_ETOOBIG;
-  else
-    rc = push_run(p, records, size_bytes, count, timestamps, &done);
+  else {
+    push_input in = {.records = records, .size_bytes = size_bytes,
+                     .timestamps = timestamps, .count = count,
+                     .mode = PUSH_MODE_NUMBERED};
+    rc = push_run(p, &in, &done);
+  }
+  if (pushed)
+    *pushed = done;
+  return rc;
+}
+
+SL_EXPORT int sl_push_items(sl_push *p, const sl_push_item *items,
+                            uint32_t count, int flags, uint32_t *pushed) {
+  uint32_t done = 0;
+  int rc;
+  if (!p || (!items && count) ||
+      (flags & ~(SL_PUSH_NONBLOCK | SL_PUSH_POSITIONED)))
+    rc = EINVAL;
+  else {
+    push_input in = {.items = items, .count = count,
+                     .nonblock = (flags & SL_PUSH_NONBLOCK) != 0};
+    /* The source's form, or the flag's on its first push (note 5). */
+    pthread_mutex_lock(&p->lock);
+    int mode = p->mode;
+    pthread_mutex_unlock(&p->lock);
+    if (mode == PUSH_MODE_NONE)
+      mode = flags & SL_PUSH_POSITIONED ? PUSH_MODE_POSITIONED
+                                        : PUSH_MODE_NUMBERED;
+    in.mode = mode;
+    if (mode == PUSH_MODE_NUMBERED && (flags & SL_PUSH_POSITIONED))
+      rc = SL_EUSAGE;
+    else
+      rc = push_run(p, &in, &done);
+  }
   if (pushed)
     *pushed = done;
   return rc;
@@ -305,15 +574,233 @@ SL_EXPORT void sl_push_close(sl_push *p) {
   atomic_store_explicit(&p->closed_shared, true, memory_order_relaxed);
   pthread_cond_broadcast(&p->room); /* waiting pushers: SL_EUSAGE */
   pthread_cond_signal(&p->data);    /* the source: end once drained */
+  signal_fd(p);                     /* a poller: SL_EUSAGE on its try */
   pthread_mutex_unlock(&p->lock);
+}
+
+SL_EXPORT int sl_push_resume_position(sl_push *p, uint64_t *next_position) {
+  if (!p || !next_position)
+    return EINVAL;
+  if (atomic_load(&p->job->state) == SL_JOB_BUILDING)
+    return SL_ENOTSTARTED;
+  int rc = 0;
+  pthread_mutex_lock(&p->lock);
+  /* Bounded by the job: it decides, or ends (job_over), and the sleep's
+   * timeout makes each round look again (note 4). */
+  for (;;) {
+    if (p->resume_known) {
+      *next_position = p->resume_next;
+      break;
+    }
+    if (job_over(p->job)) {
+      rc = over_status(p->job);
+      break;
+    }
+    struct timespec deadline = deadline_after(PUSH_PUSHER_WAIT_NS);
+    p->pushers_waiting++;
+    pthread_cond_timedwait(&p->room, &p->lock, &deadline);
+    p->pushers_waiting--;
+  }
+  pthread_mutex_unlock(&p->lock);
+  return rc;
+}
+
+SL_EXPORT uint64_t sl_push_dropped(const sl_push *p) {
+  return p ? atomic_load_explicit(&p->dropped, memory_order_relaxed) : 0;
+}
+
+SL_EXPORT int sl_push_fd(sl_push *p) {
+  if (!p)
+    return -EINVAL;
+  pthread_mutex_lock(&p->lock);
+  int fd = p->event_fd;
+  if (fd < 0) {
+    fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) {
+      fd = -errno;
+    } else {
+      p->event_fd = fd;
+      if (p->closed || job_over(p->job))
+        signal_fd(p); /* the end came before the descriptor */
+    }
+  }
+  pthread_mutex_unlock(&p->lock);
+  return fd;
+}
+
+SL_EXPORT int sl_push_set_replay_capacity(sl_push *p, uint32_t records) {
+  if (!p || records > PUSH_MAX_REPLAY)
+    return EINVAL;
+  if (atomic_load(&p->job->state) != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  p->replay_capacity_records = records ? records : PUSH_DEFAULT_REPLAY;
+  return 0;
+}
+
+/* Note 4: the supervisor returned; no attempt follows.  Wake every
+ * sleeping pusher and poller of the job's push sources now. */
+static int push_next(sl_ctx *ctx, void *state);
+void sl_push_job_over(sl_job *job) {
+  for (int i = 0; i < job->op_count; i++) {
+    sl_op *op = job->ops[i];
+    if (op->kind != SL_OP_SOURCE || op->fn.source.next != push_next)
+      continue;
+    sl_push *p = op->user;
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->room);
+    signal_fd(p);
+    pthread_mutex_unlock(&p->lock);
+  }
+}
+
+/* ------------------------------------------------------------ replay log */
+
+/* Room for one more entry of entry_size bytes: first by moving the live
+ * entries to the front, then by growing.  ENOMEM leaves the log as it
+ * was. */
+static int log_reserve(push_log *log, size_t entry_size) {
+  if (log->end + entry_size <= log->capacity_bytes)
+    return 0;
+  if (log->begin > 0) { /* amortized: it moves at most what it keeps */
+    size_t live = log->end - log->begin;
+    memmove(log->bytes, log->bytes + log->begin, live);
+    log->replay -= log->begin;
+    log->end = live;
+    log->begin = 0;
+    if (log->end + entry_size <= log->capacity_bytes)
+      return 0;
+  }
+  size_t bytes = grown_bytes(log->capacity_bytes, log->end + entry_size);
+  uint8_t *grown = realloc(log->bytes, bytes);
+  if (!grown)
+    return ENOMEM;
+  log->bytes = grown;
+  log->capacity_bytes = bytes;
+  return 0;
+}
+
+static push_entry log_entry_at(const push_log *log, size_t offset) {
+  push_entry e;
+  assert(offset + sizeof e <= log->end);
+  memcpy(&e, log->bytes + offset, sizeof e);
+  return e;
+}
+
+/* Cut the entries before position next_position: they are in a complete
+ * checkpoint (note 7). */
+static void log_cut(push_log *log, uint64_t next_position) {
+  for (uint32_t n = log->records; n > 0; n--) {
+    push_entry e = log_entry_at(log, log->begin);
+    if (e.position >= next_position)
+      break;
+    log->begin += entry_bytes(e.size_bytes);
+    log->records--;
+  }
+  if (log->replay < log->begin) /* a restore cuts what it need not emit */
+    log->replay = log->begin;
+  if (log->records == 0) { /* empty: start at the front again */
+    assert(log->replay == log->end);
+    log->begin = log->replay = log->end = 0;
+  }
 }
 
 /* ------------------------------------------------------------ source */
 
-/* Parallelism 1: the instance state is the handle itself (note 5). */
+/* Parallelism 1: the instance state is the handle itself (note 8).  Each
+ * attempt begins undecided (note 6) and, with the log, replays it from
+ * its start (note 7); a restore cuts it first. */
 static int push_open(sl_ctx *ctx, void *user, void **state) {
+  sl_push *p = user;
+  p->log_on = ctx->job->cp != 0 &&
+              ctx->job->config.restart.strategy != SL_RESTART_NONE;
+  p->attempt_decided = false;
+  p->mark_count = 0;
+  p->log.replay = p->log.begin;
+  *state = p;
+  return 0;
+}
+
+/* Note 6: this attempt starts after position next - 1.  The run's first
+ * decision fixes what sl_push_resume_position() answers.  On the source's
+ * thread. */
+static void decide(sl_push *p, uint64_t next) {
+  p->attempt_decided = true;
+  p->emitted_next = next;
+  pthread_mutex_lock(&p->lock);
+  if (!p->resume_known) {
+    p->resume_known = true;
+    p->resume_next = next;
+    p->drop_below = next;
+  }
+  if (p->pushers_waiting)
+    pthread_cond_broadcast(&p->room); /* resume waiters */
+  pthread_mutex_unlock(&p->lock);
+}
+
+/* Note 6: an attempt that had nothing to restore starts at 0 when it
+ * replays the whole log (a restart before the first complete
+ * checkpoint), else where the run is (numbering continues). */
+static void decide_unrestored(sl_push *p) {
+  decide(p, p->log_on || !p->resume_known ? 0 : p->emitted_next);
+}
+
+static int push_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  sl_push *p = state;
+  if (!p->attempt_decided) /* a trigger before the first next() */
+    decide_unrestored(p);
+  pthread_mutex_lock(&p->lock);
+  uint64_t mode = (uint64_t)p->mode; /* a pusher's, fixed under the lock */
+  pthread_mutex_unlock(&p->lock);
+  uint64_t words[PUSH_STATE_WORDS] = {PUSH_STATE_MAGIC, p->emitted_next,
+                                      mode};
+  int rc = sl_operator_state_set(ctx, words, sizeof words);
+  if (rc || !p->log_on || id == 0)
+    return rc; /* the final checkpoint (id 0) is followed by nothing */
+  if (p->mark_count == PUSH_MARKS) { /* forget the oldest (PUSH_MARKS) */
+    memmove(p->marks, p->marks + 1, sizeof p->marks[0] * (PUSH_MARKS - 1));
+    p->mark_count--;
+  }
+  p->marks[p->mark_count++] = (push_mark){id, p->emitted_next};
+  return 0;
+}
+
+static void push_complete(sl_ctx *ctx, void *state, uint64_t id) {
   (void)ctx;
-  *state = user;
+  sl_push *p = state;
+  int n = 0;
+  while (n < p->mark_count && p->marks[n].checkpoint_id <= id)
+    n++;
+  if (n == 0)
+    return;
+  /* The mark was taken in this attempt: those records were emitted. */
+  assert(p->marks[n - 1].next_position <= p->emitted_next);
+  log_cut(&p->log, p->marks[n - 1].next_position);
+  memmove(p->marks, p->marks + n, sizeof p->marks[0] * (size_t)(p->mark_count - n));
+  p->mark_count -= n;
+  assert(drain_check(p));
+}
+
+static int push_restore(sl_ctx *ctx, void *state, uint64_t id) {
+  sl_push *p = state;
+  uint64_t words[PUSH_STATE_WORDS];
+  int rc = sl_operator_state_words(ctx, id, "push source position", words,
+                                   PUSH_STATE_WORDS);
+  if (rc == SL_ENOTFOUND) {
+    words[1] = 0; /* a checkpoint with no position: nothing emitted */
+  } else if (rc) {
+    return rc;
+  } else if (words[0] != PUSH_STATE_MAGIC || words[2] > PUSH_MODE_POSITIONED) {
+    sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": the push source position is "
+                "damaged (magic %#" PRIx64 ", form %" PRIu64 ")", id,
+                words[0], words[2]);
+    return SL_ECORRUPT;
+  }
+  log_cut(&p->log, words[1]);
+  p->log.replay = p->log.begin;
+  /* A replayed record is after the restored position (note 7). */
+  assert(p->log.records == 0 ||
+         log_entry_at(&p->log, p->log.begin).position >= words[1]);
+  decide(p, words[1]);
   return 0;
 }
 
@@ -350,6 +837,10 @@ static int take_queue(sl_ctx *ctx, sl_push *p) {
                           memory_order_relaxed);
     if (p->pushers_waiting)
       pthread_cond_broadcast(&p->room);
+    if (p->fd_armed) { /* note 9 */
+      p->fd_armed = false;
+      signal_fd(p);
+    }
   } else if (p->closed) {
     rc = SL_SOURCE_END;
   }
@@ -357,24 +848,97 @@ static int take_queue(sl_ctx *ctx, sl_push *p) {
   return rc;
 }
 
+/* Note 7: emit the log's records after the restored position again. */
+static int replay_some(sl_ctx *ctx, sl_push *p, uint32_t *budget) {
+  for (; *budget > 0 && p->log.replay < p->log.end; (*budget)--) {
+    push_entry e = log_entry_at(&p->log, p->log.replay);
+    assert(e.position >= p->emitted_next);
+    int rc = sl_emit_ts(ctx, p->log.bytes + p->log.replay + sizeof e,
+                        e.size_bytes, e.timestamp);
+    if (rc)
+      return rc; /* not emitted: the cursor stays on it */
+    p->log.replay += entry_bytes(e.size_bytes);
+    p->emitted_next = e.position + 1;
+  }
+  return 0;
+}
+
+/* Note 7: the log is full; sleep a little so that the engine delivers the
+ * completion that frees it, and emit nothing in this call. */
+static void wait_for_log(sl_ctx *ctx, sl_push *p) {
+  pthread_mutex_lock(&p->lock);
+  if (!sl_ctx_stopping(ctx)) {
+    struct timespec deadline = deadline_after(PUSH_SOURCE_WAIT_NS);
+    pthread_cond_timedwait(&p->data, &p->lock, &deadline);
+  }
+  pthread_mutex_unlock(&p->lock);
+}
+
+/* Emit one record of `draining` with its position (note 5), logging it
+ * (note 7).  0 or the error of the emit; *waited when the log was full. */
+static int drain_one(sl_ctx *ctx, sl_push *p, bool *waited) {
+  push_entry e;
+  memcpy(&e, p->draining.bytes + p->drain_offset, sizeof e);
+  assert(e.size_bytes <= p->max_record_bytes);
+  const uint8_t *payload = p->draining.bytes + p->drain_offset + sizeof e;
+  if (!(e.flags & PUSH_ENTRY_POSITIONED)) {
+    e.position = p->emitted_next; /* the numbered form */
+  } else if (e.position < p->drop_below) { /* queued before the restore */
+    atomic_fetch_add_explicit(&p->dropped, 1, memory_order_relaxed);
+    p->drain_offset += entry_bytes(e.size_bytes);
+    p->drain_left--;
+    return 0;
+  }
+  assert(e.position >= p->emitted_next);
+  if (p->log_on) {
+    if (p->log.records == p->replay_capacity_records) {
+      wait_for_log(ctx, p);
+      *waited = true;
+      return 0;
+    }
+    int rc = log_reserve(&p->log, entry_bytes(e.size_bytes));
+    if (rc) {
+      sl_ctx_fail(ctx, "the replay log of %" PRIu32 " records could not "
+                  "grow", p->log.records);
+      return rc;
+    }
+  }
+  int rc = sl_emit_ts(ctx, payload, e.size_bytes, e.timestamp);
+  if (rc)
+    return rc; /* not emitted: the cursor stays on it (note 8) */
+  if (p->log_on) {
+    sl_push_item item = {payload, e.size_bytes, e.timestamp, e.position};
+    assert(p->log.replay == p->log.end); /* no replay pending (push_next) */
+    entry_write(p->log.bytes + p->log.end, &item, e.flags);
+    p->log.end += entry_bytes(e.size_bytes);
+    p->log.replay = p->log.end; /* emitted: not to be replayed now */
+    p->log.records++;
+  }
+  p->emitted_next = e.position + 1;
+  p->drain_offset += entry_bytes(e.size_bytes);
+  p->drain_left--;
+  return 0;
+}
+
 static int push_next(sl_ctx *ctx, void *state) {
   sl_push *p = state;
   assert(drain_check(p));
+  if (!p->attempt_decided) /* nothing was restored (note 6) */
+    decide_unrestored(p);
+  uint32_t budget = PUSH_RECORDS_PER_CALL;
+  int rc = replay_some(ctx, p, &budget);
+  if (rc || p->log.replay < p->log.end)
+    return rc;
   if (p->drain_left == 0) {
-    int rc = take_queue(ctx, p);
+    rc = take_queue(ctx, p);
     if (rc || p->drain_left == 0)
       return rc;
   }
-  for (uint32_t n = 0; n < PUSH_RECORDS_PER_CALL && p->drain_left; n++) {
-    push_entry e;
-    memcpy(&e, p->draining.bytes + p->drain_offset, sizeof e);
-    assert(e.size_bytes <= p->max_record_bytes);
-    int rc = sl_emit_ts(ctx, p->draining.bytes + p->drain_offset + sizeof e,
-                        e.size_bytes, e.timestamp);
+  bool waited = false;
+  for (; budget > 0 && p->drain_left && !waited; budget--) {
+    rc = drain_one(ctx, p, &waited);
     if (rc)
-      return rc; /* not emitted: the cursor stays on it (note 5) */
-    p->drain_offset += entry_bytes(e.size_bytes);
-    p->drain_left--;
+      return rc;
   }
   if (p->drain_left == 0) {
     p->draining.used_bytes = 0;
@@ -385,24 +949,29 @@ static int push_next(sl_ctx *ctx, void *state) {
 }
 
 /* Every instance exit (end, stop, failure, before a restart): sleeping
- * pushers look at the job again (note 4). */
+ * pushers and pollers look at the job again (notes 4, 9). */
 static void push_close_instance(sl_ctx *ctx, void *state) {
   (void)ctx;
   sl_push *p = state;
   pthread_mutex_lock(&p->lock);
   if (p->pushers_waiting)
     pthread_cond_broadcast(&p->room);
+  if (atomic_load(&p->job->stopping))
+    signal_fd(p);
   pthread_mutex_unlock(&p->lock);
 }
 
 /* The operator's user_free: sl_job_destroy, after every thread ended. */
 static void push_free(void *user) {
   sl_push *p = user;
+  if (p->event_fd >= 0)
+    close(p->event_fd);
   pthread_cond_destroy(&p->data);
   pthread_cond_destroy(&p->room);
   pthread_mutex_destroy(&p->lock);
   free(p->filling.bytes);
   free(p->draining.bytes);
+  free(p->log.bytes);
   free(p);
 }
 
@@ -413,8 +982,11 @@ static int push_new(sl_job *job, uint32_t capacity_records, sl_push **out) {
   p->job = job;
   p->capacity_records = capacity_records;
   p->max_record_bytes = job->config.max_record_bytes;
+  p->replay_capacity_records = PUSH_DEFAULT_REPLAY;
+  p->event_fd = -1;
   atomic_init(&p->filling_records_shared, 0);
   atomic_init(&p->closed_shared, false);
+  atomic_init(&p->dropped, 0);
   pthread_condattr_t attr;
   int rc = pthread_condattr_init(&attr);
   if (rc) {
@@ -460,7 +1032,10 @@ SL_EXPORT int sl_source_push(sl_job *job, const char *name,
     return rc;
   static const sl_source_ops ops = {.open = push_open,
                                     .next = push_next,
-                                    .close = push_close_instance};
+                                    .close = push_close_instance,
+                                    .snapshot = push_snapshot,
+                                    .restore = push_restore,
+                                    .checkpoint_complete = push_complete};
   rc = op_adopt(sl_op_source(job, name, 1, &ops, p, op), op, p, push_free);
   if (rc == 0)
     *push = p;

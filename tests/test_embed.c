@@ -954,8 +954,8 @@ Test(push, a_stop_releases_blocked_pushers) {
   push_check_free(&c);
 }
 
-/* The sink fails: blocked pushers get SL_ESTOPPED, the job the sink's
- * message. */
+/* The sink fails: blocked pushers get the failure's status (what
+ * sl_job_wait returns), the job the sink's message. */
 Test(push, a_failure_releases_blocked_pushers) {
   push_check c;
   push_check_init(&c, 10000000);
@@ -968,7 +968,7 @@ Test(push, a_failure_releases_blocked_pushers) {
   start_pushers(ps, push, 10000000);
   join_pushers(ps);
   for (int t = 0; t < PUSH_THREADS; t++)
-    cr_assert_eq(ps[t].rc, SL_ESTOPPED, "thread %d: %s", t,
+    cr_assert_eq(ps[t].rc, -EIO, "thread %d: %s", t,
                  sl_strerror(ps[t].rc));
   cr_assert_eq(wait_guarded(job, 60, "failed push job"), -EIO);
   cr_assert(strstr(sl_job_error(job), "operator 'sink' instance 0/1 failed: "
@@ -979,7 +979,7 @@ Test(push, a_failure_releases_blocked_pushers) {
 }
 
 /* A restart strategy that gives up releases blocked pushers by itself:
- * they return SL_ESTOPPED without anyone calling sl_job_wait(). */
+ * they return the failure's status without anyone calling sl_job_wait(). */
 Test(push, a_strategy_that_gives_up_releases_blocked_pushers) {
   push_check c;
   push_check_init(&c, 10000000);
@@ -1003,7 +1003,7 @@ Test(push, a_strategy_that_gives_up_releases_blocked_pushers) {
       join_pushers(ps);
       cr_assert_fail("pusher %d still blocked 20 s after the job gave up", t);
     }
-    cr_assert_eq(ps[t].rc, SL_ESTOPPED, "thread %d: %s", t,
+    cr_assert_eq(ps[t].rc, SL_EINJECTED, "thread %d: %s", t,
                  sl_strerror(ps[t].rc));
   }
   int wrc = wait_guarded(job, 60, "given-up push job");
