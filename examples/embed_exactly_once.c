@@ -160,10 +160,10 @@ static int deliver(void *user, int instance, uint64_t id,
     return errno;
   off_t at = o->end;
   for (uint32_t k = 0; k < count; k++) {
-    int rc = write_all(o->fd, records[k].data, records[k].size, at);
+    int rc = write_all(o->fd, records[k].data, records[k].size_bytes, at);
     if (rc)
       return rc;
-    at += records[k].size;
+    at += records[k].size_bytes;
   }
   if (fdatasync(o->fd) != 0)
     return errno;
