@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "test_dirs.h"
@@ -103,11 +104,35 @@ static bool kill_after(pid_t pid, unsigned ms, int *status) {
   return true;
 }
 
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* Wait until path grows past size or pid exits (then false, status in
+ * *status), polling; true once it grew. */
+static bool wait_for_growth(pid_t pid, const char *path, long size,
+                            int *status) {
+  for (;;) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    cr_assert(r >= 0, "waitpid: %s", strerror(errno));
+    if (r == pid)
+      return false;
+    if (file_size(path) > size)
+      return true;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+}
+
+/* Even rounds kill at a random moment; odd ones just after a delivery
+ * reached the ledger (plus 0..19 ms), so some kills surely fall after a
+ * checkpoint was durable and delivered, and the resume has to skip it. */
 Test(embed_example, sigkill_and_resume_until_done, .timeout = 600) {
   char *dir = sl_test_temp_dir("embed-eo");
   char *state = sl_test_path_in(dir, "state");
   char *out = sl_test_path_in(dir, "results.csv");
   char *log = sl_test_path_in(dir, "log");
+  char *ledger = sl_test_path_in(dir, "results.csv.delivered");
   uint64_t n = scaled(300000);
   char events[32];
   snprintf(events, sizeof events, "%" PRIu64, n);
@@ -116,15 +141,23 @@ Test(embed_example, sigkill_and_resume_until_done, .timeout = 600) {
     seed = (unsigned)strtoul(getenv("SLUICE_TEST_SEED"), NULL, 10);
   cr_log_info("seed %u (SLUICE_TEST_SEED)", seed);
   srand(seed);
-  int kills = 0;
+  int kills = 0, after_delivery = 0;
   bool done = false;
   for (int round = 0; round < 10 && !done; round++) {
     const char *args[] = {"--state-dir", state, "--output", out, "--events",
                           events, round ? "--resume" : NULL, NULL};
+    long ledger_size = file_size(ledger);
     pid_t pid = sl_test_spawn_program(example_bin(), log, args);
     int status = 0;
-    if (kill_after(pid, 20 + (unsigned)rand() % 700, &status)) {
+    bool grew = true;
+    unsigned delay = 20 + (unsigned)rand() % 700;
+    if (round % 2) {
+      grew = wait_for_growth(pid, ledger, ledger_size, &status);
+      delay = (unsigned)rand() % 20;
+    }
+    if (grew && kill_after(pid, delay, &status)) {
       kills++;
+      after_delivery += round % 2;
       continue;
     }
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
@@ -134,9 +167,11 @@ Test(embed_example, sigkill_and_resume_until_done, .timeout = 600) {
   if (!done)
     cr_assert_eq(run_example(log, state, out, events, "--resume", NULL, NULL),
                  0, "the last resume failed; see %s", log);
-  cr_log_info("%d runs killed", kills);
+  cr_log_info("%d runs killed, %d of them just after a delivery", kills,
+              after_delivery);
   cr_assert(log_has(log, "verdict: EXACTLY-ONCE"), "see %s", log);
   check_output(out, n);
+  free(ledger);
   free(state);
   free(out);
   free(log);
