@@ -205,8 +205,14 @@ static int open_store(sl_job *job) {
   if (job->faults)
     sl_store_set_fault(cp->store, sl_inject_store_call, job);
   uint64_t latest = sl_store_latest(cp->store);
-  if (latest == 0)
+  if (latest == 0) {
+    /* Nothing to resume: a resume of a job that never completed a
+     * checkpoint is its first start (sluice.h, store_policy). */
+    if (c->store_policy == SL_STORE_RESUME)
+      sl_log(SL_LOG_INFO, "sluice: no complete checkpoint in %s: starting "
+             "fresh", c->state_dir);
     return 0;
+  }
   if (c->store_policy == SL_STORE_FRESH && !installed) {
     rc = sl_store_wipe(cp->store);
     if (rc)

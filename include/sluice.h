@@ -337,7 +337,11 @@ typedef struct sl_job_config {
     int no_sync;
     /** What to do when state_dir already holds checkpoints: SL_STORE_REFUSE
      * (default: fail with SL_EHASSTATE), SL_STORE_RESUME (restore the
-     * newest complete checkpoint), SL_STORE_FRESH (delete them first). */
+     * newest complete checkpoint), SL_STORE_FRESH (delete them first).
+     * A state_dir with no complete checkpoint (new, empty, or only
+     * checkpoints that never completed) starts fresh under every policy:
+     * with SL_STORE_RESUME that is not an error, so one command can both
+     * start a job and resume it (an info line says which happened). */
     int store_policy;
     /** Initial LMDB map size in bytes; grown by doubling when full.
      * Default (0): 64 MiB. */

@@ -1,7 +1,8 @@
 /* test_embed_frictions.c — issue 19's small frictions of a library inside
  * a host process, with real jobs and real directories: sl_version() at
  * run time, the parents of state_dir created like savepoint directories,
- * an invalid SLUICE_LOG_LEVEL refused, and the fingerprint refusal naming
+ * SL_STORE_RESUME on an empty directory, an invalid SLUICE_LOG_LEVEL
+ * refused, and the fingerprint refusal naming
  * the operator that differs. */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -86,6 +87,28 @@ Test(embed_frictions, state_dir_parents_are_created) {
                (unsigned)(st.st_mode & 0777));
   free(parent);
   free(state_dir);
+  sl_test_remove_tree(base);
+}
+
+/* SL_STORE_RESUME on a directory with no checkpoint (empty, or not there
+ * yet) starts fresh: one setting both starts and resumes a job.  The
+ * refusal of a third run under the default policy shows the first two
+ * left checkpoints (so the second had one to resume). */
+Test(embed_frictions, resume_on_an_empty_state_dir_starts_fresh) {
+  char *base = sl_test_temp_dir("frictions");
+  char message[1024];
+  int rc = run_job(base, 1, SL_STORE_RESUME, message, sizeof message);
+  cr_assert_eq(rc, 0, "resume on empty: %s: %s", sl_strerror(rc), message);
+  rc = run_job(base, 1, SL_STORE_RESUME, message, sizeof message);
+  cr_assert_eq(rc, 0, "resume: %s: %s", sl_strerror(rc), message);
+  rc = run_job(base, 1, SL_STORE_REFUSE, message, sizeof message);
+  cr_expect_eq(rc, SL_EHASSTATE, "third run: %s: %s", sl_strerror(rc),
+               message);
+  char *fresh = sl_test_path_in(base, "new/state");
+  rc = run_job(fresh, 1, SL_STORE_RESUME, message, sizeof message);
+  cr_expect_eq(rc, 0, "resume on a new path: %s: %s", sl_strerror(rc),
+               message);
+  free(fresh);
   sl_test_remove_tree(base);
 }
 

@@ -20,11 +20,13 @@ static inline const char *sl_test_sluice_bin(void) {
   return bin;
 }
 
-/* Start `sluice ARGS...` (args ends with NULL) with stdout and stderr
+/* Start `program ARGS...` (args ends with NULL) with stdout and stderr
  * appended to log. */
-static inline pid_t sl_test_spawn(const char *log, const char *const *args) {
+static inline pid_t sl_test_spawn_program(const char *program,
+                                          const char *log,
+                                          const char *const *args) {
   const char *argv[SL_TEST_MAX_ARGS + 2];
-  argv[0] = sl_test_sluice_bin();
+  argv[0] = program;
   int n = 0;
   while (args[n]) {
     cr_assert(n < SL_TEST_MAX_ARGS);
@@ -44,6 +46,12 @@ static inline pid_t sl_test_spawn(const char *log, const char *const *args) {
     _exit(127);
   }
   return pid;
+}
+
+/* Start `sluice ARGS...` (args ends with NULL) with stdout and stderr
+ * appended to log. */
+static inline pid_t sl_test_spawn(const char *log, const char *const *args) {
+  return sl_test_spawn_program(sl_test_sluice_bin(), log, args);
 }
 
 /* Exit status of pid (128 + signal if killed). */
