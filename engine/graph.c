@@ -1116,7 +1116,9 @@ int sl_job_compile(sl_job *job) {
 
 /* The text a store remembers its job graph by: every physical operator's
  * id, kind, name and parallelism, and the key-group count.  Stores compare
- * it byte for byte, so its form never changes. */
+ * it byte for byte, so its form never changes; an operator keyed by byte
+ * strings has "+bytes" after its kind (a form no older store holds), since
+ * its state cannot be read as 64-bit-keyed state or the other way round. */
 char *sl_graph_fingerprint(const sl_job *job) {
   assert(physical_check(job));
   size_t cap = 64 + (size_t)job->physical_count * (SL_MAX_NAME + 48);
@@ -1128,8 +1130,13 @@ char *sl_graph_fingerprint(const sl_job *job) {
   for (int i = 0; i < job->physical_count; i++) {
     const sl_op *op = job->physical[i];
     assert(!sl_op_kind_is_virtual(op->kind));
-    used += (size_t)snprintf(text + used, cap - used, ";%d:%s:%s:%d", op->id,
-                             kind_name(op->kind), op->name, op->parallelism);
+    int keys = KEYS_NONE;
+    for (int k = 0; k < op->input_count; k++)
+      keys |= stream_keys(op->inputs[k]);
+    used += (size_t)snprintf(text + used, cap - used, ";%d:%s%s:%s:%d", op->id,
+                             kind_name(op->kind),
+                             keys == KEYS_BYTES ? "+bytes" : "", op->name,
+                             op->parallelism);
   }
   assert(used < cap);
   return text;

@@ -832,7 +832,11 @@ int64_t sl_ctx_watermark(const sl_ctx *ctx);
 int64_t sl_ctx_processing_time(const sl_ctx *ctx);
 
 /** The key of the record being processed (or of the timer firing), in a
- * keyed operator.  Errors: SL_EUSAGE (not keyed, or no current record). */
+ * keyed operator.  After sl_op_key_by_bytes it is the 64-bit hash of the
+ * key's bytes (sl_hash_bytes), which two keys may share: their state is
+ * still apart; sl_ctx_key_bytes() tells them apart.  Errors: SL_EUSAGE
+ * (not keyed, or no current record), and the failure of a byte-key
+ * function (the job fails). */
 int sl_ctx_key(sl_ctx *ctx, uint64_t *key);
 
 /** The key of the record being processed (or of the timer firing) as
@@ -978,8 +982,10 @@ uint64_t sl_hash_bytes(const void *data, size_t size_bytes);
 /** The instance (0..parallelism-1) that owns key under the job's key
  * partitioning: key group = a multiply-shift reduction of a 64-bit mix of
  * the key into 0..max_parallelism-1, instance = key group * parallelism /
- * max_parallelism (contiguous ranges of key groups).  Returns -1 if
- * max_parallelism is 0 or parallelism is outside 1..max_parallelism. */
+ * max_parallelism (contiguous ranges of key groups).  A byte-string key
+ * (sl_op_key_by_bytes) is placed by sl_hash_bytes() of its bytes.
+ * Returns -1 if max_parallelism is 0 or parallelism is outside
+ * 1..max_parallelism. */
 int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
 
 /* ------------------------------------------------------------------------ */

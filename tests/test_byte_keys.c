@@ -47,22 +47,24 @@ static void name_user(uint32_t u, char out[NAME_BYTES]) {
 /* ------------------------------------------------------------ keys */
 
 typedef struct key_mode {
-  bool long_keys;  /* the key is the name padded to LONG_KEY_BYTES */
+  uint32_t long_bytes; /* 0: the key is the name; else the name padded to
+                          this many bytes */
   uint32_t fail_user; /* 0: none; else the key function fails for it */
   uint32_t huge_user; /* 0: none; else its key is SL_KEY_MAX_BYTES + 1 */
 } key_mode;
 
 static _Thread_local uint8_t key_scratch[SL_KEY_MAX_BYTES + 1];
 
-/* A long key: the name, a 0xFF byte, then filler that depends on the
- * name's length (so a truncated or mixed-up key shows). */
-static uint32_t build_long_key(const char *name, uint8_t *out) {
+/* A long key of `bytes` bytes: the name, a 0xFF byte, then filler that
+ * depends on the name's length (so a truncated or mixed-up key shows). */
+static uint32_t build_long_key(const char *name, uint8_t *out,
+                               uint32_t bytes) {
   size_t n = strnlen(name, NAME_BYTES);
   memcpy(out, name, n);
   out[n] = 0xFF;
-  for (uint32_t i = (uint32_t)n + 1; i < LONG_KEY_BYTES; i++)
+  for (uint32_t i = (uint32_t)n + 1; i < bytes; i++)
     out[i] = (uint8_t)('a' + (i + n) % 26);
-  return LONG_KEY_BYTES;
+  return bytes;
 }
 
 static int event_key(void *user, const sl_record *in, const void **key,
@@ -83,8 +85,8 @@ static int event_key(void *user, const sl_record *in, const void **key,
       return 0;
     }
   }
-  if (mode && mode->long_keys) {
-    *key_bytes = build_long_key(e->user, key_scratch);
+  if (mode && mode->long_bytes) {
+    *key_bytes = build_long_key(e->user, key_scratch, mode->long_bytes);
     *key = key_scratch;
     return 0;
   }
@@ -101,10 +103,10 @@ static uint64_t constant_hash(const void *key, uint32_t key_bytes) {
 
 /* The name a key's bytes stand for (checking a long key's filler): 0 and
  * the name in out, or -EBADMSG for bytes no event key can have. */
-static int key_name(const void *key, uint32_t key_bytes, bool long_keys,
+static int key_name(const void *key, uint32_t key_bytes, uint32_t long_bytes,
                     char out[NAME_BYTES]) {
   memset(out, 0, NAME_BYTES);
-  if (!long_keys) {
+  if (!long_bytes) {
     if (key_bytes >= NAME_BYTES)
       return -EBADMSG;
     memcpy(out, key, key_bytes);
@@ -113,12 +115,14 @@ static int key_name(const void *key, uint32_t key_bytes, bool long_keys,
   const uint8_t *k = key;
   const uint8_t *mark = memchr(k, 0xFF, key_bytes < NAME_BYTES ? key_bytes
                                                                : NAME_BYTES);
-  if (key_bytes != LONG_KEY_BYTES || !mark)
+  if (key_bytes != long_bytes || !mark)
     return -EBADMSG;
   memcpy(out, k, (size_t)(mark - k));
   static _Thread_local uint8_t expect[LONG_KEY_BYTES];
-  build_long_key(out, expect);
-  return memcmp(expect, k, LONG_KEY_BYTES) == 0 ? 0 : -EBADMSG;
+  if (long_bytes > LONG_KEY_BYTES)
+    return -EBADMSG;
+  build_long_key(out, expect, long_bytes);
+  return memcmp(expect, k, long_bytes) == 0 ? 0 : -EBADMSG;
 }
 
 /* ------------------------------------------------------------ outputs */
@@ -212,7 +216,7 @@ static int current_name(sl_ctx *ctx, const control *c, const sl_record *in,
   uint32_t key_bytes;
   int rc = sl_ctx_key_bytes(ctx, &key, &key_bytes);
   if (rc == 0)
-    rc = key_name(key, key_bytes, c->mode.long_keys, out);
+    rc = key_name(key, key_bytes, c->mode.long_bytes, out);
   if (rc == 0 && in && memcmp(out, ((const event *)in->data)->user,
                               NAME_BYTES) != 0)
     rc = -EBADMSG;
@@ -485,10 +489,10 @@ Test(byte_keys, long_keys_and_the_empty_key) {
   /* User 0's key is empty; with long_keys every key is 10 KiB, and the
    * callbacks check each byte of the key they see. */
   control c = {.count = sl_test_scaled(5000, 1000), .users = 13,
-               .mode = {.long_keys = true}, .hash = constant_hash};
+               .mode = {.long_bytes = LONG_KEY_BYTES}, .hash = constant_hash};
   run_whole(&c, false);
   control w = {.count = sl_test_scaled(5000, 1000), .users = 13,
-               .mode = {.long_keys = true}};
+               .mode = {.long_bytes = LONG_KEY_BYTES}};
   run_whole(&w, true);
 }
 
@@ -546,6 +550,14 @@ Test(byte_keys, resume_from_state_dir_keeps_windows) {
   resume_case(&c, true, false, 1);
 }
 
+Test(byte_keys, resume_keeps_the_longest_stored_keys) {
+  /* Keys of SL_KEY_MAX_STORED_BYTES, colliding, through LMDB. */
+  control c = {.count = sl_test_scaled(5000, 1000), .users = 13,
+               .mode = {.long_bytes = SL_KEY_MAX_STORED_BYTES},
+               .hash = constant_hash};
+  resume_case(&c, false, false, 1);
+}
+
 Test(byte_keys, rescale_through_savepoint_one_to_two) {
   control c = {.count = sl_test_scaled(20000, 2000), .users = 97};
   resume_case(&c, false, true, 2);
@@ -553,10 +565,13 @@ Test(byte_keys, rescale_through_savepoint_one_to_two) {
   resume_case(&w, true, true, 2);
 }
 
-/* A job that must fail: status want, message naming what. */
-static void expect_failure(control *c, int want, const char *what) {
+/* A job that must fail: status want, message naming what; checkpointed
+ * in a temporary state directory with stored. */
+static void expect_failure(control *c, int want, const char *what,
+                           bool stored) {
   sl_fixture_collector out = {0};
-  spec s = {.ctl = c, .out = &out};
+  char *dir = stored ? sl_test_temp_dir("byte-keys") : 0;
+  spec s = {.ctl = c, .out = &out, .state_dir = dir};
   sl_job *job = build(&s);
   cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
   int rc = wait_job(job);
@@ -567,16 +582,27 @@ static void expect_failure(control *c, int want, const char *what) {
   sl_job_destroy(job);
   uint64_t n = 0;
   free(sl_fixture_collector_gather(&out, by_output, &n));
+  if (dir)
+    sl_test_remove_tree(dir);
 }
 
 Test(byte_keys, failing_key_function_fails_the_job) {
   control c = {.count = 1000, .users = 10, .mode = {.fail_user = 7}};
-  expect_failure(&c, -EIO, "key function of key_by 'by-user' returned");
+  expect_failure(&c, -EIO, "key function of key_by 'by-user' returned",
+                 false);
 }
 
 Test(byte_keys, key_over_the_maximum_fails_the_job) {
   control c = {.count = 1000, .users = 10, .mode = {.huge_user = 3}};
-  expect_failure(&c, SL_ETOOBIG, "key_by 'by-user': a key of 65537 bytes");
+  expect_failure(&c, SL_ETOOBIG, "key_by 'by-user': a key of 65537 bytes",
+                 false);
+}
+
+Test(byte_keys, key_over_the_stored_maximum_fails_a_checkpointed_job) {
+  control c = {.count = 1000, .users = 10,
+               .mode = {.long_bytes = SL_KEY_MAX_STORED_BYTES + 1}};
+  expect_failure(&c, SL_ETOOBIG, "a key of 449 bytes exceeds the largest, "
+                 "448 (SL_KEY_MAX_STORED_BYTES", true);
 }
 
 /* ------------------------------------------------------------ refusals */
@@ -659,4 +685,60 @@ Test(byte_keys, u64_key_reads_as_eight_bytes) {
   cr_assert_eq(wait_job(job), 0, "%s", sl_job_error(job));
   cr_expect_eq(sum.records, 1000);
   sl_job_destroy(job);
+}
+
+/* ------------------------------------------------------------ joins */
+
+/* The unbounded join's function: both records and the key are one user. */
+static int join_pair(void *user, sl_ctx *ctx, uint64_t key,
+                     const sl_record *left, const sl_record *right) {
+  (void)key;
+  const control *c = user;
+  output o = {.kind = 4};
+  int rc = current_name(ctx, c, left, o.user);
+  if (rc == 0 && memcmp(((const event *)right->data)->user, o.user,
+                        NAME_BYTES) != 0) {
+    sl_ctx_fail(ctx, "a pair of two users");
+    rc = -EBADMSG;
+  }
+  if (rc)
+    return rc;
+  o.a = ((const event *)left->data)->seq;
+  o.b = ((const event *)right->data)->seq;
+  return sl_emit(ctx, &o, sizeof o);
+}
+
+Test(byte_keys, join_keeps_colliding_keys_apart) {
+  /* Both sides are the same events, every key hashing to 42: the join
+   * pairs each record with every record of its own user, n_u^2 pairs per
+   * user, and none across users (join_pair checks). */
+  control left = {.count = 700, .users = 7, .hash = constant_hash};
+  control right = left;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(0, &job), 0);
+  cr_assert_eq(sl_testing_set_key_hash(job, constant_hash), 0);
+  static const sl_source_ops source_ops = {
+      .open = source_open, .next = source_next, .close = source_close};
+  sl_op *l, *r, *lk, *rk, *join, *sink;
+  cr_assert_eq(sl_op_source(job, "left", 1, &source_ops, &left, &l), 0);
+  cr_assert_eq(sl_op_source(job, "right", 1, &source_ops, &right, &r), 0);
+  cr_assert_eq(sl_op_key_by_bytes(job, "left-by-user", l, event_key, 0, &lk),
+               0);
+  cr_assert_eq(sl_op_key_by_bytes(job, "right-by-user", r, event_key, 0,
+                                  &rk), 0);
+  cr_assert_eq(sl_op_join(job, "join", lk, rk, 2, join_pair, &left, &join), 0,
+               "%s", sl_job_error(job));
+  sl_fixture_collector out = {.record_bytes = sizeof(output)};
+  cr_assert_eq(sl_op_sink(job, "collect", join, 1, &sl_fixture_collector_ops,
+                          &out, &sink), 0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  cr_assert_eq(wait_job(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+  uint64_t per[7] = {0}, want = 0, n = 0;
+  for (uint64_t i = 0; i < left.count; i++)
+    per[user_of(i, left.users)]++;
+  for (int u = 0; u < 7; u++)
+    want += per[u] * per[u];
+  free(sl_fixture_collector_gather(&out, by_output, &n));
+  cr_expect_eq(n, want, "%" PRIu64 " pairs, expected %" PRIu64, n, want);
 }
