@@ -168,6 +168,8 @@ byte_state_key(sl_ctx *ctx, uint16_t id, uint8_t kind, const void *user_key,
       return rc;
   }
   uint32_t n = cp->key_data_bytes;
+  assert(n <= SL_KEY_MAX_BYTES); /* byte_key_call refused longer */
+  assert(n == 0 || cp->key_data);
   uint64_t need = (uint64_t)BYTE_KEY_HEADER_BYTES + n + user_key_bytes;
   int rc = grow(&cp->key_buffer, &cp->key_buffer_bytes, need);
   if (rc)
@@ -245,9 +247,7 @@ SL_EXPORT int sl_testing_set_key_hash(sl_job *job,
 
 /* ------------------------------------------------------------ state keys */
 
-/* Build the map key of (current key, id, kind, user key) in the instance's
- * key buffer.  Errors: SL_EUSAGE (no keyed input, or outside process()),
- * ENOMEM, EINVAL. */
+/* state_key() for a 64-bit key (the first layout at the top). */
 static inline int u64_state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
                                 const void *user_key, uint32_t user_key_bytes,
                                 uint32_t *key_bytes) {
@@ -279,6 +279,10 @@ static inline int u64_state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
   return 0;
 }
 
+/* Build the map key of (current key, id, kind, user key) in the instance's
+ * key buffer, in the layout of the instance's kind of key.  Errors:
+ * SL_EUSAGE (no keyed input, or outside process()), ENOMEM, EINVAL, and a
+ * byte-key function's failure. */
 static int state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
                      const void *user_key, uint32_t user_key_bytes,
                      uint32_t *key_bytes) {
