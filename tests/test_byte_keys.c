@@ -742,3 +742,43 @@ Test(byte_keys, join_keeps_colliding_keys_apart) {
   free(sl_fixture_collector_gather(&out, by_output, &n));
   cr_expect_eq(n, want, "%" PRIu64 " pairs, expected %" PRIu64, n, want);
 }
+
+/* ------------------------------------------------------------ fingerprint */
+
+Test(byte_keys, resume_refuses_another_kind_of_key) {
+  /* A byte-keyed job's store, resumed by the same graph keyed by 64-bit
+   * keys: its state could never be found, so the resume is refused and
+   * the message shows the mark. */
+  char *dir = sl_test_temp_dir("byte-keys");
+  control c = {.count = 500, .users = 5};
+  sl_fixture_collector out = {0};
+  spec a = {.ctl = &c, .state_dir = dir, .out = &out};
+  sl_job *job = build(&a);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  cr_assert_eq(wait_job(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+
+  sl_job_config config = sl_fixture_config(dir, 3600000);
+  config.checkpoint.store_policy = SL_STORE_RESUME;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  static const sl_source_ops source_ops = {
+      .open = source_open, .next = source_next, .close = source_close};
+  static const sl_process_ops count_ops = {.process = noop_process};
+  sl_op *src, *by, *count, *sink;
+  cr_assert_eq(sl_op_source(job, "events", 1, &source_ops, &c, &src), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-user", src, first_word, 0, &by), 0);
+  cr_assert_eq(sl_op_process(job, "count", &by, 1, 1, &count_ops, 0, &count),
+               0);
+  cr_assert_eq(sl_op_sink(job, "collect", count, 1, &sl_fixture_collector_ops,
+                          &out, &sink), 0);
+  int rc = sl_job_start(job);
+  cr_expect_neq(rc, 0, "a byte-keyed store resumed with 64-bit keys");
+  cr_expect(strstr(sl_job_error(job), "process+bytes") != 0, "%s",
+            sl_job_error(job));
+  if (rc == 0)
+    wait_job(job);
+  sl_job_destroy(job);
+  uint64_t n = 0;
+  free(sl_fixture_collector_gather(&out, by_output, &n));
+  sl_test_remove_tree(dir);
+}
