@@ -110,6 +110,15 @@ typedef struct sl_instance_checkpoint {
   uint64_t current_key;
   bool key_valid;
   const struct sl_record *key_record; /* record current_key belongs to */
+  /* Byte-string keys (state.c): every keyed channel is byte-keyed; then
+   * current_key is the hash of the key_data_bytes bytes at key_data (a
+   * copy owned by the instance, or a timer's), valid with key_valid. */
+  bool byte_keys;
+  const uint8_t *key_data;
+  uint32_t key_data_bytes;
+  uint8_t *key_copy; /* owned: the current record's key bytes */
+  uint32_t key_copy_capacity;
+  uint8_t key_be[8]; /* sl_ctx_key_bytes of a 64-bit key */
   uint16_t group_first, group_last;   /* key groups this instance owns */
 
   /* Alignment (snapshot.c note 3). */

@@ -539,6 +539,39 @@ static const sl_op *find_cycle(const sl_op *op, unsigned char *color) {
   return 0;
 }
 
+/* The keys of the stream op, as its consumer sees them (the key_by nearest
+ * it decides, as in resolve_edges): KEYS_NONE, KEYS_U64, KEYS_BYTES, or
+ * KEYS_MIXED for a union of both kinds. */
+enum { KEYS_NONE = 0, KEYS_U64 = 1, KEYS_BYTES = 2, KEYS_MIXED = 3 };
+
+static int stream_keys(const sl_op *op) {
+  if (op->kind == SL_OP_KEY_BY)
+    return op->fn.key == sl_byte_key_route ? KEYS_BYTES : KEYS_U64;
+  if (op->kind == SL_OP_SIDE)
+    return stream_keys(op->inputs[0]);
+  if (op->kind != SL_OP_UNION)
+    return KEYS_NONE;
+  int keys = KEYS_NONE;
+  for (int i = 0; i < op->input_count; i++)
+    keys |= stream_keys(op->inputs[i]);
+  return keys;
+}
+
+/* An operator's keyed inputs are all byte-keyed or all 64-bit-keyed: its
+ * keyed state has one layout (state.c). */
+static int check_key_kinds(sl_job *job, const sl_op *op) {
+  int keys = KEYS_NONE;
+  for (int k = 0; k < op->input_count; k++)
+    keys |= stream_keys(op->inputs[k]);
+  if (keys != KEYS_MIXED)
+    return 0;
+  sl_job_set_error(job, "operator '%s': its inputs are keyed both by "
+                   "sl_op_key_by (64-bit keys) and by sl_op_key_by_bytes "
+                   "(byte strings); key every input the same way",
+                   op->name);
+  return SL_EGRAPH;
+}
+
 /* Is some physical operator reached through key_by/union from op with a
  * hash partition?  Used to check keyed parallelism. */
 static bool reaches_through_key_by(const sl_op *op) {
@@ -595,6 +628,9 @@ SL_EXPORT int sl_job_validate(sl_job *job) {
     }
     if (sl_op_kind_is_virtual(op->kind))
       continue;
+    int rc = check_key_kinds(job, op);
+    if (rc)
+      return rc;
     for (int k = 0; k < op->input_count; k++)
       if (reaches_through_key_by(op->inputs[k]) &&
           (uint32_t)op->parallelism > job->config.max_parallelism) {
@@ -1080,7 +1116,9 @@ int sl_job_compile(sl_job *job) {
 
 /* The text a store remembers its job graph by: every physical operator's
  * id, kind, name and parallelism, and the key-group count.  Stores compare
- * it byte for byte, so its form never changes. */
+ * it byte for byte, so its form never changes; an operator keyed by byte
+ * strings has "+bytes" after its kind (a form no older store holds), since
+ * its state cannot be read as 64-bit-keyed state or the other way round. */
 char *sl_graph_fingerprint(const sl_job *job) {
   assert(physical_check(job));
   size_t cap = 64 + (size_t)job->physical_count * (SL_MAX_NAME + 48);
@@ -1092,8 +1130,13 @@ char *sl_graph_fingerprint(const sl_job *job) {
   for (int i = 0; i < job->physical_count; i++) {
     const sl_op *op = job->physical[i];
     assert(!sl_op_kind_is_virtual(op->kind));
-    used += (size_t)snprintf(text + used, cap - used, ";%d:%s:%s:%d", op->id,
-                             kind_name(op->kind), op->name, op->parallelism);
+    int keys = KEYS_NONE;
+    for (int k = 0; k < op->input_count; k++)
+      keys |= stream_keys(op->inputs[k]);
+    used += (size_t)snprintf(text + used, cap - used, ";%d:%s%s:%s:%d", op->id,
+                             kind_name(op->kind),
+                             keys == KEYS_BYTES ? "+bytes" : "", op->name,
+                             op->parallelism);
   }
   assert(used < cap);
   return text;

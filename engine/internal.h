@@ -239,6 +239,8 @@ struct sl_job {
   pthread_t supervisor;
   sl_parker supervisor_parker;  /* woken by sl_job_stop during a delay */
   struct sl_failover *failover;
+  /* Byte-string keys (state.c): the test hook's hash, NULL: XXH3. */
+  uint64_t (*key_hash)(const void *key, uint32_t key_bytes);
   /* Fault injection (inject.c). */
   struct sl_fault_plan *faults; /* NULL: none */
   char *faults_text;            /* owned copy of config.faults */
@@ -373,6 +375,35 @@ static inline void sl_emit_stamp_begin(sl_ctx *ctx, sl_emit_stamp *st,
 
 static inline void sl_emit_stamp_end(sl_ctx *ctx, const sl_emit_stamp *st) {
   ctx->current = st->saved;
+}
+
+/* A byte-string key_by (sl_op_key_by_bytes, state.c): its op->user.  The
+ * edges it partitions carry sl_byte_key_route as their sl_key_fn, with this
+ * as the key_user, so the producer's routing (runtime.c, emit_port) is the
+ * same indirect call as for 64-bit keys; the consumer tells a byte-keyed
+ * channel by that function (sl_channel_bytes) and computes the key's bytes
+ * itself (sl_byte_key_compute), once per record. */
+typedef struct sl_byte_key {
+  sl_key_bytes_fn fn;
+  void *user;
+  const sl_op *op; /* the key_by, named in failures */
+} sl_byte_key;
+
+/* The routing key of a record on a byte-keyed edge: the hash of its key
+ * bytes.  A failing key function fails the job (naming the key_by) and
+ * routes the record by hash 0; the producer stops at its next check. */
+uint64_t sl_byte_key_route(void *user, const sl_record *in);
+/* The hash of key bytes: sl_hash_bytes, or the test hook's function
+ * (sl_testing_set_key_hash). */
+uint64_t sl_byte_key_hash(const sl_job *job, const void *key,
+                          uint32_t key_bytes);
+/* Compute the current record's key through byte-keyed channel ch into
+ * ctx->cp (current_key = hash, key_data/key_data_bytes = a copy of the
+ * bytes, key_valid).  0, or the failure (cause set in ctx). */
+int sl_byte_key_compute(sl_ctx *ctx, const sl_channel *ch);
+
+static inline bool sl_channel_bytes(const sl_channel *ch) {
+  return ch->key == sl_byte_key_route;
 }
 
 /* Copy the text src into dst of dst_bytes (> 0), cut if need be. */

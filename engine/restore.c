@@ -29,6 +29,7 @@
  * sl_checkpointer_restore_instance or, if its open failed,
  * sl_checkpointer_restore_skip.
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -248,6 +249,11 @@ static int setup_instances(sl_job *job) {
     inst->cp.keyed_input = keyed;
     if (!keyed)
       continue;
+    /* One kind of key per operator (graph.c, validation): the first
+     * channel's says which layout state.c and timer.c use. */
+    inst->cp.byte_keys = sl_channel_bytes(&inst->channels[0]);
+    for (int c = 1; c < inst->channel_count; c++)
+      assert(sl_channel_bytes(&inst->channels[c]) == inst->cp.byte_keys);
     int rc = sl_cow_map_create(&inst->cp.keyed);
     if (rc)
       return rc;

@@ -474,5 +474,6 @@ void sl_snapshot_instance_free(sl_instance *inst) {
   free(inst->cp.blob_restored);
   free(inst->cp.key_buffer);
   free(inst->cp.value_buffer);
+  free(inst->cp.key_copy);
   memset(&inst->cp, 0, sizeof inst->cp);
 }

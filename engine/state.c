@@ -13,6 +13,19 @@
  * the same id from ever colliding.  A list is stored as one value:
  * items back to back, each a u32 length and the bytes, padded to 4.
  *
+ * A byte-string key (sl_op_key_by_bytes) replaces the record key by its
+ * hash and marks the kind byte (KIND_BYTES), then the key itself follows:
+ *
+ *     [hash: u64 BE][state_id: u16 BE][kind | 0x80: u8]
+ *     [key length: u32 BE][key bytes][user key]
+ *
+ * so the writer and a rescaling restore still find the key group in the
+ * first 8 bytes (the hash, as the producer routed it), while two keys
+ * whose hashes collide are two entries: the length and bytes tell them
+ * apart, never merged.  The instance's byte_keys flag, fixed at setup (an
+ * operator's keyed inputs are all of one kind, graph.c), picks the layout
+ * with one test per state call; 64-bit keys keep their prepared path.
+ *
  * Read-modify-write (sl_state_update, sl_state_fold) is one lookup
  * (sl_cow_map_update: the value is changed in place, copied first if a
  * checkpoint holds it).  Keys without a user key reach the map prepared
@@ -22,14 +35,26 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "internal.h"
+#include "sluice_testing.h"
 
 enum state_kind { KIND_VALUE = 1, KIND_MAP = 2, KIND_LIST = 3, KIND_FOLD = 4 };
 
 #define KEY_HEADER_BYTES 11u
+#define KIND_BYTES 0x80u /* kind flag: a byte-string key follows */
+#define BYTE_KEY_HEADER_BYTES 15u
+
+_Static_assert(BYTE_KEY_HEADER_BYTES + SL_KEY_MAX_STORED_BYTES + 36u == 499u,
+               "sluice.h promises 36 bytes of user key in LMDB's 499");
+_Static_assert(SL_KEY_MAX_BYTES + BYTE_KEY_HEADER_BYTES < SL_COW_MAX_BYTES,
+               "a longest key fits a map key");
 
 static int grow(void **buffer, uint32_t *capacity, uint64_t need) {
   if (need <= *capacity)
@@ -47,15 +72,186 @@ static int grow(void **buffer, uint32_t *capacity, uint64_t need) {
   return 0;
 }
 
-/* Build the map key of (current key, id, kind, user key) in the instance's
- * key buffer.  Errors: SL_EUSAGE (no keyed input, or outside process()),
- * ENOMEM, EINVAL. */
-static int state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
-                     const void *user_key, uint32_t user_key_bytes,
-                     uint32_t *key_bytes) {
+/* ----------------------------------------------------- byte-string keys */
+
+uint64_t sl_byte_key_hash(const sl_job *job, const void *key,
+                          uint32_t key_bytes) {
+  if (__builtin_expect(job->key_hash != 0, 0))
+    return job->key_hash(key, key_bytes);
+  return XXH3_64bits(key, key_bytes);
+}
+
+/* The longest key job accepts: LMDB's limit once state is stored. */
+static uint32_t key_max_bytes(const sl_job *job) {
+  return job->cp ? SL_KEY_MAX_STORED_BYTES : SL_KEY_MAX_BYTES;
+}
+
+/* Call bk's function on in and check what it gave: 0 with *key, *bytes
+ * set, or the failure with its text in cause. */
+static int byte_key_call(const sl_byte_key *bk, const sl_record *in,
+                         const void **key, uint32_t *bytes, char *cause,
+                         size_t cause_bytes) {
+  *key = 0;
+  *bytes = 0;
+  int rc = bk->fn(bk->user, in, key, bytes);
+  uint32_t max = key_max_bytes(bk->op->job);
+  if (rc) {
+    snprintf(cause, cause_bytes, "key function of key_by '%s' returned %d",
+             bk->op->name, rc);
+  } else if (*bytes > max) {
+    rc = SL_ETOOBIG;
+    snprintf(cause, cause_bytes, "key_by '%s': a key of %" PRIu32 " bytes "
+             "exceeds the largest, %" PRIu32 "%s", bk->op->name, *bytes, max,
+             bk->op->job->cp ? " (SL_KEY_MAX_STORED_BYTES: checkpointed)"
+                             : " (SL_KEY_MAX_BYTES)");
+  } else if (*bytes && !*key) {
+    rc = EINVAL;
+    snprintf(cause, cause_bytes, "key_by '%s': the key function gave NULL "
+             "for a key of %" PRIu32 " bytes", bk->op->name, *bytes);
+  }
+  return rc;
+}
+
+uint64_t sl_byte_key_route(void *user, const sl_record *in) {
+  const sl_byte_key *bk = user;
+  const void *key;
+  uint32_t bytes;
+  char cause[256];
+  int rc = byte_key_call(bk, in, &key, &bytes, cause, sizeof cause);
+  if (rc) {
+    /* No instance to fail from here (runtime.c, emit_port): the job fails
+     * and this record goes to the owner of hash 0, where the key function
+     * fails again; the producer stops at its next check. */
+    sl_job_fail(bk->op->job, rc, "%s", cause);
+    return 0;
+  }
+  return sl_byte_key_hash(bk->op->job, key, bytes);
+}
+
+int sl_byte_key_compute(sl_ctx *ctx, const sl_channel *ch) {
   sl_instance_checkpoint *cp = &ctx->cp;
-  if (!cp->keyed)
-    return SL_EUSAGE;
+  assert(cp->byte_keys);
+  assert(sl_channel_bytes(ch));
+  const void *key;
+  uint32_t bytes;
+  int rc = byte_key_call(ch->key_user, ctx->current, &key, &bytes, ctx->cause,
+                         sizeof ctx->cause);
+  if (rc == 0)
+    rc = grow((void **)&cp->key_copy, &cp->key_copy_capacity, bytes);
+  if (rc) {
+    /* The key function's contract (sluice.h): its failure fails the job,
+     * whatever the callback does with the state call's return. */
+    sl_instance_fail(ctx, rc);
+    return rc;
+  }
+  /* A copy: the function's pointer lasts only until its next call. */
+  if (bytes)
+    memcpy(cp->key_copy, key, bytes);
+  cp->key_data = cp->key_copy;
+  cp->key_data_bytes = bytes;
+  cp->current_key = sl_byte_key_hash(ctx->job, cp->key_copy, bytes);
+  cp->key_valid = true;
+  return 0;
+}
+
+/* state_key() for a byte-string key (the layout at the top). */
+static __attribute__((noinline)) int
+byte_state_key(sl_ctx *ctx, uint16_t id, uint8_t kind, const void *user_key,
+               uint32_t user_key_bytes, uint32_t *key_bytes) {
+  sl_instance_checkpoint *cp = &ctx->cp;
+  if (!cp->key_valid) {
+    /* As state_key: a timer sets its key directly (timer.c). */
+    if (!ctx->current || !ctx->current_channel)
+      return SL_EUSAGE;
+    int rc = sl_byte_key_compute(ctx, ctx->current_channel);
+    if (rc)
+      return rc;
+  }
+  uint32_t n = cp->key_data_bytes;
+  assert(n <= SL_KEY_MAX_BYTES); /* byte_key_call refused longer */
+  assert(n == 0 || cp->key_data);
+  uint64_t need = (uint64_t)BYTE_KEY_HEADER_BYTES + n + user_key_bytes;
+  int rc = grow(&cp->key_buffer, &cp->key_buffer_bytes, need);
+  if (rc)
+    return rc;
+  uint8_t *k = cp->key_buffer;
+  sl_store_be64(k, cp->current_key);
+  k[8] = (uint8_t)(id >> 8);
+  k[9] = (uint8_t)id;
+  k[10] = (uint8_t)(kind | KIND_BYTES);
+  for (int i = 0; i < 4; i++)
+    k[11 + i] = (uint8_t)(n >> (24 - 8 * i));
+  if (n)
+    memcpy(k + BYTE_KEY_HEADER_BYTES, cp->key_data, n);
+  if (user_key_bytes)
+    memcpy(k + BYTE_KEY_HEADER_BYTES + n, user_key, user_key_bytes);
+  *key_bytes = (uint32_t)need;
+  return 0;
+}
+
+SL_EXPORT int sl_ctx_key_bytes(sl_ctx *ctx, const void **key,
+                               uint32_t *key_bytes) {
+  if (!ctx || !key || !key_bytes)
+    return EINVAL;
+  uint64_t hash;
+  int rc = sl_ctx_key(ctx, &hash); /* computes it if need be */
+  if (rc)
+    return rc;
+  sl_instance_checkpoint *cp = &ctx->cp;
+  if (cp->byte_keys) {
+    static const uint8_t empty[1];
+    *key = cp->key_data_bytes ? cp->key_data : empty;
+    *key_bytes = cp->key_data_bytes;
+  } else {
+    sl_store_be64(cp->key_be, hash);
+    *key = cp->key_be;
+    *key_bytes = 8;
+  }
+  return 0;
+}
+
+SL_EXPORT int sl_op_key_by_bytes(sl_job *job, const char *name, sl_op *input,
+                                 sl_key_bytes_fn fn, void *user,
+                                 sl_op **out) {
+  sl_byte_key *bk = fn ? calloc(1, sizeof *bk) : 0;
+  if (fn && !bk)
+    return ENOMEM;
+  /* Built as a 64-bit key_by whose function is the router, so every edge
+   * rule (graph.c, resolve_edges) holds for it unchanged. */
+  sl_op *op = 0;
+  int rc = sl_op_key_by(job, name, input, fn ? sl_byte_key_route : 0, bk,
+                        &op);
+  if (rc) {
+    free(bk);
+    return rc;
+  }
+  bk->fn = fn;
+  bk->user = user;
+  bk->op = op;
+  op->user_free = free; /* the job owns bk (graph.c, sl_job_destroy) */
+  if (out)
+    *out = op;
+  return 0;
+}
+
+SL_EXPORT int sl_testing_set_key_hash(sl_job *job,
+                                      uint64_t (*hash)(const void *key,
+                                                       uint32_t key_bytes)) {
+  if (!job)
+    return EINVAL;
+  if (atomic_load(&job->state) != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  job->key_hash = hash;
+  return 0;
+}
+
+/* ------------------------------------------------------------ state keys */
+
+/* state_key() for a 64-bit key (the first layout at the top). */
+static inline int u64_state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
+                                const void *user_key, uint32_t user_key_bytes,
+                                uint32_t *key_bytes) {
+  sl_instance_checkpoint *cp = &ctx->cp;
   if (!cp->key_valid) {
     /* A timer sets its key directly (timer.c); a record's key is computed
      * on the first state call. */
@@ -81,6 +277,20 @@ static int state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
     memcpy(k + KEY_HEADER_BYTES, user_key, user_key_bytes);
   *key_bytes = (uint32_t)need;
   return 0;
+}
+
+/* Build the map key of (current key, id, kind, user key) in the instance's
+ * key buffer, in the layout of the instance's kind of key.  Errors:
+ * SL_EUSAGE (no keyed input, or outside process()), ENOMEM, EINVAL, and a
+ * byte-key function's failure. */
+static int state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
+                     const void *user_key, uint32_t user_key_bytes,
+                     uint32_t *key_bytes) {
+  if (!ctx->cp.keyed)
+    return SL_EUSAGE;
+  if (__builtin_expect(ctx->cp.byte_keys, 0))
+    return byte_state_key(ctx, id, kind, user_key, user_key_bytes, key_bytes);
+  return u64_state_key(ctx, id, kind, user_key, user_key_bytes, key_bytes);
 }
 
 /* The key of (record key, id, kind) with no user key prepared for the
@@ -117,7 +327,16 @@ static inline int state_key_prepared(sl_ctx *ctx, uint16_t id, uint8_t kind,
                                      uint32_t user_key_bytes,
                                      sl_cow_key *key) {
   uint32_t key_bytes;
-  int rc = state_key(ctx, id, kind, user_key, user_key_bytes, &key_bytes);
+  if (!ctx->cp.keyed)
+    return SL_EUSAGE;
+  if (__builtin_expect(ctx->cp.byte_keys, 0)) {
+    int rc = byte_state_key(ctx, id, kind, user_key, user_key_bytes,
+                            &key_bytes);
+    if (rc == 0)
+      *key = sl_cow_key_of(ctx->cp.key_buffer, key_bytes);
+    return rc;
+  }
+  int rc = u64_state_key(ctx, id, kind, user_key, user_key_bytes, &key_bytes);
   if (rc)
     return rc;
   if (user_key_bytes == 0) {

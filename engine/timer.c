@@ -41,6 +41,11 @@
  *    scan of the map.  Operators that move a deadline forward per record
  *    are better off not deleting at all: leave the old timer and re-arm
  *    when it fires (window.c note 6).
+ *    A byte-string key (state.c) puts its hash first, marks the kind
+ *    (TIMER_KIND | 0x80) and follows it with [length: u32 BE][key bytes]
+ *    before the domain and time; its heap items own a copy of the key
+ *    (timer_item.blob), freed when the item leaves the heap, so timers of
+ *    two keys with one hash fire each with its own key.
  * 5. Processing-time timers fire when the wall clock (CLOCK_REALTIME, ms)
  *    has passed them (now > time): checked after each pass over the
  *    inputs, and an instance waiting for input with such timers parks
@@ -79,10 +84,13 @@
 #define TIMER_STATE_ID 0xFFFFu
 #define TIMER_KIND 5u
 #define TIMER_KEY_BYTES 20u
+#define TIMER_BYTES_KIND (TIMER_KIND | 0x80u) /* byte-string key (note 4) */
+#define TIMER_BYTES_HEADER 15u /* hash, id, kind, length */
 
 typedef struct timer_item {
   int64_t time;
-  uint64_t key;
+  uint64_t key;  /* the key, or a byte-string key's hash */
+  uint8_t *blob; /* byte-string key: [length: u32][bytes], owned; else NULL */
 } timer_item;
 
 typedef struct timer_heap {
@@ -94,6 +102,8 @@ typedef struct timer_heap {
 struct sl_timers {
   timer_heap heap[2]; /* enum sl_time_domain */
   uint32_t deleted[2]; /* deletes since the last compaction (note 4) */
+  uint8_t *key_buffer;  /* map key of a byte-keyed timer */
+  uint32_t key_buffer_bytes;
 };
 
 static int send_watermark(sl_instance *inst, int64_t watermark);
@@ -107,7 +117,8 @@ static int item_cmp(const void *a, const void *b) {
   return item_before(x, y) ? -1 : item_before(y, x) ? 1 : 0;
 }
 
-static int heap_push(timer_heap *h, int64_t time, uint64_t key) {
+static int heap_push(timer_heap *h, int64_t time, uint64_t key,
+                     uint8_t *blob) {
   if (h->count == h->capacity) {
     uint32_t capacity = h->capacity ? h->capacity * 2 : 64;
     timer_item *grown = realloc(h->items, sizeof *grown * capacity);
@@ -117,7 +128,7 @@ static int heap_push(timer_heap *h, int64_t time, uint64_t key) {
     h->capacity = capacity;
   }
   uint32_t i = h->count++;
-  timer_item it = {.time = time, .key = key};
+  timer_item it = {.time = time, .key = key, .blob = blob};
   while (i > 0) {
     uint32_t parent = (i - 1) / 2;
     if (!item_before(&it, &h->items[parent]))
@@ -180,9 +191,97 @@ static void timer_key(uint8_t *k, uint64_t key, int domain, int64_t time) {
   sl_store_be64(k + 12, (uint64_t)time ^ (1ull << 63));
 }
 
-static bool is_timer_key(const uint8_t *k, uint32_t bytes) {
-  return bytes == TIMER_KEY_BYTES && k[8] == (uint8_t)(TIMER_STATE_ID >> 8) &&
-         k[9] == (uint8_t)TIMER_STATE_ID && k[10] == TIMER_KIND && k[11] <= 1;
+static uint32_t load_be32(const uint8_t *in) {
+  return (uint32_t)in[0] << 24 | (uint32_t)in[1] << 16 | (uint32_t)in[2] << 8 |
+         in[3];
+}
+
+/* A copy of key bytes as a heap item's blob: [length: u32][bytes]. */
+static uint8_t *blob_new(const uint8_t *data, uint32_t bytes) {
+  uint8_t *blob = malloc(4u + bytes);
+  if (!blob)
+    return 0;
+  memcpy(blob, &bytes, 4);
+  if (bytes)
+    memcpy(blob + 4, data, bytes);
+  return blob;
+}
+
+static uint32_t blob_bytes(const uint8_t *blob) {
+  uint32_t bytes;
+  memcpy(&bytes, blob, 4);
+  return bytes;
+}
+
+/* The map key of the timer (key, domain, time) (note 4), with n key bytes
+ * at data (n = NO_BYTES: a 64-bit key): in k (20 bytes) for a 64-bit key,
+ * else in the timers' buffer.  0 or ENOMEM. */
+#define NO_BYTES UINT32_MAX
+static int timer_map_key(struct sl_timers *timers, uint8_t *k, uint64_t key,
+                         const uint8_t *data, uint32_t n, int domain,
+                         int64_t time, const uint8_t **out,
+                         uint32_t *out_bytes) {
+  if (n == NO_BYTES) {
+    timer_key(k, key, domain, time);
+    *out = k;
+    *out_bytes = TIMER_KEY_BYTES;
+    return 0;
+  }
+  uint32_t need = TIMER_BYTES_HEADER + n + 9u;
+  if (need > timers->key_buffer_bytes) {
+    uint8_t *grown = realloc(timers->key_buffer, need);
+    if (!grown)
+      return ENOMEM;
+    timers->key_buffer = grown;
+    timers->key_buffer_bytes = need;
+  }
+  uint8_t *b = timers->key_buffer;
+  timer_key(b, key, domain, time); /* header, then moved past the key */
+  b[10] = TIMER_BYTES_KIND;
+  memmove(b + TIMER_BYTES_HEADER + n, b + 11, 9);
+  for (int i = 0; i < 4; i++)
+    b[11 + i] = (uint8_t)(n >> (24 - 8 * i));
+  if (n)
+    memcpy(b + TIMER_BYTES_HEADER, data, n);
+  *out = b;
+  *out_bytes = need;
+  return 0;
+}
+
+/* Is map key k a timer's?  Sets *key_at, *key_len to its key bytes (a
+ * byte-string key) or *key_len to UINT32_MAX (a 64-bit key), and *tail to
+ * its [domain][time]. */
+static bool is_timer_key(const uint8_t *k, uint32_t bytes,
+                         const uint8_t **tail, uint32_t *key_len) {
+  if (bytes < TIMER_KEY_BYTES || k[8] != (uint8_t)(TIMER_STATE_ID >> 8) ||
+      k[9] != (uint8_t)TIMER_STATE_ID)
+    return false;
+  if (k[10] == TIMER_KIND && bytes == TIMER_KEY_BYTES) {
+    *tail = k + 11;
+    *key_len = NO_BYTES;
+  } else if (k[10] == TIMER_BYTES_KIND && bytes >= TIMER_BYTES_HEADER + 9u &&
+             load_be32(k + 11) == bytes - TIMER_BYTES_HEADER - 9u) {
+    *key_len = load_be32(k + 11);
+    *tail = k + TIMER_BYTES_HEADER + *key_len;
+  } else {
+    return false;
+  }
+  return (*tail)[0] <= 1;
+}
+
+/* timer_map_key() of a heap item. */
+static int item_map_key(struct sl_timers *timers, uint8_t *k,
+                        const timer_item *it, int domain, const uint8_t **out,
+                        uint32_t *out_bytes) {
+  return timer_map_key(timers, k, it->key, it->blob ? it->blob + 4 : 0,
+                       it->blob ? blob_bytes(it->blob) : NO_BYTES, domain,
+                       it->time, out, out_bytes);
+}
+
+static void heap_clear(timer_heap *h) {
+  for (uint32_t i = 0; i < h->count; i++)
+    free(h->items[i].blob);
+  h->count = 0;
 }
 
 static int timers_get(sl_instance *inst, struct sl_timers **out) {
@@ -209,7 +308,7 @@ void sl_event_reset(sl_instance *inst) {
                         memory_order_relaxed);
   if (inst->timers)
     for (int d = 0; d < 2; d++) {
-      inst->timers->heap[d].count = 0;
+      heap_clear(&inst->timers->heap[d]);
       inst->timers->deleted[d] = 0;
     }
   for (int c = 0; c < inst->channel_count && inst->channels; c++) {
@@ -221,8 +320,11 @@ void sl_event_reset(sl_instance *inst) {
 void sl_event_free(sl_instance *inst) {
   if (!inst->timers)
     return;
-  for (int d = 0; d < 2; d++)
+  for (int d = 0; d < 2; d++) {
+    heap_clear(&inst->timers->heap[d]);
     free(inst->timers->heap[d].items);
+  }
+  free(inst->timers->key_buffer);
   free(inst->timers);
   inst->timers = 0;
 }
@@ -235,10 +337,21 @@ typedef struct restore_scan {
 static int restore_entry(void *arg, const sl_cow_entry *e) {
   restore_scan *scan = arg;
   const uint8_t *k = sl_cow_entry_key(e);
-  if (!is_timer_key(k, e->key_bytes))
+  const uint8_t *tail;
+  uint32_t key_len;
+  if (!is_timer_key(k, e->key_bytes, &tail, &key_len))
     return 0;
-  int64_t time = (int64_t)(sl_load_be64(k + 12) ^ (1ull << 63));
-  scan->rc = heap_push(&scan->timers->heap[k[11]], time, sl_load_be64(k));
+  int64_t time = (int64_t)(sl_load_be64(tail + 1) ^ (1ull << 63));
+  uint8_t *blob = 0;
+  if (key_len != NO_BYTES) {
+    blob = blob_new(k + TIMER_BYTES_HEADER, key_len);
+    if (!blob)
+      return scan->rc = ENOMEM;
+  }
+  scan->rc = heap_push(&scan->timers->heap[tail[0]], time, sl_load_be64(k),
+                       blob);
+  if (scan->rc)
+    free(blob);
   return scan->rc;
 }
 
@@ -275,7 +388,7 @@ int sl_event_restore(sl_instance *inst) {
   if (rc)
     return rc;
   for (int d = 0; d < 2; d++)
-    timers->heap[d].count = 0;
+    heap_clear(&timers->heap[d]);
   restore_scan scan = {.timers = timers};
   rc = sl_cow_map_foreach(inst->cp.keyed, restore_entry, &scan);
   if (rc == 0)
@@ -296,8 +409,14 @@ SL_EXPORT int sl_ctx_key(sl_ctx *ctx, uint64_t *key) {
     if (!ctx->current || !ctx->current_channel || !ctx->current_channel->key)
       return SL_EUSAGE;
     const sl_channel *ch = ctx->current_channel;
-    cp->current_key = ch->key(ch->key_user, ctx->current);
-    cp->key_valid = true;
+    if (__builtin_expect(cp->byte_keys, 0)) {
+      int rc = sl_byte_key_compute(ctx, ch);
+      if (rc)
+        return rc;
+    } else {
+      cp->current_key = ch->key(ch->key_user, ctx->current);
+      cp->key_valid = true;
+    }
   }
   *key = cp->current_key;
   return 0;
@@ -330,16 +449,30 @@ SL_EXPORT int sl_timer_register(sl_ctx *ctx, int domain, int64_t time) {
   rc = timers_get(ctx, &timers);
   if (rc)
     return rc;
-  uint8_t k[TIMER_KEY_BYTES];
-  timer_key(k, key, domain, time);
-  if (sl_cow_map_get(ctx->cp.keyed, k, sizeof k, 0))
-    return 0; /* already registered */
-  uint8_t one = 1;
-  if (!sl_cow_map_put(ctx->cp.keyed, k, sizeof k, &one, 1))
-    return ENOMEM;
-  rc = heap_push(&timers->heap[domain], time, key);
+  const sl_instance_checkpoint *cp = &ctx->cp;
+  uint8_t small[TIMER_KEY_BYTES];
+  const uint8_t *k;
+  uint32_t k_bytes;
+  rc = timer_map_key(timers, small, key, cp->key_data,
+                     cp->byte_keys ? cp->key_data_bytes : NO_BYTES, domain,
+                     time, &k, &k_bytes);
   if (rc)
-    sl_cow_map_delete(ctx->cp.keyed, k, sizeof k);
+    return rc;
+  if (sl_cow_map_get(cp->keyed, k, k_bytes, 0))
+    return 0; /* already registered */
+  uint8_t *blob = 0;
+  if (cp->byte_keys && !(blob = blob_new(cp->key_data, cp->key_data_bytes)))
+    return ENOMEM;
+  uint8_t one = 1;
+  if (!sl_cow_map_put(cp->keyed, k, k_bytes, &one, 1)) {
+    free(blob);
+    return ENOMEM;
+  }
+  rc = heap_push(&timers->heap[domain], time, key, blob);
+  if (rc) {
+    sl_cow_map_delete(cp->keyed, k, k_bytes);
+    free(blob);
+  }
   return rc;
 }
 
@@ -352,10 +485,17 @@ static void compact(sl_instance *inst, int domain) {
   timer_heap *h = &inst->timers->heap[domain];
   uint32_t kept = 0;
   for (uint32_t i = 0; i < h->count; i++) {
-    uint8_t k[TIMER_KEY_BYTES];
-    timer_key(k, h->items[i].key, domain, h->items[i].time);
-    if (sl_cow_map_get(inst->cp.keyed, k, sizeof k, 0))
+    uint8_t small[TIMER_KEY_BYTES];
+    const uint8_t *k;
+    uint32_t k_bytes;
+    /* On ENOMEM (a byte key's buffer) keep the item: it is skipped when
+     * it surfaces if its timer is gone. */
+    if (item_map_key(inst->timers, small, &h->items[i], domain, &k,
+                     &k_bytes) != 0 ||
+        sl_cow_map_get(inst->cp.keyed, k, k_bytes, 0))
       h->items[kept++] = h->items[i];
+    else
+      free(h->items[i].blob);
   }
   assert(kept <= h->count);
   h->count = kept;
@@ -382,9 +522,19 @@ SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
   int rc = timer_check(ctx, domain, &key);
   if (rc)
     return rc;
-  uint8_t k[TIMER_KEY_BYTES];
-  timer_key(k, key, domain, time);
-  rc = sl_cow_map_delete(ctx->cp.keyed, k, sizeof k);
+  struct sl_timers *timers;
+  rc = timers_get(ctx, &timers);
+  if (rc)
+    return rc;
+  const sl_instance_checkpoint *cp = &ctx->cp;
+  uint8_t small[TIMER_KEY_BYTES];
+  const uint8_t *k;
+  uint32_t k_bytes;
+  rc = timer_map_key(timers, small, key, cp->key_data,
+                     cp->byte_keys ? cp->key_data_bytes : NO_BYTES, domain,
+                     time, &k, &k_bytes);
+  if (rc == 0)
+    rc = sl_cow_map_delete(ctx->cp.keyed, k, k_bytes);
   if (rc == 0 && ctx->timers) {
     ctx->timers->deleted[domain]++;
     if (compact_due(ctx->timers, domain))
@@ -398,26 +548,38 @@ SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
 /* Fire timer t of domain if it is still set (one deleted, or a duplicate
  * already fired, is not): delete it from the state, then call on_timer
  * with t's key current and an empty record of t's time as the current
- * record.  Leaves inst->current NULL and no key current; the caller
- * restores what it saved.  Returns 0, the delete's error, or on_timer's
- * nonzero return, which fails the job (runtime.c note 8). */
+ * record.  Frees t's blob.  Leaves inst->current NULL and no key current;
+ * the caller restores what it saved.  Returns 0, the delete's error, or
+ * on_timer's nonzero return, which fails the job (runtime.c note 8). */
 static int fire_one(sl_instance *inst, int domain, timer_item t) {
   sl_instance_checkpoint *cp = &inst->cp;
-  uint8_t k[TIMER_KEY_BYTES];
-  timer_key(k, t.key, domain, t.time);
-  if (!sl_cow_map_get(cp->keyed, k, sizeof k, 0))
-    return 0;
-  int rc = sl_cow_map_delete(cp->keyed, k, sizeof k);
-  if (rc)
-    return rc;
+  uint8_t small[TIMER_KEY_BYTES];
+  const uint8_t *k;
+  uint32_t k_bytes;
+  int rc = item_map_key(inst->timers, small, &t, domain, &k, &k_bytes);
+  if (rc == 0 && sl_cow_map_get(cp->keyed, k, k_bytes, 0))
+    rc = sl_cow_map_delete(cp->keyed, k, k_bytes);
+  else if (rc == 0)
+    rc = SL_ENOTFOUND; /* deleted, or a duplicate already fired */
+  if (rc) {
+    free(t.blob);
+    return rc == SL_ENOTFOUND ? 0 : rc;
+  }
   sl_record rec = {.data = 0, .size_bytes = 0, .timestamp = t.time};
   inst->current = &rec;
   inst->current_channel = 0;
   cp->current_key = t.key;
+  if (t.blob) { /* the key's bytes, for state and sl_ctx_key_bytes */
+    cp->key_data = t.blob + 4;
+    cp->key_data_bytes = blob_bytes(t.blob);
+  }
   cp->key_valid = true;
   rc = inst->op->fn.process.on_timer(inst, inst->state, domain, t.time);
   cp->key_valid = false;
+  cp->key_data = 0;
+  cp->key_data_bytes = 0;
   inst->current = 0; /* rec ends here */
+  free(t.blob);
   return rc;
 }
 
@@ -480,13 +642,16 @@ static int fire_pending_processing(sl_instance *inst) {
   *h = (timer_heap){0};
   qsort(due.items, due.count, sizeof *due.items, item_cmp);
   int rc = 0;
-  for (uint32_t i = 0; i < due.count && rc == 0; i++) {
-    rc = fire_one(inst, SL_PROCESSING_TIME, due.items[i]);
+  uint32_t i = 0;
+  for (; i < due.count && rc == 0; i++) {
+    rc = fire_one(inst, SL_PROCESSING_TIME, due.items[i]); /* frees blob */
     /* runtime.c note 8 */
     if (rc != 0 && rc != SL_ESTOPPED && !inst->cause[0])
       sl_ctx_fail(inst, "on_timer (processing time %" PRId64 ") returned %d",
                   due.items[i].time, rc);
   }
+  for (; i < due.count; i++) /* left after a failure */
+    free(due.items[i].blob);
   free(due.items);
   return rc;
 }

@@ -564,6 +564,40 @@ int sl_op_flat_map(sl_job *job, const char *name, sl_op *input,
 int sl_op_key_by(sl_job *job, const char *name, sl_op *input, sl_key_fn fn,
                  void *user, sl_op **op);
 
+/** Key function for sl_op_key_by_bytes: set *key and *key_bytes to the
+ * record's key, a byte string of 0 .. SL_KEY_MAX_BYTES bytes (with a state
+ * directory, 0 .. SL_KEY_MAX_STORED_BYTES: LMDB's key limit).  *key may
+ * point into the record or into memory of the function's own (a per-thread
+ * buffer will do): it must stay valid and unchanged until the function is
+ * called again on the same thread, since the engine copies or hashes it
+ * before then.  It is called on the producer's thread (to route) and on the
+ * consumer's (to find the key's state), possibly by several threads at
+ * once, and must give equal keys for equal records.  Return 0; anything
+ * else fails the job with it (CALLBACK RETURNS), and so does a key longer
+ * than the maximum (SL_ETOOBIG), naming the key_by. */
+typedef int (*sl_key_bytes_fn)(void *user, const sl_record *in,
+                               const void **key, uint32_t *key_bytes);
+
+/** Longest byte-string key; longer fails the job (sl_key_bytes_fn). */
+#define SL_KEY_MAX_BYTES 65536u
+/** Longest byte-string key of a job with a state directory: every entry of
+ * keyed state is one LMDB key of at most 499 bytes, which holds the key,
+ * a 15-byte header and up to 36 bytes of map-state user key (windows and
+ * joins use at most 13, timers 9). */
+#define SL_KEY_MAX_STORED_BYTES 448u
+
+/** Partition input's records by a byte-string key (sl_key_bytes_fn), like
+ * sl_op_key_by.  Key groups hash the bytes (sl_hash_bytes); keyed state,
+ * timers and windows downstream are kept per full key, so two keys whose
+ * hashes collide are two keys, never merged.  In the consumer's callbacks
+ * (process, on_timer, a window's or join's functions) sl_ctx_key_bytes()
+ * gives the key's bytes and sl_ctx_key() its 64-bit hash.  An operator's
+ * keyed inputs must all be byte-keyed or all 64-bit-keyed (SL_EGRAPH at
+ * validation).  Joins take byte keys on both sides.  Errors: as the
+ * builders (SL_EGRAPH for a NULL fn). */
+int sl_op_key_by_bytes(sl_job *job, const char *name, sl_op *input,
+                       sl_key_bytes_fn fn, void *user, sl_op **out);
+
 /** Merge n_inputs streams into one.  Like key_by, not a thread of its own. */
 int sl_op_union(sl_job *job, const char *name, sl_op *const *inputs,
                 int n_inputs, sl_op **op);
@@ -802,8 +836,20 @@ int64_t sl_ctx_watermark(const sl_ctx *ctx);
 int64_t sl_ctx_processing_time(const sl_ctx *ctx);
 
 /** The key of the record being processed (or of the timer firing), in a
- * keyed operator.  Errors: SL_EUSAGE (not keyed, or no current record). */
+ * keyed operator.  After sl_op_key_by_bytes it is the 64-bit hash of the
+ * key's bytes (sl_hash_bytes), which two keys may share: their state is
+ * still apart; sl_ctx_key_bytes() tells them apart.  Errors: SL_EUSAGE
+ * (not keyed, or no current record), and the failure of a byte-key
+ * function (the job fails). */
 int sl_ctx_key(sl_ctx *ctx, uint64_t *key);
+
+/** The key of the record being processed (or of the timer firing) as
+ * bytes.  After sl_op_key_by_bytes: the key's bytes (then sl_ctx_key()
+ * gives their 64-bit hash, which two keys may share).  After sl_op_key_by:
+ * the 8 bytes of the 64-bit key, big-endian.  *key stays valid until the
+ * callback returns.  Errors: SL_EUSAGE (not keyed, or no current record),
+ * EINVAL (NULL argument), and the key function's failure (the job fails). */
+int sl_ctx_key_bytes(sl_ctx *ctx, const void **key, uint32_t *key_bytes);
 
 /** Timers, per key, in keyed process operators (every input through
  * sl_op_key_by) with an on_timer callback.  Register a timer for the
@@ -940,8 +986,10 @@ uint64_t sl_hash_bytes(const void *data, size_t size_bytes);
 /** The instance (0..parallelism-1) that owns key under the job's key
  * partitioning: key group = a multiply-shift reduction of a 64-bit mix of
  * the key into 0..max_parallelism-1, instance = key group * parallelism /
- * max_parallelism (contiguous ranges of key groups).  Returns -1 if
- * max_parallelism is 0 or parallelism is outside 1..max_parallelism. */
+ * max_parallelism (contiguous ranges of key groups).  A byte-string key
+ * (sl_op_key_by_bytes) is placed by sl_hash_bytes() of its bytes.
+ * Returns -1 if max_parallelism is 0 or parallelism is outside
+ * 1..max_parallelism. */
 int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
 
 /* ------------------------------------------------------------------------ */

@@ -116,6 +116,17 @@ void sl_checksum_add(sl_checksum *sum, const void *data, uint32_t size_bytes);
 int sl_testing_state_allocator(sl_job *job, char *name, size_t bytes,
                                uint64_t *allocated_bytes);
 
+/** Replace the 64-bit hash of byte-string keys (sl_op_key_by_bytes) in job
+ * by hash, e.g. a constant one so that every key collides: the test that
+ * keyed state, timers and windows still keep the keys apart.  The hash
+ * decides key groups too, so a store written under one hash must be
+ * resumed under the same.  NULL restores XXH3.  Call before the job
+ * starts, from the building thread.  Errors: EINVAL (job NULL),
+ * SL_ESTARTED. */
+int sl_testing_set_key_hash(sl_job *job,
+                            uint64_t (*hash)(const void *key,
+                                             uint32_t key_bytes));
+
 #ifdef __cplusplus
 }
 #endif
