@@ -219,6 +219,7 @@ typedef struct run_spec {
   const char *faults;
   uint32_t restarts; /* restart attempts allowed (0: none) */
   int mode;
+  const char *from_savepoint;
 } run_spec;
 
 static sl_job *build(const run_spec *r, stepped_spec *source, app *a) {
@@ -226,6 +227,7 @@ static sl_job *build(const run_spec *r, stepped_spec *source, app *a) {
   c.checkpoint.store_policy = r->policy;
   c.checkpoint.mode = r->mode;
   c.faults = r->faults;
+  c.checkpoint.from_savepoint = r->from_savepoint;
   if (r->restarts) {
     c.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
     c.restart.attempts = r->restarts;
@@ -336,14 +338,18 @@ Test(wal_sink, failover_at_every_point_is_exactly_once) {
 }
 
 /* A delivery function returning 7 fails the job with 7, naming the sink
- * and the checkpoint; a resume delivers that batch again (same id, same
- * records) first, and then everything once. */
-Test(wal_sink, a_failed_delivery_fails_the_job_and_comes_again) {
+ * and the checkpoint; the job resumed (from its state directory, or from a
+ * savepoint of the failed job in a new one) delivers that batch again
+ * (same id, same records) first, and then everything once. */
+static void fail_then_resume(bool through_savepoint) {
   char *dir = sl_test_temp_dir("wal");
+  char *state = sl_test_path_in(dir, "state");
+  char *savepoint = sl_test_path_in(dir, "savepoint");
+  char *state2 = sl_test_path_in(dir, "state2");
   app a;
   app_init(&a, sl_test_scaled(20000, 4000));
   a.fail_with = 7;
-  run_spec r = {.state_dir = dir, .count = a.count};
+  run_spec r = {.state_dir = state, .count = a.count};
   stepped_spec source;
   sl_job *job = build(&r, &source, &a);
   cr_assert_eq(sl_job_run(job), 7);
@@ -354,11 +360,21 @@ Test(wal_sink, a_failed_delivery_fails_the_job_and_comes_again) {
   snprintf(id_text, sizeof id_text, "checkpoint %" PRIu64, a.failed_id);
   cr_expect(strstr(error, id_text), "the message names %s: %s", id_text,
             error);
+  if (through_savepoint) {
+    char err[256];
+    uint64_t id = 0;
+    cr_assert_eq(sl_job_savepoint(job, savepoint, &id, err, sizeof err), 0,
+                 "%s", err);
+    cr_expect_geq(id, a.failed_id);
+    r.state_dir = state2;
+    r.from_savepoint = savepoint;
+  } else {
+    r.policy = SL_STORE_RESUME;
+  }
   sl_job_destroy(job);
   cr_assert_neq(a.failed_id, 0);
   uint64_t failed_id = a.failed_id, failed_hash = a.failed_hash;
   memset(a.first_id, 0, sizeof a.first_id);
-  r.policy = SL_STORE_RESUME;
   cr_assert_eq(run(&r, &a, 0, 0), 0);
   cr_expect_eq(a.first_id[0], failed_id, "the resume delivers checkpoint %"
                PRIu64 " first, not %" PRIu64, failed_id, a.first_id[0]);
@@ -366,7 +382,18 @@ Test(wal_sink, a_failed_delivery_fails_the_job_and_comes_again) {
                "the batch came again with other records");
   app_expect_exactly_once(&a);
   app_free(&a);
+  free(state);
+  free(savepoint);
+  free(state2);
   sl_test_remove_tree(dir);
+}
+
+Test(wal_sink, a_failed_delivery_fails_the_job_and_comes_again) {
+  fail_then_resume(false);
+}
+
+Test(wal_sink, a_failed_delivery_comes_again_from_a_savepoint) {
+  fail_then_resume(true);
 }
 
 /* sl_job_stop right after the first delivery (from inside it), then a
