@@ -315,8 +315,8 @@ typedef int (*sl_deliver_fn)(void *user, int instance, uint64_t checkpoint_id,
  * with its id and the same records, before the instance processes a new
  * record.  At the end of input the final checkpoint's batch is delivered
  * before sl_job_wait() returns (its id is above every earlier id of the
- * instance); a job stopped with a savepoint delivers up to that savepoint's
- * checkpoint.
+ * instance).  A job stopped (sl_job_stop) delivers what completed before
+ * the stop; what was stored and not delivered comes with the resume.
  *
  * The contract.  For each instance (0 .. parallelism-1):
  * - ids of one instance strictly increase from one new batch to the next,
@@ -355,9 +355,10 @@ typedef int (*sl_deliver_fn)(void *user, int instance, uint64_t checkpoint_id,
  * - Results reach the application one checkpoint interval late (they wait
  *   for their checkpoint), and an instance keeps them in memory until
  *   acknowledged.  One instance's unacknowledged results may take up to
- *   1 GiB in the store (with 16 bytes per record and 8-byte padding); more
- *   fails the checkpoint, naming the sink: checkpoint more often.  The
- *   stored batches are copied at each snapshot on the instance's thread.
+ *   1 GiB in the store (each record its bytes rounded up to 8, plus 16);
+ *   more fails the job at the snapshot (SL_ETOOBIG), naming the sink and
+ *   the size: checkpoint more often.  The unacknowledged batches are
+ *   copied at each snapshot on the instance's thread.
  * - Starting from an older savepoint goes back in time: results after its
  *   checkpoint s are produced again, with ids above s that the application
  *   may have seen before.  Reset the application's last ids to s (or keep
