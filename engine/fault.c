@@ -68,7 +68,7 @@ static const struct {
     [P_TRANSIENT] = {"transient", true, "transient"},
 };
 
-#define KIND_COUNT (SL_FAULT_CRASH + 1)
+#define KIND_COUNT (SL_FAULT_COMPLETE + 1)
 
 static const struct {
   const char *name;
@@ -87,6 +87,8 @@ static const struct {
     [SL_FAULT_SLOW] = {"slow", BIT(P_OP) | BIT(P_INSTANCE) | BIT(P_DELAY_US) |
                                    BIT(P_FROM) | BIT(P_RECORDS)},
     [SL_FAULT_CRASH] = {"crash", BIT(P_POINT) | BIT(P_NTH)},
+    [SL_FAULT_COMPLETE] = {"complete", BIT(P_OP) | BIT(P_INSTANCE) |
+                                           BIT(P_NTH) | BIT(P_TIMES)},
 };
 
 static const char *const call_names[] = {
@@ -500,6 +502,7 @@ static int check_required(const parse_ctx *ctx, const sl_fault *f,
   case SL_FAULT_SNAPSHOT:
   case SL_FAULT_WRITE:
   case SL_FAULT_RESTORE:
+  case SL_FAULT_COMPLETE:
     return 0;
   }
   assert(!"unreachable: every kind has a case");
@@ -527,11 +530,11 @@ static int parse_fault(const parse_ctx *ctx, sl_fault *f) {
     k++;
   if (!*kind)
     return fault_error(ctx, "no kind before ':' (fail, snapshot, write, "
-                            "restore, store, slow or crash)");
+                            "restore, store, slow, crash or complete)");
   if (k == KIND_COUNT)
     return fault_error(ctx,
                        "unknown kind '%s' (fail, snapshot, write, restore, "
-                       "store, slow or crash)",
+                       "store, slow, crash or complete)",
                        kind);
   f->kind = (enum sl_fault_kind)k;
 

@@ -18,7 +18,8 @@
  *    that except for two atomic counters per fault (occurrences, fired).
  *    It holds at most SL_FAULT_MAX faults, so every check below is
  *    bounded by that number.
- * 2. Occurrence-counted kinds (snapshot, write, restore, store, crash):
+ * 2. Occurrence-counted kinds (snapshot, write, restore, store, crash,
+ *    complete):
  *    the engine calls sl_fault_occur() once per event that could fail.
  *    Every fault that matches the event (kind, call or point, op,
  *    instance) takes the next occurrence number k (1, 2, ...) with one
@@ -91,6 +92,10 @@ enum sl_fault_kind {
   SL_FAULT_STORE,    /* occurrence-counted, by call */
   SL_FAULT_SLOW,     /* per record */
   SL_FAULT_CRASH,    /* occurrence-counted, by point */
+  /* Occurrence-counted: an instance told that a checkpoint completed
+   * fails before its checkpoint_complete hook runs (after the commit,
+   * before an exactly-once sink commits or delivers). */
+  SL_FAULT_COMPLETE,
 };
 
 enum sl_fault_call {

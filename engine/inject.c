@@ -215,7 +215,7 @@ static sl_fault *occur_and_claim(sl_job *job, int kind, int sub,
   sl_fault *f = 0;
   if (!attempt_failing(job)) { /* one failure per attempt (the top note) */
     f = sl_fault_occur(job->faults, (enum sl_fault_kind)kind, sub, op, index);
-    bool fails = f && (kind == SL_FAULT_RESTORE ||
+    bool fails = f && (kind == SL_FAULT_RESTORE || kind == SL_FAULT_COMPLETE ||
                        checkpoint_fault_fails(job, f));
     if (fails && !claim_attempt(job, f)) {
       sl_fault_unoccur(job->faults, (enum sl_fault_kind)kind, sub, op, index);

@@ -433,6 +433,17 @@ int sl_snapshot_notifications(sl_instance *inst) {
     if (cp->keyed)
       release_epochs(inst, completed);
     release_rows(inst, completed);
+    /* inject.c: a failure after the commit, before the hook acts on it. */
+    int rc = unlikely(job->faults != 0)
+                 ? sl_inject_occurrence(job, inst, SL_FAULT_COMPLETE, -1,
+                                        inst->cause, sizeof inst->cause)
+                 : 0;
+    if (rc) {
+      size_t used = strlen(inst->cause);
+      snprintf(inst->cause + used, sizeof inst->cause - used,
+               " on the completion of checkpoint %" PRIu64, completed);
+      return rc;
+    }
     call_complete_hook(inst, completed);
   }
   uint64_t settled = atomic_load_explicit(&job->cp_settled_id,

@@ -1,5 +1,6 @@
-/* sluice_embed.h — generator source, push source, callback sink
- * (operators/generator.c, operators/push.c).  Included by sluice.h.
+/* sluice_embed.h — generator source, push source, callback sink,
+ * exactly-once sink (operators/generator.c, operators/push.c,
+ * operators/wal_sink.c).  Included by sluice.h.
  *
  * OVERVIEW
  *
@@ -14,12 +15,17 @@
  *   embed sluice in a service that receives its input elsewhere.  Its
  *   records carry positions in the application's own log, which are
  *   checkpointed: after a resume, sl_push_resume_position() says where to
- *   push from, so the input side is exactly-once.  For exactly-once output
- *   into the application, see the callback sink's checkpoint events below
- *   or write to a table (sl_sink_table(), sluice_table.h).
+ *   push from, so the input side is exactly-once.  Results reach the
+ *   application exactly once through sl_sink_exactly_once() (or, as table
+ *   rows, sl_sink_table() of sluice_table.h).
  * - sl_sink_callback(): a sink that hands every record to an application
  *   function, with optional checkpoint notifications so the application
- *   can commit exactly-once.
+ *   can commit exactly-once (see its CAVEAT below).
+ * - sl_sink_exactly_once(): a write-ahead sink that stores the results of
+ *   each checkpoint with it and hands them to the application, with the
+ *   checkpoint's id, once it is durable, and again after a crash until the
+ *   application acknowledged them: the application only has to be
+ *   idempotent per checkpoint id.
  *
  * CAVEATS
  *
@@ -53,6 +59,17 @@
  * - The callback sink calls its function on the sink's instance threads:
  *   with parallelism above 1, calls from different instances run
  *   concurrently (calls for one instance never overlap).
+ * - The callback sink hands each record over once, as it arrives: nothing
+ *   stores it.  With checkpoint notifications the application must make
+ *   its pre-committed records durable itself at SL_CALLBACK_SNAPSHOT: a
+ *   crash between the checkpoint's commit and SL_CALLBACK_COMPLETE loses
+ *   whatever it held only in memory, since the restored job does not
+ *   replay records of a checkpoint that completed.  sl_sink_exactly_once()
+ *   closes this hole (the store keeps the records until acknowledged), and
+ *   sl_sink_table() writes rows in the checkpoint itself.
+ * - sl_sink_exactly_once() calls its function on the sink's instance
+ *   threads too, and may call it again with a checkpoint id it delivered
+ *   before (see its contract).
  *
  * CONCURRENCY
  *
@@ -61,7 +78,8 @@
  *   sl_source_generator,          the building thread, before the job starts
  *   sl_source_push,
  *   sl_sink_callback,
- *   sl_sink_callback_checkpoints
+ *   sl_sink_callback_checkpoints,
+ *   sl_sink_exactly_once
  *   sl_generator_event,           any thread, any time (pure functions)
  *   sl_generator_range,
  *   sl_generator_validate
@@ -369,8 +387,14 @@ int sl_sink_callback(sl_job *job, const char *name, sl_op *input,
  *   instance received since is replayed after this call and must be
  *   discarded.  Not called on a start with nothing to restore.
  * With these an application commits exactly what the job committed: an
- * exactly-once sink.  Return 0; anything else fails the job (for COMPLETE
- * too: committed output must not silently lag). */
+ * exactly-once sink, provided it made the records of SNAPSHOT id durable
+ * before returning from it.  Output not made durable at SNAPSHOT is lost by
+ * a crash between the checkpoint's commit and COMPLETE: after the restart
+ * the job does not emit it again and RESTORE cannot give it back.
+ * sl_sink_exactly_once() stores that output in the job's store instead
+ * (and sl_sink_table(), sluice_table.h, for rows).  Return 0; anything
+ * else fails the job (for COMPLETE too: committed output must not silently
+ * lag). */
 enum sl_callback_event {
   SL_CALLBACK_SNAPSHOT = 1,
   SL_CALLBACK_COMPLETE = 2,
@@ -383,6 +407,108 @@ typedef int (*sl_callback_checkpoint_fn)(void *user, int instance, int event,
  * user pointer); NULL removes it.  Errors: EINVAL (op is not a callback
  * sink), SL_ESTARTED. */
 int sl_sink_callback_checkpoints(sl_op *op, sl_callback_checkpoint_fn fn);
+
+/* ------------------------------------------------------------------------ */
+/* Exactly-once delivery into the application: the write-ahead sink
+ * (operators/wal_sink.c), after Flink's GenericWriteAheadSink. */
+
+/** Receives the results of one checkpoint of one sink instance: the
+ * records that instance received after barrier checkpoint_id - 1 and up to
+ * barrier checkpoint_id, in arrival order (count >= 1; a checkpoint with no
+ * results is not delivered).  records and the bytes they point to are
+ * valid during the call only.  Called on the instance's thread (calls of
+ * one instance never overlap; different instances call concurrently).
+ * Return 0 once the results are durable in the application: the batch is
+ * acknowledged and deleted from the job's store (the deletion commits with
+ * a later checkpoint).  Any other value fails the job with it (sluice.h,
+ * CALLBACK RETURNS); the message names the sink, the instance, the
+ * checkpoint and the value.  The batch then stays stored and is delivered
+ * again by the next restart or resume. */
+typedef int (*sl_deliver_fn)(void *user, int instance, uint64_t checkpoint_id,
+                             const sl_record *records, uint32_t count);
+
+/** A sink of parallelism instances that hands its input to fn exactly once
+ * per checkpoint, as far as the application deduplicates by checkpoint id.
+ *
+ * How it works.  At barrier n an instance stores the records it received
+ * since barrier n-1 ("the results of checkpoint n") as its operator state,
+ * in the very LMDB transaction that commits checkpoint n (with every
+ * instance's state and every source's position).  When n is durable (n
+ * complete), the instance calls fn(user, instance, n, records, count) for
+ * every stored batch with an id <= n, oldest first, before it reads
+ * another record.  A batch fn acknowledged (returned 0) is deleted from
+ * the store with the next checkpoint.  After a crash or a stop (in-process
+ * failover, a resume from the state directory, a start from a savepoint)
+ * every stored batch that was not deleted is delivered again, in id order,
+ * with its id and the same records, before the instance processes a new
+ * record.  At the end of input the final checkpoint's batch is delivered
+ * before sl_job_wait() returns (its id is above every earlier id of the
+ * instance).  A job stopped (sl_job_stop) delivers what completed before
+ * the stop; what was stored and not delivered comes with the resume.
+ *
+ * The contract.  For each instance (0 .. parallelism-1):
+ * - ids of one instance strictly increase from one new batch to the next,
+ *   and a batch delivered again has the id and records it had the first
+ *   time;
+ * - a batch may be delivered more than once: every batch fn saw but that a
+ *   crash stopped from being deleted comes again after the restart, and so
+ *   do all later ones;
+ * - no result is lost: a record of a checkpoint that completed is
+ *   delivered until fn acknowledges its batch.
+ * So the application makes a batch durable together with its (instance,
+ * id), and skips a batch whose id is not above the last id it made durable
+ * for that instance:
+ *
+ *     static int deliver(void *user, int instance, uint64_t id,
+ *                        const sl_record *records, uint32_t count) {
+ *       app *a = user;
+ *       if (id <= a->last_id[instance])  // made durable before a crash
+ *         return 0;
+ *       // in one transaction of the application's own store: the records,
+ *       // and last_id[instance] = id; commit, then
+ *       return app_commit(a, instance, id, records, count);
+ *     }
+ *
+ * (A file works too: write the records and the id, fsync, then a crash
+ * leaves either the batch and its id or neither.)
+ *
+ * Caveats.
+ * - Requires checkpointing: without checkpoint.state_dir the builder
+ *   refuses the job (SL_EUSAGE).  With SL_AT_LEAST_ONCE checkpoints the same
+ *   mechanism runs, but barriers are not aligned, so a batch may hold
+ *   records after its barrier that the sources replay after a restore:
+ *   results may then be delivered twice under different ids
+ *   (at-least-once).  Exactly-once needs SL_EXACTLY_ONCE and replayable
+ *   sources (or a push source with positions).
+ * - Results reach the application one checkpoint interval late (they wait
+ *   for their checkpoint), and an instance keeps them in memory until
+ *   acknowledged.  One instance's unacknowledged results may take up to
+ *   1 GiB in the store (each record its bytes rounded up to 8, plus 16);
+ *   more fails the job at the snapshot (SL_ETOOBIG), naming the sink and
+ *   the size: checkpoint more often.  The unacknowledged batches are
+ *   copied at each snapshot on the instance's thread.
+ * - Starting from an older savepoint goes back in time: results after its
+ *   checkpoint s are produced again, with ids above s that the application
+ *   may have seen before.  Reset the application's last ids to s (or keep
+ *   its output per savepoint) when it starts a job from a savepoint older
+ *   than its newest checkpoint.  A savepoint holding unacknowledged
+ *   batches cannot change the sink's parallelism (operator state,
+ *   sl_job_savepoint).
+ * - An instance whose input ended before a checkpoint keeps its final
+ *   state in later ones: each resume from them delivers its last
+ *   unacknowledged batches again (same ids).
+ *
+ * Records stay in arrival order within an instance; with parallelism
+ * different from the input's they are spread round-robin, with equal
+ * parallelism instance i gets input instance i.  For results that are
+ * rows of a table (an upsert per key) sl_sink_table (sluice_table.h) is
+ * simpler: its rows commit with the checkpoint and need no application
+ * store at all.
+ * Errors: EINVAL (fn or op NULL), SL_EUSAGE (the job takes no
+ * checkpoints), and those of the builders. */
+int sl_sink_exactly_once(sl_job *job, const char *name, sl_op *input,
+                         int parallelism, sl_deliver_fn fn, void *user,
+                         sl_op **op);
 
 #ifdef __cplusplus
 }

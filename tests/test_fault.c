@@ -328,15 +328,17 @@ TestSuite(parse_errors, .timeout = 30);
 
 Test(parse_errors, unknown_or_missing_kind) {
   parse_fails("fial:record=5", "fault 1 ('fial:record=5'): unknown kind 'fial' "
-                               "(fail, snapshot, write, restore, store, slow "
-                               "or crash)");
+                               "(fail, snapshot, write, restore, store, slow, "
+                               "crash or complete)");
   parse_fails("write; Write", "fault 2 ('Write'): unknown kind 'Write' (fail, "
-                              "snapshot, write, restore, store, slow or "
-                              "crash)");
+                              "snapshot, write, restore, store, slow, crash "
+                              "or complete)");
   parse_fails("fa il", "fault 1 ('fa il'): unknown kind 'fa il' (fail, "
-                       "snapshot, write, restore, store, slow or crash)");
+                       "snapshot, write, restore, store, slow, crash or "
+                       "complete)");
   parse_fails(" : nth=1", "fault 1 (': nth=1'): no kind before ':' (fail, "
-                          "snapshot, write, restore, store, slow or crash)");
+                          "snapshot, write, restore, store, slow, crash or "
+                          "complete)");
 }
 
 Test(parse_errors, empty_parameters) {
