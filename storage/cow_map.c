@@ -124,6 +124,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "log.h"
 #include "sluice.h"
 
 #define INITIAL_BUCKETS 16u
@@ -1187,7 +1188,7 @@ bool sl_cow_map_maintain(sl_cow_map *m, uint32_t budget) {
 #define CHECK(cond)                                                        \
   do {                                                                     \
     if (!(cond)) {                                                         \
-      fprintf(stderr, "sl_cow_map_check: line %d: %s\n", __LINE__, #cond); \
+      sl_log(SL_LOG_ERROR, "sl_cow_map_check: line %d: %s", __LINE__, #cond); \
       return false;                                                        \
     }                                                                      \
   } while (0)

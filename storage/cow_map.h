@@ -333,7 +333,7 @@ int sl_cow_map_foreach(sl_cow_map *map,
 uint64_t sl_cow_map_memory_bytes(const sl_cow_map *map);
 
 /** Whole-map consistency check for asserts and tests (walks everything).
- * Prints the first failed condition to stderr. */
+ * Logs the first failed condition (an ERROR line, engine/log.h). */
 bool sl_cow_map_check(const sl_cow_map *map);
 
 /* For tests: the most buckets a single operation's rehash step visited
