@@ -947,6 +947,7 @@ static int parse_only(const char *text) {
 }
 
 int main(int argc, char **argv) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* the library is silent unless asked */
   bool quick = false;
   int repeat = 5;
   const char *json_path = "bench/results/checkpoint_bench.json";

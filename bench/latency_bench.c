@@ -1229,6 +1229,7 @@ static int run_phases(const options *o, bench_json *json) {
 }
 
 int main(int argc, char **argv) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* the library is silent unless asked */
   options o;
   int rc = parse_options(argc, argv, &o);
   if (rc)

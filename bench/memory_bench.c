@@ -564,6 +564,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* the library is silent unless asked */
   if (argc == 4 && strcmp(argv[1], "--child") == 0)
     return child_main(atoi(argv[2]), strtoull(argv[3], 0, 10));
   bool quick = false;

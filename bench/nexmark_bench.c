@@ -463,6 +463,7 @@ static int run_query(const bench_options *o, query_series *s) {
 }
 
 int main(int argc, char **argv) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* the library is silent unless asked */
   bench_options o = {.events = 0, .repeat = 3, .parallelism = 1,
                      .intervals_ms = {0, 1000, 100, 10}, .interval_count = 4};
   for (int i = 0; i < nx_query_count(); i++)

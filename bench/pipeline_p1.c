@@ -168,6 +168,7 @@ static int write_json(const char *path, uint64_t records, int repeat,
 }
 
 int main(int argc, char **argv) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* the library is silent unless asked */
   uint64_t records = 50000000;
   int repeat = 5;
   const char *json = "bench/results/pipeline_p1.json";

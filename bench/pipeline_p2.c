@@ -317,6 +317,7 @@ static const char usage[] =
     "          update-cp, update-p2, update-p2-rr (default: all)\n";
 
 int main(int argc, char **argv) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* the library is silent unless asked */
   pipeline_options o = {.program = "pipeline_p2",
                         .records = 50000000,
                         .keys = 10000,

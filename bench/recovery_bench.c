@@ -705,6 +705,7 @@ static int run_all(bench_json *json, int count, const uint64_t *sizes,
 }
 
 int main(int argc, char **argv) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* the library is silent unless asked */
   bool quick = false;
   int repeat = 5;
   uint64_t only_keys = 0;

@@ -418,6 +418,7 @@ int run_job(options *o) {
   run_check_options(o);
   bool window = strcmp(o->job_name, "window") == 0;
   sl_job *job;
+  o->config.name = o->job_name; /* the metrics' job label */
   int rc = cli_job_create(&o->config, &job);
   if (rc)
     return rc;

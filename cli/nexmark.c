@@ -564,7 +564,11 @@ static int nexmark_run(nexmark_options *o) {
   if (o->output && cli_retire_output(o->output) != 0)
     return 1;
   sl_job *job;
+  char name[16]; /* the metrics' job label (sl_job_config.name) */
+  snprintf(name, sizeof name, "nexmark-q%d", o->query);
+  o->config.name = name;
   int rc = cli_job_create(&o->config, &job);
+  o->config.name = NULL; /* name was copied; it goes out of scope */
   if (rc)
     return rc;
   sl_checksum sum = {0};

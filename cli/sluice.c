@@ -35,6 +35,9 @@
 const char *malloc_conf = "thp:always,metadata_thp:auto";
 
 int main(int argc, char **argv) {
+  /* The library writes no log line unless asked (sluice.h, Logging); the
+   * CLI shows them on stderr, as it always did. */
+  sl_log_set_handler(sl_log_stderr, NULL);
   if (argc < 2) {
     run_usage(stderr);
     return 2;

@@ -13,11 +13,15 @@
  *    a family with no sample (watermarks of a job without event time) is
  *    left out whole.  Counters end in _total; times are in seconds,
  *    printed exactly from nanoseconds.
+ * 4. Every sample's first label is job="NAME" (sl_job_config.name,
+ *    default "sluice"), escaped as note 2 says, so the metrics of several
+ *    jobs scraped into one Prometheus stay apart.
  * 3. JSON field names follow the C structures (sluice.h, "Metrics"), with
  *    Flink's shape for /checkpoints: counts, latest {completed, failed,
  *    restored}, history.
  */
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -305,6 +309,9 @@ typedef struct prom_text {
   size_t used;
   size_t capacity;
   bool failed; /* out of memory: the text is incomplete */
+  /* `job="NAME"`, NAME escaped (note 4): the first label of every sample.
+   * Each name byte takes at most 2 escaped. */
+  char job_label[8 + 2 * SL_MAX_NAME];
 } prom_text;
 
 static void text_printf(prom_text *t, const char *fmt, ...)
@@ -363,11 +370,12 @@ static void text_family(prom_text *t, const char *name, const char *type,
   text_printf(t, "\n# TYPE %s %s\n", name, type);
 }
 
-/* A family with one unlabelled sample: HELP, TYPE, then `name value`. */
+/* A family with one sample labelled with the job only: HELP, TYPE, then
+ * `name{job="NAME"} value`. */
 static void text_single_u64(prom_text *t, const char *name, const char *type,
                             const char *help, uint64_t value) {
   text_family(t, name, type, help);
-  text_printf(t, "%s %" PRIu64 "\n", name, value);
+  text_printf(t, "%s{%s} %" PRIu64 "\n", name, t->job_label, value);
 }
 
 /* Nanoseconds as exact decimal seconds. */
@@ -376,11 +384,12 @@ static void text_seconds(prom_text *t, uint64_t ns) {
               ns % 1000000000u);
 }
 
-/* A gauge with one unlabelled sample of ns in exact decimal seconds. */
+/* A gauge with one sample (the job label only) of ns in exact decimal
+ * seconds. */
 static void text_single_seconds(prom_text *t, const char *name,
                                 const char *help, uint64_t ns) {
   text_family(t, name, "gauge", help);
-  text_printf(t, "%s ", name);
+  text_printf(t, "%s{%s} ", name, t->job_label);
   text_seconds(t, ns);
   text_printf(t, "\n");
 }
@@ -496,7 +505,7 @@ static void instance_samples(prom_text *t, const sl_metrics *m) {
       const sl_instance_metrics *i = &m->instances[k];
       if (!instance_has(i, fam->field))
         continue;
-      text_printf(t, "%s{operator=\"", fam->name);
+      text_printf(t, "%s{%s,operator=\"", fam->name, t->job_label);
       text_escaped(t, i->name);
       text_printf(t, "\",instance=\"%d\"} ", i->instance);
       instance_value(t, i, fam->field);
@@ -508,11 +517,11 @@ static void instance_samples(prom_text *t, const sl_metrics *m) {
 static void job_samples(prom_text *t, const sl_metrics *m) {
   text_family(t, "sluice_job_info", "gauge",
               "The job's state, as a label; the value is always 1.");
-  text_printf(t, "sluice_job_info{state=\"%s\"} 1\n",
+  text_printf(t, "sluice_job_info{%s,state=\"%s\"} 1\n", t->job_label,
               sl_job_status_name(m->state));
   text_family(t, "sluice_job_start_time_seconds", "gauge",
               "When the job started, seconds since the epoch.");
-  text_printf(t, "sluice_job_start_time_seconds %.3f\n",
+  text_printf(t, "sluice_job_start_time_seconds{%s} %.3f\n", t->job_label,
               (double)m->start_time_ms / 1e3);
   text_single_seconds(t, "sluice_job_uptime_seconds",
                       "Time since the job started (until it ended).",
@@ -532,10 +541,11 @@ static void checkpoint_samples(prom_text *t, const sl_metrics *m) {
   text_family(t, "sluice_job_checkpoints_total", "counter",
               "Checkpoints that ended, by how.");
   text_printf(t,
-              "sluice_job_checkpoints_total{status=\"completed\"} %" PRIu64
-              "\nsluice_job_checkpoints_total{status=\"failed\"} %" PRIu64
+              "sluice_job_checkpoints_total{%s,status=\"completed\"} %" PRIu64
+              "\nsluice_job_checkpoints_total{%s,status=\"failed\"} %" PRIu64
               "\n",
-              m->checkpoints_completed, m->checkpoints_failed);
+              t->job_label, m->checkpoints_completed, t->job_label,
+              m->checkpoints_failed);
   text_single_u64(t, "sluice_job_checkpoints_in_progress", "gauge",
                   "Checkpoints triggered and not yet ended.",
                   m->checkpoints_in_progress);
@@ -557,13 +567,36 @@ static void checkpoint_samples(prom_text *t, const sl_metrics *m) {
   text_family(t, "sluice_job_last_checkpoint_timestamp_seconds", "gauge",
               "When the newest completed checkpoint was triggered, seconds "
               "since the epoch.");
-  text_printf(t, "sluice_job_last_checkpoint_timestamp_seconds %.3f\n",
-              (double)c->trigger_time_ms / 1e3);
+  text_printf(t, "sluice_job_last_checkpoint_timestamp_seconds{%s} %.3f\n",
+              t->job_label, (double)c->trigger_time_ms / 1e3);
 }
 
-char *sl_exposition_prometheus(const sl_metrics *m, size_t *bytes) {
+/* Note 4: job="NAME" with NAME's backslashes, quotes and newlines
+ * escaped, into t->job_label. */
+static void job_label_set(prom_text *t, const char *job_name) {
+  assert(job_name && job_name[0]);
+  assert(strlen(job_name) < SL_MAX_NAME);
+  size_t at = (size_t)snprintf(t->job_label, sizeof t->job_label, "job=\"");
+  for (const char *p = job_name; *p; p++) {
+    const char *escaped = *p == '\\' ? "\\\\" : *p == '"' ? "\\\"" :
+                          *p == '\n' ? "\\n" : 0;
+    if (escaped) {
+      memcpy(t->job_label + at, escaped, 2);
+      at += 2;
+    } else {
+      t->job_label[at++] = *p;
+    }
+  }
+  t->job_label[at++] = '"';
+  t->job_label[at] = 0;
+  assert(at < sizeof t->job_label);
+}
+
+char *sl_exposition_prometheus(const sl_metrics *m, const char *job_name,
+                               size_t *bytes) {
   assert(m->instances && m->operators);
   prom_text t = {0};
+  job_label_set(&t, job_name);
   job_samples(&t, m);
   checkpoint_samples(&t, m);
   instance_samples(&t, m);
@@ -573,4 +606,32 @@ char *sl_exposition_prometheus(const sl_metrics *m, size_t *bytes) {
   }
   *bytes = t.used;
   return t.data;
+}
+
+/* sluice_metrics.h: the text of GET /metrics for a host's own endpoint.
+ * One snapshot, rendered, then copied only if it fits whole (with its
+ * NUL): a caller never gets a cut document. */
+SL_EXPORT int sl_metrics_prometheus(sl_job *job, char *buf, size_t buf_bytes,
+                                    size_t *needed) {
+  if (!job || !needed || (!buf && buf_bytes > 0))
+    return EINVAL;
+  *needed = 0;
+  sl_metrics m;
+  int rc = sl_job_metrics(job, 0, &m);
+  if (rc)
+    return rc;
+  size_t bytes = 0;
+  char *text = sl_exposition_prometheus(&m, job->name, &bytes);
+  sl_metrics_free(&m);
+  if (!text)
+    return ENOMEM;
+  *needed = bytes + 1;
+  if (buf_bytes < bytes + 1) {
+    free(text);
+    return ENOSPC;
+  }
+  memcpy(buf, text, bytes);
+  buf[bytes] = 0;
+  free(text);
+  return 0;
 }

@@ -17,8 +17,10 @@ json_t *sl_exposition_jobs(const sl_metrics *m);
  * or NULL when out of memory. */
 json_t *sl_exposition_checkpoints(const sl_metrics *m, int limit);
 
-/* GET /metrics: Prometheus text exposition format 0.0.4, malloc'd, its
- * length in *bytes; NULL when out of memory. */
-char *sl_exposition_prometheus(const sl_metrics *m, size_t *bytes);
+/* GET /metrics and sl_metrics_prometheus: Prometheus text exposition
+ * format 0.0.4, every sample labelled job="job_name" (1 .. SL_MAX_NAME-1
+ * bytes), malloc'd, its length in *bytes; NULL when out of memory. */
+char *sl_exposition_prometheus(const sl_metrics *m, const char *job_name,
+                               size_t *bytes);
 
 #endif /* SL_EXPOSITION_H */

@@ -19,6 +19,7 @@
 
 #include "config_abi.h"
 #include "internal.h"
+#include "cpus.h"
 #include "log.h"
 
 /* Automatic ring size: the job's rings share this much memory, each ring
@@ -90,6 +91,8 @@ static int config_resolve_rest(sl_job_config *c) {
     return EINVAL;
   if (k->from_savepoint && (!k->from_savepoint[0] || !k->state_dir))
     return EINVAL; /* a savepoint is copied into the state directory */
+  if (c->name && (!c->name[0] || strnlen(c->name, SL_MAX_NAME) >= SL_MAX_NAME))
+    return EINVAL; /* a label value of 1 .. SL_MAX_NAME-1 bytes */
   return 0;
 }
 
@@ -150,6 +153,10 @@ SL_EXPORT int sl_job_create(const sl_job_config *config, sl_job **out) {
     job->from_savepoint = strdup(job->config.checkpoint.from_savepoint);
     job->config.checkpoint.from_savepoint = job->from_savepoint;
   }
+  /* Copied into the job (it has room): the caller's string may go. */
+  snprintf(job->name, sizeof job->name, "%s",
+           job->config.name ? job->config.name : "sluice");
+  job->config.name = job->name;
   job->ops = calloc(SL_MAX_OPERATORS, sizeof *job->ops);
   if (!job->ops || (job->config.checkpoint.state_dir && !job->state_dir) ||
       (job->config.faults && !job->faults_text) ||
@@ -743,24 +750,6 @@ static sl_ring *edge_ring(sl_job *job, const sl_edge *e, int p, int c) {
   return &job->rings[e->first_ring + p * e->consumer->parallelism + c];
 }
 
-static int cpu_list_default(int **cpus_out, int *count_out) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0)
-    return errno;
-  int count = CPU_COUNT(&set);
-  int *cpus = malloc(sizeof(int) * (size_t)(count > 0 ? count : 1));
-  if (!cpus)
-    return ENOMEM;
-  int n = 0;
-  for (int c = 0; c < CPU_SETSIZE && n < count; c++)
-    if (CPU_ISSET(c, &set))
-      cpus[n++] = c;
-  *cpus_out = cpus;
-  *count_out = n;
-  return 0;
-}
-
 static int instances_create(sl_job *job) {
   int total = 0;
   for (int i = 0; i < job->physical_count; i++)
@@ -797,12 +786,10 @@ static int instances_create(sl_job *job) {
   return 0;
 }
 
-/* The spin limit when the configuration leaves it at 0 (automatic). */
-static int resolve_spin(sl_job *job) {
-  if (job->config.spin_iterations != 0) {
-    job->spin_iterations = job->config.spin_iterations;
-    return 0;
-  }
+/* The CPUs the job may use (cpus.c): the explicit list's distinct CPUs,
+ * else the affinity mask's, capped by the cgroup quota.  Sets
+ * job->usable_cpus. */
+static int resolve_usable_cpus(sl_job *job) {
   int cpu_count = 0;
   if (job->config.cpu_count > 0 && !job->config.no_pinning) {
     /* Distinct CPUs: a list may name one CPU twice. */
@@ -813,30 +800,54 @@ static int resolve_spin(sl_job *job) {
     cpu_count = CPU_COUNT(&seen);
   } else {
     int *cpus = 0;
-    int rc = cpu_list_default(&cpus, &cpu_count);
+    int rc = sl_cpus_allowed(&cpus, &cpu_count);
     if (rc)
       return rc;
     free(cpus);
   }
-  job->spin_iterations = job->instance_count > cpu_count
-                             ? SL_SPIN_OVERSUBSCRIBED
-                             : SL_SPIN_DEDICATED;
+  job->usable_cpus = sl_cpus_usable(cpu_count);
+  assert(job->usable_cpus >= 1 && job->usable_cpus <= cpu_count);
   return 0;
 }
 
+/* The spin limit when the configuration leaves it at 0 (automatic): by
+ * the usable CPUs, quota included (a spinner on a throttled cgroup burns
+ * the time its peers need). */
+static void resolve_spin(sl_job *job) {
+  if (job->config.spin_iterations != 0) {
+    job->spin_iterations = job->config.spin_iterations;
+    return;
+  }
+  job->spin_iterations = job->instance_count > job->usable_cpus
+                             ? SL_SPIN_OVERSUBSCRIBED
+                             : SL_SPIN_DEDICATED;
+}
+
+/* Pinning (sluice.h, sl_job_config.cpus): to the explicit list, else to
+ * the affinity mask's CPUs in its order.  Under a cgroup quota of fewer
+ * CPUs than the mask holds, instances are not pinned by default: any
+ * subset of the mask chosen here would be the same subset in every
+ * process of every container sharing those CPUs (a Kubernetes pod
+ * without a cpuset sees them all), piling them onto CPU 0..n-1, while
+ * the kernel spreads unpinned threads and the quota still holds. */
 static int assign_cpus(sl_job *job) {
-  int rc = resolve_spin(job);
+  int rc = resolve_usable_cpus(job);
   if (rc)
     return rc;
+  resolve_spin(job);
   if (job->config.no_pinning)
     return 0;
   int *cpus = job->cpus;
   int count = job->config.cpu_count;
   int *owned = 0;
   if (count == 0) {
-    rc = cpu_list_default(&owned, &count);
+    rc = sl_cpus_allowed(&owned, &count);
     if (rc)
       return rc;
+    if (job->usable_cpus < count) { /* a quota below the mask: see above */
+      free(owned);
+      return 0;
+    }
     cpus = owned;
   }
   if (job->config.pin_policy == SL_PIN_ROUND_ROBIN) {

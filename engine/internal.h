@@ -197,6 +197,7 @@ struct sl_job {
   int ring_count;
 
   uint32_t spin_iterations; /* resolved from config (0 = automatic) */
+  int usable_cpus; /* mask (or list) capped by the cgroup quota (cpus.c) */
   uint64_t ring_bytes;      /* resolved from config (0 = automatic) */
   _Atomic int stopping;   /* set by sl_job_stop or a failure */
   _Atomic int failed;     /* the first failure claims this */
@@ -213,6 +214,7 @@ struct sl_job {
   _Atomic int cp_final_done;        /* the final checkpoint is durable */
   bool waited;
   char error[SL_ERROR_BYTES];
+  char name[SL_MAX_NAME]; /* sl_job_config.name, copied (default "sluice") */
 
   /* Metrics (metrics.c).  Set before `state` becomes RUNNING, resp. before
    * it becomes FINISHED, so a reader that saw the state sees them. */

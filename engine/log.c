@@ -1,4 +1,5 @@
-/* log.c — levelled log lines on stderr (log.h).
+/* log.c — the engine's levelled log lines, handed to the host's handler
+ * (sl_log_set_handler) or to the ready-made stderr handler (log.h).
  *
  * NOTES
  *
@@ -6,8 +7,8 @@
  *    first line (or sl_log_get_level) takes it from SLUICE_LOG_LEVEL, or
  *    SL_LOG_INFO when that is unset or not a level name (then one warning
  *    line says so).  Racing first calls compute the same value.
- * 2. A line is formatted into a stack buffer and written with one
- *    write(2): POSIX makes a write to a pipe of at most PIPE_BUF (4096)
+ * 2. sl_log_stderr formats a line into a stack buffer and writes it with
+ *    one write(2): POSIX makes a write to a pipe of at most PIPE_BUF (4096)
  *    bytes atomic, and a terminal or file gets the line in one piece from
  *    one call as well.  SL_LOG_LINE_BYTES is below PIPE_BUF.  Nothing is
  *    allocated: vsnprintf with the engine's formats (integers, strings)
@@ -26,6 +27,23 @@
  *    checkpoints`, that make no job).  A level set with sl_log_set_level
  *    is the host's own choice: the variable is then not read, so not
  *    checked.
+ * 5. A library inside someone else's process writes nothing to that
+ *    process's stderr unless asked.  The handler starts unresolved; the
+ *    first line resolves it: sl_log_stderr when SLUICE_LOG_LEVEL is set
+ *    (non-empty: whoever set it wants lines, as before this handler
+ *    existed), else none (silent).  sl_log_set_handler resolves it for
+ *    good, NULL included.  sl_log_enabled is false without a handler, so
+ *    no line is even formatted.
+ * 6. The handler and its user pointer change together under
+ *    handler_lock, and every call of the handler holds that lock too: so
+ *    a handler is never called with another handler's user pointer, calls
+ *    never overlap (a handler need not be reentrant), and once
+ *    sl_log_set_handler returns the old handler is not running and never
+ *    runs again (its user data may be freed).  A lock is cheap here: log
+ *    lines are rare (failures, restarts, checkpoints at debug) and never
+ *    on the record path.  The cost is that a handler must not log
+ *    through sluice or set the handler (it would deadlock): sluice.h says
+ *    so.
  */
 #include <assert.h>
 #include <errno.h>
@@ -50,6 +68,14 @@ _Static_assert(SL_LOG_LINE_BYTES <= 4096, "one line is one atomic write");
 static _Atomic int log_level = LEVEL_UNSET;
 static _Atomic int level_set_by_host; /* note 4 */
 static _Atomic int status_line;
+
+/* Note 5, 6. */
+enum { HANDLER_UNRESOLVED, HANDLER_RESOLVED };
+static pthread_mutex_t handler_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int handler_state = HANDLER_UNRESOLVED;
+static _Atomic int handler_present; /* handler_fn != NULL, for a quick look */
+static sl_log_fn handler_fn;        /* under handler_lock */
+static void *handler_user;          /* under handler_lock */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 static const char *const level_labels[] = {"ERROR", "WARN ", "INFO ",
@@ -112,7 +138,40 @@ SL_EXPORT void sl_log_set_status_line(int on) {
   atomic_store_explicit(&status_line, on != 0, memory_order_relaxed);
 }
 
-bool sl_log_enabled(int level) { return level <= sl_log_get_level(); }
+/* Note 5: the first look settles the handler from the environment. */
+static void handler_resolve(void) {
+  if (atomic_load_explicit(&handler_state, memory_order_acquire) ==
+      HANDLER_RESOLVED)
+    return;
+  pthread_mutex_lock(&handler_lock);
+  if (atomic_load_explicit(&handler_state, memory_order_relaxed) !=
+      HANDLER_RESOLVED) {
+    const char *env = getenv("SLUICE_LOG_LEVEL");
+    handler_fn = env && env[0] ? sl_log_stderr : NULL;
+    handler_user = NULL;
+    atomic_store_explicit(&handler_present, handler_fn != NULL,
+                          memory_order_relaxed);
+    atomic_store_explicit(&handler_state, HANDLER_RESOLVED,
+                          memory_order_release);
+  }
+  pthread_mutex_unlock(&handler_lock);
+}
+
+SL_EXPORT void sl_log_set_handler(sl_log_fn fn, void *user) {
+  pthread_mutex_lock(&handler_lock); /* note 6: waits for a running call */
+  handler_fn = fn;
+  handler_user = user;
+  atomic_store_explicit(&handler_present, fn != NULL, memory_order_relaxed);
+  atomic_store_explicit(&handler_state, HANDLER_RESOLVED,
+                        memory_order_release);
+  pthread_mutex_unlock(&handler_lock);
+}
+
+bool sl_log_enabled(int level) {
+  handler_resolve();
+  return atomic_load_explicit(&handler_present, memory_order_relaxed) &&
+         level <= sl_log_get_level();
+}
 
 /* The calling thread's name as a line shows it (log.h). */
 static void thread_label(char *out, size_t out_bytes) {
@@ -161,9 +220,11 @@ static void write_line(const char *line, size_t bytes) {
   }
 }
 
-__attribute__((format(printf, 2, 0))) static void log_line(int level,
-                                                           const char *fmt,
-                                                           va_list ap) {
+/* Note 2, 3: the prefix, the message and a newline in one write. */
+SL_EXPORT void sl_log_stderr(void *user, int level, const char *message) {
+  (void)user;
+  if (level < SL_LOG_ERROR || level > SL_LOG_DEBUG || !message)
+    return; /* a host calling it by hand with a bad level: no line */
   char line[SL_LOG_LINE_BYTES];
   int used = 0;
   if (atomic_load_explicit(&status_line, memory_order_relaxed)) {
@@ -172,17 +233,32 @@ __attribute__((format(printf, 2, 0))) static void log_line(int level,
   }
   used += sl_log_prefix(level, line + used, (int)sizeof line - used);
   int room = (int)sizeof line - used - 1; /* keep one byte for '\n' */
-  int n = vsnprintf(line + used, (size_t)room + 1, fmt, ap);
-  if (n < 0)
-    n = 0;
-  if (n > room) { /* cut, and say so */
-    n = room;
+  size_t length = strlen(message);
+  int n = length > (size_t)room ? room : (int)length;
+  memcpy(line + used, message, (size_t)n);
+  if ((size_t)n < length) /* cut, and say so */
     memcpy(line + used + n - 3, "...", 3);
-  }
   used += n;
   line[used++] = '\n';
   assert(used <= (int)sizeof line);
   write_line(line, (size_t)used);
+}
+
+/* Format the message (cut to SL_LOG_LINE_BYTES, marked "...") and hand it
+ * to the handler under the lock (note 6). */
+__attribute__((format(printf, 2, 0))) static void log_line(int level,
+                                                           const char *fmt,
+                                                           va_list ap) {
+  char message[SL_LOG_LINE_BYTES];
+  int n = vsnprintf(message, sizeof message, fmt, ap);
+  if (n < 0)
+    message[0] = 0;
+  else if ((size_t)n >= sizeof message)
+    memcpy(message + sizeof message - 4, "...", 4); /* with the NUL */
+  pthread_mutex_lock(&handler_lock);
+  if (handler_fn)
+    handler_fn(handler_user, level, message);
+  pthread_mutex_unlock(&handler_lock);
 }
 
 void sl_log(int level, const char *fmt, ...) {

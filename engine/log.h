@@ -7,11 +7,13 @@
  *
  * the UTC time with milliseconds, the level padded to five characters, the
  * calling thread's name in brackets (the engine's "sl:NAME[i]" shown as
- * NAME#i, "sl:writer" as writer) and the message.  Each line goes to
- * stderr (fd 2) with one write(2), so lines of different threads never
- * interleave, and is formatted on the stack: no allocation, no lock.  A
- * message longer than SL_LOG_LINE_BYTES less the prefix is cut and ends
- * in "...".
+ * NAME#i, "sl:writer" as writer) and the message, as sl_log_stderr
+ * writes it.  A message goes to the handler the host installed
+ * (sl_log_set_handler in sluice.h), or nowhere (log.c note 5); the
+ * stderr handler writes each line to fd 2 with one write(2), so lines of
+ * different threads never interleave, formatted on the stack.  A message
+ * longer than SL_LOG_LINE_BYTES less the prefix is cut and ends in
+ * "...".
  *
  * CONCURRENCY: every call may be made from any thread at any time.
  */
@@ -22,10 +24,8 @@
 
 #include "sluice.h"
 
-/* The longest line written, newline included. */
-#define SL_LOG_LINE_BYTES 2048
-
-/** True if a line of level would be written (to skip costly formatting). */
+/** True if a line of level would reach a handler (to skip costly
+ * formatting): false without a handler. */
 bool sl_log_enabled(int level);
 
 /** Write one line of level (enum sl_log_level) if the level is enabled. */

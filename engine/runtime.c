@@ -1075,8 +1075,12 @@ int sl_job_start_threads(sl_job *job) {
       /* Instances already running may fail too: the first one writes. */
       sl_job_fail(job, rc,
                   "cannot start the thread of operator '%s' instance %d "
-                  "(cpu %d): %s",
-                  inst->op->name, inst->index, inst->cpu, sl_strerror(rc));
+                  "(cpu %d): %s%s",
+                  inst->op->name, inst->index, inst->cpu, sl_strerror(rc),
+                  rc == EINVAL && inst->cpu >= 0
+                      ? " (is the CPU in the process's affinity mask? "
+                        "sl_job_config.cpus may name only those)"
+                      : "");
       return rc;
     }
   }

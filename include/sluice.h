@@ -172,7 +172,8 @@
  *   sl_job_last_checkpoint
  *   sl_job_metrics             any thread, any time until sl_job_destroy
  *   sl_http_start(_with), _stop  any thread; stop before sl_job_destroy
- *   sl_log_*                   any thread, any time
+ *   sl_log_*                   any thread, any time; not from inside a
+ *                              log handler (sl_log_set_handler)
  */
 #ifndef SLUICE_H
 #define SLUICE_H
@@ -294,12 +295,21 @@ typedef struct sl_job_config {
   /** Spin iterations (each a CPU pause, about 20 ns here) a waiting thread
    * makes before it parks on a futex.  Default (0): automatic, 20 when the
    * job has more threads than usable CPUs (a spinner would hold a core its
-   * peer needs), 2000 when each thread can have a CPU of its own. */
+   * peer needs), 2000 when each thread can have a CPU of its own.  Usable
+   * CPUs: the distinct CPUs of cpus below (or of the affinity mask), at
+   * most the cgroup CPU quota rounded up to whole CPUs. */
   uint32_t spin_iterations;
   /** 1: do not pin instance threads to CPUs. */
   int no_pinning;
-  /** CPUs to pin to.  NULL or zero count: the CPUs that sched_getaffinity()
-   * allows.  A CPU may be listed more than once. */
+  /** CPUs to pin to.  NULL or zero count: the CPUs of the process's
+   * affinity mask (sched_getaffinity(): taskset, a cpuset), in ascending
+   * order; but when the process's cgroup CPU quota (v2 cpu.max, v1
+   * cpu.cfs_quota_us / cpu.cfs_period_us, the smallest up the hierarchy)
+   * allows fewer whole CPUs (rounded up) than the mask holds, threads are
+   * not pinned: the kernel places them within the mask (every process
+   * picking the same first CPUs would pile up on them).  A listed CPU
+   * outside the mask fails sl_job_start (EINVAL, named in sl_job_error).
+   * A CPU may be listed more than once. */
   const int *cpus;
   int cpu_count;
   /** How instances are spread over the CPUs; see enum sl_pin_policy. */
@@ -387,6 +397,13 @@ typedef struct sl_job_config {
    * SLUICE_FAULTS, when set, adds its faults to these.  A malformed spec
    * makes sl_job_start() fail with EINVAL and the reason. */
   const char *faults;
+  /** The job's name, shown as the label job="NAME" on every Prometheus
+   * metric (sl_metrics_prometheus, GET /metrics), so the metrics of
+   * several jobs in one process (or host) stay apart.  1 .. SL_MAX_NAME-1
+   * bytes, any characters (label values are escaped); copied.  NULL: the
+   * default "sluice" (the CLI passes its job's name).  Added after the
+   * first version: a program built before sees the default. */
+  const char *name;
 } sl_job_config;
 
 enum sl_restart_strategy {
@@ -428,7 +445,7 @@ enum sl_pin_policy { SL_PIN_CHAINS = 0, SL_PIN_ROUND_ROBIN = 1 };
 
 /** Create an empty job.  config may be NULL for defaults; it is copied (the
  * cpus array and the strings too).  Errors: EINVAL (a setting out of
- * range; config->struct_bytes 0, below the first version's size, or
+ * range, a name of 0 or SL_MAX_NAME or more bytes; config->struct_bytes 0, below the first version's size, or
  * larger than this library's with nonzero bytes past its fields; or the
  * environment variable SLUICE_LOG_LEVEL set to no level name while
  * sl_log_set_level was never called: a line on the log says which; *job
@@ -994,13 +1011,45 @@ int sl_key_instance(uint64_t key, uint32_t max_parallelism, int parallelism);
 
 /* ------------------------------------------------------------------------ */
 /* Logging (engine/log.c).  The engine reports what happens besides a job's
- * result — injected faults, failures and restarts — as lines on stderr:
+ * result — injected faults, failures and restarts — as log lines, handed
+ * to a handler the host installs.  By default a library inside someone
+ * else's process writes nothing to its stderr: there is no handler,
+ * unless the environment variable SLUICE_LOG_LEVEL is set (non-empty),
+ * which installs sl_log_stderr as before.  sl_log_stderr writes
  *
  *   2026-12-03T04:12:01.123Z WARN  [supervisor] sluice: job failed: ...
  *
  * (UTC time with milliseconds, level, the thread's name, message), each
- * written with one write(2) and without allocating, so lines of different
- * threads never mix. */
+ * line with one write(2) and without allocating, so lines of different
+ * threads never mix.  The `sluice` CLI and the benchmarks install it. */
+
+/** A log handler: one message (no newline, NUL-ended, at most
+ * SL_LOG_LINE_BYTES - 1 bytes, cut with "..." beyond) of level (enum
+ * sl_log_level), with the user pointer given to sl_log_set_handler.  The
+ * message is valid during the call only.  It is called on whichever thread
+ * logs (instance threads, the supervisor, the checkpoint writer, the
+ * caller of sl_job_create...), never by two threads at once: calls are
+ * serialized by the library.  It must not call back into sluice — no job
+ * calls, no sl_log_set_handler (that deadlocks) — and should return soon:
+ * the thread that logs waits for it. */
+typedef void (*sl_log_fn)(void *user, int level, const char *message);
+
+/** Install fn (with user) as the process-wide log handler; NULL: silent.
+ * Replaces the default (none, or sl_log_stderr when SLUICE_LOG_LEVEL is
+ * set) for good.  When it returns, the previous handler is not running
+ * and will not be called again, so its user data may be freed.  Lines are
+ * filtered by the level (sl_log_set_level) before the handler sees them.
+ * Any thread, any time, except from inside a handler. */
+void sl_log_set_handler(sl_log_fn fn, void *user);
+
+/** The ready-made handler: the line format above on stderr (fd 2); user is
+ * ignored.  A program wanting sluice's lines on its stderr calls
+ * sl_log_set_handler(sl_log_stderr, NULL). */
+void sl_log_stderr(void *user, int level, const char *message);
+
+/* The longest line sl_log_stderr writes, newline included; a handler's
+ * message is shorter than this. */
+#define SL_LOG_LINE_BYTES 2048
 
 enum sl_log_level {
   SL_LOG_ERROR = 0, /* the job cannot go on */

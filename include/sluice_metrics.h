@@ -185,11 +185,32 @@ int sl_job_metrics(const sl_job *job, unsigned flags, sl_metrics *out);
  * are accepted. */
 void sl_metrics_free(sl_metrics *m);
 
+/** The Prometheus text (exposition format 0.0.4) that GET /metrics
+ * serves, for a host that serves it from its own endpoint: every sample
+ * carries the label job="NAME" (sl_job_config.name).  Available in every
+ * build, also one without the HTTP endpoint (meson -Dhttp=disabled).
+ * Takes one snapshot (sl_job_metrics) and, if the whole text and its
+ * terminating NUL fit in buf_bytes, copies them into buf.  *needed is set
+ * to the bytes that snapshot needed, NUL included, in both cases; the
+ * next snapshot may need more (counters grow), so give a retry headroom.
+ * buf NULL with buf_bytes 0 asks for the size only.  Returns 0, ENOSPC
+ * (buf too small: nothing is written to buf), EINVAL (job or needed NULL,
+ * or buf NULL with buf_bytes > 0), ENOMEM, or an error of
+ * sl_job_metrics.  Any thread, any time until sl_job_destroy, like
+ * sl_job_metrics; it never stalls an instance thread. */
+int sl_metrics_prometheus(sl_job *job, char *buf, size_t buf_bytes,
+                          size_t *needed);
+
 /* ------------------------------------------------------------------------ */
 /* HTTP endpoint (engine/http.c, libmicrohttpd).  An embedded server for
- * one job, on its own threads:
+ * one job, on its own threads.  Optional at build time: a library built
+ * with meson -Dhttp=disabled (or without libmicrohttpd) has no endpoint,
+ * and sl_http_start / sl_http_start_with return ENOTSUP, saying so in
+ * sl_job_error(job); sl_metrics_prometheus works in every build.
  *
- *   GET  /metrics         Prometheus text exposition format 0.0.4
+ *
+ *   GET  /metrics         Prometheus text exposition format 0.0.4, as
+ *                         sl_metrics_prometheus renders it (job label)
  *   GET  /jobs            the job as JSON: state, uptime, restarts, last
  *                         failure, operators with their instances, totals
  *   GET  /checkpoints     JSON after Flink's /jobs/:id/checkpoints: counts,
@@ -271,7 +292,9 @@ typedef struct sl_http_options {
  * created or is not a directory, or lies inside the state directory or a
  * protected directory: EINVAL), an errno of socket(), bind() or listen()
  * (EADDRINUSE, EACCES, ...), ENOMEM, EIO (the server could not start for
- * another reason).  On error *http is NULL and nothing is left running. */
+ * another reason), ENOTSUP (the library was built without the HTTP
+ * endpoint: sl_job_error(job) says so).  On error *http is NULL and
+ * nothing is left running. */
 int sl_http_start_with(sl_job *job, const sl_http_options *options,
                        sl_http **http);
 

@@ -134,6 +134,7 @@
 #include <xxhash.h>
 
 #include "alloc.h"
+#include "log.h"
 #include "sluice.h"
 
 #define INITIAL_BUCKETS 16u
@@ -1246,7 +1247,7 @@ bool sl_cow_map_maintain(sl_cow_map *m, uint32_t budget) {
 #define CHECK(cond)                                                        \
   do {                                                                     \
     if (!(cond)) {                                                         \
-      fprintf(stderr, "sl_cow_map_check: line %d: %s\n", __LINE__, #cond); \
+      sl_log(SL_LOG_ERROR, "sl_cow_map_check: line %d: %s", __LINE__, #cond); \
       return false;                                                        \
     }                                                                      \
   } while (0)

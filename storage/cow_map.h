@@ -348,7 +348,7 @@ const char *sl_cow_map_allocator_name(void);
 uint64_t sl_cow_map_memory_bytes(const sl_cow_map *map);
 
 /** Whole-map consistency check for asserts and tests (walks everything).
- * Prints the first failed condition to stderr. */
+ * Logs the first failed condition (an ERROR line, engine/log.h). */
 bool sl_cow_map_check(const sl_cow_map *map);
 
 /* For tests: the most buckets a single operation's rehash step visited

@@ -1149,6 +1149,7 @@ static char *logged_messages(void) {
 }
 
 Test(text, log_line, .init = cr_redirect_stderr) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* silent unless asked */
   sl_log_set_level(SL_LOG_INFO);
   sl_fault_plan *plan = parse_ok("fail:op=count,record=5000; write", 2);
   sl_fault_log(&plan->faults[0], "operator '%s' instance %d, record %d",
@@ -1163,6 +1164,7 @@ Test(text, log_line, .init = cr_redirect_stderr) {
 }
 
 Test(text, long_log_line_is_cut, .init = cr_redirect_stderr) {
+  sl_log_set_handler(sl_log_stderr, NULL); /* silent unless asked */
   sl_log_set_level(SL_LOG_INFO);
   sl_fault_plan *plan = parse_ok("write", 1);
   char detail[1000];

@@ -317,14 +317,14 @@ Test(http, metrics_is_prometheus_text) {
   reply r = curl(f.port, "/metrics", "");
   cr_assert_eq(r.status, 200, "%s", r.body);
   cr_assert(strstr(r.headers, "text/plain; version=0.0.4"), "%s", r.headers);
-  cr_assert(sample_value(r.body, "sluice_job_source_records_total ") > 0);
-  cr_assert(sample_value(r.body, "sluice_job_info{state=\"RUNNING\"} ") == 1);
-  cr_assert(sample_value(r.body, "sluice_job_checkpoints_total{status="
-                                 "\"completed\"} ") >= 1);
-  cr_assert(strstr(r.body, "sluice_instance_records_in_total{operator=\""
+  cr_assert(sample_value(r.body, "sluice_job_source_records_total{job=\"sluice\"} ") > 0);
+  cr_assert(sample_value(r.body, "sluice_job_info{job=\"sluice\",state=\"RUNNING\"} ") == 1);
+  cr_assert(sample_value(r.body, "sluice_job_checkpoints_total{job=\"sluice\","
+                                 "status=\"completed\"} ") >= 1);
+  cr_assert(strstr(r.body, "sluice_instance_records_in_total{job=\"sluice\",operator=\""
                            ODD_LABEL "\",instance=\"1\"} "),
             "odd label not escaped: %s", r.body);
-  cr_assert(strstr(r.body, "sluice_instance_busy_seconds_total{operator="
+  cr_assert(strstr(r.body, "sluice_instance_busy_seconds_total{job=\"sluice\",operator="
                            "\"source\",instance=\"0\"} "));
   char *copy = strdup(r.body);
   int samples = check_exposition(copy);
@@ -1143,9 +1143,9 @@ Test(http, cli_run_http_serves_metrics) {
   int port = cli_port(log, "127.0.0.1");
   reply r = curl(port, "/metrics", "");
   cr_assert_eq(r.status, 200);
-  cr_assert(sample_value(r.body, "sluice_job_info{state=\"RUNNING\"} ") == 1,
+  cr_assert(sample_value(r.body, "sluice_job_info{job=\"keyed\",state=\"RUNNING\"} ") == 1,
             "%s", r.body);
-  cr_assert(strstr(r.body, "sluice_instance_records_out_total{operator="
+  cr_assert(strstr(r.body, "sluice_instance_records_out_total{job=\"keyed\",operator="
                            "\"source\",instance=\"0\"} "));
   char *copy = strdup(r.body);
   check_exposition(copy);

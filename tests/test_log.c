@@ -81,6 +81,14 @@ static const char *after_time(const char *line) {
 
 /* ------------------------------------------------------------ format */
 
+/* These tests read sl_log_stderr's lines: the library is silent unless a
+ * handler is installed (test_host.c checks that default). */
+static void install_stderr_handler(void) {
+  sl_log_set_handler(sl_log_stderr, NULL);
+}
+
+TestSuite(log, .init = install_stderr_handler);
+
 Test(log, line_format_and_thread_name) {
   pthread_setname_np(pthread_self(), "sl:count[3]");
   sl_log_set_level(SL_LOG_INFO);
