@@ -556,3 +556,50 @@ Test(stop_savepoint, a_non_empty_directory_is_refused_and_the_job_goes_on) {
   free(stray);
   fixture_free(&f);
 }
+
+/* A push source: the stop holds it like any source, and pushers then get
+ * SL_ESTOPPED (nothing will take their records). */
+static atomic_uint_fast64_t pushed_seen;
+
+static int count_seen(sl_ctx *ctx, void *state, int input,
+                      const sl_record *in) {
+  (void)ctx, (void)state, (void)input, (void)in;
+  atomic_fetch_add(&pushed_seen, 1);
+  return 0;
+}
+
+Test(stop_savepoint, a_push_source_stops_and_its_pushers_get_estopped) {
+  char *root = sl_test_temp_dir("stop");
+  char *state = sl_test_path_in(root, "state");
+  char *sp = sl_test_path_in(root, "sp");
+  sl_job_config config = sl_fixture_config(state, 20);
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  sl_push *push;
+  cr_assert_eq(sl_source_push(job, "push", 0, &src, &push), 0);
+  static const sl_process_ops ops = {.process = count_seen};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &ops, 0, &sink), 0);
+  atomic_store(&pushed_seen, 0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  for (uint64_t i = 0; i < 1000; i++)
+    cr_assert_eq(sl_push_record(push, &i, sizeof i, SL_NO_TIMESTAMP), 0);
+  for (int i = 0; i < 60000 && atomic_load(&pushed_seen) < 1000; i++)
+    sl_test_sleep_us(1000);
+  cr_assert_eq(atomic_load(&pushed_seen), 1000);
+  uint64_t id = 0;
+  char err[512];
+  cr_assert_eq(sl_job_stop_with_savepoint(job, sp, 0, &id, err, sizeof err),
+               0, "%s", err);
+  uint64_t more = 7;
+  cr_assert_eq(sl_push_record(push, &more, sizeof more, SL_NO_TIMESTAMP),
+               SL_ESTOPPED);
+  cr_assert_eq(wait_job(job), 0);
+  cr_assert_eq(atomic_load(&pushed_seen), 1000, "nothing after the stop");
+  cr_assert_eq(sl_job_stop_with_savepoint(job, 0, 0, 0, err, sizeof err),
+               SL_ESTOPPED, "a job stopped once stays stopped");
+  sl_job_destroy(job);
+  free(sp);
+  free(state);
+  sl_test_remove_tree(root);
+}
