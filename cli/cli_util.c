@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,10 +137,20 @@ double seconds_since(const struct timespec *t0) {
 static sl_job *volatile watched_job;
 static volatile sig_atomic_t watched_signal;
 
+/* With cli_stopper_start: the first stop signal writes 't' to stop_pipe
+ * (the stopper thread stops the job with a savepoint); a second one, or
+ * one whose byte cannot be written, stops the job at once. */
+static int stop_pipe[2] = {-1, -1};
+static volatile sig_atomic_t stop_signals;
+
 static void on_stop_signal(int sig) {
   watched_signal = sig;
+  int saved = errno; /* a handler must leave errno as it found it */
+  bool handed = stop_pipe[1] >= 0 && stop_signals++ == 0 &&
+                write(stop_pipe[1], "t", 1) == 1;
+  errno = saved;
   sl_job *job = watched_job;
-  if (job)
+  if (job && !handed)
     sl_job_stop(job); /* only stores and futex wakes: signal-safe */
 }
 
@@ -195,4 +207,103 @@ void cli_unwatch_savepoint_signal(void) {
   if (savepoint_pipe[1] >= 0 && write(savepoint_pipe[1], "q", 1) < 0)
     fprintf(stderr, "sluice: cannot stop the savepoint thread: %s\n",
             strerror(errno));
+}
+
+/* ------------------------------------------------------------ stopper */
+
+struct cli_stopper {
+  sl_job *job;
+  const char *dir;
+  bool drain;
+  int fd;          /* stop_pipe's read end */
+  pthread_t thread;
+  bool started;
+  bool stopped;    /* the job stopped with a savepoint */
+};
+
+static void stop_with_savepoint(cli_stopper *s);
+
+/* One turn per byte: 't' (a signal) stops the job with a savepoint once
+ * 'a' (cli_stopper_arm: the job started) came, before or after it; 'q'
+ * (cli_stopper_finish) or the pipe's end ends the thread. */
+static void *stopper_main(void *arg) {
+  cli_stopper *s = arg;
+  bool armed = false, asked = false;
+  for (;;) {
+    char c;
+    ssize_t n = read(s->fd, &c, 1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0 || c == 'q')
+      return 0;
+    armed |= c == 'a';
+    asked |= c == 't';
+    if (armed && asked) {
+      asked = false;
+      stop_with_savepoint(s);
+    }
+  }
+}
+
+static void stop_with_savepoint(cli_stopper *s) {
+  uint64_t id = 0;
+  char err[1024];
+  int rc = sl_job_stop_with_savepoint(s->job, s->dir,
+                                      s->drain ? SL_STOP_DRAIN : 0, &id, err,
+                                      sizeof err);
+  if (rc == 0) {
+    s->stopped = true;
+    fprintf(stderr, "\nstopped with savepoint %s (checkpoint %" PRIu64 ")\n",
+            s->dir, id);
+  } else {
+    fprintf(stderr, "\nsluice: stop with a savepoint failed: %s; the job "
+            "goes on (a second signal stops it at once)\n",
+            err[0] ? err : sl_strerror(rc));
+  }
+}
+
+void cli_stopper_arm(cli_stopper *s) {
+  if (s && write(stop_pipe[1], "a", 1) != 1)
+    fprintf(stderr, "sluice: --stop-savepoint is off: %s\n", strerror(errno));
+}
+
+cli_stopper *cli_stopper_start(sl_job *job, const char *dir, bool drain) {
+  if (!dir)
+    return 0;
+  cli_stopper *s = calloc(1, sizeof *s);
+  if (!s || pipe2(stop_pipe, O_CLOEXEC) != 0) {
+    fprintf(stderr, "sluice: --stop-savepoint is off: %s\n", strerror(errno));
+    free(s);
+    return 0;
+  }
+  fcntl(stop_pipe[1], F_SETFL, O_NONBLOCK);
+  *s = (cli_stopper){.job = job, .dir = dir, .drain = drain,
+                     .fd = stop_pipe[0]};
+  s->started = pthread_create(&s->thread, 0, stopper_main, s) == 0;
+  if (!s->started) {
+    fprintf(stderr, "sluice: --stop-savepoint is off: no thread\n");
+    close(stop_pipe[0]);
+    close(stop_pipe[1]);
+    stop_pipe[0] = stop_pipe[1] = -1;
+    free(s);
+    return 0;
+  }
+  return s;
+}
+
+bool cli_stopper_finish(cli_stopper *s) {
+  if (!s)
+    return false;
+  int fd = stop_pipe[1];
+  stop_pipe[1] = -1; /* signals from now on stop at once */
+  if (write(fd, "q", 1) != 1)
+    fprintf(stderr, "sluice: cannot end the stopper thread: %s\n",
+            strerror(errno));
+  pthread_join(s->thread, 0);
+  close(fd);
+  close(s->fd);
+  stop_pipe[0] = -1;
+  bool stopped = s->stopped;
+  free(s);
+  return stopped;
 }

@@ -4,6 +4,7 @@
 #ifndef SLUICE_CLI_UTIL_H
 #define SLUICE_CLI_UTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
@@ -45,6 +46,21 @@ int cli_stop_status(void);
  * SIGUSR1 from then on and writes 'q', the reader's cue to end. */
 int cli_watch_savepoint_signal(void);
 void cli_unwatch_savepoint_signal(void);
+
+/** --stop-savepoint DIR [--drain]: from cli_stopper_start (before
+ * sl_job_start; dir not NULL), the first SIGINT or SIGTERM stops job, once
+ * cli_stopper_arm said it started, with a savepoint
+ * into dir (sl_job_stop_with_savepoint, draining with drain) on a thread
+ * of its own, which prints `stopped with savepoint DIR (checkpoint N)` on
+ * stderr; a second signal stops the job at once.  If the stop fails the
+ * job goes on (the message says why).  NULL: dir was NULL or no pipe or
+ * thread could be made (said on stderr; signals stop at once).
+ * cli_stopper_finish, after sl_job_wait, ends the thread and returns
+ * whether the job stopped with a savepoint (NULL: false). */
+typedef struct cli_stopper cli_stopper;
+cli_stopper *cli_stopper_start(sl_job *job, const char *dir, bool drain);
+void cli_stopper_arm(cli_stopper *s);
+bool cli_stopper_finish(cli_stopper *s);
 /** --log-level LEVEL (error, warn, info, debug): sets the engine's log
  * level (sl_log_set_level), or die_usage(). */
 void parse_log_level(const char *flag, const char *text);

@@ -68,6 +68,9 @@ typedef struct nexmark_options {
   bool quiet;
   bool json;
   char faults[4096];
+  const char *stop_savepoint; /* --stop-savepoint: signals stop with a
+                                 savepoint into it (cli_stopper_start) */
+  bool drain;                 /* --drain: that stop drains first */
 } nexmark_options;
 
 void nexmark_usage(FILE *out) {
@@ -116,6 +119,14 @@ void nexmark_usage(FILE *out) {
           "                         the last barrier arrives, so records after a\n"
           "                         barrier may be in the snapshot and are replayed\n"
           "                         after a failure (duplicates, never loss)\n"
+          "  --stop-savepoint DIR   the first SIGTERM or SIGINT stops the run with\n"
+          "                         a savepoint into DIR (no end of input: resume\n"
+          "                         with --state-dir and --resume, or from DIR),\n"
+          "                         prints `stopped with savepoint DIR (checkpoint\n"
+          "                         N)` and exits 0 (without --output's FILE); a\n"
+          "                         second signal stops at once\n"
+          "  --drain                with --stop-savepoint: end the input first\n"
+          "                         (final watermark, windows fire, FILE written)\n"
           "  --fault SPEC           inject faults (repeatable; the grammar is in\n"
           "                         docs/failover-and-faults.md)\n"
           "  --restart STRATEGY     as for sluice run\n"
@@ -179,6 +190,8 @@ static bool run_flag(const char *a, nexmark_options *o) {
     o->quiet = true;
   else if (strcmp(a, "--json") == 0)
     o->json = true;
+  else if (strcmp(a, "--drain") == 0)
+    o->drain = true;
   else
     return false;
   return true;
@@ -208,6 +221,10 @@ static bool run_option(const char *a, const char *v, nexmark_options *o) {
     if (!v)
       die_usage("--state-dir needs a value");
     o->config.checkpoint.state_dir = v;
+  } else if (strcmp(a, "--stop-savepoint") == 0) {
+    if (!v || !*v)
+      die_usage("--stop-savepoint needs a directory");
+    o->stop_savepoint = v;
   } else if (strcmp(a, "--fault") == 0)
     add_fault(o, v);
   else if (strcmp(a, "--restart") == 0)
@@ -410,6 +427,11 @@ static void check_run_options(nexmark_options *o, char *parts, size_t size) {
   if (o->config.restart.strategy != SL_RESTART_NONE && !o->output)
     die_usage("--restart needs --output (without it the rows are counted, "
               "and a restarted run would count replays twice)");
+  if (o->stop_savepoint && !o->config.checkpoint.state_dir)
+    die_usage("--stop-savepoint needs --state-dir (the savepoint is a "
+              "checkpoint's copy)");
+  if (o->drain && !o->stop_savepoint)
+    die_usage("--drain is for --stop-savepoint");
   if (o->input_count && o->source.events_per_second_limit)
     die_usage("--rate-limit is for generated events, not --input");
   if (o->output) {
@@ -512,17 +534,25 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
                        .cond = PTHREAD_COND_INITIALIZER};
   double cpu0 = fixture_cpu_now_s();
   clock_gettime(CLOCK_MONOTONIC, &st.t0);
+  /* Before the start, so a signal at any time is a stop with a savepoint
+   * (served once armed). */
+  cli_stopper *stopper = cli_stopper_start(job, o->stop_savepoint, o->drain);
   int rc = sl_job_start(job);
   if (rc) {
     fprintf(stderr, "sluice: cannot start nexmark q%d: %s\n", o->query,
             sl_job_error(job)[0] ? sl_job_error(job) : sl_strerror(rc));
     cli_unwatch_signals();
+    cli_stopper_finish(stopper);
     return 1;
   }
+  cli_stopper_arm(stopper);
   pthread_t status_thread;
   bool status_started = !o->quiet && !o->json &&
       pthread_create(&status_thread, NULL, nexmark_status_main, &st) == 0;
   rc = sl_job_wait(job);
+  /* Stopped without drain, the output goes on in the resumed run: FILE
+   * is written only by a run that finished (drained: it did). */
+  bool held = cli_stopper_finish(stopper) && !o->drain;
   double secs = seconds_since(&st.t0);
   double cpu = fixture_cpu_now_s() - cpu0;
   if (status_started) {
@@ -534,7 +564,7 @@ static int run_and_report(nexmark_options *o, sl_job *job, const char *parts,
   }
   cli_unwatch_signals();
   uint64_t rows = 0;
-  if (rc == 0 && o->output) {
+  if (rc == 0 && o->output && !held) {
     char err[1024];
     int m = merge_parts(parts, o->output, nx_query_header(o->query),
                         merge_run_bytes(), &rows, err, sizeof err);

@@ -51,6 +51,15 @@ void run_usage(FILE *out) {
           "                       which must hold no checkpoints, or --fresh)\n"
           "  --savepoint-dir DIR  SIGUSR1 writes a savepoint to DIR/savepoint-<id>;\n"
           "                       the only place POST /savepoints may write\n"
+          "  --stop-savepoint DIR the first SIGTERM or SIGINT stops the job with a\n"
+          "                       savepoint into DIR (Flink's stop: no end of input,\n"
+          "                       windows stay open; resume with --from-savepoint\n"
+          "                       DIR), prints `stopped with savepoint DIR\n"
+          "                       (checkpoint N)` and exits 0; a second one stops\n"
+          "                       at once\n"
+          "  --drain              with --stop-savepoint: end the input first (final\n"
+          "                       watermark, windows fire), as Flink's stop --drain\n");
+  fprintf(out,
           "  --checkpoint-interval-ms N  between checkpoints (default 1000)\n"
           "  --checkpoint-timeout-ms N   abort a checkpoint after N ms (default 60000)\n"
           "  --min-pause-ms N     least pause between checkpoints (default 0)\n"
@@ -73,10 +82,10 @@ void run_usage(FILE *out) {
           "                       (omitted fields: Flink's defaults)\n");
   /* Two calls: C11 promises string literals of 4095 bytes only. */
   fprintf(out,
-          "  --http [ADDR:]PORT   serve /metrics, /jobs, /checkpoints and POST\n"
-          "                       /savepoints on ADDR (default 127.0.0.1);\n"
-          "                       port 0 picks a free one (printed); POST\n"
-          "                       /savepoints writes below --savepoint-dir only\n"
+          "  --http [ADDR:]PORT   serve /metrics, /jobs, /checkpoints, POST\n"
+          "                       /savepoints and POST /stop on ADDR (default\n"
+          "                       127.0.0.1); port 0 picks a free one (printed);\n"
+          "                       both POSTs write below --savepoint-dir only\n"
           "  --http-token-file FILE  requests need Authorization: Bearer TOKEN,\n"
           "                       TOKEN the file's first line (else the\n"
           "                       SLUICE_HTTP_TOKEN variable); needed for an\n"
@@ -133,7 +142,12 @@ void run_parse_options(int argc, char **argv, int first, options *o) {
       if (!v)
         die_usage("%s needs a value", a);
       o->savepoint_dir = v, i++;
-    }
+    } else if (strcmp(a, "--stop-savepoint") == 0) {
+      if (!v || !*v)
+        die_usage("%s needs a directory", a);
+      o->stop_savepoint = v, i++;
+    } else if (strcmp(a, "--drain") == 0)
+      o->drain = true;
     else if (strcmp(a, "--checkpoint-interval-ms") == 0)
       o->config.checkpoint.interval_ms = (uint32_t)parse_u64(a, v, 1, 86400000), i++;
     else if (strcmp(a, "--checkpoint-timeout-ms") == 0)
@@ -211,6 +225,11 @@ void run_check_options(options *o) {
   if ((o->config.checkpoint.from_savepoint || o->savepoint_dir) &&
       !o->config.checkpoint.state_dir)
     die_usage("--from-savepoint and --savepoint-dir need --state-dir");
+  if (o->stop_savepoint && !o->config.checkpoint.state_dir)
+    die_usage("--stop-savepoint needs --state-dir (the savepoint is a "
+              "checkpoint's copy)");
+  if (o->drain && !o->stop_savepoint)
+    die_usage("--drain is for --stop-savepoint");
   if (o->config.checkpoint.from_savepoint && !o->output_dir)
     die_usage("--from-savepoint is for the count and window jobs with "
               "--output: the committed files are what the run is checked by");

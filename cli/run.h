@@ -28,6 +28,10 @@ typedef struct options {
   uint64_t window;        /* window: records per count window */
   char faults[4096];      /* --fault specs joined by ';' */
   const char *savepoint_dir; /* SIGUSR1 savepoints go below it */
+  const char *stop_savepoint; /* --stop-savepoint: SIGTERM/SIGINT stop with
+                                 a savepoint into it */
+  bool drain;                 /* --drain: that stop drains first */
+  bool stopped_with_savepoint; /* set by run_job after the wait */
   const char *http;       /* --http [ADDR:]PORT, or NULL */
   const char *http_token_file; /* --http-token-file FILE, or NULL */
 } options;

@@ -202,6 +202,11 @@ char *sl_graph_fingerprint(const struct sl_job *job);
  * the status with the job's message set; the state directory is then as
  * it was. */
 int sl_savepoint_install(struct sl_job *job, const char *fingerprint);
+/* savepoint.c: 0 if dir does not exist or is an empty directory (a
+ * savepoint may go there); else EEXIST (not empty), ENOTDIR or an errno
+ * value, with a message naming dir in err (may be NULL).  Creates
+ * nothing: stop.c checks before it stops anything. */
+int sl_savepoint_dir_check(const char *dir, char *err, size_t err_bytes);
 
 /* The blob of an instance (checkpoint_writer.c write_instance): a flag byte,
  * the operator state if flag SL_BLOB_STATE, then the event-time trailer

@@ -98,6 +98,10 @@
  *    checkpoints have none.  The upstream instances of a finished one are
  *    finished in the same checkpoint (it finished after all their ENDs,
  *    so none of them sent a barrier it could have snapshotted).
+ * 11. Stop with a savepoint (stop.c).  While a stop is pending
+ *    (job->stop_request) no periodic checkpoint starts: the stop's own
+ *    checkpoint, requested like sl_job_trigger_checkpoint's, is the one
+ *    the savepoint is copied from.  Requested ones still start.
  *
  * States of a checkpoint slot (enum cp_state; the function making each
  * transition in brackets).  cp_edge lists exactly these edges; every
@@ -629,8 +633,10 @@ static void *coordinator_main(void *arg) {
       start_final(cp);
     uint64_t requested = atomic_load(&cp->manual_requested);
     bool manual = requested > atomic_load(&cp->manual_served);
+    /* Note 11: while a stop is pending only requested ones start. */
+    bool periodic = !atomic_load(&job->stop_request);
     if (can_trigger(cp) &&
-        (manual || (now >= cp->next_trigger_ns &&
+        (manual || (periodic && now >= cp->next_trigger_ns &&
                     now >= cp->last_end_ns + cp->min_pause_ns))) {
       trigger(cp);
       /* Serves every request made before it (requested was read first). */
@@ -644,7 +650,7 @@ static void *coordinator_main(void *arg) {
      * max_concurrent in flight (or the end reached) only an ack, the
      * writer or a deadline can change anything, and they wake us. */
     uint64_t at = UINT64_MAX;
-    if (can_trigger(cp)) {
+    if (can_trigger(cp) && periodic) {
       at = cp->next_trigger_ns;
       if (cp->last_end_ns + cp->min_pause_ns > at)
         at = cp->last_end_ns + cp->min_pause_ns;

@@ -1,6 +1,7 @@
 /* http.c — the embedded HTTP endpoint of a job (sluice.h, "HTTP
  * endpoint"): Prometheus text on /metrics, JSON on /jobs and /checkpoints,
- * savepoints on POST /savepoints; libmicrohttpd serves it.
+ * savepoints on POST /savepoints, a stop with a savepoint on POST /stop;
+ * libmicrohttpd serves it.
  *
  * NOTES ON THE DESIGN
  *
@@ -49,6 +50,11 @@
  * 9. A Content-Length over HTTP_BODY_MAX gets 413 when the headers are in,
  *    before any of the body is read (and libmicrohttpd then closes the
  *    connection); a chunked body that grows past it closes the connection.
+ * 10. POST /stop is POST /savepoints whose savepoint then stops the job
+ *    (sl_job_stop_with_savepoint): the same name rules below the root
+ *    (note 5) and guards (notes 6, 7), plus drain=true|false (query or
+ *    JSON body).  The answer comes once the stop is done: a savepoint
+ *    without drain, or the job's final checkpoint with drain.
  *
  * Request states (handle_request, per connection; connection_event keeps
  * the client record and its deadline):
@@ -369,15 +375,57 @@ static unsigned savepoint_http_status(int status) {
   }
 }
 
-/* Write the savepoint into path (name: what the client called it). */
+/* POST /stop (note 10): whether to drain, from the query's drain, else
+ * the JSON body's "drain" (a boolean); absent: no drain.  false (an
+ * answer queued in *rc) for another value. */
+static bool stop_drain(struct MHD_Connection *conn, const request *req,
+                       bool *drain, enum MHD_Result *rc) {
+  *drain = false;
+  const char *text = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+                                                 "drain");
+  json_t *json = 0;
+  if (!text && req->body && req->body_bytes) {
+    json = json_loadb(req->body, req->body_bytes, 0, 0);
+    json_t *v = json_is_object(json) ? json_object_get(json, "drain") : 0;
+    if (v && !json_is_boolean(v)) {
+      json_decref(json);
+      *rc = respond_error(conn, MHD_HTTP_BAD_REQUEST, 0,
+                          "\"drain\" must be true or false");
+      return false;
+    }
+    *drain = v && json_is_true(v);
+  } else if (text) {
+    if (strcmp(text, "true") != 0 && strcmp(text, "false") != 0) {
+      *rc = respond_error(conn, MHD_HTTP_BAD_REQUEST, 0,
+                          "drain must be true or false, not '%s'", text);
+      return false;
+    }
+    *drain = strcmp(text, "true") == 0;
+  }
+  json_decref(json);
+  return true;
+}
+
+/* Write the savepoint into path (name: what the client called it); with
+ * stop, stop the job with it (note 10). */
 static enum MHD_Result write_savepoint(struct MHD_Connection *conn,
                                        sl_http *h, const char *name,
-                                       const char *path) {
+                                       const char *path, bool stop,
+                                       bool drain) {
   char err[512] = "";
   uint64_t id = 0;
   pthread_mutex_lock(&h->savepoint_lock); /* note 2 */
-  int status = sl_job_savepoint(h->job, path, &id, err, sizeof err);
+  int status = stop ? sl_job_stop_with_savepoint(h->job, path,
+                                                 drain ? SL_STOP_DRAIN : 0,
+                                                 &id, err, sizeof err)
+                    : sl_job_savepoint(h->job, path, &id, err, sizeof err);
   pthread_mutex_unlock(&h->savepoint_lock);
+  if (status == 0 && stop)
+    return respond_json(conn, MHD_HTTP_OK,
+                        json_pack("{s:I,s:s,s:s,s:b}", "checkpoint_id",
+                                  (json_int_t)id, "dir", name, "path", path,
+                                  "drain", drain),
+                        0);
   if (status == 0)
     return respond_json(conn, MHD_HTTP_OK,
                         json_pack("{s:I,s:s,s:s}", "checkpoint_id",
@@ -391,17 +439,20 @@ static enum MHD_Result write_savepoint(struct MHD_Connection *conn,
 }
 
 static enum MHD_Result post_savepoint(struct MHD_Connection *conn, sl_http *h,
-                                      const request *req) {
+                                      const request *req, bool stop) {
   if (!h->savepoint_root) /* note 5 */
     return respond_error(conn, MHD_HTTP_FORBIDDEN, 0,
-                         "savepoints over HTTP are off: no savepoint root is "
+                         "%s over HTTP are off: no savepoint root is "
                          "configured (sluice run --savepoint-dir DIR, or "
-                         "sl_http_options.savepoint_root)");
+                         "sl_http_options.savepoint_root)",
+                         stop ? "stops with a savepoint" : "savepoints");
   const char *name = 0;
   size_t name_bytes = 0;
   json_t *json = 0;
-  bool given = false;
+  bool given = false, drain = false;
   enum MHD_Result rc = MHD_NO;
+  if (stop && !stop_drain(conn, req, &drain, &rc))
+    return rc;
   if (!savepoint_name(conn, req, &name, &name_bytes, &json, &given, &rc)) {
     json_decref(json);
     return rc;
@@ -442,7 +493,7 @@ static enum MHD_Result post_savepoint(struct MHD_Connection *conn, sl_http *h,
                         json_pack("{s:s,s:s,s:s}", "error", why, "dir", shown,
                                   "root", h->savepoint_root),
                         0);
-  return write_savepoint(conn, h, shown, path);
+  return write_savepoint(conn, h, shown, path, stop, drain);
 }
 
 /* ------------------------------------------------------- guards */
@@ -730,6 +781,7 @@ static const struct route {
     {"/jobs", ROUTE_GET},
     {"/checkpoints", ROUTE_GET},
     {"/savepoints", ROUTE_POST},
+    {"/stop", ROUTE_POST},
 };
 
 static enum MHD_Result dispatch(struct MHD_Connection *conn, sl_http *h,
@@ -756,11 +808,11 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, sl_http *h,
       return get_jobs(conn, h);
     if (i == 2)
       return get_checkpoints(conn, h);
-    return post_savepoint(conn, h, req);
+    return post_savepoint(conn, h, req, i == 4);
   }
   return respond_error(conn, MHD_HTTP_NOT_FOUND, 0,
-                       "no such path: %s (try /metrics, /jobs, /checkpoints "
-                       "or POST /savepoints)",
+                       "no such path: %s (try /metrics, /jobs, /checkpoints, "
+                       "POST /savepoints or POST /stop)",
                        url);
 }
 

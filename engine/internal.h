@@ -173,6 +173,13 @@ struct sl_ctx {
 };
 typedef struct sl_ctx sl_instance;
 
+/* What a stop with a savepoint asks of the sources (stop.c note 1). */
+enum sl_stop_request {
+  SL_STOP_REQUEST_NONE = 0,  /* run as usual */
+  SL_STOP_REQUEST_HOLD = 1,  /* emit nothing more; answer triggers (no drain) */
+  SL_STOP_REQUEST_DRAIN = 2, /* end now, as at the end of input */
+};
+
 enum sl_job_state {
   SL_JOB_BUILDING,
   SL_JOB_RUNNING,
@@ -212,6 +219,13 @@ struct sl_job {
   _Atomic uint64_t cp_settled_id;   /* every id <= this one is complete or
                                        aborted (coordinator.c note 7) */
   _Atomic int cp_final_done;        /* the final checkpoint is durable */
+  /* Stop with a savepoint (stop.c): the request the sources obey
+   * (enum sl_stop_request, read in runtime.c's source loop), the claim
+   * that makes stops one at a time, and "the job stopped with a
+   * savepoint", which makes sl_job_wait return 0. */
+  _Atomic int stop_request;
+  _Atomic int stop_claimed;
+  _Atomic int stopped_with_savepoint;
   bool waited;
   char error[SL_ERROR_BYTES];
   char name[SL_MAX_NAME]; /* sl_job_config.name, copied (default "sluice") */

@@ -123,7 +123,9 @@ SL_EXPORT int sl_job_wait(sl_job *job) {
     job->result = job->fail_status ? job->fail_status : SL_ECALLBACK;
   } else {
     job->result = 0;
-    for (int i = 0; i < job->instance_count; i++)
+    /* A stop with a savepoint is a success (stop.c note 3). */
+    bool by_savepoint = atomic_load(&job->stopped_with_savepoint) != 0;
+    for (int i = 0; i < job->instance_count && !by_savepoint; i++)
       if (job->instances[i]->stopped_early)
         job->result = SL_ESTOPPED;
   }

@@ -43,6 +43,18 @@
  *    filter's 1 (keep) and a source's SL_SOURCE_END.  The test on the
  *    record path is rc != 0, as cheap as the rc < 0 it replaced.
  *
+ * 9. Stop with a savepoint (stop.c).  The request is read in the source
+ *    loop only, once per next() call and only with checkpoints on, so
+ *    records pay nothing for it.  Drain: the source ends as if next() had
+ *    returned SL_SOURCE_END.  Without drain (hold): the source calls
+ *    next() no more and emits nothing, not even a watermark; it waits,
+ *    answering triggers (the stop checkpoint's barrier is thus its last
+ *    output) and notifications, until the job stops or the stop is
+ *    withdrawn (the checkpoint aborted), when it goes on as before.  An
+ *    instance leaving after such a stop delivers the completion it has
+ *    not yet seen, so exactly-once sinks commit up to the stop
+ *    checkpoint.
+ *
  * Thread states (function making the transition in brackets):
  *
  *   created --[instance_main: open]--> running --[inputs ended]--> finishing
@@ -741,6 +753,40 @@ static int run_finished(sl_instance *inst) {
   return 0;
 }
 
+/* Note 9: a stop without drain is pending.  Ready when the request
+ * changed, a trigger or a notification came (or the job stops). */
+static bool stop_hold_ready(sl_instance *inst, void *arg) {
+  (void)arg;
+  return atomic_load(&inst->job->stop_request) != SL_STOP_REQUEST_HOLD ||
+         atomic_load_explicit(&inst->cp.trigger_id, memory_order_acquire) >
+             inst->cp.max_seen_id ||
+         sl_snapshot_notification_pending(inst);
+}
+
+/* Note 9: the source obeys a stop request.  Returns SL_SOURCE_END (drain:
+ * end as at the end of input), 0 (the request was withdrawn: go on),
+ * SL_ESTOPPED (the job stopped) or a snapshot's failure. */
+static int source_stop(sl_instance *inst) {
+  sl_job *job = inst->job;
+  int request = atomic_load(&job->stop_request);
+  if (request == SL_STOP_REQUEST_DRAIN)
+    return SL_SOURCE_END;
+  /* Each turn answers a trigger, a notification or the end of the hold;
+   * the hold lasts until the job stops or the stop is withdrawn (stop.c
+   * note 2), so the loop is bounded by that, not by a count. */
+  while (request == SL_STOP_REQUEST_HOLD) {
+    if (!wait_until(inst, SL_WAIT_IDLE, stop_hold_ready, 0))
+      return SL_ESTOPPED;
+    int rc = sl_snapshot_notifications(inst);
+    if (rc == 0)
+      rc = sl_snapshot_source_poll(inst); /* a barrier, and no record */
+    if (rc)
+      return rc;
+    request = atomic_load(&job->stop_request);
+  }
+  return request == SL_STOP_REQUEST_DRAIN ? SL_SOURCE_END : 0;
+}
+
 static int run_source(sl_instance *inst) {
   sl_job *job = inst->job;
   for (;;) {
@@ -750,6 +796,12 @@ static int run_source(sl_instance *inst) {
       int rc = sl_snapshot_notifications(inst);
       if (rc == 0)
         rc = sl_snapshot_source_poll(inst);
+      /* Note 9: once per next() call, and only with checkpoints on. */
+      if (rc == 0 && unlikely(atomic_load_explicit(&job->stop_request,
+                                                   memory_order_relaxed)))
+        rc = source_stop(inst);
+      if (rc == SL_SOURCE_END)
+        return 0; /* drain: the end of input, without another next() */
       if (rc)
         return rc;
     }
@@ -1034,6 +1086,11 @@ static void instance_run(sl_instance *inst) {
     inst->stopped_early = true;
   else if (rc != 0)
     sl_instance_fail(inst, rc);
+  /* Note 9: the stop checkpoint's completion reaches every instance, also
+   * one that stopped before it looked (the stopper saw it complete before
+   * it stopped the job, so the acquire in here sees it too). */
+  if (rc == SL_ESTOPPED && atomic_load(&inst->job->stopped_with_savepoint))
+    (void)sl_snapshot_notifications(inst);
   instance_close(inst);
 }
 

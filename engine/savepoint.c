@@ -158,6 +158,18 @@ static int prepare_directory(const char *dir, bool *created, char *err,
     *created = true;
     return 0;
   }
+  return sl_savepoint_dir_check(dir, err, err_bytes);
+}
+
+/* checkpoint.h: dir is missing, or an empty directory. */
+int sl_savepoint_dir_check(const char *dir, char *err, size_t err_bytes) {
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    int rc = errno;
+    return rc == ENOENT ? 0
+                        : say(err, err_bytes, rc, "savepoint %s: %s", dir,
+                              strerror(rc));
+  }
   if (!S_ISDIR(st.st_mode))
     return say(err, err_bytes, ENOTDIR, "savepoint %s: exists and is not a "
                "directory", dir);

@@ -168,6 +168,8 @@
  *   sl_job_trigger_checkpoint  any thread while the job runs
  *   sl_job_savepoint           any thread from sl_job_start to
  *                              sl_job_destroy (one at a time)
+ *   sl_job_stop_with_savepoint any thread while the job runs, not from a
+ *                              callback (it waits for them); one at a time
  *   sl_job_checkpoint_*stats,  any thread (a consistent copy under a lock)
  *   sl_job_last_checkpoint
  *   sl_job_metrics             any thread, any time until sl_job_destroy

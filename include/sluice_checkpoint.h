@@ -68,6 +68,51 @@ int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
 int sl_job_savepoint(sl_job *job, const char *dir, uint64_t *checkpoint_id,
                      char *err, size_t err_bytes);
 
+/** sl_job_stop_with_savepoint flag: end the sources as at the end of
+ * input first (Flink's `stop --drain`). */
+#define SL_STOP_DRAIN 1
+
+/** Stop the job with a savepoint, as Flink's `stop` (flags 0) or
+ * `stop --drain` (SL_STOP_DRAIN).  Blocks until done.
+ *
+ * Without SL_STOP_DRAIN: every source instance stops calling next() and
+ * emits nothing more, but one last barrier: that of a checkpoint
+ * triggered for the stop (no periodic checkpoint starts meanwhile).  No
+ * end of input, no maximum watermark, no window fired or timer advanced
+ * by the stop.  Once that checkpoint is durable it is copied as a
+ * savepoint into dir (as sl_job_savepoint; dir NULL: no copy, the
+ * checkpoint in state_dir is the resume point), and the job is stopped:
+ * every instance receives the checkpoint's completion before it closes
+ * (exactly-once sinks commit up to it), sl_job_wait returns 0 and the
+ * status (sl_metrics.state) is SL_JOB_STATUS_FINISHED.  Pushers then get
+ * SL_ESTOPPED.  A job started from the savepoint, or from state_dir with
+ * SL_STORE_RESUME, goes on with its windows, timers and watermarks as if
+ * it had never stopped: no record lost, late or duplicated.  If the
+ * checkpoint aborts (timeout, a failed snapshot or write, a failover) or
+ * the copy fails, the error is returned and the job goes on running.
+ *
+ * With SL_STOP_DRAIN: the sources end now, as at the end of input (the
+ * maximum watermark, windows fire, finish() runs), the job writes its
+ * final checkpoint and finishes by itself (sl_job_wait returns 0), and
+ * the savepoint is copied from that final checkpoint.  If the job fails
+ * first, its error is returned.
+ *
+ * *checkpoint_id (may be NULL) receives the id of the checkpoint stopped
+ * at (and copied); err (may be NULL) a message saying what failed.
+ *
+ * Errors: EINVAL (job NULL, dir "", unknown flags), SL_EUSAGE
+ * (checkpointing off), SL_ENOTSTARTED, SL_ESTOPPED (the job already
+ * ended, or is stopping), EEXIST (dir is not empty; checked first, the
+ * job goes on), EBUSY (another stop is under way, or no checkpoint could
+ * start), SL_ECHECKPOINT (the stop checkpoint aborted: err has the
+ * cause), the job's failure status, and sl_job_savepoint's errors.
+ *
+ * Any thread may call it while the job runs (not from an operator
+ * callback: it waits for them); one stop at a time. */
+int sl_job_stop_with_savepoint(sl_job *job, const char *dir, int flags,
+                               uint64_t *checkpoint_id, char *err,
+                               size_t err_bytes);
+
 /** Id of the newest complete checkpoint of this run (0 if none) and, in
  * *restored_from, the checkpoint the job resumed from (0 if it did not). */
 uint64_t sl_job_last_checkpoint(const sl_job *job, uint64_t *restored_from);

@@ -219,6 +219,17 @@ int sl_metrics_prometheus(sl_job *job, char *buf, size_t buf_bytes,
  *                         query's dir=NAME or a JSON body {"dir": NAME}
  *                         names it relative to the root; without a name it
  *                         is savepoint-<checkpoint id>-<unix ms>
+ *   POST /stop            stop the job with a savepoint there
+ *                         (sl_job_stop_with_savepoint): named as for POST
+ *                         /savepoints, plus drain=true|false (the query's
+ *                         drain, or "drain" in the JSON body; default
+ *                         false).  Answers once the stop is done: 200 with
+ *                         {"checkpoint_id": N, "dir": NAME, "path": PATH,
+ *                         "drain": BOOL}; 403 without a savepoint root;
+ *                         409 when the job has not started, has ended or
+ *                         another stop is under way, or the directory is
+ *                         not empty (the job goes on); 500 when the stop
+ *                         checkpoint failed (the job goes on)
  *
  * An unknown path gets 404, a wrong method 405 (with an Allow header), bad
  * parameters 400, each with a JSON body {"error": "..."}.  Handlers read
@@ -228,7 +239,7 @@ int sl_metrics_prometheus(sl_job *job, char *buf, size_t buf_bytes,
  * Security rules (engine/http.c, notes 5 to 9), each refusal a JSON error:
  *
  * - Savepoints are written only below savepoint_root.  Without one, POST
- *   /savepoints gets 403.  A name is refused (403) if it is absolute and
+ *   /savepoints and POST /stop get 403.  A name is refused (403) if it is absolute and
  *   not below the root, has an empty, "." or ".." component, a NUL (also
  *   as %00) or another control character, passes through a symbolic link
  *   (components are opened with O_NOFOLLOW), or lies inside the job's
@@ -262,7 +273,8 @@ typedef struct sl_http_options {
   /** 0: an ephemeral port, see sl_http_port(). */
   int port;
   /** The directory savepoints are written below (created, with its
-   * parents, if missing); NULL: POST /savepoints is refused. */
+   * parents, if missing); NULL: POST /savepoints and POST /stop are
+   * refused. */
   const char *savepoint_root;
   /** More directories no savepoint may be written into or below, NULL
    * terminated (the file sinks' output directories); the job's state

@@ -797,6 +797,66 @@ Test(http, savepoints_are_refused_without_a_root) {
   fixture_stop(&f);
 }
 
+/* ------------------------------------------------------------ POST /stop */
+
+Test(http, stop_writes_a_savepoint_and_ends_the_job) {
+  fixture f;
+  fixture_start(&f, true);
+  fixture_warm(&f);
+  char root[PATH_MAX];
+  cr_assert(realpath(f.root, root), "the root was created at start");
+  /* A bad drain value is refused and changes nothing. */
+  expect_error(f.port, "/stop?dir=x&drain=maybe", "-X POST", 400);
+  expect_error(f.port, "/stop", "-H 'Content-Type: application/json' "
+               "-d '{\"dir\": \"x\", \"drain\": 1}'", 400);
+  assert_listing(f.root, "");
+  reply r = curl(f.port, "/stop", "-H 'Content-Type: application/json' "
+                 "-d '{\"dir\": \"stopped\", \"drain\": false}'");
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  json_t *v = reply_json(&r);
+  json_int_t id = json_integer_value(json_object_get(v, "checkpoint_id"));
+  cr_assert(id > 0, "%s", r.body);
+  char want[PATH_MAX + 32];
+  snprintf(want, sizeof want, "%s/stopped", root);
+  cr_assert_str_eq(json_string_value(json_object_get(v, "path")), want);
+  cr_assert(json_is_false(json_object_get(v, "drain")), "%s", r.body);
+  json_decref(v);
+  reply_free(&r);
+  char manifest[PATH_MAX + 64];
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", want);
+  cr_assert(exists(manifest), "no savepoint at %s", want);
+  /* The job ended with the stop: sl_job_wait returns 0, and a second
+   * stop is refused (409) while the endpoint still answers. */
+  cr_assert_eq(sl_job_wait(f.job), 0, "%s", sl_job_error(f.job));
+  cr_assert_eq(sl_job_last_checkpoint(f.job, 0), (uint64_t)id);
+  r = curl(f.port, "/stop?dir=again", "-X POST");
+  assert_error(&r, 409);
+  reply_free(&r);
+  sl_http_stop(f.http);
+  sl_job_destroy(f.job);
+  free(f.state);
+  free(f.root);
+  free(f.out);
+  sl_test_remove_tree(f.dir);
+}
+
+Test(http, stop_is_refused_without_a_root) {
+  fixture f;
+  fixture_start(&f, true);
+  fixture_warm(&f);
+  sl_http *plain = 0;
+  cr_assert_eq(sl_http_start(f.job, 0, 0, &plain), 0);
+  reply r = curl(sl_http_port(plain), "/stop?dir=x", "-X POST");
+  assert_error(&r, 403);
+  cr_assert(strstr(r.body, "savepoint root"), "%s", r.body);
+  reply_free(&r);
+  sl_http_stop(plain);
+  assert_listing(f.root, "");
+  /* The job runs on: it is stopped as usual. */
+  cr_assert_eq(sl_job_progress(f.job) > 0, true);
+  fixture_stop(&f);
+}
+
 /* ------------------------------------------------------------ cross-site */
 
 Test(http, form_posts_are_refused) {

@@ -1,0 +1,255 @@
+/* stop.c — the one job: sl_job_stop_with_savepoint, which stops a job at
+ * a checkpoint (without drain) or at its end (drain) and copies that
+ * checkpoint as a savepoint (savepoint.c).
+ *
+ * NOTES ON THE DESIGN OF A STOP WITH A SAVEPOINT
+ *
+ * 1. The request is job->stop_request, which every source instance reads
+ *    between two next() calls (runtime.c note 9).  HOLD: the source calls
+ *    next() no more and emits nothing, but still answers triggers.
+ *    DRAIN: the source ends as at the end of its input.
+ * 2. Without drain (Flink's `stop`): HOLD is set, then checkpoint n is
+ *    requested (no periodic one starts meanwhile: coordinator.c note 11).
+ *    Each source snapshots n after its last record, so n holds every
+ *    record any source emitted and none comes after it.  The caller waits
+ *    until n settles.  Complete: the savepoint is copied from it, the job
+ *    marked stopped_with_savepoint and stopped.  Aborted (a timeout, a
+ *    failed snapshot or write, a failover): the request is withdrawn, the
+ *    sources are woken and go on, and the error is returned.  A second
+ *    deadline, the checkpoint timeout plus STOP_MARGIN_NS, covers an n
+ *    that a failover's reset left unsettled.
+ * 3. The job then ends as a stop, but sl_job_wait returns 0 (status
+ *    FINISHED): the stop was asked for and its state is safe.  Each
+ *    instance delivers the completion of n before it closes (runtime.c
+ *    note 9), so exactly-once sinks commit up to n.  Nothing fires at the
+ *    stop: no maximum watermark, no finish(), no end-of-input timers, so a
+ *    job resumed from n (the savepoint, or state_dir with SL_STORE_RESUME)
+ *    goes on as if it had never stopped.
+ * 4. With drain (Flink's `stop --drain`): DRAIN is set; the sources end,
+ *    the final checkpoint is written as at any end of input
+ *    (coordinator.c note 9) and the job finishes by itself.  The caller
+ *    waits for cp_final_done, then copies the final checkpoint.  If the
+ *    job fails for good first, its error is returned.
+ * 5. One stop at a time (stop_claimed).  A stop that succeeded keeps the
+ *    claim: the job is over.  A stop that failed gives it back.
+ * 6. The caller's waits poll every STOP_POLL_NS, as
+ *    sl_job_trigger_checkpoint's does: the coordinator wakes no caller
+ *    thread, and a stop is rare.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define STOP_POLL_NS 200000u             /* note 6: 0.2 ms */
+#define STOP_MARGIN_NS 5000000000u       /* note 2: 5 s past the timeout */
+#define STOP_DEFAULT_TIMEOUT_NS 60000000000u /* coordinator's default */
+
+__attribute__((format(printf, 4, 5))) static int
+say(char *err, size_t err_bytes, int rc, const char *format, ...) {
+  if (err && err_bytes > 0) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(err, err_bytes, format, args);
+    va_end(args);
+  }
+  return rc;
+}
+
+static void pause_briefly(void) {
+  struct timespec t = {0, STOP_POLL_NS};
+  nanosleep(&t, 0);
+}
+
+static void wake_sources(sl_job *job) {
+  for (int i = 0; i < job->instance_count; i++)
+    if (job->instances[i]->op->kind == SL_OP_SOURCE)
+      sl_parker_wake(&job->instances[i]->parker);
+}
+
+/* The job stopped or failed and no restart will follow (push.c's test). */
+static bool job_over(sl_job *job) {
+  if (!atomic_load(&job->stopping))
+    return false;
+  return atomic_load(&job->user_stopped) ||
+         job->config.restart.strategy == SL_RESTART_NONE ||
+         atomic_load(&job->restarts_over);
+}
+
+static int job_over_error(sl_job *job, char *err, size_t err_bytes) {
+  if (atomic_load(&job->failed))
+    return say(err, err_bytes,
+               job->fail_status ? job->fail_status : SL_ECALLBACK,
+               "stop with a savepoint: the job failed: %s", job->error);
+  return say(err, err_bytes, SL_ESTOPPED,
+             "stop with a savepoint: the job was stopped meanwhile");
+}
+
+/* Note 2: the recorded cause of checkpoint id's abort. */
+static void abort_cause(const sl_job *job, uint64_t id, char *cause,
+                        size_t cause_bytes) {
+  snprintf(cause, cause_bytes, "aborted");
+  sl_checkpoint_stats stats;
+  for (int k = 0; k < SL_CHECKPOINT_HISTORY; k++)
+    if (sl_job_checkpoint_stats(job, k, &stats) == 0 && stats.id == id) {
+      snprintf(cause, cause_bytes, "%s", stats.cause[0] ? stats.cause
+                                                         : "aborted");
+      return;
+    }
+}
+
+static uint64_t timeout_ns(const sl_job *job) {
+  uint32_t ms = job->config.checkpoint.timeout_ms;
+  return ms ? (uint64_t)ms * 1000000u : STOP_DEFAULT_TIMEOUT_NS;
+}
+
+/* Note 2: request checkpoint *id, retrying while max_concurrent are in
+ * flight, until deadline_ns.  EBUSY if none could start. */
+static int request_checkpoint(sl_job *job, uint64_t deadline_ns,
+                              uint64_t *id) {
+  int rc = EBUSY;
+  /* Each try waits up to about 1 s; the deadline bounds the tries. */
+  while (rc == EBUSY && sl_now_ns() < deadline_ns && !job_over(job) &&
+         !atomic_load(&job->cp_final_done))
+    rc = sl_job_trigger_checkpoint(job, id);
+  return rc;
+}
+
+/* Note 2: hold the sources and wait for a stop checkpoint to complete.
+ * On success the sources still hold (the caller copies, then stops the
+ * job); on failure the request is withdrawn. */
+static int stop_hold(sl_job *job, uint64_t *id, char *err,
+                     size_t err_bytes) {
+  atomic_store(&job->stop_request, SL_STOP_REQUEST_HOLD);
+  wake_sources(job);
+  uint64_t deadline_ns = sl_now_ns() + timeout_ns(job) + STOP_MARGIN_NS;
+  uint64_t n = 0;
+  int rc = request_checkpoint(job, deadline_ns, &n);
+  if (rc) {
+    rc = job_over(job) ? job_over_error(job, err, err_bytes)
+                       : say(err, err_bytes, rc, "stop with a savepoint: "
+                             "no checkpoint could start (%s)",
+                             atomic_load(&job->cp_final_done)
+                                 ? "the job reached the end of its input"
+                                 : "the checkpoints in flight did not end");
+  }
+  deadline_ns = sl_now_ns() + timeout_ns(job) + STOP_MARGIN_NS;
+  /* Polls (note 6) until n settles or the job is over; bounded by the
+   * deadline (note 2). */
+  while (rc == 0 && atomic_load(&job->cp_completed_id) < n) {
+    if (job_over(job)) {
+      rc = job_over_error(job, err, err_bytes);
+    } else if (atomic_load(&job->cp_settled_id) >= n) {
+      char cause[200];
+      abort_cause(job, n, cause, sizeof cause);
+      rc = say(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "
+               "checkpoint %" PRIu64 " failed (%s); the job goes on", n,
+               cause);
+    } else if (sl_now_ns() > deadline_ns) {
+      rc = say(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "
+               "checkpoint %" PRIu64 " did not settle in time; the job "
+               "goes on", n);
+    } else {
+      pause_briefly();
+    }
+  }
+  if (rc) {
+    atomic_store(&job->stop_request, SL_STOP_REQUEST_NONE);
+    wake_sources(job);
+    return rc;
+  }
+  /* A manual trigger by someone else may have completed after n: the
+   * sources emitted nothing since n either, so it is as good. */
+  *id = atomic_load(&job->cp_completed_id);
+  return 0;
+}
+
+/* Note 4: end the sources and wait for the final checkpoint. */
+static int stop_drain(sl_job *job, uint64_t *id, char *err,
+                      size_t err_bytes) {
+  atomic_store(&job->stop_request, SL_STOP_REQUEST_DRAIN);
+  wake_sources(job);
+  /* Not bounded by a count: the final checkpoint has no timeout (it is
+   * the job's end, as sl_job_wait's join has none); the job failing for
+   * good ends the loop. */
+  while (!atomic_load(&job->cp_final_done)) {
+    if (job_over(job))
+      return job_over_error(job, err, err_bytes);
+    pause_briefly();
+  }
+  *id = atomic_load(&job->cp_completed_id);
+  return 0;
+}
+
+/* The checks before anything changes; 0 if the stop may go ahead. */
+static int stop_check(sl_job *job, const char *dir, int flags, char *err,
+                      size_t err_bytes) {
+  if (!job)
+    return say(err, err_bytes, EINVAL, "stop with a savepoint: job is NULL");
+  if (dir && !*dir)
+    return say(err, err_bytes, EINVAL, "stop with a savepoint: dir is empty "
+               "(NULL: no copy)");
+  if (flags & ~SL_STOP_DRAIN)
+    return say(err, err_bytes, EINVAL, "stop with a savepoint: unknown flags "
+               "0x%x", (unsigned)flags);
+  if (!job->config.checkpoint.state_dir)
+    return say(err, err_bytes, SL_EUSAGE, "stop with a savepoint: "
+               "checkpointing is off (set checkpoint.state_dir)");
+  int state = atomic_load(&job->state);
+  if (state == SL_JOB_BUILDING || !job->cp)
+    return say(err, err_bytes, SL_ENOTSTARTED,
+               "stop with a savepoint: the job has not started");
+  if (state == SL_JOB_FINISHED || atomic_load(&job->stopping) ||
+      atomic_load(&job->cp_final_done) ||
+      atomic_load(&job->stopped_with_savepoint))
+    return say(err, err_bytes, SL_ESTOPPED,
+               "stop with a savepoint: the job has already ended");
+  return dir ? sl_savepoint_dir_check(dir, err, err_bytes) : 0;
+}
+
+SL_EXPORT int sl_job_stop_with_savepoint(sl_job *job, const char *dir,
+                                         int flags, uint64_t *checkpoint_id,
+                                         char *err, size_t err_bytes) {
+  if (err && err_bytes)
+    err[0] = 0;
+  if (checkpoint_id)
+    *checkpoint_id = 0;
+  int rc = stop_check(job, dir, flags, err, err_bytes);
+  if (rc)
+    return rc;
+  int unclaimed = 0;
+  if (!atomic_compare_exchange_strong(&job->stop_claimed, &unclaimed, 1))
+    return say(err, err_bytes, EBUSY, "stop with a savepoint: another stop "
+               "is under way");
+  bool drain = flags & SL_STOP_DRAIN;
+  uint64_t id = 0;
+  rc = drain ? stop_drain(job, &id, err, err_bytes)
+             : stop_hold(job, &id, err, err_bytes);
+  assert(rc != 0 || id != 0);
+  uint64_t copied = id;
+  if (rc == 0 && dir)
+    rc = sl_job_savepoint(job, dir, &copied, err, err_bytes);
+  /* Without drain, copied is id unless someone else's requested
+   * checkpoint completed after it: also one with no record after it. */
+  assert(rc != 0 || copied >= id);
+  if (rc && !drain) { /* note 2: the job goes on */
+    atomic_store(&job->stop_request, SL_STOP_REQUEST_NONE);
+    wake_sources(job);
+  }
+  if (rc) {
+    atomic_store(&job->stop_claimed, 0);
+    return rc;
+  }
+  if (!drain) { /* note 3 */
+    atomic_store(&job->stopped_with_savepoint, 1);
+    sl_job_stop(job);
+  }
+  if (checkpoint_id)
+    *checkpoint_id = copied;
+  return 0;
+}
