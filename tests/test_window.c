@@ -92,6 +92,11 @@ typedef struct source {
   uint64_t n;
   uint64_t pos;
   uint64_t delay_us; /* per batch: lets checkpoints complete mid-run */
+  /* Nonzero: past this index, emit nothing until a checkpoint completed
+   * (checkpoint_complete), so a fault later in the run always has a
+   * checkpoint to restore, however slowly the machine runs. */
+  uint64_t hold_at;
+  bool completed;
 } source;
 
 static int src_open(sl_ctx *ctx, void *user, void **state) {
@@ -107,6 +112,10 @@ static int src_open(sl_ctx *ctx, void *user, void **state) {
 
 static int src_next(sl_ctx *ctx, void *state) {
   source *s = state;
+  if (s->hold_at && s->pos >= s->hold_at && !s->completed) {
+    sl_test_sleep_us(200);
+    return 0;
+  }
   if (s->delay_us)
     sl_test_sleep_us(s->delay_us);
   for (int k = 0; k < BATCH && s->pos < s->n; k++, s->pos++) {
@@ -133,11 +142,18 @@ static int src_restore(sl_ctx *ctx, void *state, uint64_t id) {
   return sl_fixture_load_position(ctx, &((source *)state)->pos);
 }
 
+static void src_complete(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)ctx;
+  (void)id;
+  ((source *)state)->completed = true;
+}
+
 static const sl_source_ops src_ops = {.open = src_open,
                                       .next = src_next,
                                       .close = src_close,
                                       .snapshot = src_snapshot,
-                                      .restore = src_restore};
+                                      .restore = src_restore,
+                                      .checkpoint_complete = src_complete};
 
 static uint64_t event_key(void *user, const sl_record *in) {
   (void)user;
@@ -282,8 +298,11 @@ static result *run_window(run_spec *spec, uint64_t *n_out) {
   config.faults = spec->faults;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
+  /* The fault hits instance 0 of P at its n/(2P)-th record, about source
+   * index n/2: a checkpoint completes before index n/4. */
   source src = {.events = spec->events, .n = spec->n,
-                .delay_us = spec->state_dir ? 1000 : 0};
+                .delay_us = spec->state_dir ? 1000 : 0,
+                .hold_at = spec->faults ? spec->n / 4 : 0};
   collector sink_data = {.record_bytes = sizeof(result)};
   sl_op *s, *k, *w, *out, *late = 0, *late_sink;
   cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
@@ -757,7 +776,10 @@ static result *run_timers(const event *e, uint64_t n, int parallelism,
   config.faults = faults;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
-  source src = {.events = e, .n = n, .delay_us = state_dir ? 1000 : 0};
+  /* The fault hits instance 0 at its 1000th record: a checkpoint completes
+   * before source index 500. */
+  source src = {.events = e, .n = n, .delay_us = state_dir ? 1000 : 0,
+                .hold_at = faults ? 500 : 0};
   collector sink_data = {.record_bytes = sizeof(result)};
   sl_op *s, *k, *p, *out;
   cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
