@@ -109,28 +109,65 @@ typedef struct output {
   bool any;         /* a checkpoint was delivered */
 } output;
 
-/* Read FILE.delivered: its last complete line is the durable state. */
+/* Read FILE.delivered (open as o->ledger_fd): its last well-formed line is
+ * the durable state.  A crash (a power cut, not only SIGKILL) can leave a
+ * torn or zero-filled tail after it; that tail is cut off and the cut made
+ * durable, so the next line appended starts clean.  A bad line with good
+ * ones after it is damage, not a torn tail: refused. */
 static int ledger_load(output *o, const char *path) {
-  FILE *f = fopen(path, "r");
+  FILE *f = fdopen(dup(o->ledger_fd), "r");
   if (!f)
-    return errno == ENOENT ? 0 : errno;
+    return errno;
   char line[64];
+  off_t good_end = 0, at = 0;
+  bool bad = false;
   while (fgets(line, sizeof line, f)) {
+    size_t len = strlen(line);
     uint64_t id;
     long long end;
-    if (!strchr(line, '\n'))
-      break; /* torn by a crash: the delivery is simply redone */
-    if (sscanf(line, "%" SCNu64 " %lld", &id, &end) != 2) {
+    char extra;
+    bool ok = len && line[len - 1] == '\n' &&
+              sscanf(line, "%" SCNu64 " %lld%c", &id, &end, &extra) == 3 &&
+              extra == '\n' && end >= 0;
+    at += (off_t)len;
+    if (!ok) {
+      bad = true;
+      continue;
+    }
+    if (bad) {
       fclose(f);
-      fprintf(stderr, "%s: malformed line \"%s\"\n", path, line);
+      fprintf(stderr, "%s: a damaged line before byte %lld\n", path,
+              (long long)at);
       return EINVAL;
     }
     o->last_id = id;
     o->end = (off_t)end;
     o->any = true;
+    good_end = at;
   }
   fclose(f);
+  if (bad && (ftruncate(o->ledger_fd, good_end) != 0 ||
+              fdatasync(o->ledger_fd) != 0))
+    return errno;
   return 0;
+}
+
+/* fsync the directory holding path, so files just created stay. */
+static int sync_dir_of(const char *path) {
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  int len = slash ? (int)(slash - path) : 1;
+  if (snprintf(dir, sizeof dir, "%.*s", len, slash ? path : ".") >=
+      (int)sizeof dir)
+    return ENAMETOOLONG;
+  if (dir[0] == 0)
+    strcpy(dir, "/");
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd < 0)
+    return errno;
+  int rc = fsync(fd) == 0 ? 0 : errno;
+  close(fd);
+  return rc;
 }
 
 static int write_all(int fd, const void *data, size_t bytes, off_t at) {
@@ -195,9 +232,10 @@ static int output_open(output *o, const char *path, bool resume) {
   o->ledger_fd = open(ledger, flags, 0644);
   if (o->fd < 0 || o->ledger_fd < 0)
     return errno;
-  if (!resume)
-    return 0;
-  int rc = ledger_load(o, ledger);
+  int rc = sync_dir_of(path);
+  if (rc || !resume)
+    return rc;
+  rc = ledger_load(o, ledger);
   /* Bytes past the ledger's end were never acknowledged: their checkpoint
    * is delivered again, so they go now. */
   if (rc == 0 && ftruncate(o->fd, o->end) != 0)
