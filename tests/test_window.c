@@ -298,11 +298,15 @@ static result *run_window(run_spec *spec, uint64_t *n_out) {
   config.faults = spec->faults;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
-  /* The fault hits instance 0 of P at its n/(2P)-th record, about source
-   * index n/2: a checkpoint completes before index n/4. */
+  /* The fault hits instance 0 of P at its n/(2P)-th record.  Keys need not
+   * spread evenly, so instance 0 may get any share of the first records:
+   * only before source index n/(2P) is the fault sure not to have fired.
+   * A checkpoint completes before index n/(4P). */
   source src = {.events = spec->events, .n = spec->n,
                 .delay_us = spec->state_dir ? 1000 : 0,
-                .hold_at = spec->faults ? spec->n / 4 : 0};
+                .hold_at = spec->faults
+                               ? spec->n / (4 * (uint64_t)spec->parallelism)
+                               : 0};
   collector sink_data = {.record_bytes = sizeof(result)};
   sl_op *s, *k, *w, *out, *late = 0, *late_sink;
   cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
