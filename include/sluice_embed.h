@@ -487,8 +487,8 @@ typedef int (*sl_deliver_fn)(void *user, int instance, uint64_t checkpoint_id,
  *   more fails the job at the snapshot (SL_ETOOBIG), naming the sink and
  *   the size: checkpoint more often.  It may also hold at most 1,048,576
  *   (2^20) unacknowledged batches (one per checkpoint): more fails the
- *   job with ENOSPC, naming the sink and the limit.  The unacknowledged batches are
- *   copied at each snapshot on the instance's thread.
+ *   job with ENOSPC, naming the sink and the limit.  The unacknowledged
+ *   batches are copied at each snapshot on the instance's thread.
  * - Starting from an older savepoint goes back in time: results after its
  *   checkpoint s are produced again, with ids above s that the application
  *   may have seen before.  Reset the application's last ids to s (or keep

@@ -213,6 +213,8 @@ static int pending_push(wal_instance *w, wal_batch *b) {
   return 0;
 }
 
+_Static_assert(WAL_MAX_PENDING == 1048576u, "pending_error names the limit");
+
 /* Why pending_push failed, for a message. */
 static const char *pending_error(int rc) {
   return rc == ENOSPC ? "more than 1048576 (WAL_MAX_PENDING) batches would "
