@@ -7,6 +7,7 @@
 #define SL_CPUS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* The CPUs of the process's affinity mask (sched_getaffinity), ascending,
  * malloc'd into *cpus (free it), their number into *count.  0, an errno of
@@ -24,5 +25,17 @@ int sl_cpus_usable(int mask_count);
 /* The whole CPUs a cgroup v2 cpu.max line ("QUOTA PERIOD", "max PERIOD")
  * allows: 0 for "max" or text it cannot parse.  For tests. */
 int sl_cpus_parse_cpu_max(const char *text);
+
+/* The same for cgroup v1's cpu.cfs_quota_us and cpu.cfs_period_us lines:
+ * 0 for a quota of -1 (none) or text it cannot parse.  For tests. */
+int sl_cpus_parse_cfs(const char *quota_text, const char *period_text);
+
+/* From the text of a /proc/self/mountinfo (modified: lines are cut), the
+ * directory of the cgroup at path (as /proc/self/cgroup names it) in the
+ * v2 hierarchy or the v1 one with the cpu controller, and the mount point
+ * it lies under, each into `bytes` bytes; false if no mount shows it
+ * (cpus.c notes 3 and 7).  For tests. */
+bool sl_cpus_cgroup_dir(char *mountinfo, bool v2, const char *path,
+                        char *dir, char *point, size_t bytes);
 
 #endif /* SL_CPUS_H */

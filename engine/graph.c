@@ -21,6 +21,7 @@
 #include "internal.h"
 #include "cpus.h"
 #include "log.h"
+#include "utf8_check.h"
 
 /* Automatic ring size: the job's rings share this much memory, each ring
  * between the two bounds.  On P1 (4 threads, 2 cores) 4 MiB rings ran about
@@ -60,6 +61,27 @@ static uint64_t round_up_pow2(uint64_t n) {
   return p;
 }
 
+/* The job's name becomes a Prometheus label value, which the exposition
+ * format requires to be UTF-8: a scraper refuses the whole page
+ * otherwise.  EINVAL, with an ERROR line naming the field and the byte. */
+static int name_utf8_check(const char *name) {
+  size_t length = strlen(name); /* < SL_MAX_NAME, checked before */
+  for (size_t i = 0; i < length;) {
+    const char *why = "";
+    size_t n = sl_utf8_sequence((const unsigned char *)name + i,
+                                length - i, &why);
+    if (n == 0) {
+      sl_log(SL_LOG_ERROR,
+             "sl_job_create: sl_job_config.name is not valid UTF-8: %s at "
+             "byte %zu",
+             why, i);
+      return EINVAL;
+    }
+    i += n;
+  }
+  return 0;
+}
+
 /* The settings that do not depend on the ring size. */
 static int config_resolve_rest(sl_job_config *c) {
   if (c->buffer_timeout_us == 0)
@@ -93,7 +115,7 @@ static int config_resolve_rest(sl_job_config *c) {
     return EINVAL; /* a savepoint is copied into the state directory */
   if (c->name && (!c->name[0] || strnlen(c->name, SL_MAX_NAME) >= SL_MAX_NAME))
     return EINVAL; /* a label value of 1 .. SL_MAX_NAME-1 bytes */
-  return 0;
+  return c->name ? name_utf8_check(c->name) : 0;
 }
 
 /* Fill in defaults and check ranges.  Returns 0 or EINVAL. */

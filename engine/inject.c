@@ -15,9 +15,14 @@
  *                when it restores a checkpoint): the instance fails.
  *   store        storage/store_txn.c's fault layer (sl_store_set_fault): the
  *                put, commit or sync returns the error.
+ *   complete     snapshot.c, when an instance acts on a completed
+ *                checkpoint, after the commit and before its
+ *                checkpoint_complete hook runs (so before an exactly-once
+ *                sink commits or delivers): the instance fails.
  *   crash        the named points: SIGKILL at once.
- * Every fault that fires is logged on stderr with its spec, and the spec is
- * part of the failure's message.
+ * Every fault that fires is logged (an INFO line through the host's log
+ * handler, sl_log_set_handler) with its spec, and the spec is part of the
+ * failure's message.
  *
  * One failure per attempt.  A fault that fails the job claims the attempt
  * (attempt_fault_fired); a second one that would fail the same attempt

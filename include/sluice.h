@@ -402,7 +402,9 @@ typedef struct sl_job_config {
   /** The job's name, shown as the label job="NAME" on every Prometheus
    * metric (sl_metrics_prometheus, GET /metrics), so the metrics of
    * several jobs in one process (or host) stay apart.  1 .. SL_MAX_NAME-1
-   * bytes, any characters (label values are escaped); copied.  NULL: the
+   * bytes of well-formed UTF-8, as Prometheus requires of a label value
+   * (escaped as needed); copied.  Otherwise sl_job_create returns EINVAL
+   * with an ERROR line naming sl_job_config.name.  NULL: the
    * default "sluice" (the CLI passes its job's name).  Added after the
    * first version: a program built before sees the default. */
   const char *name;

@@ -485,8 +485,10 @@ typedef int (*sl_deliver_fn)(void *user, int instance, uint64_t checkpoint_id,
  *   acknowledged.  One instance's unacknowledged results may take up to
  *   1 GiB in the store (each record its bytes rounded up to 8, plus 16);
  *   more fails the job at the snapshot (SL_ETOOBIG), naming the sink and
- *   the size: checkpoint more often.  The unacknowledged batches are
- *   copied at each snapshot on the instance's thread.
+ *   the size: checkpoint more often.  It may also hold at most 1,048,576
+ *   (2^20) unacknowledged batches (one per checkpoint): more fails the
+ *   job with ENOSPC, naming the sink and the limit.  The unacknowledged
+ *   batches are copied at each snapshot on the instance's thread.
  * - Starting from an older savepoint goes back in time: results after its
  *   checkpoint s are produced again, with ids above s that the application
  *   may have seen before.  Reset the application's last ids to s (or keep
@@ -495,8 +497,11 @@ typedef int (*sl_deliver_fn)(void *user, int instance, uint64_t checkpoint_id,
  *   batches cannot change the sink's parallelism (operator state,
  *   sl_job_savepoint).
  * - An instance whose input ended before a checkpoint keeps its final
- *   state in later ones: each resume from them delivers its last
- *   unacknowledged batches again (same ids).
+ *   state, frozen, in every later checkpoint (none of its hooks runs
+ *   again, so an acknowledgement is never stored): each resume from them
+ *   delivers again the batches that state held, although fn acknowledged
+ *   them before, with the same ids and records (the application's last
+ *   ids skip them).
  *
  * Records stay in arrival order within an instance; with parallelism
  * different from the input's they are spread round-robin, with equal

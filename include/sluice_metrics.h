@@ -187,7 +187,10 @@ void sl_metrics_free(sl_metrics *m);
 
 /** The Prometheus text (exposition format 0.0.4) that GET /metrics
  * serves, for a host that serves it from its own endpoint: every sample
- * carries the label job="NAME" (sl_job_config.name).  Available in every
+ * carries the label job="NAME" (sl_job_config.name).  Prometheus sets a
+ * target's own `job` label from its scrape config, so by default it keeps
+ * sluice's as `exported_job`; set honor_labels: true in the scrape config
+ * to keep it as `job`.  Available in every
  * build, also one without the HTTP endpoint (meson -Dhttp=disabled).
  * Takes one snapshot (sl_job_metrics) and, if the whole text and its
  * terminating NUL fit in buf_bytes, copies them into buf.  *needed is set
@@ -205,8 +208,10 @@ int sl_metrics_prometheus(sl_job *job, char *buf, size_t buf_bytes,
 /* HTTP endpoint (engine/http.c, libmicrohttpd).  An embedded server for
  * one job, on its own threads.  Optional at build time: a library built
  * with meson -Dhttp=disabled (or without libmicrohttpd) has no endpoint,
- * and sl_http_start / sl_http_start_with return ENOTSUP, saying so in
- * sl_job_error(job); sl_metrics_prometheus works in every build.
+ * and sl_http_start / sl_http_start_with return ENOTSUP and log an ERROR
+ * line saying why (sl_job_error(job) says so too while the job is still
+ * being built: a started job's message is its run's, never overwritten);
+ * sl_metrics_prometheus works in every build.
  *
  *
  *   GET  /metrics         Prometheus text exposition format 0.0.4, as
@@ -305,7 +310,8 @@ typedef struct sl_http_options {
  * protected directory: EINVAL), an errno of socket(), bind() or listen()
  * (EADDRINUSE, EACCES, ...), ENOMEM, EIO (the server could not start for
  * another reason), ENOTSUP (the library was built without the HTTP
- * endpoint: sl_job_error(job) says so).  On error *http is NULL and
+ * endpoint: an ERROR line says so, and sl_job_error(job) too if the job
+ * has not been started).  On error *http is NULL and
  * nothing is left running. */
 int sl_http_start_with(sl_job *job, const sl_http_options *options,
                        sl_http **http);

@@ -40,7 +40,7 @@
  *    (checkpoint_writer.c), and the whole state is copied on the instance's
  *    thread at each snapshot.  More fails the snapshot, naming the sink, the
  *    instance and the size: checkpoint more often.
- * 7. Nothing read back is trusted (DESIGN.md invariant 9): wal_parse checks
+ * 7. Nothing read back is trusted (DESIGN.md invariant 9): state_parse checks
  *    every length and id before a byte is used; a damaged state fails the
  *    restore with SL_ECORRUPT naming the state directory.
  *
@@ -213,6 +213,15 @@ static int pending_push(wal_instance *w, wal_batch *b) {
   return 0;
 }
 
+_Static_assert(WAL_MAX_PENDING == 1048576u, "pending_error names the limit");
+
+/* Why pending_push failed, for a message. */
+static const char *pending_error(int rc) {
+  return rc == ENOSPC ? "more than 1048576 (WAL_MAX_PENDING) batches would "
+                        "be unacknowledged"
+                      : "out of memory";
+}
+
 /* Drop the oldest pending batch (acknowledged). */
 static void pending_pop(wal_instance *w) {
   assert(w->pending_count > 0);
@@ -351,9 +360,12 @@ static int state_parse(sl_ctx *ctx, wal_instance *w, const uint8_t *data,
     b.arena = malloc(arena_bytes ? arena_bytes : 1);
     if (b.arena)
       memcpy(b.arena, data + at, arena_bytes);
-    if (!b.arena || pending_push(w, &b) != 0) { /* b moves when pushed */
+    int rc = b.arena ? pending_push(w, &b) : ENOMEM; /* b moves */
+    if (rc) {
       free(b.arena);
-      return ENOMEM;
+      sl_ctx_fail(ctx, "cannot keep the stored results of checkpoint %"
+                  PRIu64 ": %s", restored, pending_error(rc));
+      return rc;
     }
     at += arena_bytes;
   }
@@ -411,7 +423,8 @@ static int wal_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
     int rc = pending_push(w, &w->building);
     if (rc) {
       w->building.checkpoint_id = 0;
-      sl_ctx_fail(ctx, "cannot keep the results of checkpoint %" PRIu64, id);
+      sl_ctx_fail(ctx, "cannot keep the results of checkpoint %" PRIu64
+                  ": %s", id, pending_error(rc));
       return rc;
     }
   }
@@ -421,6 +434,11 @@ static int wal_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   int rc = state_write(ctx, w, &bytes);
   if (rc == 0)
     rc = sl_operator_state_set(ctx, w->scratch, (uint32_t)bytes);
+  /* The bytes are copied: the scratch copy (up to 1 GiB) goes at once
+   * rather than doubling the instance's memory until the next snapshot. */
+  free(w->scratch);
+  w->scratch = NULL;
+  w->scratch_capacity = 0;
   return rc;
 }
 

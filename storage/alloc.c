@@ -9,7 +9,63 @@
 
 #ifdef SL_USE_JEMALLOC
 
+#include <dlfcn.h>
 #include <pthread.h>
+#include <string.h>
+
+#include "log.h"
+
+/* Note 6: whether jemalloc's entry points are split between objects,
+ * decided once by split_check. */
+static pthread_once_t split_once = PTHREAD_ONCE_INIT;
+static bool split;
+
+typedef void (*entry_fn)(void);
+
+/* The object (its load address) that holds fn, and its file name. */
+static void *object_of(entry_fn fn, const char **file) {
+  void *address;
+  memcpy(&address, &fn, sizeof address); /* function to object (POSIX) */
+  Dl_info info;
+  if (dladdr(address, &info) == 0)
+    return NULL;
+  *file = info.dli_fname ? info.dli_fname : "?";
+  return info.dli_fbase;
+}
+
+/* Note 6: every entry point of this seam, as the dynamic linker resolved
+ * it for libsluice, must come from the object that holds mallocx. */
+static void split_check(void) {
+  static const struct {
+    const char *name;
+    entry_fn fn;
+  } entries[] = {
+      {"sdallocx", (entry_fn)sdallocx},
+      {"sallocx", (entry_fn)sallocx},
+      {"nallocx", (entry_fn)nallocx},
+      {"mallctl", (entry_fn)mallctl},
+  };
+  const char *home_file = "?";
+  void *home = object_of((entry_fn)mallocx, &home_file);
+  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+    const char *file = "?";
+    void *object = object_of(entries[i].fn, &file);
+    if (home && object == home)
+      continue;
+    split = true;
+    sl_log(SL_LOG_WARN,
+           "sluice: keyed state uses malloc/free, not jemalloc: mallocx "
+           "comes from %s but %s from %s (another allocator, such as "
+           "tcmalloc, is linked or preloaded)",
+           home_file, entries[i].name, file);
+    return;
+  }
+}
+
+static bool jemalloc_split(void) {
+  pthread_once(&split_once, split_check);
+  return split;
+}
 
 /* Reset arenas with their flushed tcaches, ready for reuse (note 3).  A
  * lock, not a lock-free stack: maps are created and destroyed a few times
@@ -66,6 +122,10 @@ static bool pair_create(pooled *p) {
 }
 
 void sl_alloc_open(sl_alloc *a) {
+  if (jemalloc_split()) {
+    *a = (sl_alloc){.flags = 0, .resettable = false, .system = true};
+    return;
+  }
   pooled p;
   if (pool_take(&p) || pair_create(&p)) {
     *a = (sl_alloc){.flags = MALLOCX_ARENA(p.arena) | MALLOCX_TCACHE(p.tcache),
@@ -99,7 +159,9 @@ void sl_alloc_close(sl_alloc *a) {
   a->flags = MALLOCX_TCACHE_NONE;
 }
 
-const char *sl_alloc_name(void) { return "jemalloc"; }
+const char *sl_alloc_name(void) {
+  return jemalloc_split() ? "malloc" : "jemalloc";
+}
 
 /* One uint64 statistic of an arena ("stats.arenas.<i>.<what>"). */
 static int arena_stat(unsigned arena, const char *what, uint64_t *value) {

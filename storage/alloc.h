@@ -7,9 +7,12 @@
  * 1. Why explicit calls.  libsluice.so links jemalloc, but in a host whose
  *    executable links libc before libsluice (the usual case), the symbol
  *    malloc resolves to glibc's: the dynamic linker searches the
- *    executable's DT_NEEDED list before libsluice's.  mallocx() and
- *    sdallocx() exist in jemalloc only, so calling them reaches jemalloc
- *    whatever the host links.
+ *    executable's DT_NEEDED list before libsluice's.  mallocx(),
+ *    sdallocx(), sallocx(), nallocx() and mallctl() are jemalloc's own
+ *    API, which glibc does not have, so calling them reaches jemalloc in
+ *    such a host.  Other allocators export some of these names too
+ *    (gperftools' tcmalloc has nallocx, Google's tcmalloc sdallocx): see
+ *    note 6 for a host that links or preloads one.
  * 2. One arena and one explicit tcache per sl_alloc (one per keyed-state
  *    map), both created by mallctl ("arenas.create", "tcache.create").
  *    Every allocation passes MALLOCX_ARENA(arena) | MALLOCX_TCACHE(tcache),
@@ -37,6 +40,16 @@
  *    sl_alloc_resettable() tells it whether it must free every object.
  * 5. sl_alloc_free() takes the size given at allocation (sdallocx skips a
  *    size lookup); debug builds check it against jemalloc's own record.
+ * 6. All of jemalloc or none.  With tcmalloc preloaded (LD_PRELOAD) or
+ *    linked by the host, mallocx still resolves to jemalloc but nallocx
+ *    (or sdallocx) to tcmalloc: jemalloc's memory would be handed to
+ *    tcmalloc to free, corrupting both heaps.  So the first
+ *    sl_alloc_open() checks, with dladdr(), that every entry point this
+ *    seam calls (mallocx, sdallocx, sallocx, nallocx, mallctl) resolves
+ *    into one and the same object; if not, it logs one WARN line naming
+ *    the two objects and every sl_alloc of the process uses malloc/free
+ *    (the `system` flag below, note 4's fallback), whichever malloc the
+ *    host has.  The answer is computed once and kept.
  */
 #ifndef SL_ALLOC_H
 #define SL_ALLOC_H
@@ -56,6 +69,7 @@ typedef struct sl_alloc {
   unsigned arena;    /* valid when resettable */
   unsigned tcache;   /* valid when resettable */
   bool resettable;   /* own arena: close discards everything (note 3) */
+  bool system;       /* jemalloc's API is split (note 6): malloc/free */
 } sl_alloc;
 
 /* Pooled (reset) arenas kept for reuse; beyond this they are destroyed. */
@@ -87,14 +101,20 @@ int sl_alloc_allocated_bytes(const sl_alloc *a, uint64_t *bytes);
 #ifdef SL_USE_JEMALLOC
 
 static inline void *sl_alloc_bytes(const sl_alloc *a, size_t bytes) {
+  if (a->system)
+    return malloc(bytes ? bytes : 1);
   return mallocx(bytes ? bytes : 1, a->flags);
 }
 static inline void *sl_alloc_zeroed(const sl_alloc *a, size_t bytes) {
+  if (a->system)
+    return calloc(1, bytes ? bytes : 1);
   return mallocx(bytes ? bytes : 1, a->flags | MALLOCX_ZERO);
 }
 /** alignment: a power of two. */
 static inline void *sl_alloc_aligned(const sl_alloc *a, size_t alignment,
                                      size_t bytes) {
+  if (a->system)
+    return aligned_alloc(alignment, bytes);
   return mallocx(bytes, a->flags | MALLOCX_ALIGN(alignment));
 }
 /** Free p (NULL accepted), allocated through a with `bytes` (and
@@ -103,6 +123,10 @@ static inline void sl_alloc_free_aligned(const sl_alloc *a, void *p,
                                          size_t alignment, size_t bytes) {
   if (!p)
     return;
+  if (a->system) {
+    free(p);
+    return;
+  }
   int flags = a->flags | (alignment ? MALLOCX_ALIGN(alignment) : 0);
   if (!bytes)
     bytes = 1;

@@ -15,11 +15,15 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sluice.h"
 #include "sluice_testing.h"
+#include "test_dirs.h"
+#include "test_spawn.h"
 
 #define KEYS UINT64_C(200000)
 /* The smallest keyed-state version: a 40-byte header, the key of at least
@@ -234,4 +238,137 @@ Test(alloc, hook_refuses_bad_arguments) {
   cr_expect_str_eq(name, SL_TEST_JEMALLOC ? "jemalloc" : "malloc");
   cr_expect_eq(bytes, 0);
   sl_job_destroy(job);
+}
+
+/* ---- a host that preloads tcmalloc (alloc.h note 6) ---- */
+
+#define COUNT_RECORDS UINT64_C(200000)
+#define COUNT_KEYS UINT64_C(1000)
+
+static _Atomic uint64_t count_sum;
+
+/* Counts records per key in keyed state and emits {key, count so far}. */
+static int emit_count_process(sl_ctx *ctx, void *state, int input,
+                              const sl_record *in) {
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  void *value;
+  int rc = sl_state_update(ctx, 0, sizeof(uint64_t), 0, &value);
+  if (rc)
+    return rc;
+  uint64_t count;
+  memcpy(&count, value, sizeof count);
+  count++;
+  memcpy(value, &count, sizeof count);
+  /* A second value of a size that changes with every record (8 .. 320
+   * bytes, so every size class of that range), replaced or deleted: state
+   * memory is freed as well as allocated (sl_alloc_free, whose size check
+   * once aborted under tcmalloc). */
+  uint8_t blob[320];
+  memset(blob, (int)(count & 0xff), sizeof blob);
+  rc = count % 7 ? sl_state_put(ctx, 1, blob, 8 + 8 * (uint32_t)(count % 40),
+                                0)
+                 : sl_state_delete(ctx, 1);
+  if (rc)
+    return rc;
+  sl_tuple out = {.key = t.key, .value = count};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
+static int sum_process(sl_ctx *ctx, void *state, int input,
+                       const sl_record *in) {
+  (void)ctx;
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  atomic_fetch_add(&count_sum, t.value);
+  return 0;
+}
+
+/* The sum of every emitted count: each of COUNT_KEYS keys is seen
+ * n = COUNT_RECORDS / COUNT_KEYS times and emits 1 + 2 + ... + n. */
+Test(alloc, keyed_counts_are_right) {
+  atomic_store(&count_sum, 0);
+  sl_job *job;
+  cr_assert_eq(sl_job_create(0, &job), 0);
+  sl_op *source, *keyed, *count, *sink;
+  sl_process_ops count_ops = {.process = emit_count_process};
+  sl_process_ops sum_ops = {.process = sum_process};
+  cr_assert_eq(sl_source_sequence(job, "numbers", 1, COUNT_RECORDS,
+                                  COUNT_KEYS, &source), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", source, tuple_key, 0, &keyed), 0);
+  cr_assert_eq(sl_op_process(job, "count", &keyed, 1, 2, &count_ops, 0,
+                             &count), 0);
+  cr_assert_eq(sl_op_sink(job, "sum", count, 1, &sum_ops, 0, &sink), 0);
+  int rc = sl_job_run(job);
+  cr_assert_eq(rc, 0, "run: %s: %s", sl_strerror(rc), sl_job_error(job));
+  uint64_t n = COUNT_RECORDS / COUNT_KEYS;
+  cr_expect_eq(atomic_load(&count_sum), COUNT_KEYS * n * (n + 1) / 2,
+               "sum of counts %" PRIu64, atomic_load(&count_sum));
+  char name[16];
+  uint64_t bytes;
+  cr_assert_eq(sl_testing_state_allocator(job, name, sizeof name, &bytes), 0);
+  /* Run by preloaded_tcmalloc below: jemalloc's API is split, so the
+   * state must be in malloc/free. */
+  if (getenv("SL_TEST_EXPECT_SPLIT"))
+    cr_expect_str_eq(name, "malloc");
+  sl_job_destroy(job);
+}
+
+static const char *tcmalloc_path(void) {
+  static const char *const paths[] = {
+      "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+      "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
+      "/usr/lib64/libtcmalloc_minimal.so.4",
+      "/usr/lib/libtcmalloc_minimal.so.4",
+  };
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+    if (access(paths[i], R_OK) == 0)
+      return paths[i];
+  return NULL;
+}
+
+/* gperftools' tcmalloc exports nallocx (and malloc/free) but no mallocx:
+ * preloaded, it splits jemalloc's API.  Before note 6, the size check of
+ * sl_alloc_free aborted (tcmalloc's nallocx against jemalloc's sallocx),
+ * and a release build freed jemalloc memory into tcmalloc.  The keyed job
+ * runs in a child process with tcmalloc preloaded and must give the
+ * right counts, from malloc/free. */
+Test(alloc, preloaded_tcmalloc) {
+  if (!SL_TEST_JEMALLOC)
+    cr_skip_test("built without jemalloc: no API to split");
+  const char *tcmalloc = tcmalloc_path();
+  if (!tcmalloc)
+    cr_skip_test("libtcmalloc_minimal.so.4 is not installed "
+                 "(Debian package libtcmalloc-minimal4)");
+  char *dir = sl_test_temp_dir("alloc-tcmalloc");
+  char *log = sl_test_path_in(dir, "child.log");
+  cr_assert_eq(setenv("LD_PRELOAD", tcmalloc, 1), 0);
+  cr_assert_eq(setenv("SL_TEST_EXPECT_SPLIT", "1", 1), 0);
+  cr_assert_eq(setenv("SLUICE_LOG_LEVEL", "warn", 1), 0);
+  /* Criterion's sandbox (BoxFort) marks its workers with BXFI_MAP: the
+   * child must start as a runner of its own, not as such a worker. */
+  const char *map = getenv("BXFI_MAP");
+  char *saved_map = map ? strdup(map) : NULL;
+  unsetenv("BXFI_MAP");
+  const char *args[] = {"--filter", "alloc/keyed_counts_are_right", "-j1",
+                        NULL};
+  int status = sl_test_reap(sl_test_spawn_program("/proc/self/exe", log,
+                                                  args));
+  unsetenv("LD_PRELOAD");
+  if (saved_map)
+    setenv("BXFI_MAP", saved_map, 1);
+  free(saved_map);
+  char *out = sl_test_slurp(log);
+  cr_expect_eq(status, 0, "child exited with %d:\n%s", status, out);
+  cr_expect(strstr(out, "Synthesis: Tested: 1 | Passing: 1"),
+            "the child ran no passing test:\n%s", out);
+  cr_expect(strstr(out, "keyed state uses malloc/free"),
+            "no warning in the child's log:\n%s", out);
+  free(out);
+  free(log);
+  sl_test_remove_tree(dir);
 }

@@ -263,6 +263,85 @@ Test(host, cpu_max_lines) {
   cr_assert_eq(sl_cpus_parse_cpu_max("400000 100000"), 4);
   cr_assert_eq(sl_cpus_parse_cpu_max("12x 100000"), 0);
   cr_assert_eq(sl_cpus_parse_cpu_max(""), 0);
+  /* Hostile lines (cpus.c note 6): no overflow, no split numbers, no
+   * negative or out-of-range value taken for a quota. */
+  cr_assert_eq(sl_cpus_parse_cpu_max("9223372036854775807 100000"),
+               CPU_SETSIZE); /* huge: clamped, and no overflow (UBSan) */
+  cr_assert_eq(sl_cpus_parse_cpu_max("9223372036854775807 "
+                                     "9223372036854775807"), 1);
+  cr_assert_eq(sl_cpus_parse_cpu_max("9223372036854775808 100000"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("99999999999999999999 100000"), 0);
+  /* 40 digits: %31s once split it, the rest read as the period. */
+  cr_assert_eq(sl_cpus_parse_cpu_max(
+                   "1234567890123456789012345678901234567890 100000"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("123456789012345678901234567890123"
+                                     "45"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("-100000 100000"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("100000 -100000"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("100000 0"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("100000 100000x"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("100000 99999999999999999999"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("150000 100000 7"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("+150000 100000"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("max"), 0);
+  cr_assert_eq(sl_cpus_parse_cpu_max("1 100000\n"), 1);
+  /* cgroup v1: quota and period files. */
+  cr_assert_eq(sl_cpus_parse_cfs("250000\n", "100000\n"), 3);
+  cr_assert_eq(sl_cpus_parse_cfs("-1\n", "100000\n"), 0);
+  cr_assert_eq(sl_cpus_parse_cfs("9223372036854775807\n", "1\n"),
+               CPU_SETSIZE);
+  cr_assert_eq(sl_cpus_parse_cfs("99999999999999999999\n", "100000\n"), 0);
+  cr_assert_eq(sl_cpus_parse_cfs("100000\n", "0\n"), 0);
+  cr_assert_eq(sl_cpus_parse_cfs("10x\n", "100000\n"), 0);
+  cr_assert_eq(sl_cpus_parse_cfs("100000\n", "-5\n"), 0);
+}
+
+/* Which mount shows the process's cgroup (cpus.c note 7), from sample
+ * mountinfo text. */
+static bool cgroup_dir_of(const char *mountinfo, bool v2, const char *path,
+                          char *dir, char *point) {
+  char *text = strdup(mountinfo);
+  cr_assert(text);
+  bool found = sl_cpus_cgroup_dir(text, v2, path, dir, point, 256);
+  free(text);
+  return found;
+}
+
+Test(host, cgroup_mount_choice) {
+  char dir[256], point[256];
+  /* The first cgroup2 mount shows another subtree (/foo is not above
+   * /foobar/x); the second shows the root; the third /foobar: the
+   * deepest that holds the path wins. */
+  const char *three =
+      "30 1 0:26 /foo /mnt/foo rw - cgroup2 cgroup2 rw\n"
+      "31 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
+      "32 1 0:26 /foobar /mnt/foobar rw shared:9 - cgroup2 cgroup2 rw\n"
+      "33 1 0:27 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu,cpuacct\n";
+  cr_assert(cgroup_dir_of(three, true, "/foobar/x", dir, point));
+  cr_expect_str_eq(dir, "/mnt/foobar/x");
+  cr_expect_str_eq(point, "/mnt/foobar");
+  cr_assert(cgroup_dir_of(three, true, "/foo", dir, point));
+  cr_expect_str_eq(dir, "/mnt/foo");
+  cr_assert(cgroup_dir_of(three, true, "/other/y", dir, point));
+  cr_expect_str_eq(dir, "/sys/fs/cgroup/other/y");
+  cr_expect_str_eq(point, "/sys/fs/cgroup");
+  cr_assert(cgroup_dir_of(three, false, "/a", dir, point));
+  cr_expect_str_eq(dir, "/sys/fs/cgroup/cpu/a");
+  /* Only a mount of another subtree: none shows the process. */
+  const char *other = "30 1 0:26 /foo /mnt/foo rw - cgroup2 cgroup2 rw\n";
+  cr_expect_not(cgroup_dir_of(other, true, "/foobar", dir, point));
+  /* Escapes: a blank (\040) and a backslash (\134) in the mount point. */
+  const char *escaped =
+      "40 1 0:26 /ctr /mnt/my\\040cgroups\\134x rw - cgroup2 none rw\n";
+  cr_assert(cgroup_dir_of(escaped, true, "/ctr/job", dir, point));
+  cr_expect_str_eq(dir, "/mnt/my cgroups\\x/job");
+  cr_expect_str_eq(point, "/mnt/my cgroups\\x");
+  /* No cgroup mounts at all, and a v1 mount without cpu. */
+  const char *none = "20 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+                     "21 1 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup "
+                     "rw,memory\n";
+  cr_expect_not(cgroup_dir_of(none, true, "/", dir, point));
+  cr_expect_not(cgroup_dir_of(none, false, "/", dir, point));
 }
 
 /* What a child found about its job's CPUs, through a pipe. */
@@ -605,6 +684,36 @@ Test(host, job_name_bounds_and_older_callers) {
   old.config.struct_bytes = offsetof(sl_job_config, name);
   cr_assert_eq(sl_job_create(&old.config, &job), 0);
   cr_assert_str_eq(job->name, "sluice");
+  sl_job_destroy(job);
+}
+
+/* The name is a Prometheus label value, which must be UTF-8: a name that
+ * is not is refused at sl_job_create, with a line naming the field. */
+Test(host, job_name_must_be_utf8) {
+  static captured c = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  sl_log_set_handler(capture_handler, &c);
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  sl_job *job = NULL;
+  const char *refused[] = {
+      "caf\xe9",         /* Latin-1, not UTF-8 */
+      "a\xc3",           /* a sequence cut short */
+      "\xc0\xaf" "etc", /* overlong "/" */
+      "x\xed\xa0\x80", /* a surrogate */
+      "\xff",
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    config.name = refused[i];
+    cr_expect_eq(sl_job_create(&config, &job), EINVAL, "name %zu", i);
+    cr_expect_null(job);
+  }
+  sl_log_set_handler(NULL, NULL);
+  cr_expect(strstr(c.text, "0 sl_job_create: sl_job_config.name is not "
+                           "valid UTF-8: "),
+            "%s", c.text);
+  cr_expect_eq(c.lines[SL_LOG_ERROR], 5, "%s", c.text);
+  config.name = "z\xc3\xa4hler-\xe2\x82\xac-\xf0\x9f\x98\x80"; /* UTF-8 */
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  cr_expect_str_eq(job->name, config.name);
   sl_job_destroy(job);
 }
 
