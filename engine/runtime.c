@@ -891,6 +891,7 @@ void sl_job_fail(sl_job *job, int status, const char *fmt, ...) {
     va_end(ap);
     job->fail_status = status;
     sl_job_set_error(job, "%s", message);
+    atomic_store_explicit(&job->fail_published, 1, memory_order_release);
   }
   sl_job_stop_internal(job);
 }
@@ -916,6 +917,7 @@ void sl_instance_fail(sl_instance *inst, int status) {
                      inst->op->name, inst->index, inst->op->parallelism,
                      inst->cause, inst->cause[0] ? ": " : "",
                      sl_strerror(status), code);
+    atomic_store_explicit(&job->fail_published, 1, memory_order_release);
   }
   sl_job_stop_internal(job);
   assert(atomic_load(&job->failed) == 1);
