@@ -290,6 +290,9 @@ int sl_job_config_read(const sl_job_config *in, sl_job_config *out);
 /* push.c: the failover supervisor returned (no attempt follows); wake
  * the job's sleeping pushers and pollers (push.c note 4). */
 void sl_push_job_over(sl_job *job);
+/* runtime.c: inside a source's next(), park until a checkpoint
+ * notification, a trigger or a stop request is pending (push.c note 7). */
+void sl_source_wait_checkpoint_news(sl_ctx *ctx);
 
 /* The failure's status once published (fail_published): true and
  * *status; false while none is (a failure may be claimed, not yet

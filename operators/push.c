@@ -67,9 +67,11 @@
  *    after it; the new attempt cuts the records before the restored
  *    position and emits the rest again before anything from the queue.
  *    The log holds at most replay_capacity_records records: when it is
- *    full the source emits nothing (it sleeps PUSH_SOURCE_WAIT_NS per
- *    next() call, so that notifications are delivered) until a completed
- *    checkpoint frees room, and the pushers wait behind the full queue.
+ *    full the source emits nothing until a completed checkpoint frees
+ *    room (inside next() it spins, then parks on its instance's parker
+ *    until a completion, a trigger or a stop is pending, and returns, so
+ *    that the engine acts on it; a WARN line says so once per stall), and
+ *    the pushers wait behind the full queue.
  * 8. Restarts.  The queue, `draining`, the log and their cursors live in
  *    the operator's user data, which outlives instance threads (a
  *    restart's new thread starts after the old one was joined).  So the
@@ -110,6 +112,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "log.h"
 #include "op_util.h"
 
 /* Records emitted per next() call (see builtin.c for why a batch). */
@@ -127,7 +130,7 @@
 #define PUSH_SPIN_ITERATIONS 200
 /* Longest sleep of a pusher before it looks at the job again (note 4). */
 #define PUSH_PUSHER_WAIT_NS 10000000ull
-/* Longest sleep of the source inside next() (notes 3, 7). */
+/* Longest sleep of the source inside next() (note 3). */
 #define PUSH_SOURCE_WAIT_NS 1000000ull
 /* First allocation of a buffer. */
 #define PUSH_INITIAL_BYTES 65536u
@@ -215,6 +218,7 @@ struct sl_push {
   uint64_t emitted_next;
   bool attempt_decided; /* this attempt restored, or found nothing to */
   bool log_on;
+  bool log_stalled; /* the log was found full; said once (wait_for_log) */
   push_log log;
   push_mark marks[PUSH_MARKS];
   int mark_count;
@@ -793,6 +797,8 @@ static void push_complete(sl_ctx *ctx, void *state, uint64_t id) {
   /* The mark was taken in this attempt: those records were emitted. */
   assert(p->marks[n - 1].next_position <= p->emitted_next);
   log_cut(&p->log, p->marks[n - 1].next_position);
+  if (p->log.records < p->replay_capacity_records)
+    p->log_stalled = false; /* the stall, if any, is over */
   memmove(p->marks, p->marks + n, sizeof p->marks[0] * (size_t)(p->mark_count - n));
   p->mark_count -= n;
   assert(drain_check(p));
@@ -881,15 +887,18 @@ static int replay_some(sl_ctx *ctx, sl_push *p, uint32_t *budget) {
   return 0;
 }
 
-/* Note 7: the log is full; sleep a little so that the engine delivers the
- * completion that frees it, and emit nothing in this call. */
+/* Note 7: the log is full; park until the engine has a completion (or a
+ * trigger, or a stop) for the source to act on, and emit nothing in this
+ * call.  The first wait of a stall says so once. */
 static void wait_for_log(sl_ctx *ctx, sl_push *p) {
-  pthread_mutex_lock(&p->lock);
-  if (!sl_ctx_stopping(ctx)) {
-    struct timespec deadline = deadline_after(PUSH_SOURCE_WAIT_NS);
-    pthread_cond_timedwait(&p->data, &p->lock, &deadline);
+  if (!p->log_stalled) {
+    p->log_stalled = true;
+    sl_log(SL_LOG_WARN, "sluice: push source '%s': the replay log is full "
+           "(%" PRIu32 " records); nothing is emitted until a checkpoint "
+           "completes (raise sl_push_set_replay_capacity or checkpoint "
+           "more often)", ctx->op->name, p->log.records);
   }
-  pthread_mutex_unlock(&p->lock);
+  sl_source_wait_checkpoint_news(ctx);
 }
 
 /* Emit one record of `draining` with its position (note 5), logging it
