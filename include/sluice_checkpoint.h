@@ -109,8 +109,9 @@ int sl_job_savepoint(sl_job *job, const char *dir, uint64_t *checkpoint_id,
  * ended, or is stopping with no restart to follow), EEXIST (dir is not
  * empty; checked first, the job goes on), EBUSY (another stop is under
  * way, no checkpoint could start, or the job failed and its restart is
- * pending: try again once it runs), SL_ECHECKPOINT (the stop checkpoint aborted: err has the
- * cause), the job's failure status, and sl_job_savepoint's errors.
+ * pending: try again once it runs), SL_ECHECKPOINT (the stop checkpoint
+ * aborted: err has the cause), the job's failure status, and
+ * sl_job_savepoint's errors.
  *
  * Any thread may call it while the job runs (not from an operator
  * callback: it waits for them); one stop at a time. */
