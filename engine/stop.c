@@ -15,7 +15,8 @@
  *    until n settles.  Complete: the savepoint is copied from it, the job
  *    marked stopped_with_savepoint and stopped.  Aborted (a timeout, a
  *    failed snapshot or write, a failover): the request is withdrawn, the
- *    sources are woken and go on, and the error is returned.  A second
+ *    sources and the coordinator (whose periodic checkpoints resume) are
+ *    woken and go on, and the error is returned.  A second
  *    deadline, the checkpoint timeout plus STOP_MARGIN_NS, covers an n
  *    that a failover's reset left unsettled.
  * 3. The job then ends as a stop, but sl_job_wait returns 0 (status
@@ -29,9 +30,13 @@
  *    the final checkpoint is written as at any end of input
  *    (coordinator.c note 9) and the job finishes by itself.  The caller
  *    waits for cp_final_done, then copies the final checkpoint.  If the
- *    job fails for good first, its error is returned.
+ *    job fails for good first, its error is returned.  Push sources
+ *    refuse pushes from the request on (SL_ESTOPPED; pushers and pollers
+ *    are woken now, push.c note 4): nothing will take their queues.
  * 5. One stop at a time (stop_claimed).  A stop that succeeded keeps the
- *    claim: the job is over.  A stop that failed gives it back.
+ *    claim: the job is over.  A stop that failed gives it back.  A stop
+ *    while a failover's restart is pending (stopping set, a restart to
+ *    follow) is EBUSY, not SL_ESTOPPED: the job has not ended.
  * 6. The caller's waits poll every STOP_POLL_NS, as
  *    sl_job_trigger_checkpoint's does: the coordinator wakes no caller
  *    thread, and a stop is rare.
