@@ -339,6 +339,7 @@ static int restart(sl_job *job) {
   atomic_fetch_add(&job->ring_reset_seq, 1);
   assert(sl_graph_check(job)); /* note 3: the wiring is as compiled */
   sl_inject_restart(job);
+  atomic_store(&job->fail_published, 0); /* first: readers look no more */
   job->error[0] = 0;
   job->fail_status = 0;
   job->restarting = true;

@@ -208,8 +208,13 @@ struct sl_job {
   uint64_t ring_bytes;      /* resolved from config (0 = automatic) */
   _Atomic int stopping;   /* set by sl_job_stop or a failure */
   _Atomic int failed;     /* the first failure claims this */
-  int fail_status;        /* status for sl_job_wait when failed (0: the
-                             default SL_ECALLBACK) */
+  /* A failure's status for sl_job_wait (0: the default SL_ECALLBACK),
+   * and fail_published, stored with release once status and error are
+   * written (sl_job_failure): threads that do not join the instances
+   * (pushers, a stop's caller) read them only after it.  A failover's
+   * reset clears fail_published first. */
+  _Atomic int fail_status;
+  _Atomic int fail_published;
   int result;             /* what sl_job_wait returns */
 
   /* Checkpointing (coordinator.c, checkpoint.h); cp is NULL when it is
@@ -285,6 +290,20 @@ int sl_job_config_read(const sl_job_config *in, sl_job_config *out);
 /* push.c: the failover supervisor returned (no attempt follows); wake
  * the job's sleeping pushers and pollers (push.c note 4). */
 void sl_push_job_over(sl_job *job);
+/* runtime.c: inside a source's next(), park until a checkpoint
+ * notification, a trigger or a stop request is pending (push.c note 7). */
+void sl_source_wait_checkpoint_news(sl_ctx *ctx);
+
+/* The failure's status once published (fail_published): true and
+ * *status; false while none is (a failure may be claimed, not yet
+ * written).  Any thread. */
+static inline bool sl_job_failure(sl_job *job, int *status) {
+  if (!atomic_load_explicit(&job->fail_published, memory_order_acquire))
+    return false;
+  int s = atomic_load_explicit(&job->fail_status, memory_order_relaxed);
+  *status = s ? s : SL_ECALLBACK;
+  return true;
+}
 
 /* runtime.c */
 void sl_instance_fail(sl_instance *inst, int status);

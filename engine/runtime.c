@@ -763,6 +763,25 @@ static bool stop_hold_ready(sl_instance *inst, void *arg) {
          sl_snapshot_notification_pending(inst);
 }
 
+/* A source that can emit nothing until a checkpoint completes (push.c
+ * note 7: its replay log is full).  Ready when a notification or a
+ * trigger is to be answered, or a stop is requested: the source loop
+ * (run_source) acts on each before the next next() call. */
+static bool checkpoint_news(sl_instance *inst, void *arg) {
+  (void)arg;
+  return atomic_load(&inst->job->stop_request) != SL_STOP_REQUEST_NONE ||
+         atomic_load_explicit(&inst->cp.trigger_id, memory_order_acquire) >
+             inst->cp.max_seen_id ||
+         sl_snapshot_notification_pending(inst);
+}
+
+/* Called inside a source's next(): spin briefly, then park on the
+ * instance's parker until checkpoint_news (or the job stops). */
+void sl_source_wait_checkpoint_news(sl_ctx *ctx) {
+  assert(ctx->op->kind == SL_OP_SOURCE && ctx->job->cp != 0);
+  (void)wait_until(ctx, SL_WAIT_IDLE, checkpoint_news, 0);
+}
+
 /* Note 9: the source obeys a stop request.  Returns SL_SOURCE_END (drain:
  * end as at the end of input), 0 (the request was withdrawn: go on),
  * SL_ESTOPPED (the job stopped) or a snapshot's failure. */
@@ -891,6 +910,7 @@ void sl_job_fail(sl_job *job, int status, const char *fmt, ...) {
     va_end(ap);
     job->fail_status = status;
     sl_job_set_error(job, "%s", message);
+    atomic_store_explicit(&job->fail_published, 1, memory_order_release);
   }
   sl_job_stop_internal(job);
 }
@@ -916,6 +936,7 @@ void sl_instance_fail(sl_instance *inst, int status) {
                      inst->op->name, inst->index, inst->op->parallelism,
                      inst->cause, inst->cause[0] ? ": " : "",
                      sl_strerror(status), code);
+    atomic_store_explicit(&job->fail_published, 1, memory_order_release);
   }
   sl_job_stop_internal(job);
   assert(atomic_load(&job->failed) == 1);

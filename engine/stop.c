@@ -15,7 +15,8 @@
  *    until n settles.  Complete: the savepoint is copied from it, the job
  *    marked stopped_with_savepoint and stopped.  Aborted (a timeout, a
  *    failed snapshot or write, a failover): the request is withdrawn, the
- *    sources are woken and go on, and the error is returned.  A second
+ *    sources and the coordinator (whose periodic checkpoints resume) are
+ *    woken and go on, and the error is returned.  A second
  *    deadline, the checkpoint timeout plus STOP_MARGIN_NS, covers an n
  *    that a failover's reset left unsettled.
  * 3. The job then ends as a stop, but sl_job_wait returns 0 (status
@@ -29,9 +30,13 @@
  *    the final checkpoint is written as at any end of input
  *    (coordinator.c note 9) and the job finishes by itself.  The caller
  *    waits for cp_final_done, then copies the final checkpoint.  If the
- *    job fails for good first, its error is returned.
+ *    job fails for good first, its error is returned.  Push sources
+ *    refuse pushes from the request on (SL_ESTOPPED; pushers and pollers
+ *    are woken now, push.c note 4): nothing will take their queues.
  * 5. One stop at a time (stop_claimed).  A stop that succeeded keeps the
- *    claim: the job is over.  A stop that failed gives it back.
+ *    claim: the job is over.  A stop that failed gives it back.  A stop
+ *    while a failover's restart is pending (stopping set, a restart to
+ *    follow) is EBUSY, not SL_ESTOPPED: the job has not ended.
  * 6. The caller's waits poll every STOP_POLL_NS, as
  *    sl_job_trigger_checkpoint's does: the coordinator wakes no caller
  *    thread, and a stop is rare.
@@ -44,11 +49,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint_internal.h"
 #include "internal.h"
 
 #define STOP_POLL_NS 200000u             /* note 6: 0.2 ms */
 #define STOP_MARGIN_NS 5000000000u       /* note 2: 5 s past the timeout */
 #define STOP_DEFAULT_TIMEOUT_NS 60000000000u /* coordinator's default */
+#define STOP_PUBLISH_ROUNDS 5000         /* 1 s of STOP_POLL_NS */
 
 __attribute__((format(printf, 4, 5))) static int
 say(char *err, size_t err_bytes, int rc, const char *format, ...) {
@@ -72,6 +79,15 @@ static void wake_sources(sl_job *job) {
       sl_parker_wake(&job->instances[i]->parker);
 }
 
+/* Note 2: the stop is withdrawn.  The sources go on, and the
+ * coordinator, which starts no periodic checkpoint while a stop is
+ * pending, looks at its schedule now rather than at its next wake-up. */
+static void withdraw(sl_job *job) {
+  atomic_store(&job->stop_request, SL_STOP_REQUEST_NONE);
+  wake_sources(job);
+  sl_parker_wake(&job->cp->coordinator_parker);
+}
+
 /* The job stopped or failed and no restart will follow (push.c's test). */
 static bool job_over(sl_job *job) {
   if (!atomic_load(&job->stopping))
@@ -81,13 +97,22 @@ static bool job_over(sl_job *job) {
          atomic_load(&job->restarts_over);
 }
 
+/* The failure's status and message, once its thread published them
+ * (internal.h sl_job_failure): that follows its claim of `failed` at
+ * once, so the wait is short; STOP_PUBLISH_ROUNDS bounds it. */
 static int job_over_error(sl_job *job, char *err, size_t err_bytes) {
-  if (atomic_load(&job->failed))
-    return say(err, err_bytes,
-               job->fail_status ? job->fail_status : SL_ECALLBACK,
-               "stop with a savepoint: the job failed: %s", job->error);
-  return say(err, err_bytes, SL_ESTOPPED,
-             "stop with a savepoint: the job was stopped meanwhile");
+  if (!atomic_load(&job->failed))
+    return say(err, err_bytes, SL_ESTOPPED,
+               "stop with a savepoint: the job was stopped meanwhile");
+  int status = SL_ECALLBACK;
+  for (int round = 0; round < STOP_PUBLISH_ROUNDS; round++) {
+    if (sl_job_failure(job, &status))
+      return say(err, err_bytes, status,
+                 "stop with a savepoint: the job failed: %s", job->error);
+    pause_briefly();
+  }
+  return say(err, err_bytes, status,
+             "stop with a savepoint: the job failed");
 }
 
 /* Note 2: the recorded cause of checkpoint id's abort. */
@@ -159,8 +184,7 @@ static int stop_hold(sl_job *job, uint64_t *id, char *err,
     }
   }
   if (rc) {
-    atomic_store(&job->stop_request, SL_STOP_REQUEST_NONE);
-    wake_sources(job);
+    withdraw(job);
     return rc;
   }
   /* A manual trigger by someone else may have completed after n: the
@@ -174,6 +198,9 @@ static int stop_drain(sl_job *job, uint64_t *id, char *err,
                       size_t err_bytes) {
   atomic_store(&job->stop_request, SL_STOP_REQUEST_DRAIN);
   wake_sources(job);
+  /* The push sources take nothing more (push.c note 4): their pushers
+   * and pollers learn it now, not at sl_job_wait. */
+  sl_push_job_over(job);
   /* Not bounded by a count: the final checkpoint has no timeout (it is
    * the job's end, as sl_job_wait's join has none); the job failing for
    * good ends the loop. */
@@ -204,11 +231,14 @@ static int stop_check(sl_job *job, const char *dir, int flags, char *err,
   if (state == SL_JOB_BUILDING || !job->cp)
     return say(err, err_bytes, SL_ENOTSTARTED,
                "stop with a savepoint: the job has not started");
-  if (state == SL_JOB_FINISHED || atomic_load(&job->stopping) ||
+  if (state == SL_JOB_FINISHED || job_over(job) ||
       atomic_load(&job->cp_final_done) ||
       atomic_load(&job->stopped_with_savepoint))
     return say(err, err_bytes, SL_ESTOPPED,
                "stop with a savepoint: the job has already ended");
+  if (atomic_load(&job->stopping)) /* a failure; its restart follows */
+    return say(err, err_bytes, EBUSY, "stop with a savepoint: the job "
+               "failed and is restarting; try again once it runs");
   return dir ? sl_savepoint_dir_check(dir, err, err_bytes) : 0;
 }
 
@@ -237,10 +267,8 @@ SL_EXPORT int sl_job_stop_with_savepoint(sl_job *job, const char *dir,
   /* Without drain, copied is id unless someone else's requested
    * checkpoint completed after it: also one with no record after it. */
   assert(rc != 0 || copied >= id);
-  if (rc && !drain) { /* note 2: the job goes on */
-    atomic_store(&job->stop_request, SL_STOP_REQUEST_NONE);
-    wake_sources(job);
-  }
+  if (rc && !drain) /* note 2: the job goes on */
+    withdraw(job);
   if (rc) {
     atomic_store(&job->stop_claimed, 0);
     return rc;

@@ -81,6 +81,9 @@
 #include "internal.h"
 #include "time_check.h"
 
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
 #define TIMER_STATE_ID 0xFFFFu
 #define TIMER_KIND 5u
 #define TIMER_KEY_BYTES 20u
@@ -522,17 +525,19 @@ SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
   int rc = timer_check(ctx, domain, &key);
   if (rc)
     return rc;
-  struct sl_timers *timers;
-  rc = timers_get(ctx, &timers);
-  if (rc)
-    return rc;
   const sl_instance_checkpoint *cp = &ctx->cp;
   uint8_t small[TIMER_KEY_BYTES];
-  const uint8_t *k;
-  uint32_t k_bytes;
-  rc = timer_map_key(timers, small, key, cp->key_data,
-                     cp->byte_keys ? cp->key_data_bytes : NO_BYTES, domain,
-                     time, &k, &k_bytes);
+  const uint8_t *k = small;
+  uint32_t k_bytes = TIMER_KEY_BYTES;
+  if (likely(!cp->byte_keys)) { /* a 64-bit key: nothing allocated */
+    timer_key(small, key, domain, time);
+  } else { /* the key buffer lives in the timers */
+    struct sl_timers *timers;
+    rc = timers_get(ctx, &timers);
+    if (rc == 0)
+      rc = timer_map_key(timers, small, key, cp->key_data,
+                         cp->key_data_bytes, domain, time, &k, &k_bytes);
+  }
   if (rc == 0)
     rc = sl_cow_map_delete(ctx->cp.keyed, k, k_bytes);
   if (rc == 0 && ctx->timers) {
@@ -554,15 +559,20 @@ SL_EXPORT int sl_timer_delete(sl_ctx *ctx, int domain, int64_t time) {
 static int fire_one(sl_instance *inst, int domain, timer_item t) {
   sl_instance_checkpoint *cp = &inst->cp;
   uint8_t small[TIMER_KEY_BYTES];
-  const uint8_t *k;
-  uint32_t k_bytes;
-  int rc = item_map_key(inst->timers, small, &t, domain, &k, &k_bytes);
+  const uint8_t *k = small;
+  uint32_t k_bytes = TIMER_KEY_BYTES;
+  int rc = 0;
+  if (likely(!t.blob)) /* a 64-bit key: no call, no free (note 4) */
+    timer_key(small, t.key, domain, t.time);
+  else
+    rc = item_map_key(inst->timers, small, &t, domain, &k, &k_bytes);
   if (rc == 0 && sl_cow_map_get(cp->keyed, k, k_bytes, 0))
     rc = sl_cow_map_delete(cp->keyed, k, k_bytes);
   else if (rc == 0)
     rc = SL_ENOTFOUND; /* deleted, or a duplicate already fired */
   if (rc) {
-    free(t.blob);
+    if (unlikely(t.blob))
+      free(t.blob);
     return rc == SL_ENOTFOUND ? 0 : rc;
   }
   sl_record rec = {.data = 0, .size_bytes = 0, .timestamp = t.time};
@@ -579,7 +589,8 @@ static int fire_one(sl_instance *inst, int domain, timer_item t) {
   cp->key_data = 0;
   cp->key_data_bytes = 0;
   inst->current = 0; /* rec ends here */
-  free(t.blob);
+  if (unlikely(t.blob))
+    free(t.blob);
   return rc;
 }
 

@@ -87,7 +87,11 @@ int sl_job_savepoint(sl_job *job, const char *dir, uint64_t *checkpoint_id,
  * status (sl_metrics.state) is SL_JOB_STATUS_FINISHED.  Pushers then get
  * SL_ESTOPPED.  A job started from the savepoint, or from state_dir with
  * SL_STORE_RESUME, goes on with its windows, timers and watermarks as if
- * it had never stopped: no record lost, late or duplicated.  If the
+ * it had never stopped: no record lost, late or duplicated in what
+ * exactly-once sinks commit.  A processing-time timer downstream may
+ * still fire after the stop barrier: what it emits lands in sink
+ * transactions never committed, so a non-transactional sink (a callback
+ * sink) sees those records, and sees them again after the resume.  If the
  * checkpoint aborts (timeout, a failed snapshot or write, a failover) or
  * the copy fails, the error is returned and the job goes on running.
  *
@@ -102,10 +106,12 @@ int sl_job_savepoint(sl_job *job, const char *dir, uint64_t *checkpoint_id,
  *
  * Errors: EINVAL (job NULL, dir "", unknown flags), SL_EUSAGE
  * (checkpointing off), SL_ENOTSTARTED, SL_ESTOPPED (the job already
- * ended, or is stopping), EEXIST (dir is not empty; checked first, the
- * job goes on), EBUSY (another stop is under way, or no checkpoint could
- * start), SL_ECHECKPOINT (the stop checkpoint aborted: err has the
- * cause), the job's failure status, and sl_job_savepoint's errors.
+ * ended, or is stopping with no restart to follow), EEXIST (dir is not
+ * empty; checked first, the job goes on), EBUSY (another stop is under
+ * way, no checkpoint could start, or the job failed and its restart is
+ * pending: try again once it runs), SL_ECHECKPOINT (the stop checkpoint
+ * aborted: err has the cause), the job's failure status, and
+ * sl_job_savepoint's errors.
  *
  * Any thread may call it while the job runs (not from an operator
  * callback: it waits for them); one stop at a time. */

@@ -238,8 +238,10 @@ int sl_source_push(sl_job *job, const char *name, uint32_t capacity_records,
  *   SL_ETOOBIG    size_bytes over the job's max_record_bytes;
  *   SL_EUSAGE     sl_push_close() was called (also while this call waited),
  *                 or the source takes positions (sl_push_record_at());
- *   SL_ESTOPPED   the job was stopped, or has finished: nothing will take
- *                 the record (a waiting pusher notices at once);
+ *   SL_ESTOPPED   the job was stopped, has finished, or a stop with drain
+ *                 (sl_job_stop_with_savepoint, SL_STOP_DRAIN) was asked
+ *                 for: nothing will take the record (a waiting pusher
+ *                 notices at once);
  *   (status)      the job failed and will not be restarted: the failure's
  *                 status, as sl_job_wait() returns it (e.g. what a callback
  *                 returned), with the message in sl_job_error();
@@ -337,8 +339,9 @@ uint64_t sl_push_dropped(const sl_push *p);
  * close-on-exec), made by the first call and owned by the job (closed by
  * sl_job_destroy(); do not close it).  It becomes readable when room
  * appears in the queue after a non-blocking push got EAGAIN, and when the
- * job stops, fails, is closed or will not restart (the next try then
- * returns the end's status).  Reset it by reading its 8-byte counter
+ * job stops (also as soon as a stop with drain is asked for), fails, is
+ * closed or will not restart (the next try then returns the end's
+ * status).  Reset it by reading its 8-byte counter
  * (read(fd, &u64, 8); EAGAIN from that read means it was already reset)
  * before the next try, and wait on it only after a try returned EAGAIN:
  * a try that finds room does not arm it.  Returns the descriptor, or a

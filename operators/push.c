@@ -30,8 +30,10 @@
  *    before it releases the mutex in pthread_cond_timedwait, so no wake-up
  *    is lost; the timeouts are a second line, not the mechanism.
  * 4. The end of the job.  A push is refused once nothing will ever take
- *    the queue (job_over): the job finished (sl_job_wait returned), or it
- *    is stopping and no restart can follow (the user stopped it, it failed
+ *    the queue (job_over): the job finished (sl_job_wait returned), a
+ *    stop with drain was asked for (the source ends without another
+ *    next(); stop.c wakes pushers and pollers at once), or the job is
+ *    stopping and no restart can follow (the user stopped it, it failed
  *    with no restart strategy, or the strategy gave up).  The refusal is
  *    the failure's status when the job failed (what sl_job_wait returns),
  *    else SL_ESTOPPED (over_status).  The source's close callback, which
@@ -65,9 +67,11 @@
  *    after it; the new attempt cuts the records before the restored
  *    position and emits the rest again before anything from the queue.
  *    The log holds at most replay_capacity_records records: when it is
- *    full the source emits nothing (it sleeps PUSH_SOURCE_WAIT_NS per
- *    next() call, so that notifications are delivered) until a completed
- *    checkpoint frees room, and the pushers wait behind the full queue.
+ *    full the source emits nothing until a completed checkpoint frees
+ *    room (inside next() it spins, then parks on its instance's parker
+ *    until a completion, a trigger or a stop is pending, and returns, so
+ *    that the engine acts on it; a WARN line says so once per stall), and
+ *    the pushers wait behind the full queue.
  * 8. Restarts.  The queue, `draining`, the log and their cursors live in
  *    the operator's user data, which outlives instance threads (a
  *    restart's new thread starts after the old one was joined).  So the
@@ -108,6 +112,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "log.h"
 #include "op_util.h"
 
 /* Records emitted per next() call (see builtin.c for why a batch). */
@@ -125,7 +130,7 @@
 #define PUSH_SPIN_ITERATIONS 200
 /* Longest sleep of a pusher before it looks at the job again (note 4). */
 #define PUSH_PUSHER_WAIT_NS 10000000ull
-/* Longest sleep of the source inside next() (notes 3, 7). */
+/* Longest sleep of the source inside next() (note 3). */
 #define PUSH_SOURCE_WAIT_NS 1000000ull
 /* First allocation of a buffer. */
 #define PUSH_INITIAL_BYTES 65536u
@@ -213,6 +218,7 @@ struct sl_push {
   uint64_t emitted_next;
   bool attempt_decided; /* this attempt restored, or found nothing to */
   bool log_on;
+  bool log_stalled; /* the log was found full; said once (wait_for_log) */
   push_log log;
   push_mark marks[PUSH_MARKS];
   int mark_count;
@@ -303,6 +309,10 @@ static struct timespec deadline_after(uint64_t wait_ns) {
 static bool job_over(sl_job *job) {
   if (atomic_load(&job->state) == SL_JOB_FINISHED)
     return true;
+  /* A drain ends the sources without another next() (runtime.c note 9),
+   * and is never withdrawn. */
+  if (atomic_load(&job->stop_request) == SL_STOP_REQUEST_DRAIN)
+    return true;
   if (!atomic_load(&job->stopping))
     return false;
   return atomic_load(&job->user_stopped) ||
@@ -310,13 +320,15 @@ static bool job_over(sl_job *job) {
          atomic_load(&job->restarts_over); /* the strategy gave up */
 }
 
-/* Note 4: what a pusher of an over job gets.  A failure's status was
- * written before the failure stopped the job (runtime.c), and job_over
- * saw that stop, so it is read after it was written. */
-static int over_status(sl_job *job) {
-  if (!atomic_load(&job->failed))
-    return SL_ESTOPPED;
-  return job->fail_status ? job->fail_status : SL_ECALLBACK;
+/* Note 4: what a pusher of an over job gets, in *status.  False while a
+ * failure is claimed but its status not yet published (internal.h
+ * sl_job_failure): the caller waits a round and looks again. */
+static bool over_status(sl_job *job, int *status) {
+  if (!atomic_load(&job->failed)) {
+    *status = SL_ESTOPPED;
+    return true;
+  }
+  return sl_job_failure(job, status);
 }
 
 /* Note 9: wake a poller; under the lock (the descriptor lives as long as
@@ -387,6 +399,14 @@ static int check_mode(sl_push *p, int mode) {
   return p->mode == mode ? 0 : SL_EUSAGE;
 }
 
+/* Under the lock: item was taken (queued or dropped); the next positioned
+ * push must come after it.  Not before: a push that fails (ENOMEM) may be
+ * retried at the same position. */
+static void note_position(sl_push *p, const sl_push_item *item) {
+  p->any_position = true;
+  p->last_position = item->position;
+}
+
 /* Under the lock: one record that is not queued (dropped, note 6) or an
  * error; 1 when it is to be queued. */
 static int admit(sl_push *p, const push_input *in, const sl_push_item *item) {
@@ -399,10 +419,9 @@ static int admit(sl_push *p, const push_input *in, const sl_push_item *item) {
   if (item->position == UINT64_MAX ||
       (p->any_position && item->position <= p->last_position))
     return EINVAL; /* not strictly increasing, or the reserved maximum */
-  p->any_position = true;
-  p->last_position = item->position;
   if (item->position >= p->drop_below)
-    return 1;
+    return 1; /* queue_some notes the position once it is queued */
+  note_position(p, item);
   atomic_fetch_add_explicit(&p->dropped, 1, memory_order_relaxed);
   return 0;
 }
@@ -433,6 +452,8 @@ static int queue_some(sl_push *p, const push_input *in, uint32_t *done) {
     uint32_t flags =
         in->mode == PUSH_MODE_POSITIONED ? PUSH_ENTRY_POSITIONED : 0;
     entry_write(p->filling.bytes + p->filling.used_bytes, &item, flags);
+    if (in->mode == PUSH_MODE_POSITIONED)
+      note_position(p, &item);
     p->filling.used_bytes += entry_bytes(item.size_bytes);
     p->filling.records++;
     queued++;
@@ -461,8 +482,11 @@ static int push_run(sl_push *p, const push_input *in, uint32_t *pushed) {
       break;
     }
     if (job_over(p->job)) {
-      rc = over_status(p->job);
-      break;
+      if (over_status(p->job, &rc))
+        break;
+      rc = 0;
+      wait_for_room(p, &spins); /* its status comes (over_status) */
+      continue;
     }
     if (p->filling.records == p->capacity_records) {
       if (in->nonblock) {
@@ -592,10 +616,8 @@ SL_EXPORT int sl_push_resume_position(sl_push *p, uint64_t *next_position) {
       *next_position = p->resume_next;
       break;
     }
-    if (job_over(p->job)) {
-      rc = over_status(p->job);
+    if (job_over(p->job) && over_status(p->job, &rc))
       break;
-    }
     struct timespec deadline = deadline_after(PUSH_PUSHER_WAIT_NS);
     p->pushers_waiting++;
     pthread_cond_timedwait(&p->room, &p->lock, &deadline);
@@ -775,6 +797,8 @@ static void push_complete(sl_ctx *ctx, void *state, uint64_t id) {
   /* The mark was taken in this attempt: those records were emitted. */
   assert(p->marks[n - 1].next_position <= p->emitted_next);
   log_cut(&p->log, p->marks[n - 1].next_position);
+  if (p->log.records < p->replay_capacity_records)
+    p->log_stalled = false; /* the stall, if any, is over */
   memmove(p->marks, p->marks + n, sizeof p->marks[0] * (size_t)(p->mark_count - n));
   p->mark_count -= n;
   assert(drain_check(p));
@@ -863,15 +887,18 @@ static int replay_some(sl_ctx *ctx, sl_push *p, uint32_t *budget) {
   return 0;
 }
 
-/* Note 7: the log is full; sleep a little so that the engine delivers the
- * completion that frees it, and emit nothing in this call. */
+/* Note 7: the log is full; park until the engine has a completion (or a
+ * trigger, or a stop) for the source to act on, and emit nothing in this
+ * call.  The first wait of a stall says so once. */
 static void wait_for_log(sl_ctx *ctx, sl_push *p) {
-  pthread_mutex_lock(&p->lock);
-  if (!sl_ctx_stopping(ctx)) {
-    struct timespec deadline = deadline_after(PUSH_SOURCE_WAIT_NS);
-    pthread_cond_timedwait(&p->data, &p->lock, &deadline);
+  if (!p->log_stalled) {
+    p->log_stalled = true;
+    sl_log(SL_LOG_WARN, "sluice: push source '%s': the replay log is full "
+           "(%" PRIu32 " records); nothing is emitted until a checkpoint "
+           "completes (raise sl_push_set_replay_capacity or checkpoint "
+           "more often)", ctx->op->name, p->log.records);
   }
-  pthread_mutex_unlock(&p->lock);
+  sl_source_wait_checkpoint_news(ctx);
 }
 
 /* Emit one record of `draining` with its position (note 5), logging it
@@ -956,7 +983,7 @@ static void push_close_instance(sl_ctx *ctx, void *state) {
   pthread_mutex_lock(&p->lock);
   if (p->pushers_waiting)
     pthread_cond_broadcast(&p->room);
-  if (atomic_load(&p->job->stopping))
+  if (atomic_load(&p->job->stopping) || job_over(p->job))
     signal_fd(p);
   pthread_mutex_unlock(&p->lock);
 }

@@ -355,10 +355,23 @@ Test(positions, an_in_process_failover_loses_and_duplicates_nothing) {
   failover_run(true, 0, "fail:op=push,record=7000,times=1", 1);
 }
 
+/* Counts the WARN lines that say a replay log is full (one per stall). */
+static atomic_int log_full_warnings;
+
+static void count_log_full(void *user, int level, const char *message) {
+  (void)user;
+  if (level == SL_LOG_WARN && strstr(message, "replay log is full"))
+    atomic_fetch_add(&log_full_warnings, 1);
+}
+
 Test(positions, a_full_replay_log_holds_the_source_until_a_checkpoint) {
+  atomic_store(&log_full_warnings, 0);
+  sl_log_set_handler(count_log_full, 0);
   /* 1024 records: at this push rate the log fills between checkpoints (5
    * ms apart) again and again. */
   failover_run(true, 1024, "fail:op=verify,record=3000,times=1", 1);
+  sl_log_set_handler(0, 0);
+  cr_assert_gt(atomic_load(&log_full_warnings), 0, "a stall is reported");
 }
 
 /* ------------------------------------------------------------ non-blocking */

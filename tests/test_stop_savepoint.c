@@ -12,11 +12,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "store.h"
 #include "test_dirs.h"
@@ -610,6 +613,156 @@ Test(stop_savepoint, a_push_source_stops_and_its_pushers_get_estopped) {
                SL_ESTOPPED, "a job stopped once stays stopped");
   sl_job_destroy(job);
   free(sp);
+  free(state);
+  sl_test_remove_tree(root);
+}
+
+/* A stop with drain ends a push source without another next(): a pusher
+ * blocked on the full queue gets SL_ESTOPPED, and sl_push_fd becomes
+ * readable, at once: before sl_push_close and sl_job_wait (a host that
+ * stops, joins its pushers, then waits must not deadlock).  The sink
+ * holds every record until `gate` opens, so the queue stays full. */
+static atomic_int gate;
+
+static int gated_sink(sl_ctx *ctx, void *state, int input,
+                      const sl_record *in) {
+  (void)ctx, (void)state, (void)input, (void)in;
+  /* Bounded: the test opens the gate (60 s at most). */
+  for (int i = 0; i < 600000 && !atomic_load(&gate); i++)
+    sl_test_sleep_us(100);
+  return 0;
+}
+
+/* Pushes (blocking) until a push fails: the rings and the queue fill
+ * behind the gated sink, so the loop ends only when the job refuses.
+ * Blocking pushes never arm the fd: only the job's end makes it
+ * readable. */
+typedef struct blocked_pusher {
+  sl_push *push;
+  atomic_int rc;
+  atomic_int done;
+  atomic_uint_fast64_t pushed;
+} blocked_pusher;
+
+static void *blocked_pusher_main(void *arg) {
+  blocked_pusher *b = arg;
+  int rc = 0;
+  for (uint64_t i = 0; i < (1u << 26) && rc == 0; i++) {
+    rc = sl_push_record(b->push, &i, sizeof i, SL_NO_TIMESTAMP);
+    if (rc == 0)
+      atomic_fetch_add(&b->pushed, 1);
+  }
+  atomic_store(&b->rc, rc);
+  atomic_store(&b->done, 1);
+  return 0;
+}
+
+typedef struct drain_stopper {
+  sl_job *job;
+  const char *dir;
+  int rc;
+  char err[512];
+} drain_stopper;
+
+static void *drain_stopper_main(void *arg) {
+  drain_stopper *d = arg;
+  d->rc = sl_job_stop_with_savepoint(d->job, d->dir, SL_STOP_DRAIN, 0,
+                                     d->err, sizeof d->err);
+  return 0;
+}
+
+Test(stop_savepoint, drain_wakes_a_blocked_pusher_and_the_push_fd) {
+  char *root = sl_test_temp_dir("stopdrain");
+  char *state = sl_test_path_in(root, "state");
+  char *sp = sl_test_path_in(root, "sp");
+  sl_job_config config = sl_fixture_config(state, 20);
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  sl_push *push;
+  cr_assert_eq(sl_source_push(job, "push", 16, &src, &push), 0);
+  static const sl_process_ops ops = {.process = gated_sink};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &ops, 0, &sink), 0);
+  atomic_store(&gate, 0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  int fd = sl_push_fd(push);
+  cr_assert_geq(fd, 0);
+  blocked_pusher b = {.push = push};
+  pthread_t pusher, stopper;
+  cr_assert_eq(pthread_create(&pusher, 0, blocked_pusher_main, &b), 0);
+  /* Two queues' worth pushed: the pusher is about to block, if not
+   * already (either way only the drain can end its loop). */
+  for (int i = 0; i < 600000 && atomic_load(&b.pushed) < 32; i++)
+    sl_test_sleep_us(100);
+  cr_assert_geq(atomic_load(&b.pushed), 32);
+  drain_stopper d = {.job = job, .dir = sp};
+  cr_assert_eq(pthread_create(&stopper, 0, drain_stopper_main, &d), 0);
+  /* The gate is still closed: only the drain can end these waits. */
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  cr_assert_eq(poll(&pfd, 1, 60000), 1, "the drain makes the fd readable");
+  for (int i = 0; i < 600000 && !atomic_load(&b.done); i++)
+    sl_test_sleep_us(100);
+  cr_assert(atomic_load(&b.done), "the blocked pusher returns on a drain");
+  cr_assert_eq(atomic_load(&b.rc), SL_ESTOPPED);
+  uint64_t more = 2;
+  cr_assert_eq(sl_push_try_record(push, &more, sizeof more, SL_NO_TIMESTAMP),
+               SL_ESTOPPED);
+  atomic_store(&gate, 1);
+  pthread_join(pusher, 0);
+  pthread_join(stopper, 0);
+  cr_assert_eq(d.rc, 0, "%s", d.err);
+  cr_assert_eq(wait_job(job), 0);
+  sl_job_destroy(job);
+  free(sp);
+  free(state);
+  sl_test_remove_tree(root);
+}
+
+/* A stop while a failover's restart is pending is refused with EBUSY (try
+ * again once the job runs), not SL_ESTOPPED: the job has not ended.  The
+ * sink fails on its first record; the restart waits 60 s, far longer
+ * than the test, which ends by sl_job_stop (that cuts the wait short). */
+static int failing_sink(sl_ctx *ctx, void *state, int input,
+                        const sl_record *in) {
+  (void)ctx, (void)state, (void)input, (void)in;
+  return SL_ECALLBACK;
+}
+
+Test(stop_savepoint, a_stop_during_a_pending_restart_is_busy) {
+  char *root = sl_test_temp_dir("stoprestart");
+  char *state = sl_test_path_in(root, "state");
+  sl_job_config config = sl_fixture_config(state, 20);
+  config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
+  config.restart.delay_ms = 60000;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  sl_push *push;
+  cr_assert_eq(sl_source_push(job, "push", 0, &src, &push), 0);
+  static const sl_process_ops ops = {.process = failing_sink};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &ops, 0, &sink), 0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  uint64_t one = 1;
+  cr_assert_eq(sl_push_record(push, &one, sizeof one, SL_NO_TIMESTAMP), 0);
+  /* The supervisor records the failover once the attempt's threads are
+   * joined, before its delay: the restart is then pending. */
+  sl_recovery_stats r;
+  int rc = EINVAL;
+  for (int i = 0; i < 600000 && rc; i++) {
+    rc = sl_job_recovery_stats(job, 0, &r);
+    if (rc)
+      sl_test_sleep_us(100);
+  }
+  cr_assert_eq(rc, 0, "the failure is recorded");
+  char err[512];
+  cr_assert_eq(sl_job_stop_with_savepoint(job, 0, 0, 0, err, sizeof err),
+               EBUSY, "a pending restart: EBUSY (got: %s)", err);
+  cr_assert(strstr(err, "restart"), "%s", err);
+  sl_job_stop(job); /* ends the restart's wait at once */
+  cr_assert_eq(sl_job_wait(job), SL_ECALLBACK, "stopped while failing");
+  cr_assert_eq(sl_job_stop_with_savepoint(job, 0, 0, 0, err, sizeof err),
+               SL_ESTOPPED, "over: %s", err);
+  sl_job_destroy(job);
   free(state);
   sl_test_remove_tree(root);
 }
