@@ -207,6 +207,10 @@ int sl_savepoint_install(struct sl_job *job, const char *fingerprint);
  * value, with a message naming dir in err (may be NULL).  Creates
  * nothing: stop.c checks before it stops anything. */
 int sl_savepoint_dir_check(const char *dir, char *err, size_t err_bytes);
+/* A message into err (NULL or err_bytes 0: none); returns rc (savepoint.c,
+ * used by the savepoint and stop calls). */
+__attribute__((format(printf, 4, 5))) int
+sl_say_err(char *err, size_t err_bytes, int rc, const char *format, ...);
 
 /* The blob of an instance (checkpoint_writer.c write_instance): a flag byte,
  * the operator state if flag SL_BLOB_STATE, then the event-time trailer

@@ -82,9 +82,10 @@ _Static_assert(SL_BLOB_EVENT_TIME_BYTES == 2 * sizeof(int64_t),
  * both find it empty. */
 static pthread_mutex_t savepoint_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* A message into err (NULL or err_bytes 0: none); returns rc. */
-__attribute__((format(printf, 4, 5))) static int
-say(char *err, size_t err_bytes, int rc, const char *format, ...) {
+/* A message into err (NULL or err_bytes 0: none); returns rc.  Shared
+ * with stop.c (checkpoint.h). */
+int sl_say_err(char *err, size_t err_bytes, int rc, const char *format,
+               ...) {
   if (err && err_bytes > 0) {
     va_list args;
     va_start(args, format);
@@ -153,7 +154,7 @@ static int prepare_directory(const char *dir, bool *created, char *err,
   if (stat(dir, &st) != 0) {
     int rc = errno == ENOENT ? make_directories(dir) : errno;
     if (rc)
-      return say(err, err_bytes, rc, "savepoint %s: cannot create the "
+      return sl_say_err(err, err_bytes, rc, "savepoint %s: cannot create the "
                  "directory: %s", dir, strerror(rc));
     *created = true;
     return 0;
@@ -167,15 +168,15 @@ int sl_savepoint_dir_check(const char *dir, char *err, size_t err_bytes) {
   if (stat(dir, &st) != 0) {
     int rc = errno;
     return rc == ENOENT ? 0
-                        : say(err, err_bytes, rc, "savepoint %s: %s", dir,
+                        : sl_say_err(err, err_bytes, rc, "savepoint %s: %s", dir,
                               strerror(rc));
   }
   if (!S_ISDIR(st.st_mode))
-    return say(err, err_bytes, ENOTDIR, "savepoint %s: exists and is not a "
+    return sl_say_err(err, err_bytes, ENOTDIR, "savepoint %s: exists and is not a "
                "directory", dir);
   DIR *d = opendir(dir);
   if (!d)
-    return say(err, err_bytes, errno, "savepoint %s: cannot read the "
+    return sl_say_err(err, err_bytes, errno, "savepoint %s: cannot read the "
                "directory: %s", dir, strerror(errno));
   bool empty = true;
   struct dirent *entry;
@@ -183,7 +184,7 @@ int sl_savepoint_dir_check(const char *dir, char *err, size_t err_bytes) {
     empty = strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0;
   closedir(d);
   if (!empty)
-    return say(err, err_bytes, EEXIST, "savepoint %s: the directory exists "
+    return sl_say_err(err, err_bytes, EEXIST, "savepoint %s: the directory exists "
                "and is not empty (a savepoint goes into a new or empty one)",
                dir);
   return 0;
@@ -250,14 +251,14 @@ static int manifest_write(const sl_job *job, const char *dir, uint64_t id,
           sizeof temp ||
       (size_t)snprintf(path, sizeof path, "%s/%s", dir, MANIFEST_NAME) >=
           sizeof path)
-    return say(err, err_bytes, ENAMETOOLONG, "savepoint %s: path too long",
+    return sl_say_err(err, err_bytes, ENAMETOOLONG, "savepoint %s: path too long",
                dir);
   assert(id > 0);
   json_t *m = manifest_build(job, id, created_ms, bytes);
   char *text = m ? json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : 0;
   json_decref(m);
   if (!text)
-    return say(err, err_bytes, ENOMEM, "savepoint %s: out of memory", dir);
+    return sl_say_err(err, err_bytes, ENOMEM, "savepoint %s: out of memory", dir);
   int rc = write_file(temp, text, O_TRUNC);
   free(text);
   if (rc == 0 && rename(temp, path) != 0)
@@ -267,7 +268,7 @@ static int manifest_write(const sl_job *job, const char *dir, uint64_t id,
   if (rc) {
     unlink(temp);
     unlink(path); /* a rename that happened before the fsync failed */
-    return say(err, err_bytes, rc, "savepoint %s: cannot write %s: %s", dir,
+    return sl_say_err(err, err_bytes, rc, "savepoint %s: cannot write %s: %s", dir,
                MANIFEST_NAME, strerror(rc));
   }
   return 0;
@@ -281,11 +282,11 @@ static int journal_append(const sl_job *job, const char *dir, uint64_t id,
   const char *state_dir = job->config.checkpoint.state_dir;
   char absolute[PATH_MAX], path[PATH_MAX];
   if (!realpath(dir, absolute))
-    return say(err, err_bytes, errno, "savepoint %s written, but its "
+    return sl_say_err(err, err_bytes, errno, "savepoint %s written, but its "
                "absolute path is unknown: %s", dir, strerror(errno));
   if ((size_t)snprintf(path, sizeof path, "%s/%s", state_dir, JOURNAL_NAME) >=
       sizeof path)
-    return say(err, err_bytes, ENAMETOOLONG, "savepoint %s written, but %s/%s "
+    return sl_say_err(err, err_bytes, ENAMETOOLONG, "savepoint %s written, but %s/%s "
                "is too long a path", dir, state_dir, JOURNAL_NAME);
   json_t *line = json_pack("{s:I, s:I, s:s, s:I}", "checkpoint_id",
                            (json_int_t)id, "created_ms",
@@ -297,14 +298,14 @@ static int journal_append(const sl_job *job, const char *dir, uint64_t id,
   char *with_newline = text ? realloc(text, n + 2) : 0;
   if (!with_newline) {
     free(text);
-    return say(err, err_bytes, ENOMEM, "savepoint %s written, but not "
+    return sl_say_err(err, err_bytes, ENOMEM, "savepoint %s written, but not "
                "recorded in %s: out of memory", dir, path);
   }
   memcpy(with_newline + n, "\n", 2);
   int rc = write_file(path, with_newline, O_APPEND);
   free(with_newline);
   if (rc)
-    return say(err, err_bytes, rc, "savepoint %s written, but not recorded "
+    return sl_say_err(err, err_bytes, rc, "savepoint %s written, but not recorded "
                "in %s: %s", dir, path, strerror(rc));
   return 0;
 }
@@ -317,9 +318,9 @@ static int savepoint_locked(sl_job *job, sl_store *store, const char *dir,
   uint64_t latest = 0;
   int rc = sl_store_read_latest(store, &latest, message, sizeof message);
   if (rc)
-    return say(err, err_bytes, rc, "savepoint %s: %s", dir, message);
+    return sl_say_err(err, err_bytes, rc, "savepoint %s: %s", dir, message);
   if (latest == 0)
-    return say(err, err_bytes, SL_ENOTFOUND, "savepoint %s: no checkpoint is "
+    return sl_say_err(err, err_bytes, SL_ENOTFOUND, "savepoint %s: no checkpoint is "
                "complete yet (a savepoint copies the newest complete one)",
                dir);
   bool created = false;
@@ -329,7 +330,7 @@ static int savepoint_locked(sl_job *job, sl_store *store, const char *dir,
   uint64_t id = 0, bytes = 0;
   rc = sl_store_copy(store, dir, &id, &bytes, message, sizeof message);
   if (rc)
-    say(err, err_bytes, rc, "savepoint %s: %s", dir, message);
+    sl_say_err(err, err_bytes, rc, "savepoint %s: %s", dir, message);
   int64_t created_ms = wall_ms();
   if (rc == 0)
     rc = manifest_write(job, dir, id, created_ms, bytes, err, err_bytes);
@@ -356,14 +357,14 @@ SL_EXPORT int sl_job_savepoint(sl_job *job, const char *dir,
   if (err && err_bytes > 0)
     err[0] = 0;
   if (!job || !dir || !dir[0])
-    return say(err, err_bytes, EINVAL, "savepoint: %s",
+    return sl_say_err(err, err_bytes, EINVAL, "savepoint: %s",
                !job ? "the job is NULL" : "no directory given");
   if (!job->config.checkpoint.state_dir)
-    return say(err, err_bytes, SL_EUSAGE, "savepoint %s: the job takes no "
+    return sl_say_err(err, err_bytes, SL_EUSAGE, "savepoint %s: the job takes no "
                "checkpoints (no checkpoint.state_dir)", dir);
   sl_store *store = sl_checkpointer_store(job);
   if (!store)
-    return say(err, err_bytes, SL_ENOTSTARTED, "savepoint %s: the job has "
+    return sl_say_err(err, err_bytes, SL_ENOTSTARTED, "savepoint %s: the job has "
                "not been started", dir);
   pthread_mutex_lock(&savepoint_lock);
   int rc = savepoint_locked(job, store, dir, checkpoint_id, err, err_bytes);
@@ -527,11 +528,11 @@ static int rescale_read(sl_store *store, const sl_op *op, int old,
     if (rc == SL_ENOTFOUND)
       rc = 0; /* nothing saved: no event time either */
     if (rc)
-      return say(err, err_bytes, rc, "the state of operator '%s' instance "
+      return sl_say_err(err, err_bytes, rc, "the state of operator '%s' instance "
                  "%d cannot be read: %s: %s", op->name,
                  k, sl_strerror(rc), sl_store_error(store));
     if (flags & SL_BLOB_STATE)
-      return say(err, err_bytes, SL_ESTORE, "operator '%s' has "
+      return sl_say_err(err, err_bytes, SL_ESTORE, "operator '%s' has "
                  "parallelism %d there and %d in this job, but its "
                  "instance %d saved operator state (a source position, sink "
                  "transactions or other sl_operator_state_set data), which "
@@ -561,7 +562,7 @@ static int rescale_operator(sl_store *store, sl_store_txn *txn,
   /* coordinator.c note 10: all finished stay finished; some cannot be
    * told apart once the key groups are dealt out again. */
   if (finished != 0 && finished != old)
-    return say(err, err_bytes, SL_ESTORE, "operator '%s' has parallelism "
+    return sl_say_err(err, err_bytes, SL_ESTORE, "operator '%s' has parallelism "
                "%d there and %d in this job, but only %d of its instances "
                "had finished: keep its parallelism at %d", op->name, old,
                op->parallelism, finished, old);
@@ -578,7 +579,7 @@ static int rescale_operator(sl_store *store, sl_store_txn *txn,
   for (int k = 0; k < op->parallelism && rc == 0; k++)
     rc = sl_store_put_blob(txn, (uint16_t)op->id, (uint16_t)k, blob, bytes);
   if (rc)
-    return say(err, err_bytes, rc, "rescaling operator '%s': %s", op->name,
+    return sl_say_err(err, err_bytes, rc, "rescaling operator '%s': %s", op->name,
                sl_store_error(store));
   return 0;
 }
@@ -602,14 +603,14 @@ static int instances_check(sl_store *store, const sl_op *op, int old,
                    : SL_ENOTFOUND;
   free(blob);
   if (last == SL_ECORRUPT || beyond == SL_ECORRUPT)
-    return say(err, err_bytes, SL_ECORRUPT, "%s", sl_store_error(store));
+    return sl_say_err(err, err_bytes, SL_ECORRUPT, "%s", sl_store_error(store));
   if (last == 0 && beyond == SL_ENOTFOUND)
     return 0;
   if ((last != 0 && last != SL_ENOTFOUND) ||
       (beyond != 0 && beyond != SL_ENOTFOUND))
-    return say(err, err_bytes, last ? last : beyond, "%s",
+    return sl_say_err(err, err_bytes, last ? last : beyond, "%s",
                sl_store_error(store));
-  return say(err, err_bytes, SL_ESTORE, "%s says operator '%s' had %d "
+  return sl_say_err(err, err_bytes, SL_ESTORE, "%s says operator '%s' had %d "
              "instances, but data.mdb holds blobs of another number",
              MANIFEST_NAME, op->name, old);
 }
@@ -622,7 +623,7 @@ static int rescale_edit(void *arg, sl_store *store, sl_store_txn *txn,
   const sl_job *job = r->job;
   assert(job->physical_count <= SL_MAX_OPERATORS);
   if (sl_store_latest(store) != r->m->checkpoint_id)
-    return say(err, err_bytes, SL_ESTORE, "data.mdb holds checkpoint %"
+    return sl_say_err(err, err_bytes, SL_ESTORE, "data.mdb holds checkpoint %"
                PRIu64 ", its manifest says %" PRIu64,
                sl_store_latest(store), r->m->checkpoint_id);
   for (int i = 0; i < job->physical_count; i++) {

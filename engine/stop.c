@@ -57,16 +57,6 @@
 #define STOP_DEFAULT_TIMEOUT_NS 60000000000u /* coordinator's default */
 #define STOP_PUBLISH_ROUNDS 5000         /* 1 s of STOP_POLL_NS */
 
-__attribute__((format(printf, 4, 5))) static int
-say(char *err, size_t err_bytes, int rc, const char *format, ...) {
-  if (err && err_bytes > 0) {
-    va_list args;
-    va_start(args, format);
-    vsnprintf(err, err_bytes, format, args);
-    va_end(args);
-  }
-  return rc;
-}
 
 static void pause_briefly(void) {
   struct timespec t = {0, STOP_POLL_NS};
@@ -102,16 +92,16 @@ static bool job_over(sl_job *job) {
  * once, so the wait is short; STOP_PUBLISH_ROUNDS bounds it. */
 static int job_over_error(sl_job *job, char *err, size_t err_bytes) {
   if (!atomic_load(&job->failed))
-    return say(err, err_bytes, SL_ESTOPPED,
+    return sl_say_err(err, err_bytes, SL_ESTOPPED,
                "stop with a savepoint: the job was stopped meanwhile");
   int status = SL_ECALLBACK;
   for (int round = 0; round < STOP_PUBLISH_ROUNDS; round++) {
     if (sl_job_failure(job, &status))
-      return say(err, err_bytes, status,
+      return sl_say_err(err, err_bytes, status,
                  "stop with a savepoint: the job failed: %s", job->error);
     pause_briefly();
   }
-  return say(err, err_bytes, status,
+  return sl_say_err(err, err_bytes, status,
              "stop with a savepoint: the job failed");
 }
 
@@ -157,7 +147,7 @@ static int stop_hold(sl_job *job, uint64_t *id, char *err,
   int rc = request_checkpoint(job, deadline_ns, &n);
   if (rc) {
     rc = job_over(job) ? job_over_error(job, err, err_bytes)
-                       : say(err, err_bytes, rc, "stop with a savepoint: "
+                       : sl_say_err(err, err_bytes, rc, "stop with a savepoint: "
                              "no checkpoint could start (%s)",
                              atomic_load(&job->cp_final_done)
                                  ? "the job reached the end of its input"
@@ -172,11 +162,11 @@ static int stop_hold(sl_job *job, uint64_t *id, char *err,
     } else if (atomic_load(&job->cp_settled_id) >= n) {
       char cause[200];
       abort_cause(job, n, cause, sizeof cause);
-      rc = say(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "
+      rc = sl_say_err(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "
                "checkpoint %" PRIu64 " failed (%s); the job goes on", n,
                cause);
     } else if (sl_now_ns() > deadline_ns) {
-      rc = say(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "
+      rc = sl_say_err(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "
                "checkpoint %" PRIu64 " did not settle in time; the job "
                "goes on", n);
     } else {
@@ -217,27 +207,27 @@ static int stop_drain(sl_job *job, uint64_t *id, char *err,
 static int stop_check(sl_job *job, const char *dir, int flags, char *err,
                       size_t err_bytes) {
   if (!job)
-    return say(err, err_bytes, EINVAL, "stop with a savepoint: job is NULL");
+    return sl_say_err(err, err_bytes, EINVAL, "stop with a savepoint: job is NULL");
   if (dir && !*dir)
-    return say(err, err_bytes, EINVAL, "stop with a savepoint: dir is empty "
+    return sl_say_err(err, err_bytes, EINVAL, "stop with a savepoint: dir is empty "
                "(NULL: no copy)");
   if (flags & ~SL_STOP_DRAIN)
-    return say(err, err_bytes, EINVAL, "stop with a savepoint: unknown flags "
+    return sl_say_err(err, err_bytes, EINVAL, "stop with a savepoint: unknown flags "
                "0x%x", (unsigned)flags);
   if (!job->config.checkpoint.state_dir)
-    return say(err, err_bytes, SL_EUSAGE, "stop with a savepoint: "
+    return sl_say_err(err, err_bytes, SL_EUSAGE, "stop with a savepoint: "
                "checkpointing is off (set checkpoint.state_dir)");
   int state = atomic_load(&job->state);
   if (state == SL_JOB_BUILDING || !job->cp)
-    return say(err, err_bytes, SL_ENOTSTARTED,
+    return sl_say_err(err, err_bytes, SL_ENOTSTARTED,
                "stop with a savepoint: the job has not started");
   if (state == SL_JOB_FINISHED || job_over(job) ||
       atomic_load(&job->cp_final_done) ||
       atomic_load(&job->stopped_with_savepoint))
-    return say(err, err_bytes, SL_ESTOPPED,
+    return sl_say_err(err, err_bytes, SL_ESTOPPED,
                "stop with a savepoint: the job has already ended");
   if (atomic_load(&job->stopping)) /* a failure; its restart follows */
-    return say(err, err_bytes, EBUSY, "stop with a savepoint: the job "
+    return sl_say_err(err, err_bytes, EBUSY, "stop with a savepoint: the job "
                "failed and is restarting; try again once it runs");
   return dir ? sl_savepoint_dir_check(dir, err, err_bytes) : 0;
 }
@@ -254,7 +244,7 @@ SL_EXPORT int sl_job_stop_with_savepoint(sl_job *job, const char *dir,
     return rc;
   int unclaimed = 0;
   if (!atomic_compare_exchange_strong(&job->stop_claimed, &unclaimed, 1))
-    return say(err, err_bytes, EBUSY, "stop with a savepoint: another stop "
+    return sl_say_err(err, err_bytes, EBUSY, "stop with a savepoint: another stop "
                "is under way");
   bool drain = flags & SL_STOP_DRAIN;
   uint64_t id = 0;
