@@ -33,7 +33,7 @@ static int same_fault(const sl_fault *a, const sl_fault *b) {
 }
 
 static void check_fault(const sl_fault *f) {
-  FUZZ_CHECK(f->kind >= SL_FAULT_FAIL && f->kind <= SL_FAULT_CRASH);
+  FUZZ_CHECK(f->kind >= SL_FAULT_FAIL && f->kind <= SL_FAULT_COMPLETE);
   FUZZ_CHECK(memchr(f->op, 0, sizeof f->op) != 0);
   FUZZ_CHECK(f->instance >= -1 && f->instance < SL_MAX_PARALLELISM);
   FUZZ_CHECK(f->nth >= 1 && f->times >= 1);

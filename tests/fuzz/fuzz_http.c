@@ -123,8 +123,19 @@ static int connect_endpoint(void) {
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    fprintf(stderr, "fuzz_http: connect: %s\n", strerror(errno));
+  int rc = connect(fd, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : errno;
+  if (rc == EINTR) {
+    /* A signal (libFuzzer's timer) cut the call short; the connection
+     * goes on by itself: wait for it and take its outcome. */
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    while (poll(&p, 1, ANSWER_WAIT_MS) < 0 && errno == EINTR)
+      ;
+    socklen_t len = sizeof rc;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &rc, &len) != 0)
+      rc = errno;
+  }
+  if (rc != 0) {
+    fprintf(stderr, "fuzz_http: connect: %s\n", strerror(rc));
     abort(); /* the endpoint stopped listening: a finding */
   }
   return fd;
