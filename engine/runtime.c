@@ -793,16 +793,21 @@ static int source_stop(sl_instance *inst) {
   /* Each turn answers a trigger, a notification or the end of the hold;
    * the hold lasts until the job stops or the stop is withdrawn (stop.c
    * note 2), so the loop is bounded by that, not by a count. */
+  /* Held, the source emits no record: the stop checkpoint's barrier is
+   * its last output (invariant 10, docs/DESIGN.md). */
+  const uint64_t records_held = inst->records_out;
   while (request == SL_STOP_REQUEST_HOLD) {
     if (!wait_until(inst, SL_WAIT_IDLE, stop_hold_ready, 0))
       return SL_ESTOPPED;
     int rc = sl_snapshot_notifications(inst);
     if (rc == 0)
       rc = sl_snapshot_source_poll(inst); /* a barrier, and no record */
+    assert(inst->records_out == records_held);
     if (rc)
       return rc;
     request = atomic_load(&job->stop_request);
   }
+  (void)records_held;
   return request == SL_STOP_REQUEST_DRAIN ? SL_SOURCE_END : 0;
 }
 

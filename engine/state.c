@@ -56,6 +56,17 @@ _Static_assert(BYTE_KEY_HEADER_BYTES + SL_KEY_MAX_STORED_BYTES + 36u == 499u,
 _Static_assert(SL_KEY_MAX_BYTES + BYTE_KEY_HEADER_BYTES < SL_COW_MAX_BYTES,
                "a longest key fits a map key");
 
+/* The 11 bytes every keyed-state map key starts with (note above): the
+ * record key (for byte keys, its hash) big-endian, the state id, the
+ * kind. */
+static inline void key_header(uint8_t *k, uint64_t key, uint16_t id,
+                              uint8_t kind) {
+  sl_store_be64(k, key);
+  k[8] = (uint8_t)(id >> 8);
+  k[9] = (uint8_t)id;
+  k[10] = kind;
+}
+
 static int grow(void **buffer, uint32_t *capacity, uint64_t need) {
   if (need <= *capacity)
     return 0;
@@ -175,10 +186,7 @@ byte_state_key(sl_ctx *ctx, uint16_t id, uint8_t kind, const void *user_key,
   if (rc)
     return rc;
   uint8_t *k = cp->key_buffer;
-  sl_store_be64(k, cp->current_key);
-  k[8] = (uint8_t)(id >> 8);
-  k[9] = (uint8_t)id;
-  k[10] = (uint8_t)(kind | KIND_BYTES);
+  key_header(k, cp->current_key, id, (uint8_t)(kind | KIND_BYTES));
   for (int i = 0; i < 4; i++)
     k[11 + i] = (uint8_t)(n >> (24 - 8 * i));
   if (n)
@@ -269,10 +277,7 @@ static inline int u64_state_key(sl_ctx *ctx, uint16_t id, uint8_t kind,
   if (rc)
     return rc;
   uint8_t *k = cp->key_buffer;
-  sl_store_be64(k, cp->current_key);
-  k[8] = (uint8_t)(id >> 8);
-  k[9] = (uint8_t)id;
-  k[10] = kind;
+  key_header(k, cp->current_key, id, kind);
   if (user_key_bytes)
     memcpy(k + KEY_HEADER_BYTES, user_key, user_key_bytes);
   *key_bytes = (uint32_t)need;

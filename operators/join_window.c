@@ -376,7 +376,6 @@ SL_EXPORT int sl_op_window_join_sized(sl_job *job, const char *name,
                     parallelism, j, window_process, window_timer, op);
 }
 
-
 /* The version-1 symbol (config_abi.c note 1): a program linked before the
  * sized call existed passed a version-1 struct. */
 SL_EXPORT int(sl_op_window_join)(sl_job *job, const char *name,

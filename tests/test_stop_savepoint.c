@@ -572,6 +572,22 @@ Test(stop_savepoint, a_non_empty_directory_is_refused_and_the_job_goes_on) {
 
 /* A push source: the stop holds it like any source, and pushers then get
  * SL_ESTOPPED (nothing will take their records). */
+/* A push source (capacity records of queue, 0: default) into one sink
+ * instance calling process, checkpointed into state every 20 ms. */
+static sl_job *push_job(const char *state, uint32_t capacity,
+                        int (*process)(sl_ctx *, void *, int,
+                                       const sl_record *),
+                        sl_push **push) {
+  sl_job_config config = sl_fixture_config(state, 20);
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_push(job, "push", capacity, &src, push), 0);
+  sl_process_ops ops = {.process = process};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &ops, 0, &sink), 0);
+  return job;
+}
+
 static atomic_uint_fast64_t pushed_seen;
 
 static int count_seen(sl_ctx *ctx, void *state, int input,
@@ -585,14 +601,8 @@ Test(stop_savepoint, a_push_source_stops_and_its_pushers_get_estopped) {
   char *root = sl_test_temp_dir("stop");
   char *state = sl_test_path_in(root, "state");
   char *sp = sl_test_path_in(root, "sp");
-  sl_job_config config = sl_fixture_config(state, 20);
-  sl_job *job;
-  cr_assert_eq(sl_job_create(&config, &job), 0);
-  sl_op *src, *sink;
   sl_push *push;
-  cr_assert_eq(sl_source_push(job, "push", 0, &src, &push), 0);
-  static const sl_process_ops ops = {.process = count_seen};
-  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &ops, 0, &sink), 0);
+  sl_job *job = push_job(state, 0, count_seen, &push);
   atomic_store(&pushed_seen, 0);
   cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
   for (uint64_t i = 0; i < 1000; i++)
@@ -675,14 +685,8 @@ Test(stop_savepoint, drain_wakes_a_blocked_pusher_and_the_push_fd) {
   char *root = sl_test_temp_dir("stopdrain");
   char *state = sl_test_path_in(root, "state");
   char *sp = sl_test_path_in(root, "sp");
-  sl_job_config config = sl_fixture_config(state, 20);
-  sl_job *job;
-  cr_assert_eq(sl_job_create(&config, &job), 0);
-  sl_op *src, *sink;
   sl_push *push;
-  cr_assert_eq(sl_source_push(job, "push", 16, &src, &push), 0);
-  static const sl_process_ops ops = {.process = gated_sink};
-  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &ops, 0, &sink), 0);
+  sl_job *job = push_job(state, 16, gated_sink, &push);
   atomic_store(&gate, 0);
   cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
   int fd = sl_push_fd(push);
