@@ -113,6 +113,7 @@ static uint64_t entry_bytes(uint32_t size_bytes) {
 
 /* The whole instance: pending ids strictly increasing and nonzero, counts
  * within capacities, the batch being built unnumbered. */
+__attribute__((unused)) /* asserts only */
 static bool wal_check(const wal_instance *w) {
   assert(w->pending_count <= w->pending_capacity);
   assert(w->building.checkpoint_id == 0);
