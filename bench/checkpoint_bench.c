@@ -1284,6 +1284,24 @@ static int align_part(bench_json *json, const char *dir, bool quick) {
   return rc;
 }
 
+/* Run part 1, 2, 3 (and 4), 5 or 6 of the header. */
+static int run_part(bench_json *json, int part, const char *dir, int repeat,
+                    bool quick) {
+  switch (part) {
+  case 1:
+    return overhead(json, dir, repeat, quick ? 5000000 : 30000000);
+  case 2:
+    return sync_part(json, dir, quick);
+  case 3:
+    return duration_and_restore(json, dir, repeat, quick);
+  case 5:
+    return size_part(json, dir, quick, repeat);
+  default:
+    assert(part == 6);
+    return align_part(json, dir, quick);
+  }
+}
+
 /* The part --only names: 1, 2, 3 (4 is part of 3), 5 or "size", 6 or
  * "alignment"; -1 for anything else. */
 static int parse_only(const char *text) {
@@ -1339,16 +1357,25 @@ int main(int argc, char **argv) {
   bench_json_machine(&json);
   bench_json_u64(&json, "repeat", (uint64_t)repeat);
   int rc = 0;
-  if (!only || only == 1)
-    rc = overhead(&json, dir, repeat, quick ? 5000000 : 30000000);
-  if (rc == 0 && (!only || only == 2))
-    rc = sync_part(&json, dir, quick);
-  if (rc == 0 && (!only || only == 3))
-    rc = duration_and_restore(&json, dir, repeat, quick);
-  if (rc == 0 && (!only || only == 5))
-    rc = size_part(&json, dir, quick, repeat);
-  if (rc == 0 && (!only || only == 6))
-    rc = align_part(&json, dir, quick);
+  static const int parts[5] = {1, 2, 3, 5, 6};
+  double seconds[5] = {-1, -1, -1, -1, -1}; /* -1: the part did not run */
+  for (int k = 0; rc == 0 && k < 5; k++) {
+    if (only && only != parts[k])
+      continue;
+    uint64_t t0 = bench_now_ns();
+    rc = run_part(&json, parts[k], dir, repeat, quick);
+    seconds[k] = (double)(bench_now_ns() - t0) / 1e9;
+    printf("   (part %d took %.1f s)\n", parts[k], seconds[k]);
+    fflush(stdout);
+  }
+  bench_json_begin_object(&json, "part_seconds"); /* what each part took */
+  for (int k = 0; k < 5; k++) {
+    char key[16];
+    snprintf(key, sizeof key, "%d", parts[k]);
+    if (seconds[k] >= 0)
+      bench_json_double(&json, key, seconds[k]);
+  }
+  bench_json_end_object(&json);
   int written = bench_json_finish(&json, "checkpoint_bench", json_path);
   fresh_dir(dir);
   rmdir(dir);

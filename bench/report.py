@@ -499,6 +499,10 @@ class Report:
                         f"{num(rs['median'], 1)} ms", rs["median"] <= 200)
         self.checkpoint_sizes(d.get("size", []))
         self.alignment(d.get("alignment", []))
+        parts = d.get("part_seconds", {})
+        if parts:
+            self.out("Wall time of each part of `checkpoint_bench`: " + ", ".join(
+                f"part {k} {num(v, 1)} s" for k, v in parts.items()) + ".", "")
 
     def checkpoint_sizes(self, sizes):
         if not sizes:
