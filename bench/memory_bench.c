@@ -595,6 +595,10 @@ static void json_checkpoint_memory(bench_json *json, const size_runs *z) {
   bench_json_begin_object(json, "checkpoint_memory");
   bench_json_stats(json, "steady_anon_bytes", steady);
   bench_json_stats(json, "peak_anon_bytes", peak);
+  /* a cross-check of steady: the state variant's RssAnon at its end */
+  bench_json_stats(json, "steady_anon_end_bytes",
+                   field_stats(z, VARIANT_STATE,
+                               offsetof(child_result, anon_end_bytes)));
   bench_json_stats(json, "ratio", ratio);
   bench_json_double(json, "ratio_max", TARGET_ANON_RATIO);
   bench_json_bool(json, "judged", z->keys >= TARGET_MIN_KEYS);
