@@ -35,7 +35,8 @@
  *    processed; fsync on commit.  Per (size, fraction): trigger-to-durable
  *    duration, the writer's transaction, bytes and entries persisted, bytes
  *    per changed key.  Rounds: 5 each (quick 2), even 100% of 10M keys
- *    (about 5 s a round here; the whole part takes about 80 s).  Rounds
+ *    (about 5 s a round here; the whole part takes about 80 s, and the
+ *    restores and disk samples below about 40 s more).  Rounds
  *    run back to back, as periodic checkpoints would: a duration includes
  *    any wait for the store compaction the writer runs between checkpoints
  *    (spaced 3 s apart, duration and write agreed within a few ms at 1M
