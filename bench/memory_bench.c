@@ -44,6 +44,35 @@
  * For N = 1M and 10M (--quick: 100K and 1M), R repeats (3; --quick 1) of
  * the three variants, rotating which goes first; median, min and max.
  * Target: at most 64 bytes of overhead per entry at the largest N.
+ *
+ * NOTES ON THE CHECKPOINT'S MEMORY (issue 21, target 5)
+ *
+ * 1. The ratio.  Peak anonymous memory while a checkpoint runs / steady
+ *    state = the checkpoint variant's sampled peak RssAnon / the state
+ *    variant's sampled peak RssAnon, of the same repeat: the same records
+ *    and keys, the only difference the checkpoint.  The checkpoint variant
+ *    is the worst case of one checkpoint: its barrier freezes all N
+ *    entries and the second pass then writes every one of them while the
+ *    writer runs.  RssAnon leaves out the LMDB file's mapped pages (page
+ *    cache, not the job's heap).  Target: <= 1.5 at 1M and 10M keys
+ *    (--quick has only 1M of these).
+ * 2. The job's memory bound, printed per size:
+ *      bound = S + C * N * e + W
+ *    S: the steady state (the state variant's peak RssAnon); e: the bytes
+ *    one entry costs (RSS growth per entry, key, value, table slot and
+ *    allocator rounding, so a copy of an entry costs at most that); C = 2
+ *    (BOUND_VERSIONS): the versions of an entry a checkpoint can hold
+ *    besides the live one, the one frozen for the running checkpoint and
+ *    the one of the last complete checkpoint, kept for an in-memory
+ *    rollback until the next completes (issue 21's design; with no
+ *    rollback kept, 1 would do); W: the writer's buffers, bounded by the
+ *    store's size: the disk blocks of the state directory at the end of
+ *    the run, or the largest checkpoint's bytes persisted if more (an LMDB
+ *    write transaction keeps its dirty pages in the heap, and a compaction
+ *    that rewrites the base dirties up to the whole file; a chunk
+ *    writer's buffers hold at most a checkpoint).  Every term is measured
+ *    in the run through /proc, the file system and the public statistics;
+ *    the line also says whether the measured peak is within it.
  * Each child checks its counts (records processed, keys created, keys
  * received by the sink, live keys in the map); a mismatch fails the run.
  */
@@ -78,6 +107,13 @@
 #define SOURCE_WAIT_CALLS 100000u
 #define SOURCE_WAIT_NS 100000L
 #define TARGET_OVERHEAD_BYTES 64.0
+/* Issue 21, target 5: peak anonymous memory while a checkpoint runs at
+ * most this many times the steady state, judged from TARGET_MIN_KEYS. */
+#define TARGET_ANON_RATIO 1.5
+#define TARGET_MIN_KEYS 1000000u
+/* Versions of an entry, beyond the live one, that checkpointing can hold
+ * at once: see note 2 of the header. */
+#define BOUND_VERSIONS 2.0
 
 enum variant { VARIANT_BASELINE, VARIANT_STATE, VARIANT_CHECKPOINT,
                VARIANTS };
@@ -95,8 +131,11 @@ typedef struct child_result {
   uint64_t map_peak_bytes;   /* its sampled peak */
   uint64_t checkpoints;      /* newest complete checkpoint id */
   uint64_t wall_us;          /* sl_job_run */
+  uint64_t anon_end_bytes;   /* RssAnon at the end, the state alive */
+  uint64_t checkpoint_bytes_max; /* the largest checkpoint's bytes */
+  uint64_t store_bytes;      /* the state directory's allocated bytes */
 } child_result;
-#define CHILD_FIELDS 9
+#define CHILD_FIELDS 12
 
 /* ------------------------------------------------------------ /proc */
 
@@ -313,6 +352,36 @@ static bool check_counts(const run_state *s) {
   return false;
 }
 
+/* nftw's accumulator for dir_allocated_bytes (one walk at a time: the
+ * child's main thread is the only caller). */
+static uint64_t walked_bytes;
+
+static int add_allocated(const char *path, const struct stat *st, int flag,
+                         struct FTW *ftw) {
+  (void)path, (void)ftw;
+  if (flag == FTW_F)
+    walked_bytes += (uint64_t)st->st_blocks * 512u; /* st_blocks: 512 B */
+  return 0;
+}
+
+/* Disk blocks allocated to the files under dir (sparse parts left out),
+ * whatever files the store keeps there; 0 if it cannot be walked. */
+static uint64_t dir_allocated_bytes(const char *dir) {
+  walked_bytes = 0;
+  if (nftw(dir, add_allocated, 16, FTW_PHYS) != 0)
+    return 0;
+  return walked_bytes;
+}
+
+/* The most bytes one checkpoint of job persisted (of the 64 kept). */
+static uint64_t largest_checkpoint_bytes(const sl_job *job) {
+  uint64_t most = 0;
+  sl_checkpoint_stats cs;
+  for (int k = 0; k < 64 && sl_job_checkpoint_stats(job, k, &cs) == 0; k++)
+    most = cs.bytes_persisted > most ? cs.bytes_persisted : most;
+  return most;
+}
+
 /* Run one variant and fill *out.  Returns 0, or 1 after printing why. */
 static int run_variant(int variant, uint64_t keys, child_result *out) {
   static run_state s; /* static: read by the engine's threads */
@@ -350,10 +419,13 @@ static int run_variant(int variant, uint64_t keys, child_result *out) {
   out->map_bytes = s.map_bytes;
   out->map_peak_bytes = s.map_peak_bytes;
   out->checkpoints = job ? sl_job_last_checkpoint(job, 0) : 0;
+  out->anon_end_bytes = status_bytes("RssAnon");
+  out->checkpoint_bytes_max = job ? largest_checkpoint_bytes(job) : 0;
   if (rc)
     fprintf(stderr, "memory_bench: %s: %s\n", sl_strerror(rc),
             job && sl_job_error(job)[0] ? sl_job_error(job) : "");
   sl_job_destroy(job);
+  out->store_bytes = s.checkpoint ? dir_allocated_bytes(dir) : 0;
   if (s.checkpoint)
     fixture_remove_tree(dir);
   return rc || !check_counts(&s) ? 1 : 0;
@@ -367,10 +439,11 @@ static int child_main(int variant, uint64_t keys) {
   if (run_variant(variant, keys, &r) != 0)
     return 1;
   printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-         " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
+         " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+         " %" PRIu64 " %" PRIu64 "\n",
          r.rss_before_bytes, r.rss_end_bytes, r.hwm_bytes, r.maxrss_bytes,
          r.anon_peak_bytes, r.map_bytes, r.map_peak_bytes, r.checkpoints,
-         r.wall_us);
+         r.wall_us, r.anon_end_bytes, r.checkpoint_bytes_max, r.store_bytes);
   return 0;
 }
 
@@ -388,16 +461,17 @@ static int run_child(int variant, uint64_t keys, child_result *r) {
   if (!child)
     return 1;
   unsigned long long v[CHILD_FIELDS] = {0};
-  int read = fscanf(child, "%llu %llu %llu %llu %llu %llu %llu %llu %llu",
-                    &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
-                    &v[8]);
+  int read = fscanf(child, "%llu %llu %llu %llu %llu %llu %llu %llu %llu "
+                    "%llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                    &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]);
   int status = pclose(child);
   if (status != 0 || read != CHILD_FIELDS) {
     fprintf(stderr, "memory_bench: %s run of %" PRIu64 " keys failed\n",
             variant_names[variant], keys);
     return 1;
   }
-  *r = (child_result){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+  *r = (child_result){v[0], v[1], v[2], v[3], v[4], v[5],
+                      v[6], v[7], v[8], v[9], v[10], v[11]};
   return 0;
 }
 
@@ -410,7 +484,16 @@ typedef struct size_runs {
   double overhead_per_entry[MAX_REPEAT];
   double map_bytes_per_entry[MAX_REPEAT];
   double checkpoint_extra_per_entry[MAX_REPEAT]; /* peak: checkpoint - state */
+  double anon_ratio[MAX_REPEAT];   /* target 5: peak anon, cp / steady */
+  double bound_bytes[MAX_REPEAT];  /* the job's memory bound (note 2) */
 } size_runs;
+
+/* W of note 2: the store's allocated bytes, or the largest checkpoint's
+ * if that is more. */
+static uint64_t writer_bytes(const child_result *cp) {
+  return cp->store_bytes > cp->checkpoint_bytes_max ? cp->store_bytes
+                                                    : cp->checkpoint_bytes_max;
+}
 
 static void derive(size_runs *z, int r) {
   const child_result *base = &z->runs[VARIANT_BASELINE][r];
@@ -428,6 +511,11 @@ static void derive(size_runs *z, int r) {
       ((double)state->map_bytes - (double)base->map_bytes) / keys;
   z->checkpoint_extra_per_entry[r] =
       ((double)cp->hwm_bytes - (double)state->hwm_bytes) / keys;
+  double steady = (double)state->anon_peak_bytes;
+  z->anon_ratio[r] = steady > 0 ? (double)cp->anon_peak_bytes / steady : 0;
+  double entry = z->bytes_per_entry[r] > 0 ? z->bytes_per_entry[r] : 0;
+  z->bound_bytes[r] = steady + BOUND_VERSIONS * keys * entry +
+                      (double)writer_bytes(cp);
 }
 
 static int run_size(size_runs *z) {
@@ -456,6 +544,73 @@ static bench_stats field_stats(const size_runs *z, int variant,
 }
 #define FIELD(variant, name) \
   field_stats(z, variant, offsetof(child_result, name))
+
+/* W of note 2 over the repeats. */
+static bench_stats writer_stats(const size_runs *z) {
+  double values[MAX_REPEAT];
+  for (int r = 0; r < z->repeat; r++)
+    values[r] = (double)writer_bytes(&z->runs[VARIANT_CHECKPOINT][r]);
+  return bench_stats_of(values, (size_t)z->repeat);
+}
+
+/* Target 5 and the bound of one size (the notes on the checkpoint's
+ * memory). */
+static void print_checkpoint_memory(const size_runs *z) {
+  const double mib = 1024.0 * 1024.0;
+  size_t n = (size_t)z->repeat;
+  bench_stats steady = field_stats(z, VARIANT_STATE,
+                                   offsetof(child_result, anon_peak_bytes));
+  bench_stats peak = field_stats(z, VARIANT_CHECKPOINT,
+                                 offsetof(child_result, anon_peak_bytes));
+  bench_stats writer = writer_stats(z);
+  bench_stats ratio = bench_stats_of(z->anon_ratio, n);
+  bench_stats bound = bench_stats_of(z->bound_bytes, n);
+  bench_stats entry = bench_stats_of(z->bytes_per_entry, n);
+  bool judged = z->keys >= TARGET_MIN_KEYS;
+  printf("  target 5, %" PRIu64 " keys: peak RssAnon while a checkpoint "
+         "runs %.1f MiB / steady %.1f MiB = %.2f [%.2f-%.2f] (<= %.1f): "
+         "%s\n", z->keys, peak.median / mib, steady.median / mib,
+         ratio.median, ratio.min, ratio.max, TARGET_ANON_RATIO,
+         !judged ? "not judged below 1M keys"
+                 : ratio.median <= TARGET_ANON_RATIO ? "met" : "NOT met");
+  printf("  the job's memory bound, %" PRIu64 " keys: steady + %.0f versions "
+         "x keys x bytes/entry + writer = %.1f + %.0f x %" PRIu64 " x %.1f B "
+         "+ %.1f = %.1f MiB (%.1f B per key); peak %s it\n", z->keys,
+         BOUND_VERSIONS, steady.median / mib, BOUND_VERSIONS, z->keys,
+         entry.median, writer.median / mib, bound.median / mib,
+         bound.median / (double)z->keys,
+         peak.median <= bound.median ? "within" : "ABOVE");
+  fflush(stdout);
+}
+
+static void json_checkpoint_memory(bench_json *json, const size_runs *z) {
+  size_t n = (size_t)z->repeat;
+  bench_stats steady = field_stats(z, VARIANT_STATE,
+                                   offsetof(child_result, anon_peak_bytes));
+  bench_stats peak = field_stats(z, VARIANT_CHECKPOINT,
+                                 offsetof(child_result, anon_peak_bytes));
+  bench_stats ratio = bench_stats_of(z->anon_ratio, n);
+  bench_stats bound = bench_stats_of(z->bound_bytes, n);
+  bench_stats writer = writer_stats(z);
+  bench_json_begin_object(json, "checkpoint_memory");
+  bench_json_stats(json, "steady_anon_bytes", steady);
+  bench_json_stats(json, "peak_anon_bytes", peak);
+  /* a cross-check of steady: the state variant's RssAnon at its end */
+  bench_json_stats(json, "steady_anon_end_bytes",
+                   field_stats(z, VARIANT_STATE,
+                               offsetof(child_result, anon_end_bytes)));
+  bench_json_stats(json, "ratio", ratio);
+  bench_json_double(json, "ratio_max", TARGET_ANON_RATIO);
+  bench_json_bool(json, "judged", z->keys >= TARGET_MIN_KEYS);
+  bench_json_bool(json, "met", ratio.median <= TARGET_ANON_RATIO);
+  bench_json_stats(json, "bound_bytes", bound);
+  bench_json_double(json, "bound_versions", BOUND_VERSIONS);
+  bench_json_stats(json, "bound_entry_bytes",
+                   bench_stats_of(z->bytes_per_entry, n));
+  bench_json_stats(json, "bound_writer_bytes", writer);
+  bench_json_bool(json, "peak_within_bound", peak.median <= bound.median);
+  bench_json_end_object(json);
+}
 
 static void print_size(const size_runs *z) {
   const double mib = 1024.0 * 1024.0;
@@ -517,6 +672,7 @@ static void json_size(bench_json *json, const size_runs *z) {
   bench_json_stats(json, "state_run_us", FIELD(VARIANT_STATE, wall_us));
   bench_json_stats(json, "checkpoint_run_us",
                    FIELD(VARIANT_CHECKPOINT, wall_us));
+  json_checkpoint_memory(json, z);
   bench_json_end_object(json);
 }
 #undef FIELD
@@ -592,6 +748,8 @@ int main(int argc, char **argv) {
       return 1;
     print_size(&sizes[i]);
   }
+  for (int i = 0; i < 2; i++)
+    print_checkpoint_memory(&sizes[i]);
   bench_stats largest = bench_stats_of(sizes[1].overhead_per_entry,
                                        (size_t)repeat);
   bool met = largest.median <= TARGET_OVERHEAD_BYTES;
