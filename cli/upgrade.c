@@ -405,9 +405,12 @@ static int run_upgrade(upgrade *u) {
   if (rc == 0)
     rc = sl_store_v2_open(u->store_dir, &u->old, &format, u->err,
                           sizeof u->err);
-  if (format == SL_STORE_FORMAT_VERSION && !(rewrite && rc == 0))
+  /* The reader refuses every format but 2 with SL_ESTORE and the format;
+   * a format-2 store it opened is ours too while 2 is our format. */
+  bool other = rc == SL_ESTORE && format != 0 && format != SL_STORE_V2_FORMAT;
+  if ((other || (rc == 0 && !rewrite)) && format == SL_STORE_FORMAT_VERSION)
     return already_current(u);
-  if (rc == SL_ESTORE && format != 0)
+  if (other)
     return unsupported(u, format);
   if (rc == 0)
     rc = build(u);
