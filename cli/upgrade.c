@@ -8,7 +8,8 @@
  *    exclusive flock of DIR/lock and of DIR itself, both without waiting;
  *    a job or reader holding either is "in use by another process" and
  *    nothing changes.  Held until the end, so the old store is read with
- *    MDB_NOLOCK and no writer can start meanwhile.
+ *    MDB_NOLOCK and no writer can start meanwhile.  A lock file the claim
+ *    had to create is removed at the end.
  * 2. Build.  The new store is written through the public store API into
  *    DIR/SL_STORE_STAGING_NAME (emptied first: a staging directory is
  *    always a leftover, store.h note 7): sl_store_open with the old
@@ -69,6 +70,7 @@ typedef struct upgrade {
   char staging[PATH_MAX];
   bool savepoint;
   int lock_fd, dir_fd;
+  bool created_lock; /* claim made DIR/lock: removed at the end */
   sl_store_v2 *old;
   sl_store *store;
   uint64_t entries, rows;
@@ -111,7 +113,10 @@ static int claim(upgrade *u) {
   char path[PATH_MAX];
   if (snprintf(path, sizeof path, "%s/lock", u->store_dir) >= (int)sizeof path)
     return upgrade_fail(u, ENAMETOOLONG, "%s: path too long", u->store_dir);
-  u->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  u->lock_fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  u->created_lock = u->lock_fd >= 0;
+  if (u->lock_fd < 0 && errno == EEXIST)
+    u->lock_fd = open(path, O_RDWR | O_CLOEXEC);
   if (u->lock_fd < 0)
     return upgrade_fail(u, errno, "%s: cannot open the lock file: %s",
                         u->store_dir, strerror(errno));
@@ -287,8 +292,8 @@ static int build(upgrade *u) {
 
 /* ------------------------------------------------------------ move */
 
-/* A savepoint's manifest.json with the new store_format, written beside
- * and renamed over it (note 3). */
+/* A savepoint's manifest.json with the new store_format and the new
+ * store's size, written beside and renamed over it (note 3). */
 static int manifest_update(upgrade *u) {
   char path[PATH_MAX], next[PATH_MAX + 8];
   snprintf(path, sizeof path, "%s/manifest.json", u->dir);
@@ -300,8 +305,13 @@ static int manifest_update(upgrade *u) {
     return upgrade_fail(u, SL_ECORRUPT, "%s: not a JSON object (line %d: "
                         "%s)", path, jerr.line, jerr.text);
   }
+  char data[PATH_MAX + 16];
+  snprintf(data, sizeof data, "%s/data.mdb", u->store_dir);
+  struct stat st;
   int rc = json_object_set_new(m, "store_format",
                                json_integer(SL_STORE_FORMAT_VERSION));
+  if (rc == 0 && stat(data, &st) == 0) /* the size it lists */
+    rc = json_object_set_new(m, "bytes", json_integer(st.st_size));
   if (rc == 0)
     rc = json_dump_file(m, next, JSON_INDENT(2) | JSON_SORT_KEYS);
   json_decref(m);
@@ -442,6 +452,13 @@ int checkpoints_upgrade(const char *dir) {
     fprintf(stderr, "sluice: checkpoints --upgrade: %s\n",
             u->err[0] ? u->err : sl_strerror(rc));
   sl_store_v2_close(u->old);
+  char lock[PATH_MAX + 8];
+  /* A lock file this run made goes again (a savepoint stays as it was);
+   * the directory's flock, held until the close below, keeps writers
+   * out meanwhile. */
+  if (u->created_lock &&
+      snprintf(lock, sizeof lock, "%s/lock", u->store_dir) < (int)sizeof lock)
+    unlink(lock);
   if (u->dir_fd >= 0)
     close(u->dir_fd);
   if (u->lock_fd >= 0)

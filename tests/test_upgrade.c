@@ -353,6 +353,50 @@ Test(upgrade, the_old_store_is_refused_then_upgraded_and_resumed_exactly,
   sl_test_remove_tree(root);
 }
 
+/* A savepoint of the old format (taken by a stop with savepoint): it is
+ * upgraded in place, its manifest says the new format, and a job started
+ * from it commits exactly an uninterrupted run's output. */
+Test(upgrade, an_old_savepoint_is_upgraded_and_started_from, .timeout = 240) {
+  char *root;
+  char *fixture = fixture_copy("savepoint", &root);
+  char *sp = sl_test_path_in(fixture, "sp");
+  char *output = sl_test_path_in(fixture, "output");
+  char *state = sl_test_path_in(root, "state");
+  char *log = sl_test_path_in(root, "log");
+  cr_assert_eq(run_upgrade(sp, log, NULL), 0, "%s", log_text(log));
+  char *text = log_text(log);
+  cr_assert(strstr(text, "upgraded store format 2 -> "), "%s", text);
+  free(text);
+  cr_assert_eq(store_format(sp), SL_STORE_FORMAT_VERSION);
+  char *manifest_path = sl_test_path_in(sp, "manifest.json");
+  char *manifest = sl_test_slurp(manifest_path);
+  char want[64];
+  snprintf(want, sizeof want, "\"store_format\": %u",
+           SL_STORE_FORMAT_VERSION);
+  cr_assert(strstr(manifest, want), "%s", manifest);
+  char *lock = sl_test_path_in(sp, "lock");
+  struct stat st;
+  cr_assert_neq(stat(lock, &st), 0, "the upgrade left a lock file");
+  const char *from[] = {"run", WINDOW_JOB, "--state-dir", state,
+                        "--output", output, "--from-savepoint", sp, NULL};
+  unlink(log);
+  cr_assert_eq(sl_test_run_sluice(log, from), 0, "%s", log_text(log));
+  char *fresh_output = sl_test_path_in(root, "fresh-output");
+  char *fresh_state = sl_test_path_in(root, "fresh-state");
+  const char *whole[] = {"run", WINDOW_JOB, "--state-dir", fresh_state,
+                         "--output", fresh_output, NULL};
+  cr_assert_eq(sl_test_run_sluice(log, whole), 0, "%s", log_text(log));
+  char *resumed = committed_lines(root, output, "resumed.txt");
+  char *uninterrupted = committed_lines(root, fresh_output, "whole.txt");
+  cr_assert_gt(strlen(uninterrupted), 1000);
+  cr_assert_str_eq(resumed, uninterrupted);
+  free(resumed), free(uninterrupted), free(fresh_output), free(lock);
+  free(fresh_state);
+  free(manifest), free(manifest_path), free(log), free(state), free(output);
+  free(sp), free(fixture);
+  sl_test_remove_tree(root);
+}
+
 /* ------------------------------------------------------------ SIGKILL */
 
 static uint64_t test_seed(void) {
