@@ -17,7 +17,8 @@
  *    keyed-state entry of the merged view (sl_store_put_state, in key
  *    order), every blob, every table row and the record of the latest
  *    checkpoint, committed with its id, durably.  A store with no
- *    checkpoint becomes an empty store.  MDB_MAP_FULL grows the map and
+ *    checkpoint becomes an empty store.  The map starts at twice the old
+ *    data.mdb (at least the store's default); MDB_MAP_FULL grows it and
  *    writes the transaction again (at most UPGRADE_GROWS times).
  * 3. Move.  The staging data.mdb is renamed over DIR/data.mdb (atomic:
  *    before it DIR holds the intact old store, after it the complete new
@@ -273,7 +274,14 @@ static int build(upgrade *u) {
     return upgrade_fail(u, errno, "%s: cannot create: %s", u->staging,
                         strerror(errno));
   crash_point(u, 1);
-  sl_store_options o = {.graph_fingerprint = sl_store_v2_graph(u->old)};
+  /* Room for the old store's size twice at once, so a large store is not
+   * written again after each of many doublings (note 2). */
+  char data[PATH_MAX + 16];
+  snprintf(data, sizeof data, "%s/data.mdb", u->store_dir);
+  struct stat st;
+  uint64_t map = stat(data, &st) == 0 ? 2 * (uint64_t)st.st_size : 0;
+  sl_store_options o = {.graph_fingerprint = sl_store_v2_graph(u->old),
+                        .initial_map_bytes = map > (64u << 20) ? map : 0};
   rc = sl_store_open(u->staging, &o, &u->store, u->err, sizeof u->err);
   if (rc || sl_store_v2_latest(u->old) == 0)
     return rc; /* no checkpoint: the new store stays empty */
@@ -422,14 +430,19 @@ static int run_upgrade(upgrade *u) {
     return already_current(u);
   if (other)
     return unsupported(u, format);
-  if (rc == 0)
-    rc = build(u);
+  if (rc != 0)
+    return rc;
+  rc = build(u);
   sl_store_close(u->store);
   u->store = NULL;
-  if (rc == 0)
+  if (rc == 0) {
     rc = move_into_place(u);
-  else
-    staging_remove(u); /* best effort: the next upgrade removes it too */
+  } else { /* best effort, keeping the message: the next run removes it */
+    char kept[UPGRADE_ERR_BYTES];
+    memcpy(kept, u->err, sizeof kept);
+    staging_remove(u);
+    memcpy(u->err, kept, sizeof kept);
+  }
   if (rc == 0)
     printf("%s: upgraded store format %u -> %u: checkpoint %" PRIu64
            ", %" PRIu64 " entries, %d tables\n", u->dir, SL_STORE_V2_FORMAT,

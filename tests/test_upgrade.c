@@ -279,7 +279,7 @@ Test(upgrade, a_store_in_use_is_refused_and_left_alone) {
   sl_test_remove_tree(root);
 }
 
-Test(upgrade, a_directory_without_a_store_is_an_error) {
+Test(upgrade, a_directory_without_a_store_or_a_foreign_file_is_an_error) {
   char *root = sl_test_temp_dir("upgrade");
   char *log = sl_test_path_in(root, "log");
   char *empty = sl_test_path_in(root, "empty");
@@ -290,7 +290,24 @@ Test(upgrade, a_directory_without_a_store_is_an_error) {
   struct stat st;
   char *lock = sl_test_path_in(empty, "lock");
   cr_assert_neq(stat(lock, &st), 0, "a file was created");
-  free(lock), free(text), free(empty), free(log);
+  /* A data.mdb that is no LMDB file, and a path that is no directory. */
+  char *data = sl_test_path_in(empty, "data.mdb");
+  FILE *f = fopen(data, "w");
+  cr_assert(f);
+  fputs("not an LMDB file, but long enough to hold a page header or two\n",
+        f);
+  fclose(f);
+  unlink(log);
+  cr_assert_eq(run_upgrade(empty, log, NULL), 1);
+  free(text);
+  text = log_text(log);
+  cr_assert(strstr(text, data) || strstr(text, empty), "%s", text);
+  unlink(log);
+  cr_assert_eq(run_upgrade(data, log, NULL), 1);
+  free(text);
+  text = log_text(log);
+  cr_assert(strstr(text, "not a directory"), "%s", text);
+  free(data), free(lock), free(text), free(empty), free(log);
   sl_test_remove_tree(root);
 }
 
