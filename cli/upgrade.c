@@ -380,6 +380,18 @@ static int already_current(upgrade *u) {
   return rc;
 }
 
+/* Whether the store in the directory reads as one of this sluice's
+ * format (sl_store_inspect: meta only, no lock taken; the claim keeps
+ * writers out). */
+static bool current_format(upgrade *u) {
+  sl_store_info info = {0};
+  char err[UPGRADE_ERR_BYTES];
+  bool ours = sl_store_inspect(u->store_dir, &info, err, sizeof err) == 0 &&
+              info.format == SL_STORE_FORMAT_VERSION;
+  free(info.graph);
+  return ours;
+}
+
 /* Why a store of format (not 2, not ours) cannot be upgraded. */
 static int unsupported(upgrade *u, uint32_t format) {
   if (format > SL_STORE_FORMAT_VERSION)
@@ -419,16 +431,19 @@ static int run_upgrade(upgrade *u) {
     rc = has_data_file(u);
   if (rc == 0)
     rc = claim(u);
+  if (rc != 0)
+    return rc;
   uint32_t format = 0;
-  if (rc == 0)
-    rc = sl_store_v2_open(u->store_dir, &u->old, &format, u->err,
-                          sizeof u->err);
-  /* The reader refuses every format but 2 with SL_ESTORE and the format;
-   * a format-2 store it opened is ours too while 2 is our format. */
-  bool other = rc == SL_ESTORE && format != 0 && format != SL_STORE_V2_FORMAT;
-  if ((other || (rc == 0 && !rewrite)) && format == SL_STORE_FORMAT_VERSION)
+  rc = sl_store_v2_open(u->store_dir, &u->old, &format, u->err,
+                        sizeof u->err);
+  /* A store of our own format: while that is 2, one the reader opened;
+   * after, one the current store reads (the old reader need not make
+   * sense of a newer layout). */
+  bool ours = rc == 0 ? format == SL_STORE_FORMAT_VERSION && !rewrite
+                      : current_format(u);
+  if (ours)
     return already_current(u);
-  if (other)
+  if (rc == SL_ESTORE && format != 0 && format != SL_STORE_V2_FORMAT)
     return unsupported(u, format);
   if (rc != 0)
     return rc;
