@@ -409,9 +409,15 @@ Test(store_faults, a_job_killed_inside_a_large_checkpoint_write_resumes,
   char *root = sl_test_temp_dir("store-faults-job");
   char *log = sl_test_path_in(root, "log");
   /* The crash point inside the writer's write: SIGKILL mid-transaction
-   * of the 2nd checkpoint, which holds up to every key. */
+   * of the 2nd checkpoint, which holds up to every key.  There is a 2nd:
+   * the source pauses half-way (half a second, 25 intervals), so one is
+   * triggered there, and the final one follows at the end of the input. */
+  char pause[96];
+  snprintf(pause, sizeof pause, "slow:op=source,delay_us=500000,from=%"
+           PRIu64 ",records=1", records / 2);
   const char *extra[] = {"--fault", "crash:point=mid-write,nth=2",
-                         "--checkpoint-interval-ms", "20", NULL};
+                         "--fault", pause, "--checkpoint-interval-ms", "20",
+                         NULL};
   int status = count_job(root, records, keys, extra, log);
   cr_assert_eq(status, 128 + SIGKILL, "exit %d: %s", status, log_text(log));
   resume_and_compare(root, records, keys, want, "killed mid-write");
@@ -441,7 +447,16 @@ Test(store_faults, a_job_killed_inside_a_compaction_resumes_exactly,
     char nth[32];
     snprintf(nth, sizeof nth, "%" PRIu64, 1 + (x >> 33) % COMPACTION_KEYS);
     setenv("SLUICE_TEST_COMPACTION_CRASH_AFTER", nth, 1);
-    const char *extra[] = {"--checkpoint-interval-ms", "50", NULL};
+    /* Two pauses of the source: in the first a checkpoint of every key
+     * is triggered (its log alone is due for compaction), in the second
+     * the writer is idle, and compacts. */
+    char first[96], second[96];
+    snprintf(first, sizeof first, "slow:op=source,delay_us=500000,from=%u,"
+             "records=1", 2 * COMPACTION_KEYS);
+    snprintf(second, sizeof second, "slow:op=source,delay_us=1500000,"
+             "from=%u,records=1", 3 * COMPACTION_KEYS);
+    const char *extra[] = {"--checkpoint-interval-ms", "50", "--fault",
+                           first, "--fault", second, NULL};
     int status = count_job(root, records, COMPACTION_KEYS, extra, log);
     unsetenv("SLUICE_TEST_COMPACTION_CRASH_AFTER");
     cr_assert(status == 0 || status == 128 + SIGKILL, "exit %d: %s", status,
