@@ -7,6 +7,8 @@
  *   sluice checkpoints DIR --id N     one checkpoint in detail
  *   sluice checkpoints SAVEPOINT_DIR  its manifest and the checkpoint in it
  *   --json                            one JSON object instead of text
+ *   sluice checkpoints --upgrade DIR  convert a store of format 2 in
+ *                                     place (upgrade.c)
  *
  * Everything is read first and printed after, so an error (exit status 1,
  * one line on stderr naming the file and the problem) prints no partial
@@ -34,6 +36,7 @@ typedef struct request {
   bool has_id;
   uint64_t id;
   uint64_t limit; /* checkpoints listed; 0: all */
+  bool upgrade;   /* --upgrade: convert, list nothing (upgrade.c) */
 } request;
 
 /* What was read, all of it before anything is printed. */
@@ -51,6 +54,7 @@ typedef struct inspection {
 static void checkpoints_usage(FILE *out) {
   fprintf(out,
           "usage: sluice checkpoints DIR [--id N] [--limit N | --all] [--json]\n"
+          "       sluice checkpoints --upgrade DIR\n"
           "\n"
           "Lists the checkpoints of a state directory, newest first: id, trigger\n"
           "time (UTC), status (latest = restorable, superseded = its record only),\n"
@@ -63,6 +67,10 @@ static void checkpoints_usage(FILE *out) {
           "  --limit N    list the newest N checkpoints (default 20)\n"
           "  --all        list every checkpoint\n"
           "  --json       one JSON object\n"
+          "  --upgrade    convert DIR's store of the older format 2 into this\n"
+          "               sluice's format, in place (a crash leaves either\n"
+          "               the old or the new store); refuses a store in use;\n"
+          "               nothing to do on a store of this format\n"
           "\n"
           "Exit status: 0 success, 1 the directory or a file in it cannot be read\n"
           "(not a store, corrupt, no such checkpoint), 2 a usage error.\n");
@@ -82,6 +90,8 @@ static void parse_request(int argc, char **argv, request *r) {
       r->id = parse_u64(a, v, 1, UINT64_MAX), r->has_id = true, i++;
     else if (strcmp(a, "--limit") == 0)
       r->limit = parse_u64(a, v, 1, UINT64_MAX), limit_given = true, i++;
+    else if (strcmp(a, "--upgrade") == 0)
+      r->upgrade = true;
     else if (strcmp(a, "--all") == 0)
       r->limit = 0, limit_given = true;
     else if (a[0] == '-')
@@ -93,6 +103,8 @@ static void parse_request(int argc, char **argv, request *r) {
   }
   if (!r->dir)
     die_usage("checkpoints needs a state directory");
+  if (r->upgrade && (r->json || r->has_id || limit_given))
+    die_usage("checkpoints: --upgrade takes only the directory");
   if (r->json && !limit_given)
     r->limit = 0; /* machines get everything */
 }
@@ -495,6 +507,8 @@ static int print_json(const inspection *in, const request *r) {
 int checkpoints_main(int argc, char **argv) {
   request r = {0};
   parse_request(argc, argv, &r);
+  if (r.upgrade)
+    return checkpoints_upgrade(r.dir);
   inspection in = {0};
   char err[ERR_BYTES] = "";
   int rc = inspect(&in, &r, err);

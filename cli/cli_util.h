@@ -79,6 +79,8 @@ void cli_status_stop(cli_status *status);
 /* `sluice checkpoints` (cli/checkpoints.c): argv starts after
  * "checkpoints".  Returns the exit status. */
 int checkpoints_main(int argc, char **argv);
+/* upgrade.c: `sluice checkpoints --upgrade DIR`; the exit status. */
+int checkpoints_upgrade(const char *dir);
 
 /* `sluice nexmark` (cli/nexmark.c): argv starts after "nexmark". */
 int nexmark_main(int argc, char **argv);

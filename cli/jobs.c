@@ -16,6 +16,7 @@
 #include "fixtures.h" /* bench/: the jobs the benchmarks also run */
 #include "output.h"
 #include "run.h"
+#include "store.h" /* sl_store_test_crash_after */
 
 /* ------------------------------------------------------------ jobs */
 
@@ -450,6 +451,11 @@ int run_job(options *o) {
   /* Before the start, so a signal at any time is a stop with a savepoint
    * (served once armed). */
   cli_stopper *stopper = cli_stopper_start(job, o->stop_savepoint, o->drain);
+  /* For tests only (tests/test_store_faults.c): SIGKILL inside the Nth
+   * put of a compaction's write, which no --fault kind reaches. */
+  const char *crash = getenv("SLUICE_TEST_COMPACTION_CRASH_AFTER");
+  if (crash && *crash)
+    sl_store_test_crash_after(strtoull(crash, NULL, 10));
   rc = sl_job_start(job);
   if (rc) {
     fprintf(stderr, "sluice: cannot start job %s: %s\n", o->job_name,
