@@ -513,6 +513,26 @@ Test(nexmark_queries, q5_counts_a_bid_only_in_its_windows_still_open) {
   }
 }
 
+/* Auction 1's two bids are far apart: two timers pending, one per pane
+ * (at B+1999 and B+51999).  Auction 2's bid then moves the watermark (bound
+ * 100000) to B+53000, past both: the first timer emits every window then
+ * due, the second pane's first one too, and the second pane's own timer
+ * (q5_count_timer deletes it) must not emit that window again, although
+ * the pane is still kept for its later windows.  Each window once. */
+Test(nexmark_queries, q5_emits_each_window_once_when_the_watermark_jumps) {
+  nx_event ev[] = {bid(1, 9, 1, B + 100), bid(1, 9, 1, B + 50000),
+                   bid(2, 9, 1, B + 153001)};
+  static const char *const want[] = {
+      "992000,1002000,1,1",  "994000,1004000,1,1",  "996000,1006000,1,1",
+      "998000,1008000,1,1",  "1000000,1010000,1,1", "1042000,1052000,1,1",
+      "1044000,1054000,1,1", "1046000,1056000,1,1", "1048000,1058000,1,1",
+      "1050000,1060000,1,1", "1144000,1154000,2,1", "1146000,1156000,2,1",
+      "1148000,1158000,2,1", "1150000,1160000,2,1", "1152000,1162000,2,1"};
+  expect_lines((run_config){.query = NX_Q5, .events = ev, .n = COUNT(ev),
+                            .bound = 100000},
+               want, COUNT(want));
+}
+
 /* ----------------------------------------------------------- q7 */
 
 Test(nexmark_queries, q7_keeps_ties_and_window_bounds) {
