@@ -148,11 +148,13 @@ static int cells_splice(sl_ctx *ctx, scratch *s, uint16_t id,
   int rc = nxq_scratch_reserve(s, out);
   if (rc)
     return rc;
-  memcpy(s->bytes, array, head);
+  if (head > 0) /* array is NULL for a state not there yet */
+    memcpy(s->bytes, array, head);
   if (fresh)
     memcpy(s->bytes + head, fresh, cell);
-  memcpy(s->bytes + head + (fresh ? cell : 0), (const char *)array + tail,
-         bytes - tail);
+  if (bytes > tail)
+    memcpy(s->bytes + head + (fresh ? cell : 0), (const char *)array + tail,
+           bytes - tail);
   return sl_state_put(ctx, id, s->bytes, out, NULL);
 }
 
