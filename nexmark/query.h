@@ -30,9 +30,13 @@
  *    window (q5, q7) has all the window's results when its own timer at
  *    end - 1 fires, since its watermark is the minimum over every upstream
  *    instance.
- * 5. Each process operator numbers its state ids from 1.  Pointers from
- *    state calls are used only until the next state call (sl_emit is not
- *    one), and values are copied out with memcpy: list items are only
+ * 5. Each process operator numbers its state ids from 1, except where a
+ *    state changed its layout: q5.count (id 2) and q4.winning (3, 4) keep
+ *    per-bucket arrays (their files say why) under ids their per-auction
+ *    states never used, so no value is read in the other layout; a
+ *    checkpoint of the per-auction layout restores none of it.  Pointers
+ *    from state calls are used only until the next state call (sl_emit is
+ *    not one), and values are copied out with memcpy: list items are only
  *    4-byte aligned.
  * 6. Callbacks return 0 or the failing code as it came (any nonzero return
  *    fails the job: sluice.h, CALLBACK RETURNS); failed() first puts the

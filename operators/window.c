@@ -55,7 +55,11 @@
  *    (session_timer): one with end - 1 <= T fires if it has not, and is
  *    purged if L = 0 or its cleanup time is <= T; the ones left get one
  *    timer at the earliest of their due times (> T), which restores the
- *    invariant.  So:
+ *    invariant.  If that time is at or behind the watermark already (at
+ *    the end of input it always is), the timer visits the key's sessions
+ *    again at that time instead, until the earliest due time left is past
+ *    the watermark: a timer re-armed there would only fire at once, after
+ *    a put and a delete of its entry.  So:
  *      - each session fires at its own end - 1, as if it had a timer
  *        there: timers fire in (time, key) order, and the re-armed one is
  *        pushed before its time is reached;
@@ -67,8 +71,10 @@
  *      - timers are shared by the key's sessions, and none is deleted:
  *        one session's cleanup time may equal another's end - 1 (deleting
  *        it on a merge, as before, lost the other's firing);
- *      - at the end of input SL_WATERMARK_MAX fires re-armed timers too
- *        (timer.c note 3).
+ *      - at the end of input SL_WATERMARK_MAX fires every session of a
+ *        key in one firing of its timer, in time order, each stamped
+ *        with its own end - 1 (window_fire); only the order of results
+ *        among keys differs from one timer per due time.
  *    The visit compares with <=, so exact per-session timers (checkpoints
  *    from before this scheme) work as well.  Processing time cannot re-arm
  *    lazily, since timers registered during the end-of-input firing do not
@@ -837,19 +843,15 @@ static int session_visit(sl_ctx *ctx, window_instance *s, uint64_t key,
   return fired_before ? 0 : header_store(ctx, s, x->id);
 }
 
-static int session_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
-  const sl_window_config *c = &s->w->cfg;
-  uint64_t key;
-  int rc = sl_ctx_key(ctx, &key);
-  if (rc)
-    return rc;
-  uint64_t n, next_id;
-  rc = sessions_load(ctx, s, &n, &next_id);
-  if (rc)
-    return rc;
+/* One visit of the first *n sessions of the key (s->sessions) at time:
+ * the ones left are moved to the front, *n becomes their number and
+ * *wake_min the earliest time one of them is due (note 6). */
+static int session_pass(sl_ctx *ctx, window_instance *s, uint64_t key,
+                        int64_t time, uint64_t *n, int64_t *wake_min) {
   uint64_t out = 0;
-  int64_t wake_min = INT64_MAX;
-  for (uint64_t i = 0; i < n && rc == 0; i++) {
+  int rc = 0;
+  *wake_min = INT64_MAX;
+  for (uint64_t i = 0; i < *n && rc == 0; i++) {
     session x = s->sessions[i];
     bool dropped;
     int64_t wake;
@@ -857,18 +859,52 @@ static int session_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
     if (rc || dropped)
       continue; /* dropped from the set */
     assert(wake > time);
-    wake_min = wake < wake_min ? wake : wake_min;
+    *wake_min = wake < *wake_min ? wake : *wake_min;
     s->sessions[out++] = x;
+  }
+  *n = out;
+  return rc;
+}
+
+/* The key's timer at time (note 6).  In event time, when the earliest due
+ * time of the sessions left is at or behind the watermark already (at the
+ * end of input it always is) they are visited again at that time, here,
+ * instead of through a timer re-armed only to fire at once: so a key costs
+ * one firing and no timer entry put and deleted in one epoch (the final
+ * checkpoint wrote each of those as a delete).  Results are stamped end - 1
+ * all the same (window_fire); only their order among other keys' results
+ * between two watermarks differs. */
+static int session_timer(sl_ctx *ctx, window_instance *s, int64_t time) {
+  const sl_window_config *c = &s->w->cfg;
+  uint64_t key;
+  int rc = sl_ctx_key(ctx, &key);
+  if (rc)
+    return rc;
+  uint64_t n, left, next_id;
+  rc = sessions_load(ctx, s, &n, &next_id);
+  if (rc)
+    return rc;
+  int64_t watermark = sl_ctx_watermark(ctx), wake_min = time;
+  left = n;
+  /* Bounded: every pass after the first starts at the due time of a
+   * session left, which it fires or purges, and a session is fired once
+   * and purged once: at most 2n further passes. */
+  for (uint64_t pass = 0; rc == 0 && left > 0 && pass <= 2 * n; pass++) {
+    rc = session_pass(ctx, s, key, wake_min, &left, &wake_min);
+    if (c->domain != SL_EVENT_TIME || wake_min > watermark)
+      break;
   }
   if (rc)
     return rc;
   /* Event time: the sessions left wait for one timer, at the earliest
-   * time one of them is due (note 6).  Processing time keeps a timer per
-   * session already. */
-  if (out > 0 && c->domain == SL_EVENT_TIME)
+   * time one of them is due (note 6), which is past the watermark.
+   * Processing time keeps a timer per session already. */
+  if (left > 0 && c->domain == SL_EVENT_TIME) {
+    assert(wake_min > watermark);
     rc = sl_timer_register(ctx, c->domain, wake_min);
-  if (rc == 0 && out != n)
-    rc = sessions_store(ctx, s, out, next_id);
+  }
+  if (rc == 0 && left != n)
+    rc = sessions_store(ctx, s, left, next_id);
   return rc;
 }
 

@@ -14,7 +14,9 @@
  * Unless a test says otherwise no event is late (each is within the bound
  * of the ones before it), so the output does not depend on timing.  The
  * late-record test has its source wait, before the late event, until the
- * operator that judges it has seen the watermark before it.
+ * operator that judges it has seen the watermark before it.  One q5 test
+ * checkpoints: its source holds its end until the checkpoint it triggers
+ * after the last event completed, and it counts what q5.count wrote.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -25,6 +27,7 @@
 #include "nexmark.h"
 #include "sluice.h"
 #include "sluice_testing.h" /* unstable test helpers */
+#include "test_dirs.h"
 #include "test_util.h"
 
 #define MAX_P 4
@@ -87,6 +90,7 @@ typedef struct feed {
   size_t sync_at;
   const char *sync_op;
   sl_job *job;
+  bool hold_end; /* after the last event, end only once a checkpoint did */
   _Alignas(8) uint8_t record[NX_MAX_RECORD_BYTES];
 } feed;
 
@@ -115,6 +119,11 @@ static int feed_next(sl_ctx *ctx, void *state) {
     f->garbage = 0;
     uint64_t junk = 0;
     return sl_emit_ts(ctx, &junk, 3, B);
+  }
+  if (f->pos == f->n && f->hold_end && !sl_ctx_stopping(ctx) &&
+      sl_job_last_checkpoint(f->job, NULL) == 0) {
+    sl_test_sleep_us(1000);
+    return 0;
   }
   if (f->pos == f->n)
     return SL_SOURCE_END;
@@ -511,6 +520,154 @@ Test(nexmark_queries, q5_counts_a_bid_only_in_its_windows_still_open) {
     cr_assert_eq(got.late, 1, "P%d: late %" PRIu64, rc.parallelism, got.late);
     free_result(&got);
   }
+}
+
+/* Auction 1's two bids are far apart: two timers pending, one per pane
+ * (at B+1999 and B+51999).  Auction 2's bid then moves the watermark (bound
+ * 100000) to B+53000, past both: the first timer emits every window then
+ * due, the second pane's first one too, and the second pane's own timer
+ * (q5_count_timer deletes it) must not emit that window again, although
+ * the pane is still kept for its later windows.  Each window once. */
+Test(nexmark_queries, q5_emits_each_window_once_when_the_watermark_jumps) {
+  nx_event ev[] = {bid(1, 9, 1, B + 100), bid(1, 9, 1, B + 50000),
+                   bid(2, 9, 1, B + 153001)};
+  static const char *const want[] = {
+      "992000,1002000,1,1",  "994000,1004000,1,1",  "996000,1006000,1,1",
+      "998000,1008000,1,1",  "1000000,1010000,1,1", "1042000,1052000,1,1",
+      "1044000,1054000,1,1", "1046000,1056000,1,1", "1048000,1058000,1,1",
+      "1050000,1060000,1,1", "1144000,1154000,2,1", "1146000,1156000,2,1",
+      "1148000,1158000,2,1", "1150000,1160000,2,1", "1152000,1162000,2,1"};
+  expect_lines((run_config){.query = NX_Q5, .events = ev, .n = COUNT(ev),
+                            .bound = 100000},
+               want, COUNT(want));
+}
+
+/* Stats of the operator called name (the test fails without one). */
+static sl_op_stats stats_of(sl_job *job, const char *name) {
+  sl_op_stats st;
+  for (int i = 0; i < sl_job_operator_count(job); i++)
+    if (sl_job_stats(job, i, &st) == 0 && strcmp(st.name, name) == 0)
+      return st;
+  cr_assert_fail("no operator %s", name);
+  return st;
+}
+
+/* Entries the instance of operator name persisted in the k-th newest
+ * checkpoint (parallelism 1). */
+static uint64_t entries_of(sl_job *job, int k, const char *name) {
+  sl_checkpoint_stats cs;
+  cr_assert_eq(sl_job_checkpoint_stats(job, k, &cs), 0);
+  for (int i = 0; i < cs.instance_count; i++) {
+    sl_checkpoint_instance_stats is;
+    cr_assert_eq(sl_job_checkpoint_instance_stats(job, k, i, &is), 0);
+    if (strcmp(is.name, name) == 0)
+      return is.entries_persisted;
+  }
+  cr_assert_fail("no instance of %s in checkpoint %d", name, k);
+  return 0;
+}
+
+/* Run query q at parallelism 1 over events ev with one checkpoint,
+ * triggered once operator `op` has every one of its `records` records (the
+ * source holds its end until then); *entries gets what op's instance
+ * wrote in it, *got the sorted lines. */
+static void run_checkpointed(int q, const nx_event *ev, size_t n,
+                             const char *op, uint64_t records,
+                             uint64_t *entries, run_result *got) {
+  char *dir = sl_test_temp_dir("nexmark-entries");
+  sl_job_config cfg = SL_JOB_CONFIG_INIT;
+  cfg.checkpoint.state_dir = dir;
+  cfg.checkpoint.interval_ms = 3600000; /* only the one triggered here */
+  cfg.checkpoint.no_sync = 1;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&cfg, &job), 0);
+  feed *f = calloc(1, sizeof *f);
+  collector *c = calloc(1, sizeof *c);
+  cr_assert(f && c);
+  *f = (feed){.events = ev, .n = n, .job = job, .hold_end = true};
+  c->query = q;
+  sl_source_ops ops = {.next = feed_next};
+  sl_op *src, *result, *sink;
+  cr_assert_eq(sl_op_source(job, "events", 1, &ops, f, &src), 0);
+  sl_watermark_config w = {.out_of_orderness = 100000, .every_call = 1};
+  cr_assert_eq(sl_op_watermarks(src, &w), 0);
+  cr_assert_eq(nx_query_build(job, q, src, 1, &result), 0, "%s",
+               sl_job_error(job));
+  cr_assert_eq(sl_sink_callback(job, "sink", result, 1, collect, c, &sink),
+               0);
+  sl_test_watchdog dog;
+  cr_assert_eq(sl_test_watchdog_arm(&dog, job, 60, "checkpointed run"), 0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  for (int i = 0; i < 60000 && stats_of(job, op).records_in < records;
+       i++) /* about a minute */
+    sl_test_sleep_us(1000);
+  uint64_t id = 0;
+  int rc = sl_job_trigger_checkpoint(job, &id);
+  cr_assert_eq(rc, 0, "trigger: %s", sl_strerror(rc));
+  cr_assert_eq(sl_job_wait(job), 0, "%s", sl_job_error(job));
+  cr_assert_not(sl_test_watchdog_disarm(&dog), "the job hung");
+  sl_checkpoint_stats cs;
+  cr_assert_eq(sl_job_checkpoint_stats(job, 1, &cs), 0);
+  cr_assert_eq(cs.id, id, "the triggered checkpoint precedes the final");
+  *entries = entries_of(job, 1, op);
+  sl_job_destroy(job);
+  *got = (run_result){0};
+  gather(c, 1, got);
+  free(c);
+  free(f);
+  sl_test_remove_tree(dir);
+}
+
+/* 80 auctions with consecutive ids, one bid each, in one pane; no window
+ * fires before the end of input.  A checkpoint taken after the last bid
+ * holds q5.count's counts: keyed by auction that was a pane array and a
+ * timer per auction (160 entries); q5.count keys a bucket of 8 auctions,
+ * so 10 arrays and 10 timers.  The rows are those of keying by auction:
+ * every auction ties at 1 in each of its 5 windows. */
+Test(nexmark_queries, q5_checkpoint_writes_two_entries_per_8_auctions) {
+  enum { AUCTIONS = 80 };
+  nx_event ev[AUCTIONS];
+  for (int i = 0; i < AUCTIONS; i++)
+    ev[i] = bid(i, 9, 1, B + 100 + i);
+  uint64_t entries;
+  run_result got;
+  run_checkpointed(NX_Q5, ev, AUCTIONS, "q5.count", AUCTIONS, &entries,
+                   &got);
+  cr_expect_eq(entries, 2 * AUCTIONS / 8, "q5.count wrote %" PRIu64
+               " entries for %d auctions", entries, AUCTIONS);
+  cr_expect_eq(got.count, 5 * AUCTIONS, "%zu rows", got.count);
+  for (size_t i = 0; i < got.count; i++) { /* "start,end,auction,1" */
+    long long start, end, auction, num;
+    cr_assert_eq(sscanf(got.line[i], "%lld,%lld,%lld,%lld", &start, &end,
+                        &auction, &num), 4, "%s", got.line[i]);
+    cr_expect(end - start == 10000 && start <= B && start > B - 10000 &&
+                  auction >= 0 && auction < AUCTIONS && num == 1,
+              "row %s", got.line[i]);
+  }
+  free_result(&got);
+}
+
+/* 80 auctions with consecutive ids and expiries 1 ms apart, open past the
+ * end of input.  The checkpoint after the last holds q4.winning's open
+ * auctions: keyed by auction, an entry per auction besides its timer at
+ * expires (160); in buckets of 8, 10 arrays and the 80 timers.  (No
+ * bids: q4.winning gets them on another input than the auctions, so some
+ * would wait for their auction or not as the two interleave, and the
+ * count would vary.)  No
+ * auction has a bid, so there is no winner and no row. */
+Test(nexmark_queries, q4_checkpoint_writes_an_array_per_8_auctions) {
+  enum { AUCTIONS = 80 };
+  nx_event ev[AUCTIONS];
+  for (int i = 0; i < AUCTIONS; i++)
+    ev[i] = auction(i, 1, 10 + i % 2, B + i, B + 50000 + i);
+  uint64_t entries;
+  run_result got;
+  run_checkpointed(NX_Q4, ev, AUCTIONS, "q4.winning", AUCTIONS, &entries,
+                   &got);
+  cr_expect_eq(entries, AUCTIONS / 8 + AUCTIONS, "q4.winning wrote %"
+               PRIu64 " entries for %d auctions", entries, AUCTIONS);
+  cr_expect_eq(got.count, 0, "%zu rows", got.count);
+  free_result(&got);
 }
 
 /* ----------------------------------------------------------- q7 */

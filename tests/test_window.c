@@ -124,7 +124,9 @@ static int src_next(sl_ctx *ctx, void *state) {
     if (rc)
       return rc;
   }
-  return s->pos == s->n ? SL_SOURCE_END : 0;
+  /* With hold_at == n the end waits for the checkpoint as well. */
+  return s->pos == s->n && (!s->hold_at || s->completed) ? SL_SOURCE_END
+                                                         : 0;
 }
 
 static void src_close(sl_ctx *ctx, void *state) {
@@ -1256,4 +1258,116 @@ Test(timers, deleted_timers_never_fire_across_compactions) {
   free(pending);
   free(wm);
   free(e);
+}
+
+/* ------------------------------------------- end of input, final checkpoint */
+
+static bool window_has_all(sl_job *job, uint64_t n) {
+  sl_op_stats st;
+  for (int i = 0; i < 60000; i++) { /* about a minute */
+    if (sl_job_stats(job, 1, &st) == 0 && st.records_in >= n)
+      return true;
+    sl_test_sleep_us(1000);
+  }
+  return false;
+}
+
+static bool checkpoint_done(sl_job *job, uint64_t id) {
+  for (int i = 0; i < 60000; i++) { /* about a minute */
+    if (sl_job_last_checkpoint(job, NULL) >= id)
+      return true;
+    sl_test_sleep_us(1000);
+  }
+  return false;
+}
+
+/* Entries the instance of operator `name` persisted in the k-th newest
+ * checkpoint (parallelism 1). */
+static uint64_t entries_of(sl_job *job, int k, const char *name) {
+  sl_checkpoint_stats cs;
+  cr_assert_eq(sl_job_checkpoint_stats(job, k, &cs), 0);
+  for (int i = 0; i < cs.instance_count; i++) {
+    sl_checkpoint_instance_stats is;
+    cr_assert_eq(sl_job_checkpoint_instance_stats(job, k, i, &is), 0);
+    if (strcmp(is.name, name) == 0)
+      return is.entries_persisted;
+  }
+  cr_assert_fail("no instance of %s in checkpoint %d", name, k);
+  return 0;
+}
+
+/* Each of K keys has one session that its later records grew past its
+ * timer (window.c note 6), and no watermark reaches a session before the
+ * end of input.  A checkpoint taken after the last record holds every
+ * session; at the end of input each key's timer finds its session grown
+ * and, the watermark being past its due time already, fires it in the same
+ * firing.  So the final checkpoint only deletes what that checkpoint held:
+ * re-arming a timer there (before the fix) put and deleted one more timer
+ * entry per key in the final epoch, which the final checkpoint wrote too. */
+Test(window, end_of_input_fires_grown_sessions_without_new_timers) {
+  const uint64_t keys = 200, per_key = 10, n = keys * per_key;
+  event *e = malloc(sizeof *e * n);
+  cr_assert(e);
+  for (uint64_t j = 0; j < per_key; j++)
+    for (uint64_t k = 0; k < keys; k++)
+      e[j * keys + k] = (event){.key = k, .value = j + 1,
+                                .ts = 1000 + (int64_t)j * 10};
+  char *dir = sl_test_temp_dir("window-final");
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  config.checkpoint.state_dir = dir;
+  config.checkpoint.interval_ms = 3600000; /* only the one triggered here */
+  config.checkpoint.no_sync = 1;
+  config.checkpoint.store_policy = SL_STORE_FRESH;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  source src = {.events = e, .n = n, .hold_at = n};
+  collector sink_data = {.record_bytes = sizeof(result)};
+  sl_op *s, *k, *w, *out;
+  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, &src, &s), 0);
+  /* No watermark before the end reaches a session's end - 1. */
+  sl_watermark_config wm = {.out_of_orderness = 1000000, .every_call = 1};
+  cr_assert_eq(sl_op_watermarks(s, &wm), 0);
+  cr_assert_eq(sl_op_key_by(job, "by-key", s, event_key, 0, &k), 0);
+  sl_window_config c = {.type = SL_WINDOW_SESSION, .gap = 60,
+                        .acc_bytes = sizeof(acc), .init = acc_init,
+                        .add = acc_add, .merge = acc_merge, .emit = acc_emit};
+  cr_assert_eq(sl_op_window(job, "win", k, 1, &c, &w), 0, "%s",
+               sl_job_error(job));
+  cr_assert_eq(sl_op_sink(job, "out", w, 1, &sl_fixture_collector_ops,
+                          &sink_data, &out),
+               0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  cr_assert(window_has_all(job, n), "the window never got every record");
+  uint64_t id = 0;
+  int rc = sl_job_trigger_checkpoint(job, &id);
+  cr_assert_eq(rc, 0, "trigger: %s", sl_strerror(rc));
+  cr_assert(checkpoint_done(job, id), "checkpoint %" PRIu64 " never "
+            "completed", id);
+  cr_assert_eq(sl_job_wait(job), 0, "%s", sl_job_error(job));
+  sl_checkpoint_stats final;
+  cr_assert_eq(sl_job_checkpoint_stats(job, 0, &final), 0);
+  cr_assert(final.final, "the newest checkpoint is the final one");
+  cr_assert_eq(sl_job_checkpoint_stats(job, 1, &(sl_checkpoint_stats){0}),
+               0, "the triggered checkpoint precedes it");
+  uint64_t held = entries_of(job, 1, "win"), deleted = entries_of(job, 0,
+                                                                   "win");
+  /* A session, its header and its timer per key. */
+  cr_expect_geq(held, 3 * keys, "the checkpoint held %" PRIu64 " entries",
+                held);
+  cr_expect_leq(deleted, held, "the final checkpoint wrote %" PRIu64
+                " entries for %" PRIu64 " held: timers put and deleted in "
+                "the final epoch", deleted, held);
+  sl_job_destroy(job);
+  uint64_t n_got;
+  result *got = gather(&sink_data, &n_got);
+  cr_assert_eq(n_got, keys, "one session per key");
+  for (uint64_t i = 0; i < n_got; i++)
+    cr_expect(got[i].key == i && got[i].start == 1000 &&
+                  got[i].end == 1000 + (int64_t)(per_key - 1) * 10 + 60 &&
+                  got[i].count == per_key,
+              "key %" PRIu64 ": session [%" PRId64 ", %" PRId64 ") of %"
+              PRIu64, got[i].key, got[i].start, got[i].end, got[i].count);
+  free(got);
+  free(e);
+  sl_test_remove_tree(dir);
 }
