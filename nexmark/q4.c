@@ -23,8 +23,8 @@
  *
  * q4.split projects bids {auction, price, date_time} (main output) and
  * auctions {id, date_time, expires, category} (port 1), both keyed by a
- * bucket of 8 consecutive auction ids (id >> 3) into q4.winning, a keyed
- * two-input process that is the inner query.  Per bucket it keeps one
+ * bucket of 8 consecutive auction ids (id >> 3) into q4.winning_buckets,
+ * a keyed two-input process that is the inner query.  Per bucket it keeps one
  * array of its open auctions, each with its highest bid in range so far,
  * sorted by id (one lookup and an in-place update per raise), and an
  * event-time timer at each auction's expires.  A timer of the bucket
@@ -66,7 +66,7 @@ typedef struct q4_winner {
   int64_t category, price;
 } q4_winner;
 
-/* q4.winning's state, per bucket of 8 auction ids (head comment); ids 3
+/* q4.winning_buckets's state, per bucket of 8 auction ids (head comment); ids 3
  * and 4, not 1 and 2: keyed by auction, those held one auction's. */
 enum { Q4_OPENS = 3, Q4_WAITING = 4 };
 enum { Q4_SUM = 1 };
@@ -290,7 +290,7 @@ static int q4_winning(sl_ctx *ctx, void *state, int input,
     rc = q4_auction_arrives(ctx, state, in->data);
   else
     return malformed(ctx, in);
-  return failed(ctx, rc, "q4.winning");
+  return failed(ctx, rc, "q4.winning_buckets");
 }
 
 /* Keep the cells of state id (`cell` bytes each, their int64 at `field`
@@ -345,7 +345,7 @@ static int q4_winning_timer(sl_ctx *ctx, void *state, int domain,
   if (rc == 0)
     rc = q4_expire(ctx, state, Q4_WAITING, sizeof(q4_wait),
                    offsetof(q4_wait, date_time), watermark);
-  return failed(ctx, rc, "q4.winning");
+  return failed(ctx, rc, "q4.winning_buckets");
 }
 
 static int q4_average_add(sl_ctx *ctx, void *state, int input,
@@ -431,8 +431,8 @@ int nxq_build_q4(sl_job *job, sl_op *events, int p, sl_op **result) {
     rc = sl_op_key_by(job, "q4.auctions-by-id", auctions, q4_auction_id,
                       NULL, &keyed[1]);
   if (rc == 0)
-    rc = sl_op_process(job, "q4.winning", keyed, 2, p, &winning, NULL,
-                       &winners);
+    rc = sl_op_process(job, "q4.winning_buckets", keyed, 2, p, &winning,
+                       NULL, &winners);
   if (rc == 0)
     rc = sl_op_key_by(job, "q4.by-category", winners, q4_winner_category,
                       NULL, &by_category);

@@ -13,7 +13,7 @@
 
 #define Q5_SIZE_MS 10000
 #define Q5_SLIDE_MS 2000
-/* Auctions per key of q5.count: ids id >> Q5_BUCKET_BITS share one (see
+/* Auctions per key of q5.count_buckets: ids id >> Q5_BUCKET_BITS share one (see
  * the head comment). */
 #define Q5_BUCKET_BITS 3
 
@@ -31,15 +31,16 @@
  *   ON AuctionBids.wstart = MaxBids.wstart AND
  *      AuctionBids.wend = MaxBids.wend AND AuctionBids.num >= MaxBids.maxn;
  *
- * q5.bids projects each bid to its auction id.  q5.count is AuctionBids:
- * it counts the bids of each auction in each 2 s pane (the slide).  Its
- * key is a bucket of 8 consecutive auction ids (id >> 3), whose value
- * state is one array of {auction, pane start, count}, sorted by auction
- * and pane: one lookup and an in-place update per bid.  One event-time
- * timer per bucket walks the window ends (end - 1, in 2 s steps) that
- * hold one of its panes: each emits {start, end, auction, num} for the
- * window [end - 10 s, end) of every auction in the bucket with bids there
- * (num, the sum of its panes in it), and drops the panes that leave.
+ * q5.bids projects each bid to its auction id.  q5.count_buckets is
+ * AuctionBids: it counts the bids of each auction in each 2 s pane (the
+ * slide).  Its key is a bucket of 8 consecutive auction ids (id >> 3),
+ * whose value state is one array of {auction, pane start, count}, sorted
+ * by auction and pane: one lookup and an in-place update per bid.  One
+ * event-time timer per bucket walks the window ends (end - 1, in 2 s
+ * steps) that hold one of its panes: each emits {start, end, auction,
+ * num} for the window [end - 10 s, end) of every auction in the bucket
+ * with bids there (num, the sum of its panes in it), and drops the panes
+ * that leave.
  *   Why buckets: each key costs the state an entry for its value and one
  *   for its timer, and a checkpoint writes every entry changed since the
  *   last one.  The generator's auctions come in id order and their bids
@@ -171,7 +172,7 @@ static int q5_count(sl_ctx *ctx, void *state, int input,
   int64_t auction;
   memcpy(&auction, in->data, sizeof auction);
   int rc = q5_count_bid(ctx, state, auction, in->timestamp);
-  return rc == -ERANGE ? rc : failed(ctx, rc, "q5.count");
+  return rc == -ERANGE ? rc : failed(ctx, rc, "q5.count_buckets");
 }
 
 /* One window of the bucket, [time + 1 - size, time + 1), over its *n
@@ -229,12 +230,12 @@ static int q5_count_timer(sl_ctx *ctx, void *state, int domain,
   uint32_t bytes;
   int rc = sl_state_get(ctx, Q5_BUCKET, &array, &bytes);
   if (rc)
-    return rc == SL_ENOTFOUND ? 0 : failed(ctx, rc, "q5.count");
+    return rc == SL_ENOTFOUND ? 0 : failed(ctx, rc, "q5.count_buckets");
   if (bytes % sizeof(q5_cell) != 0)
-    return failed(ctx, SL_ECORRUPT, "q5.count");
+    return failed(ctx, SL_ECORRUPT, "q5.count_buckets");
   rc = nxq_scratch_reserve(s, bytes);
   if (rc)
-    return failed(ctx, rc, "q5.count");
+    return failed(ctx, rc, "q5.count_buckets");
   memcpy(s->bytes, array, bytes); /* from here on, state calls are safe */
   q5_cell *cells = (q5_cell *)(void *)s->bytes;
   uint32_t n0 = bytes / (uint32_t)sizeof(q5_cell), n = n0;
@@ -258,7 +259,7 @@ static int q5_count_timer(sl_ctx *ctx, void *state, int domain,
                       NULL);
   if (rc == 0 && next != INT64_MAX)
     rc = sl_timer_register(ctx, SL_EVENT_TIME, next);
-  return failed(ctx, rc, "q5.count");
+  return failed(ctx, rc, "q5.count_buckets");
 }
 
 static int64_t q5_value(const void *item) {
@@ -274,7 +275,7 @@ static int q5_emit(sl_ctx *ctx, const void *item, int64_t end) {
   return sl_emit(ctx, item, sizeof(q5_row));
 }
 
-/* q5.count's key: the bucket of the bid's auction (head comment). */
+/* q5.count_buckets's key: the bucket of the bid's auction (head comment). */
 static uint64_t q5_bucket_of(void *user, const sl_record *in) {
   uint64_t auction;
   memcpy(&auction, in->data, sizeof auction);
@@ -290,7 +291,7 @@ int nxq_build_q5(sl_job *job, sl_op *events, int p, sl_op **result) {
                                        .process = q5_count,
                                        .on_timer = q5_count_timer,
                                        .close = nxq_scratch_close};
-  /* q5.count made the windows from valid times (query.h note 8). */
+  /* q5.count_buckets made the windows from valid times (query.h note 8). */
   static const ties_spec hot = {sizeof(q5_row), q5_value, NULL,
                                 q5_window_end, q5_emit};
   sl_op *bids, *by_auction, *counts, *by_window;
@@ -300,8 +301,8 @@ int nxq_build_q5(sl_job *job, sl_op *events, int p, sl_op **result) {
     rc = sl_op_key_by(job, "q5.by-auction", bids, q5_bucket_of, NULL,
                       &by_auction);
   if (rc == 0)
-    rc = sl_op_process(job, "q5.count", &by_auction, 1, p, &count, NULL,
-                       &counts);
+    rc = sl_op_process(job, "q5.count_buckets", &by_auction, 1, p, &count,
+                       NULL, &counts);
   if (rc == 0)
     rc = sl_op_key_by(job, "q5.by-window", counts, q5_row_start, NULL,
                       &by_window);

@@ -31,13 +31,15 @@
  *    end - 1 fires, since its watermark is the minimum over every upstream
  *    instance.
  * 5. Each process operator numbers its state ids from 1, except where a
- *    state changed its layout: q5.count (id 2) and q4.winning (3, 4) keep
- *    per-bucket arrays (their files say why) under ids their per-auction
- *    states never used, so no value is read in the other layout; a
- *    checkpoint of the per-auction layout restores none of it.  Pointers
- *    from state calls are used only until the next state call (sl_emit is
- *    not one), and values are copied out with memcpy: list items are only
- *    4-byte aligned.
+ *    state changed its layout: q5.count_buckets (id 2) and
+ *    q4.winning_buckets (3, 4) keep per-bucket arrays (their files say
+ *    why) under ids their per-auction states never used.  Their operators
+ *    were renamed with the change (from q5.count and q4.winning), so a
+ *    checkpoint of the per-auction layout is refused as another job graph
+ *    (store.h note 4) instead of restoring into state nobody reads.
+ *    Pointers from state calls are used only until the next state call
+ *    (sl_emit is not one), and values are copied out with memcpy: list
+ *    items are only 4-byte aligned.
  * 6. Callbacks return 0 or the failing code as it came (any nonzero return
  *    fails the job: sluice.h, CALLBACK RETURNS); failed() first puts the
  *    cause in the job's message.

@@ -16,7 +16,7 @@
  * late-record test has its source wait, before the late event, until the
  * operator that judges it has seen the watermark before it.  One q5 test
  * checkpoints: its source holds its end until the checkpoint it triggers
- * after the last event completed, and it counts what q5.count wrote.
+ * after the last event completed, and it counts what q5.count_buckets wrote.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -503,8 +503,8 @@ Test(nexmark_queries, q5_counts_a_bid_only_in_its_windows_still_open) {
   for (int k = 0; k < 2; k++) {
     run_config rc = {.query = NX_Q5, .parallelism = parallelism[k],
                      .events = ev, .n = COUNT(ev), .bound = 0,
-                     .sync_at = 2, .sync_op = "q5.count",
-                     .late_op = "q5.count"};
+                     .sync_at = 2, .sync_op = "q5.count_buckets",
+                     .late_op = "q5.count_buckets"};
     run_result got;
     int status;
     char error[512];
@@ -620,10 +620,10 @@ static void run_checkpointed(int q, const nx_event *ev, size_t n,
 
 /* 80 auctions with consecutive ids, one bid each, in one pane; no window
  * fires before the end of input.  A checkpoint taken after the last bid
- * holds q5.count's counts: keyed by auction that was a pane array and a
- * timer per auction (160 entries); q5.count keys a bucket of 8 auctions,
- * so 10 arrays and 10 timers.  The rows are those of keying by auction:
- * every auction ties at 1 in each of its 5 windows. */
+ * holds q5.count_buckets's counts: keyed by auction that was a pane array
+ * and a timer per auction (160 entries); q5.count_buckets keys a bucket of
+ * 8 auctions, so 10 arrays and 10 timers.  The rows are those of keying
+ * by auction: every auction ties at 1 in each of its 5 windows. */
 Test(nexmark_queries, q5_checkpoint_writes_two_entries_per_8_auctions) {
   enum { AUCTIONS = 80 };
   nx_event ev[AUCTIONS];
@@ -631,9 +631,9 @@ Test(nexmark_queries, q5_checkpoint_writes_two_entries_per_8_auctions) {
     ev[i] = bid(i, 9, 1, B + 100 + i);
   uint64_t entries;
   run_result got;
-  run_checkpointed(NX_Q5, ev, AUCTIONS, "q5.count", AUCTIONS, &entries,
+  run_checkpointed(NX_Q5, ev, AUCTIONS, "q5.count_buckets", AUCTIONS, &entries,
                    &got);
-  cr_expect_eq(entries, 2 * AUCTIONS / 8, "q5.count wrote %" PRIu64
+  cr_expect_eq(entries, 2 * AUCTIONS / 8, "q5.count_buckets wrote %" PRIu64
                " entries for %d auctions", entries, AUCTIONS);
   cr_expect_eq(got.count, 5 * AUCTIONS, "%zu rows", got.count);
   for (size_t i = 0; i < got.count; i++) { /* "start,end,auction,1" */
@@ -648,11 +648,11 @@ Test(nexmark_queries, q5_checkpoint_writes_two_entries_per_8_auctions) {
 }
 
 /* 80 auctions with consecutive ids and expiries 1 ms apart, open past the
- * end of input.  The checkpoint after the last holds q4.winning's open
+ * end of input.  The checkpoint after the last holds q4.winning_buckets's open
  * auctions: keyed by auction, an entry per auction besides its timer at
  * expires (160); in buckets of 8, 10 arrays and the 80 timers.  (No
- * bids: q4.winning gets them on another input than the auctions, so some
- * would wait for their auction or not as the two interleave, and the
+ * bids: q4.winning_buckets gets them on another input than the auctions,
+ * so some would wait for their auction or not as the two interleave, and the
  * count would vary.)  No
  * auction has a bid, so there is no winner and no row. */
 Test(nexmark_queries, q4_checkpoint_writes_an_array_per_8_auctions) {
@@ -662,9 +662,9 @@ Test(nexmark_queries, q4_checkpoint_writes_an_array_per_8_auctions) {
     ev[i] = auction(i, 1, 10 + i % 2, B + i, B + 50000 + i);
   uint64_t entries;
   run_result got;
-  run_checkpointed(NX_Q4, ev, AUCTIONS, "q4.winning", AUCTIONS, &entries,
-                   &got);
-  cr_expect_eq(entries, AUCTIONS / 8 + AUCTIONS, "q4.winning wrote %"
+  run_checkpointed(NX_Q4, ev, AUCTIONS, "q4.winning_buckets", AUCTIONS,
+                   &entries, &got);
+  cr_expect_eq(entries, AUCTIONS / 8 + AUCTIONS, "q4.winning_buckets wrote %"
                PRIu64 " entries for %d auctions", entries, AUCTIONS);
   cr_expect_eq(got.count, 0, "%zu rows", got.count);
   free_result(&got);
