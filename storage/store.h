@@ -158,7 +158,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_STORE_FORMAT_VERSION 2u
+#define SL_STORE_FORMAT_VERSION 3u
 #define SL_STORE_CHECKSUM_BYTES 8u
 /** sl_store_grow stops doubling here (1 TiB). */
 #define SL_STORE_MAX_MAP_BYTES (1ull << 40)
@@ -344,6 +344,10 @@ void sl_store_set_fault(sl_store *store, sl_store_fault_fn fn, void *arg);
  * right after their appends-th put into the new base (0: never), so a
  * test can kill one in the middle of its write transaction. */
 void sl_store_test_crash_after(uint64_t appends);
+
+/* For tests only: compaction steps of about this many chunk bytes (0: the
+ * default, 16 MiB), so a test of a small store sees several steps. */
+void sl_store_test_compaction_step_bytes(uint64_t bytes);
 
 /** An upper bound of the keyed-state entries of every operator: base plus
  * log entries (log entries may repeat or delete keys), from LMDB's counts,
