@@ -17,7 +17,10 @@
  *    What a step has done is kept in the handle (compaction_progress), so
  *    a step cancelled (a checkpoint is waiting), failed (MDB_MAP_FULL) or
  *    left between calls resumes where the last committed one ended; the
- *    writer's checkpoints commit between steps.  A step's dirty pages are
+ *    writer's checkpoints commit between steps.  A cancel seen inside a
+ *    step ends it at the end of the chunk being built, and that shorter
+ *    step commits: every call moves the compaction on by a chunk at
+ *    least.  A step's dirty pages are
  *    its chunks: the write's memory is bounded by STEP_BYTES (and a
  *    chunk), not by the state.
  * 3. The step that writes the view's end also switches, in the same
@@ -91,7 +94,8 @@ typedef struct step {
   const compaction_progress *p;
   chunk_builder *chunk;
   bool chunk_open;
-  bool full; /* stopped at STEP_BYTES (note 2) */
+  bool full;      /* stopped at STEP_BYTES, or cancelled (note 2) */
+  bool cancelled; /* cancel was seen: end at the next chunk's end */
   uint64_t budget;
   uint32_t ordinal;
   uint64_t entries, bytes, added;
@@ -134,7 +138,7 @@ static int step_emit(void *arg, const chunk_entry *e) {
                         t->chunk->bytes + need > CHUNK_TARGET_BYTES)) {
     if ((rc = step_send(t)) != 0)
       return rc;
-    if (t->bytes >= t->budget) {
+    if (t->bytes >= t->budget || t->cancelled) {
       t->full = true; /* e is the next step's first */
       return 1;
     }
@@ -152,11 +156,12 @@ static int step_emit(void *arg, const chunk_entry *e) {
   t->last_bytes = STATE_PREFIX_BYTES + e->key_bytes;
   t->added++;
   /* Every 4096 entries: the writer may want the store back (a checkpoint
-   * waits, or the job stops).  The step is then aborted; the committed
-   * ones stay (note 2). */
+   * waits, or the job stops).  The step then ends with the chunk being
+   * built and commits (note 2): each call gets at least a chunk done, so
+   * compactions progress however often checkpoints cancel them. */
   if (t->added % 4096 == 0 && t->s->cancel &&
       atomic_load_explicit(t->s->cancel, memory_order_relaxed))
-    return store_fail(t->s, ECANCELED, "compact: cancelled");
+    t->cancelled = true;
   if (test_crash_appends != 0 &&
       t->p->entries_written + t->added == test_crash_appends)
     raise(SIGKILL); /* store.h: a test's crash inside a compaction */

@@ -6,8 +6,10 @@
  *                     checked values (notes 1-4)
  *   store_txn.c       the write transaction of a checkpoint and its
  *                     commit (notes 1-3)
- *   store_view.c      the merged view of the log and the base, reads of
- *                     keyed state, compaction (notes 1-2)
+ *   store_view.c      the merged view of the log's runs and the base,
+ *                     reads of keyed state (notes 1-2)
+ *   store_compact.c   compaction in steps (note 3)
+ *   chunk.c           the layout of a chunk (chunk.h)
  *   store_table.c     table rows: writes in the transaction, reads from
  *                     other threads (note 1)
  *   store_records.c   checkpoint records, blobs, the inspection view
