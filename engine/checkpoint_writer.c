@@ -103,6 +103,42 @@ static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
   return a;
 }
 
+/* Sorts a[0, n) by (group, key) into a or tmp (the returned pointer): a
+ * counting sort by key group (groups of them), then each group's bucket
+ * by radix_sort, whose group passes are skipped there.  A bucket (n /
+ * groups entries) is sorted in the cache: two passes over the whole array
+ * instead of one per varying byte (about 9), which for 1M changed keys
+ * is half a GB of memory traffic less.  Stable, as radix_sort.  NULL if
+ * there is no memory for the counts (the caller then sorts the long
+ * way). */
+static sorted_entry *group_sort(sorted_entry *a, sorted_entry *tmp, size_t n,
+                                uint32_t groups, size_t counts[10][256]) {
+  size_t *ends = calloc((size_t)groups + 1, sizeof *ends);
+  if (!ends)
+    return 0;
+  for (size_t i = 0; i < n; i++) {
+    assert(a[i].group < groups);
+    ends[a[i].group + 1]++;
+  }
+  for (uint32_t g = 1; g <= groups; g++)
+    ends[g] += ends[g - 1]; /* ends[g]: where bucket g starts */
+  for (size_t i = 0; i < n; i++)
+    tmp[ends[a[i].group]++] = a[i]; /* now ends[g]: where bucket g ends */
+  size_t start = 0;
+  for (uint32_t g = 0; g < groups; start = ends[g], g++) {
+    size_t bucket = ends[g] - start;
+    if (bucket < 2)
+      continue;
+    sorted_entry *sorted =
+        radix_sort(tmp + start, a + start, bucket, counts);
+    if (sorted != tmp + start)
+      memcpy(tmp + start, sorted, bucket * sizeof *sorted);
+  }
+  assert(start == n);
+  free(ends);
+  return tmp;
+}
+
 /* The rest of two state keys after the record key, as LMDB compares them
  * (bytes, then length). */
 static int rest_compare(const sl_cow_entry *x, const sl_cow_entry *y) {
@@ -187,8 +223,11 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
       count++;
     }
   }
-  *sorted = count ? radix_sort(cp->sort_a, cp->sort_b, count, cp->radix_counts)
+  *sorted = count ? group_sort(cp->sort_a, cp->sort_b, count,
+                               job->config.max_parallelism, cp->radix_counts)
                  : cp->sort_a;
+  if (count && !*sorted) /* no memory for the counts: the long way */
+    *sorted = radix_sort(cp->sort_a, cp->sort_b, count, cp->radix_counts);
   sort_runs(*sorted, count);
   return (int64_t)count;
 }
