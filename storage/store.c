@@ -133,20 +133,15 @@ void store_key_text(int db, const MDB_val *key, char *out, size_t out_bytes) {
   const uint8_t *k = key->mv_data;
   char hex[2 * MESSAGE_KEY_BYTES + 4];
   if ((db == DB_STATE || db == DB_STATE2) &&
-      key->mv_size >= STATE_PREFIX_BYTES) {
-    hex_text(k + STATE_PREFIX_BYTES, key->mv_size - STATE_PREFIX_BYTES, hex,
-             sizeof hex);
-    snprintf(out, out_bytes, "op %u key group %u key %s (%zu bytes)",
-             get_be16(k), get_be16(k + 2), hex,
-             key->mv_size - STATE_PREFIX_BYTES);
-  } else if (db == DB_LOG && key->mv_size >= LOG_PREFIX_BYTES) {
-    hex_text(k + LOG_PREFIX_BYTES, key->mv_size - LOG_PREFIX_BYTES, hex,
-             sizeof hex);
+      key->mv_size == BASE_KEY_BYTES) {
+    snprintf(out, out_bytes, "chunk %" PRIu32 " of op %u up to key group %u",
+             get_be32(k + 4), get_be16(k), get_be16(k + 2));
+  } else if (db == DB_LOG && key->mv_size == LOG_KEY_BYTES) {
     snprintf(out, out_bytes,
-             "seq %" PRIu64 " op %u key group %u key %s (%zu bytes)",
-             get_be64(k), get_be16(k + LOG_SEQ_BYTES),
-             get_be16(k + LOG_SEQ_BYTES + 2), hex,
-             key->mv_size - LOG_PREFIX_BYTES);
+             "seq %" PRIu64 " run %" PRIu32 " chunk %" PRIu32
+             " of op %u up to key group %u",
+             get_be64(k), get_be32(k + LOG_RUN_AT), get_be32(k + LOG_ORDINAL_AT),
+             get_be16(k + LOG_LAST_AT), get_be16(k + LOG_LAST_AT + 2));
   } else if (db == DB_BLOBS && key->mv_size == BLOB_KEY_BYTES) {
     snprintf(out, out_bytes, "op %u instance %u", get_be16(k),
              get_be16(k + 2));
@@ -234,7 +229,7 @@ int store_value_put(sl_store *s, MDB_txn *txn, int db, MDB_val *key,
   size_t payload_bytes = head_bytes + body_bytes;
   MDB_val value = {.mv_size = payload_bytes + SL_STORE_CHECKSUM_BYTES,
                    .mv_data = 0};
-  if (s->fault && !s->compacting) { /* store.h: checkpoint writes only */
+  if (s->fault && !s->compacting && !s->unfaulted) { /* checkpoints only */
     int injected = s->fault(s->fault_arg, SL_STORE_CALL_PUT);
     if (injected)
       return injected; /* nothing was put */
@@ -286,6 +281,20 @@ int store_meta_put_u64(sl_store *s, MDB_txn *txn, const char *name,
   put_le64(bytes, v);
   MDB_val key = meta_key(name);
   return store_value_put(s, txn, DB_META, &key, 0, 0, bytes, sizeof bytes, 0);
+}
+
+int store_meta_add_u64(sl_store *s, MDB_txn *txn, const char *name,
+                       int64_t delta) {
+  uint64_t v = 0;
+  int rc = store_meta_get_u64(s, txn, name, &v);
+  if (rc != 0)
+    return rc;
+  if (delta < 0 && (uint64_t)-delta > v)
+    return store_fail(s, SL_ECORRUPT, "meta \"%s\" is %" PRIu64
+                      ", less than the %" PRIu64 " entries it loses", name,
+                      v, (uint64_t)-delta);
+  rc = store_meta_put_u64(s, txn, name, v + (uint64_t)delta);
+  return rc != 0 ? store_lmdb_fail(s, rc, "write meta") : 0;
 }
 
 /* The database number of the current base (meta "base", store.h note 1). */
@@ -867,12 +876,13 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
                       "store format version %" PRIu32 " is newer than this "
                       "sluice's, %u",
                       format, SL_STORE_FORMAT_VERSION);
-  if (format < SL_STORE_FORMAT_VERSION) /* no converter: no users yet */
+  if (format < SL_STORE_FORMAT_VERSION) /* converted by the cli */
     return store_fail(s, SL_ESTORE,
-                      "store format version %" PRIu32 " is older than this "
-                      "sluice's, %u, which does not read it (start from an "
-                      "empty directory)",
-                      format, SL_STORE_FORMAT_VERSION);
+                      "store format %" PRIu32 " is older than this "
+                      "sluice's format %u; upgrade it with `sluice "
+                      "checkpoints --upgrade %s` or resume from a savepoint "
+                      "taken with the older version",
+                      format, SL_STORE_FORMAT_VERSION, s->dir);
   if ((rc = store_meta_get(s, txn, "graph", &v)) == MDB_NOTFOUND)
     return store_fail(s, SL_ECORRUPT, "meta \"graph\" is missing");
   if (rc != 0 || !fingerprint)
@@ -957,8 +967,8 @@ static int meta_check_log(sl_store *s, MDB_txn *txn) {
     rc = 0; /* an empty log */
   else if (rc != 0)
     rc = store_lmdb_fail(s, rc, "read the log");
-  else if (key.mv_size < LOG_PREFIX_BYTES)
-    rc = store_corrupt(s, DB_LOG, &key, "key shorter than its prefix");
+  else if (key.mv_size != LOG_KEY_BYTES)
+    rc = store_corrupt(s, DB_LOG, &key, "key is not a chunk key");
   else if (get_be64(key.mv_data) >= s->next_seq)
     rc = store_corrupt(s, DB_LOG, &key, "seq not below meta \"next_seq\"");
   mdb_cursor_close(cursor);
@@ -1017,6 +1027,11 @@ static int meta_check(sl_store *s, const char *fingerprint, bool *fresh) {
                     ", not a seq a transaction may take", s->next_seq);
   if (rc == 0) /* checked here; every transaction reads it again */
     rc = store_meta_get_base(s, txn, &base_db);
+  uint64_t counted = 0;
+  if (rc == 0)
+    rc = store_meta_get_u64(s, txn, "log_entries", &counted);
+  if (rc == 0)
+    rc = store_meta_get_u64(s, txn, "base_entries", &counted);
   if (rc == 0)
     rc = meta_open_databases(s, txn);
   if (rc == 0)
@@ -1062,6 +1077,10 @@ static int meta_init(sl_store *s, const char *fingerprint) {
     rc = store_meta_put_u64(s, txn, "next_seq", 1);
   if (rc == 0)
     rc = store_meta_put_u64(s, txn, "base", 0);
+  if (rc == 0)
+    rc = store_meta_put_u64(s, txn, "log_entries", 0);
+  if (rc == 0)
+    rc = store_meta_put_u64(s, txn, "base_entries", 0);
   rc = store_write_end(s, txn, rc, "initialise the store",
                        "commit the initial transaction");
   if (rc != 0)
@@ -1227,11 +1246,8 @@ void sl_store_close(sl_store *s) {
   registry_remove(s);
   free(s->txn.blob_keys);
   free(s->txn.copy);
-  if (s->merge) {
-    free(s->merge->entries);
-    free(s->merge->runs);
-    free(s->merge);
-  }
+  chunk_builder_free(&s->txn.chunk);
+  store_compaction_forget(s);
   pthread_rwlock_destroy(&s->map_lock);
   pthread_mutex_destroy(&s->tables_lock);
   free(s->dir);

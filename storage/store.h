@@ -1,67 +1,93 @@
 /* store.h — the LMDB store of a job's state directory.  Its calls live
  * in store.c (open, close, meta), store_txn.c (a checkpoint's write
  * transaction and its commit), store_view.c (keyed state: the merged
- * view, compaction), store_table.c (table rows), store_records.c (blobs,
+ * view), store_compact.c (compaction), chunk.c (the chunk layout),
+ * store_table.c (table rows), store_records.c (blobs,
  * records, the inspection view) and store_savepoint.c (inspect, copy,
  * install); store_internal.h is what they share.
  *
  * NOTES ON THE DESIGN
  *
  * 1. One LMDB environment per state directory (data.mdb, lock.mdb), with
- *    seven named databases:
+ *    seven named databases (format 3):
  *      meta         "magic" -> "sluice-store", "format" -> u32 format
- *                   version, "graph" -> the job graph fingerprint,
+ *                   version (3), "graph" -> the job graph fingerprint,
  *                   "latest" -> u64 id of the newest complete checkpoint,
  *                   "next_seq" -> u64 sequence number of the next write
  *                   transaction, "base" -> u64 0 or 1: which of state and
- *                   state2 is the current base
+ *                   state2 is the current base, "log_entries" -> u64
+ *                   state entries in the log's chunks, "base_entries" ->
+ *                   u64 state entries in the current base's chunks
  *      checkpoints  u64 id (big-endian) -> checkpoint record (engine bytes)
  *      blobs        u16 op, u16 instance (big-endian) -> the latest blob of
  *                   that instance (source position, operator state, sink
  *                   transactions), tagged with the checkpoint id
- *      log          u64 seq, u16 op, u16 key group (big-endian), key bytes
- *                   -> u8 kind (1 put, 2 tombstone), then the value (none
- *                   for a tombstone): the keyed-state changes since the
- *                   last compaction, in the order they were committed
- *      state,       u16 op, u16 key group (big-endian), key bytes -> value:
- *      state2       the base, keyed state as of the last compaction; one
- *                   of the two is current, the other empty (note 3)
+ *      log          u64 seq, u32 run, u16 op, u16 last key group, u32
+ *                   ordinal (big-endian, 20 bytes) -> a chunk: the
+ *                   keyed-state changes since the last compaction, each
+ *                   write transaction's (seq) as one or more sorted runs
+ *                   of chunks (note 2)
+ *      state,       u16 op, u16 last key group, u32 ordinal (big-endian,
+ *      state2       8 bytes) -> a chunk: the base, keyed state as of the
+ *                   last compaction, one sorted run without tombstones;
+ *                   one of the two is current, the other empty or a
+ *                   compaction's partial work (note 3)
  *      tables       u8 n, n bytes of table name, key bytes -> value: the
  *                   rows of table sinks (note 6); u8 0, table name -> u64
  *                   row count of that table (little-endian)
- *    Big-endian prefixes keep each operator's key groups contiguous and in
- *    order, in the log within each transaction.  Every stored value ends
- *    with an 8-byte checksum of the key and the value, little-endian:
+ *    A chunk (storage/chunk.h note 1) holds about 1 MiB of one operator's
+ *    entries in strictly ascending (key group, key) order, keys compared
+ *    as LMDB compares them (bytes, then the shorter first); little-endian:
+ *    a head (u16 op, u16 first key group, u16 last key group, u16 0, u32
+ *    entry count), then per entry u16 key group, u8 kind (1 put, 2
+ *    tombstone), u16 key bytes, for a put u32 value bytes, then the key
+ *    and the value.  An entry never spans two chunks: one larger than
+ *    1 MiB gets a chunk of its own.  A chunk's key ends with its last key
+ *    group, so a seek to (first group) lands on the first chunk that may
+ *    hold it, and a range of key groups is read without the others.
+ *    Every stored value ends with an 8-byte checksum of the key and the
+ *    value (for a chunk: of the whole chunk), little-endian:
  *    XXH3_64bits_withSeed(value, seed) with seed = XXH3_64bits_withSeed(key,
  *    database number), the numbers being meta 1, checkpoints 2, blobs 3,
  *    state and state2 both 4 (they are one logical database), log 5,
- *    tables 7.  It is
- *    checked on every read: a mismatch is SL_ECORRUPT naming the database
- *    and the key.  Meta values are "sluice-store" (no NUL), u32 and u64
- *    little-endian, the fingerprint's bytes (no NUL); a blob value starts
- *    with the u64 (little-endian) id of the checkpoint that wrote it.
+ *    tables 7.  It is checked on every read: a mismatch is SL_ECORRUPT
+ *    naming the database and the key (for a chunk: "seq S run R chunk C
+ *    of op O up to key group G").  A chunk whose checksum holds but whose
+ *    lengths, kinds, groups or order do not is SL_ECORRUPT too.  Meta
+ *    values are "sluice-store" (no NUL), u32 and u64 little-endian, the
+ *    fingerprint's bytes (no NUL); a blob value starts with the u64
+ *    (little-endian) id of the checkpoint that wrote it.
  * 2. Checkpoint n is written by one write transaction with sequence number
  *    seq = "next_seq": its state changes are appended to the log under seq
- *    (a put or a delete of a key already changed in the transaction
- *    replaces that log entry: the newest wins), then its blobs, the record
- *    of n, "latest" = n and "next_seq" = seq + 1.  Every log entry has a
- *    seq below "next_seq", so committed transactions have strictly
- *    increasing seqs.  The keyed state is the merged view: the current
- *    base overlaid with the log, the entry with the highest seq winning
- *    and a winning tombstone removing the key; sl_store_read_state returns
- *    it.  The commit is durable (fsync) unless no_sync was asked for.  A
- *    crash at any instant leaves the store at n-1 or at n (DESIGN.md
- *    invariant 5).
- * 3. Compaction (sl_store_compact) writes the merged view of every
- *    operator into the empty base, then empties the log and the old base
- *    and sets "base" to the new one, all in one write transaction, durable
- *    like a checkpoint's: a crash leaves either the old base and log or
- *    the new base and an empty log, and both have the same merged view.
- *    Checkpoint records, blobs and "latest" are not touched.  While it
- *    runs the map holds the old base, the log and the new base.
- *    MDB_MAP_FULL from a put, from a compaction or from a commit aborts
- *    the transaction; the caller grows the map (sl_store_grow) and writes
- *    the transaction (or compacts) again.  Nothing is lost: the previous
+ *    as chunks (store_txn.c note 3): changes in ascending (op, key group,
+ *    key) order make one run; a key below the one before starts the next
+ *    run, newer than the one before; a key equal to the one before
+ *    replaces it (the newest wins).  Then its blobs, the record of n,
+ *    "latest" = n, "log_entries" += its entries and "next_seq" = seq + 1.
+ *    Every log key has a seq below "next_seq", so committed transactions
+ *    have strictly increasing seqs.  The keyed state is the merged view:
+ *    the current base overlaid with the log's runs, the newest run (by
+ *    seq, then run) winning and a winning tombstone removing the key;
+ *    sl_store_read_state returns it.  The commit is durable (fsync)
+ *    unless no_sync was asked for.  A crash at any instant leaves the
+ *    store at n-1 or at n (DESIGN.md invariant 5).
+ * 3. Compaction (sl_store_compact, storage/store_compact.c) merges the
+ *    current base and the log's runs logged before it began into the
+ *    other base, in steps: each step a durable write transaction that
+ *    appends about 16 MiB of chunks, so its dirty pages (the memory a
+ *    write transaction holds) are bounded whatever the state's size, and
+ *    checkpoints may commit between steps (their runs are not merged).
+ *    The step that writes the merged view's end also deletes the merged
+ *    runs from the log, empties the old base, sets "base" to the new one
+ *    and the counts.  Until then reads ignore the other base; a crash
+ *    between steps leaves a partial other base, which the next compaction
+ *    empties first.  So a crash at any instant leaves the merged view
+ *    unchanged.  Checkpoint records, blobs and "latest" are not touched.
+ *    While it runs the map holds the old base, the log and the new base.
+ *    MDB_MAP_FULL from a put, from a compaction step or from a commit
+ *    aborts that transaction; the caller grows the map (sl_store_grow)
+ *    and writes the transaction (or compacts) again: a compaction resumes
+ *    after its last committed step.  Nothing is lost: the previous
  *    checkpoint stays intact.
  * 4. Opening checks, in this order, and refuses with SL_ESTORE and a
  *    message naming the directory and the problem, changing nothing:
@@ -69,7 +95,10 @@
  *    data.mdb (not a store); data.mdb is not an LMDB file; data.mdb is
  *    damaged (SL_ECORRUPT, note 8); the magic is
  *    wrong (an LMDB file of someone else); the format version is not
- *    SL_STORE_FORMAT_VERSION (older formats are not converted); the graph
+ *    SL_STORE_FORMAT_VERSION (an older one: "DIR: store format 2 is older
+ *    than this sluice's format 3; upgrade it with `sluice checkpoints
+ *    --upgrade DIR` or resume from a savepoint taken with the older
+ *    version"; a newer one: "store format version N is newer"); the graph
  *    fingerprint differs (the message quotes both).  A missing or empty
  *    directory is created and initialised; so is one that holds only
  *    "lock" and "lock.mdb" (an interrupted creation).  The "lock" file is
@@ -158,7 +187,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_STORE_FORMAT_VERSION 2u
+#define SL_STORE_FORMAT_VERSION 3u
 #define SL_STORE_CHECKSUM_BYTES 8u
 /** sl_store_grow stops doubling here (1 TiB). */
 #define SL_STORE_MAX_MAP_BYTES (1ull << 40)
@@ -225,11 +254,12 @@ int sl_store_wipe(sl_store *store);
  * (read-only), LMDB codes. */
 int sl_store_begin(sl_store *store, sl_store_txn **txn);
 
-/** Put (replace) one keyed-state entry: appends it to the log (note 2).
- * Keys given in ascending (op, key group, key) order are appended fastest.
- * Errors: MDB_MAP_FULL (note 3), EINVAL (key too long for LMDB:
- * key_bytes + 12 > 511, the log key's seq, op and group taking 12; value
- * too long),
+/** Put (replace) one keyed-state entry: adds it to the transaction's
+ * chunks (note 2).  Keys given in ascending (op, key group, key) order make
+ * one sorted run; other orders work, but every key below the one before
+ * starts a new run, which later reads must merge.  Errors: MDB_MAP_FULL
+ * (note 3), EINVAL (key too long: key_bytes + 12 > 511, the limit of
+ * format 2, kept so that every store converts; value too long),
  * ENOMEM, LMDB codes.  On error the transaction has failed: everything it
  * wrote is discarded at once (so sl_store_grow may run), later puts,
  * deletes and sl_store_commit return the same error, and the caller ends
@@ -273,16 +303,17 @@ int sl_store_grow(sl_store *store);
 /** Call fn for every state entry of op with key group in
  * [group_first, group_last] in the merged view (note 2), each key once, in
  * key order.  Stops and returns fn's value if nonzero.  key and value point
- * into the map: valid during the call only.  Cost: one pass over the
- * range in the base and, per logged transaction, a seek and a pass over
- * its part of the range; the range's log entries are indexed in memory
- * (24 bytes each, in buffers of this read's own, freed when it returns)
- * and merged with a heap of the transactions.  Several threads may read
+ * into the map: valid during the call only.  Cost: per run (the base, each
+ * of the log's runs) a seek to the range's first chunk and a pass over the
+ * chunks that overlap the range, each checked (checksum, then every length
+ * and the order) as it is reached; with one run the entries go straight
+ * to fn, with more they are merged by a heap of the runs.  Memory: 32
+ * bytes a chunk of the range.  Several threads may read
  * one store at once (each read has its own transaction and buffers), also
  * while its writer writes or compacts: restores run in parallel, one per
  * instance thread.  Only the message of sl_store_error() is shared, so of
  * two reads failing at once one message may be lost.  Errors: SL_ECORRUPT
- * (checksum, with the key in the message), EINVAL (group_first >
+ * (checksum, with the chunk's key in the message), EINVAL (group_first >
  * group_last), ENOMEM, LMDB codes. */
 int sl_store_read_state(sl_store *store, uint16_t op, uint16_t group_first,
                         uint16_t group_last,
@@ -293,33 +324,37 @@ int sl_store_read_state(sl_store *store, uint16_t op, uint16_t group_first,
 
 /* Compaction (note 3). */
 
-/** What one sl_store_compact did; all zero if it had nothing to do. */
+/** What one sl_store_compact did; all zero if it had nothing to do (or
+ * did not finish). */
 typedef struct sl_store_compaction {
-  uint64_t log_entries_read;  /* the whole log */
+  uint64_t log_entries_read;  /* the merged runs' entries */
   uint64_t base_entries_read; /* the whole old base */
   uint64_t entries_written;   /* into the new base: the live keys */
-  uint64_t bytes_written;     /* their keys, values and checksums */
-  uint64_t duration_us;       /* begin to durable commit */
+  uint64_t bytes_written;     /* its chunks, with their checksums */
+  uint64_t duration_us;       /* the steps' time, begin to durable commit */
 } sl_store_compaction;
 
-/** Merge the current base and the whole log into the other base and
- * empty the log (note 3), if the log holds at least min_log_entries
+/** Merge the current base and the log into the other base and drop the
+ * merged runs (note 3), if the log holds at least min_log_entries
  * entries, at least one, and at least as many as the base (so the work
  * of a compaction, about base + log entries, is at most twice the log
- * it removes); else do nothing and return 0.  The counts come from LMDB's
- * per-database records: deciding reads no entry.  stats (may be NULL) is
- * zeroed, then filled if a compaction was committed.  Needs memory for
- * the log (24 bytes an entry, kept by the handle as for reads) and map
- * space for a second base.  On error nothing has changed.  Errors: EBUSY
- * (a transaction is open, or a failed one was not ended, or called from a
- * sl_store_read_state function), EACCES (read-only), MDB_MAP_FULL (grow
+ * it removes); else do nothing and return 0.  The counts are meta's
+ * "log_entries" and "base_entries": deciding reads no entry.  A
+ * compaction cancelled or failed between its steps is resumed by the next
+ * call (which then does not decide again).  stats (may be NULL) is
+ * zeroed, then filled if a compaction was finished.  Needs memory for a
+ * chunk and the references of the chunks (32 bytes each), and map space
+ * for a second base.  On error the merged view is unchanged.  Errors:
+ * EBUSY (a transaction is open, or a failed one was not ended), EACCES
+ * (read-only), ECANCELED (note sl_store_set_cancel), MDB_MAP_FULL (grow
  * with sl_store_grow and call again), SL_ECORRUPT, ENOMEM, EIO and other
  * LMDB codes. */
 int sl_store_compact(sl_store *store, uint64_t min_log_entries,
                      sl_store_compaction *stats);
 
 /** While *cancel is nonzero, a running compaction stops within 4096
- * entries with ECANCELED, its transaction aborted (nothing changed).
+ * entries, or before its next step, with ECANCELED: the step under way is
+ * aborted, the steps committed stay (the next sl_store_compact resumes).
  * cancel (may be NULL) must outlive the store or be reset. */
 void sl_store_set_cancel(sl_store *store, const _Atomic int *cancel);
 
@@ -341,13 +376,17 @@ typedef int (*sl_store_fault_fn)(void *arg, enum sl_store_call call);
 void sl_store_set_fault(sl_store *store, sl_store_fault_fn fn, void *arg);
 
 /* For tests only: the next compactions of this process raise SIGKILL
- * right after their appends-th put into the new base (0: never), so a
- * test can kill one in the middle of its write transaction. */
+ * right after their appends-th entry into the new base (counted over all
+ * steps; 0: never), so a test can kill one inside or between steps. */
 void sl_store_test_crash_after(uint64_t appends);
 
+/* For tests only: compaction steps of about this many chunk bytes (0: the
+ * default, 16 MiB), so a test of a small store sees several steps. */
+void sl_store_test_compaction_step_bytes(uint64_t bytes);
+
 /** An upper bound of the keyed-state entries of every operator: base plus
- * log entries (log entries may repeat or delete keys), from LMDB's counts,
- * without reading any entry.  Errors: LMDB codes. */
+ * log entries (log entries may repeat or delete keys), from meta's
+ * counts, without reading any entry.  Errors: SL_ECORRUPT, LMDB codes. */
 int sl_store_entry_bound(sl_store *store, uint64_t *entries);
 
 /** The blob of (op, instance) as a malloc'd copy (*data, *bytes; never
@@ -542,8 +581,10 @@ int sl_store_install(const char *dir, const char *source_dir,
 typedef struct sl_store_view {
   uint64_t latest;       /* newest complete checkpoint, 0 if none */
   uint32_t format;       /* SL_STORE_FORMAT_VERSION */
-  uint64_t log_entries;  /* keyed-state changes since the last compaction */
-  uint64_t base_entries; /* keyed-state entries of the current base */
+  uint64_t log_entries;  /* keyed-state changes since the last compaction
+                            (meta "log_entries") */
+  uint64_t base_entries; /* keyed-state entries of the current base
+                            (meta "base_entries") */
   uint64_t table_entries; /* rows and row counts of table sinks */
   char *graph;           /* the graph fingerprint, NUL-terminated */
 } sl_store_view;

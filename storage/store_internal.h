@@ -6,8 +6,10 @@
  *                     checked values (notes 1-4)
  *   store_txn.c       the write transaction of a checkpoint and its
  *                     commit (notes 1-3)
- *   store_view.c      the merged view of the log and the base, reads of
- *                     keyed state, compaction (notes 1-2)
+ *   store_view.c      the merged view of the log's runs and the base,
+ *                     reads of keyed state (notes 1-2)
+ *   store_compact.c   compaction in steps (note 3)
+ *   chunk.c           the layout of a chunk (chunk.h)
  *   store_table.c     table rows: writes in the transaction, reads from
  *                     other threads (note 1)
  *   store_records.c   checkpoint records, blobs, the inspection view
@@ -28,6 +30,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "chunk.h"
 #include "store.h"
 
 /* Readers at once (open_env): a job's instances restore in parallel. */
@@ -57,9 +60,18 @@
  * before they reach the buffer. */
 #define KEY_BUFFER_BYTES 512u
 #define STATE_PREFIX_BYTES 4u /* u16 op, u16 key group, big-endian */
-#define LOG_SEQ_BYTES 8u      /* u64 seq, big-endian, ahead of a state key */
+/* Format 2's log key prefix (seq and state prefix): the state key limit
+ * stays what it was, so a store upgraded from format 2 holds every key. */
+#define LOG_SEQ_BYTES 8u
 #define LOG_PREFIX_BYTES (LOG_SEQ_BYTES + STATE_PREFIX_BYTES)
-#define LOG_KIND_BYTES 1u     /* put or tombstone, ahead of a log value */
+/* Chunk keys (store.h note 1): a log chunk's u64 seq, u32 run, u16 op,
+ * u16 last key group, u32 ordinal; a base chunk's u16 op, u16 last key
+ * group, u32 ordinal; all big-endian. */
+#define LOG_KEY_BYTES 20u
+#define LOG_RUN_AT 8u
+#define LOG_LAST_AT 12u
+#define LOG_ORDINAL_AT 16u
+#define BASE_KEY_BYTES 8u
 #define BLOB_KEY_BYTES 4u     /* u16 op, u16 instance, big-endian */
 #define BLOB_ID_BYTES 8u      /* u64 checkpoint id ahead of a blob */
 #define CHECKPOINT_KEY_BYTES 8u
@@ -97,8 +109,6 @@ static const char *const db_names[DB_COUNT] = {
 /* The two bases, by the value of meta "base". */
 static const int base_dbs[2] = {DB_STATE, DB_STATE2};
 
-/* The kind byte of a log value. */
-enum { LOG_PUT = 1, LOG_TOMBSTONE = 2 };
 
 enum txn_state { TXN_IDLE, TXN_ACTIVE, TXN_FAILED };
 
@@ -122,10 +132,17 @@ struct sl_store_txn {
   int failure; /* TXN_FAILED: what the failing call returned */
   uint64_t seq; /* of this transaction: its log keys start with it */
   uint8_t key[KEY_BUFFER_BYTES];
-  /* The greatest state key logged by this transaction (store_txn.c note 3); 0
+  /* The newest state key logged by this transaction (store_txn.c note 3); 0
    * bytes: none yet. */
   uint8_t last_key[KEY_BUFFER_BYTES];
   size_t last_key_bytes;
+  /* The chunk being filled (store_txn.c note 3), its run and the ordinal
+   * of the next chunk key; entries: state entries in the chunks so far. */
+  chunk_builder chunk;
+  bool chunk_open;
+  uint32_t run;
+  uint32_t ordinal;
+  uint64_t entries;
   /* op << 16 | instance of each blob put (store_txn.c note 1) */
   uint32_t *blob_keys;
   size_t blob_count;
@@ -139,17 +156,6 @@ struct sl_store_txn {
    * mostly land on the page the cursor is on, skipping the descent. */
   MDB_cursor *rows;
 };
-
-/* The buffers of a merged view (store_view.c note 1): the log entries of its
- * range and their runs.  A compaction uses the store's, kept for the next one
- * (a fresh page costs a fault); a read of state has its own, so instances
- * restore in parallel, each on its thread. */
-typedef struct merge_buffers {
-  struct log_entry *entries;
-  size_t entry_capacity;
-  struct log_run *runs;
-  size_t run_capacity;
-} merge_buffers;
 
 struct sl_store {
   MDB_env *env;
@@ -173,13 +179,12 @@ struct sl_store {
   ino_t dir_inode;
   sl_store *registry_next;
   sl_store_txn txn;
-  /* The merged view's buffers of compactions (store_view.c note 1), kept for
-   * the next one: a fresh page costs a fault, and the writer compacts again and
-   * again.  Malloc'd when first used. */
-  struct merge_buffers *merge;
   const _Atomic int *cancel; /* sl_store_set_cancel: stops a compaction */
   sl_store_fault_fn fault;   /* sl_store_set_fault: the fault layer */
   bool compacting;           /* compactions are not faulted */
+  bool unfaulted; /* a chunk's put: its entries' puts were asked already */
+  /* A compaction under way (store_compact.c note 2), kept between calls. */
+  struct compaction_progress *compaction;
   void *fault_arg;
   /* Tables (store_table.c note 1).  tables_open: dbi[DB_TABLES] is a handle
    * (always for a writer; a read-only open of an older store may lack it until
@@ -340,5 +345,24 @@ int store_txn_fail(sl_store_txn *t, int rc);
 
 /* store_table.c: each table's row delta into its count, at the commit. */
 int store_commit_table_counts(sl_store_txn *t);
+
+/* store_view.c: the merged view (store_view.c note 1) of the state keys
+ * with a prefix in [first, last] and, if after is given, above the state
+ * key after (after_bytes), over the base base_db and the log runs with a
+ * seq below upto_seq, into fn in key order.  fn's nonzero value stops it
+ * and is returned. */
+typedef int (*store_merged_fn)(void *arg, const chunk_entry *e);
+int store_merged_view(sl_store *s, MDB_txn *txn, int base_db,
+                      uint64_t upto_seq, uint32_t first, uint32_t last,
+                      const uint8_t *after, size_t after_bytes,
+                      store_merged_fn fn, void *arg);
+
+/* store_compact.c: forget a compaction under way (sl_store_wipe, close). */
+void store_compaction_forget(sl_store *s);
+
+/* The u64 counters of meta "log_entries" and "base_entries": state
+ * entries in the log's chunks and in the base's (store.h note 1). */
+int store_meta_add_u64(sl_store *s, MDB_txn *txn, const char *name,
+                       int64_t delta);
 
 #endif /* SL_STORE_INTERNAL_H */

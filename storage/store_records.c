@@ -189,15 +189,14 @@ static int view_blobs(sl_store *s, MDB_txn *txn, uint64_t latest,
 
 /* The counts and the fingerprint of view, in txn. */
 static int view_meta(sl_store *s, MDB_txn *txn, sl_store_view *view) {
-  int base = DB_STATE;
   int rc = store_meta_get_u64(s, txn, "latest", &view->latest);
   if (rc == 0)
-    rc = store_meta_get_base(s, txn, &base);
-  MDB_stat log_stat, base_stat, table_stat = {0};
-  if (rc == 0 && ((rc = mdb_stat(txn, s->dbi[DB_LOG], &log_stat)) != 0 ||
-                  (rc = mdb_stat(txn, s->dbi[base], &base_stat)) != 0 ||
-                  (atomic_load(&s->tables_open) &&
-                   (rc = mdb_stat(txn, s->dbi[DB_TABLES], &table_stat)) != 0)))
+    rc = store_meta_get_u64(s, txn, "log_entries", &view->log_entries);
+  if (rc == 0)
+    rc = store_meta_get_u64(s, txn, "base_entries", &view->base_entries);
+  MDB_stat table_stat = {0};
+  if (rc == 0 && atomic_load(&s->tables_open) &&
+      (rc = mdb_stat(txn, s->dbi[DB_TABLES], &table_stat)) != 0)
     rc = store_lmdb_fail(s, rc, "count entries");
   MDB_val graph;
   if (rc == 0 && (rc = store_meta_get(s, txn, "graph", &graph)) == MDB_NOTFOUND)
@@ -205,8 +204,6 @@ static int view_meta(sl_store *s, MDB_txn *txn, sl_store_view *view) {
   if (rc != 0)
     return rc;
   view->format = SL_STORE_FORMAT_VERSION; /* sl_store_open checked it */
-  view->log_entries = log_stat.ms_entries;
-  view->base_entries = base_stat.ms_entries;
   view->table_entries = table_stat.ms_entries;
   view->graph = malloc(graph.mv_size + 1);
   if (!view->graph)

@@ -27,14 +27,20 @@
  *
  *    The LMDB write transaction exists exactly in ACTIVE (txn_check()).
  *    As a failed one holds nothing, the map may grow before it is ended.
- * 3. Log appends.  A checkpoint rewrites only the log's last pages: its
- *    keys all start with the transaction's seq, above every key already
- *    logged.  A put whose key is above the transaction's greatest so far
- *    (the engine writes in key order) uses MDB_APPEND, which fills pages
- *    completely and skips the search; any other key is an ordinary put
- *    into the transaction's own pages, replacing an equal key's entry.
- *    The comparison is LMDB's default one (memcmp, then the shorter key
- *    first), so MDB_APPEND is never refused.
+ * 3. Chunks (store.h note 1).  State puts and deletes fill the chunk
+ *    being built in the transaction's buffer (chunk.c); a chunk goes to
+ *    the log as one value, with MDB_APPEND (its key starts with the
+ *    transaction's seq, above every key logged), when the next entry
+ *    would take it past CHUNK_TARGET_BYTES, when the operator changes,
+ *    when a key comes below the one before, and at the commit.  A key
+ *    below the one before starts a new run (its chunks get the next run
+ *    number: a newer run wins over an older one); a key equal to the one
+ *    before replaces it in the buffer (the newest version wins), which
+ *    always works because a chunk is sent only before a new entry is
+ *    added: the newest entry is always in the buffer.  So a caller that
+ *    writes in key order (the engine) makes one run, and a few values of
+ *    about 1 MiB.  The fault layer is asked once per state put or delete,
+ *    as before, not for the chunk's put.
  */
 #include "store_internal.h"
 
@@ -129,6 +135,10 @@ int sl_store_begin(sl_store *s, sl_store_txn **txn) {
   s->txn.rows = 0;
   s->txn.seq = s->next_seq;
   s->txn.last_key_bytes = 0;
+  s->txn.chunk_open = false;
+  s->txn.run = 0;
+  s->txn.ordinal = 0;
+  s->txn.entries = 0;
   assert(txn_check(&s->txn));
   *txn = &s->txn;
   return 0;
@@ -136,40 +146,75 @@ int sl_store_begin(sl_store *s, sl_store_txn **txn) {
 
 /* ------------------------------------------------------------ state, blobs */
 
-/* The log key (seq, op, key group, key) in the transaction's buffer. */
-static MDB_val log_key(sl_store_txn *t, uint16_t op, uint16_t key_group,
-                       const void *key, uint32_t key_bytes) {
-  assert(key_bytes <= KEY_BUFFER_BYTES - LOG_PREFIX_BYTES);
-  put_be64(t->key, t->seq);
-  put_be16(t->key + LOG_SEQ_BYTES, op);
-  put_be16(t->key + LOG_SEQ_BYTES + 2, key_group);
-  if (key_bytes > 0)
-    memcpy(t->key + LOG_PREFIX_BYTES, key, key_bytes);
-  return (MDB_val){.mv_size = LOG_PREFIX_BYTES + key_bytes,
-                   .mv_data = t->key};
+/* Sends the chunk being built to the log (note 3), if it holds any. */
+static int chunk_send(sl_store_txn *t) {
+  sl_store *s = t->store;
+  bool full = t->chunk_open && t->chunk.count > 0;
+  t->chunk_open = false;
+  if (!full)
+    return 0;
+  chunk_builder_close(&t->chunk);
+  uint8_t key[LOG_KEY_BYTES];
+  put_be64(key, t->seq);
+  put_be32(key + LOG_RUN_AT, t->run);
+  put_be16(key + LOG_LAST_AT, t->chunk.op);
+  put_be16(key + LOG_LAST_AT + 2, t->chunk.last_group);
+  put_be32(key + LOG_ORDINAL_AT, t->ordinal++);
+  MDB_val k = {.mv_size = sizeof key, .mv_data = key};
+  s->unfaulted = true; /* asked per entry already (note 3) */
+  int rc = store_value_put(s, t->mdb, DB_LOG, &k, 0, 0, t->chunk.buffer,
+                           t->chunk.bytes, MDB_APPEND);
+  s->unfaulted = false;
+  assert(rc != MDB_KEYEXIST); /* seq, run and ordinal ascend */
+  return rc != 0 ? store_lmdb_fail(s, rc, "write a chunk of the log") : 0;
 }
 
-/* Appends a put (or a tombstone: value NULL) to the log (note 3). */
+/* Adds a put (or a tombstone: value NULL) to the transaction's chunks
+ * (note 3). */
 static int log_append(sl_store_txn *t, uint16_t op, uint16_t key_group,
                       const void *key, uint32_t key_bytes,
                       const void *value, uint32_t value_bytes,
                       const char *what) {
   sl_store *s = t->store;
-  MDB_val k = log_key(t, op, key_group, key, key_bytes);
-  const uint8_t *state_key = t->key + LOG_SEQ_BYTES;
-  size_t state_key_bytes = k.mv_size - LOG_SEQ_BYTES;
-  bool ascending = t->last_key_bytes == 0 ||
-                   key_compare(state_key, state_key_bytes, t->last_key,
-                               t->last_key_bytes) > 0;
-  uint8_t kind = value ? LOG_PUT : LOG_TOMBSTONE;
-  int rc = store_value_put(s, t->mdb, DB_LOG, &k, &kind, LOG_KIND_BYTES, value,
-                           value_bytes, ascending ? MDB_APPEND : 0);
-  if (rc != 0)
-    return store_txn_fail(t, store_lmdb_fail(s, rc, what));
-  if (ascending) {
-    memcpy(t->last_key, state_key, state_key_bytes);
-    t->last_key_bytes = state_key_bytes;
+  int injected = s->fault ? s->fault(s->fault_arg, SL_STORE_CALL_PUT) : 0;
+  if (injected)
+    return store_txn_fail(t, store_lmdb_fail(s, injected, what));
+  assert(key_bytes <= KEY_BUFFER_BYTES - STATE_PREFIX_BYTES);
+  put_be16(t->key, op);
+  put_be16(t->key + 2, key_group);
+  if (key_bytes > 0)
+    memcpy(t->key + STATE_PREFIX_BYTES, key, key_bytes);
+  size_t state_bytes = STATE_PREFIX_BYTES + key_bytes;
+  int order = t->last_key_bytes == 0
+                  ? 1
+                  : key_compare(t->key, state_bytes, t->last_key,
+                                t->last_key_bytes);
+  int rc = 0;
+  if (order == 0) { /* the newest version wins: it is in the buffer */
+    assert(t->chunk_open && t->chunk.count > 0);
+    chunk_builder_drop_last(&t->chunk);
+    t->entries--;
   }
+  size_t need = chunk_entry_bytes(value == 0, key_bytes, value_bytes);
+  if (order < 0 || (t->chunk_open && (t->chunk.op != op ||
+                                       t->chunk.bytes + need >
+                                           CHUNK_TARGET_BYTES)))
+    rc = chunk_send(t);
+  if (order < 0)
+    t->run++; /* a new run, newer than the one before */
+  if (rc == 0 && !t->chunk_open &&
+      (rc = chunk_builder_start(&t->chunk, op)) != 0)
+    rc = store_fail(s, rc, "%s: out of memory", what);
+  t->chunk_open = rc == 0;
+  if (rc == 0 && (rc = chunk_builder_add(&t->chunk, key_group, key,
+                                         (uint16_t)key_bytes, value,
+                                         value_bytes)) != 0)
+    rc = store_fail(s, rc, "%s: out of memory", what);
+  if (rc != 0)
+    return store_txn_fail(t, rc);
+  memcpy(t->last_key, t->key, state_bytes);
+  t->last_key_bytes = state_bytes;
+  t->entries++;
   return 0;
 }
 
@@ -205,7 +250,8 @@ int sl_store_put_state(sl_store_txn *txn, uint16_t op, uint16_t key_group,
   if (rc == 0)
     rc = check_state_key(txn, key_bytes, "put state");
   if (rc == 0)
-    rc = check_value_bytes(txn, value_bytes, LOG_KIND_BYTES, "put state");
+    rc = check_value_bytes(txn, value_bytes, CHUNK_PUT_HEAD_BYTES + key_bytes,
+                           "put state");
   if (rc != 0)
     return rc;
   /* A 0-byte value may come as NULL; NULL means a tombstone below. */
@@ -341,6 +387,11 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
                     "commit: checkpoint %" PRIu64 " is not newer than the "
                     "latest, %" PRIu64, id, s->latest);
   if (rc == 0)
+    rc = chunk_send(txn);
+  if (rc == 0 && txn->entries > 0)
+    rc = store_meta_add_u64(s, txn->mdb, "log_entries",
+                            (int64_t)txn->entries);
+  if (rc == 0)
     rc = commit_blob_ids(txn, id);
   if (rc == 0)
     rc = store_commit_table_counts(txn);
@@ -418,6 +469,11 @@ int sl_store_wipe(sl_store *s) {
     rc = store_meta_put_u64(s, txn, "latest", 0);
   if (rc == 0)
     rc = store_meta_put_u64(s, txn, "base", 0);
+  if (rc == 0)
+    rc = store_meta_put_u64(s, txn, "log_entries", 0);
+  if (rc == 0)
+    rc = store_meta_put_u64(s, txn, "base_entries", 0);
+  store_compaction_forget(s); /* its runs and partial base are gone */
   rc = store_write_end(s, txn, rc, "wipe", "wipe: commit");
   if (rc != 0)
     return rc;

@@ -461,7 +461,7 @@ Test(savepoint, manifest_and_journal_describe_the_savepoint) {
                            &ops, "bytes", &bytes), 0);
   cr_expect_str_eq(format, "sluice-savepoint");
   cr_expect_eq(version, 1);
-  cr_expect_eq(store_format, 2);
+  cr_expect_eq(store_format, 3); /* store.h: format 3 */
   cr_expect_eq((uint64_t)checkpoint_id, id);
   cr_expect_gt(created_ms, 1600000000000LL);
   cr_expect_eq(max_p, 128);

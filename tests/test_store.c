@@ -394,21 +394,31 @@ static void raw_put_format(const char *dir, uint32_t version) {
   raw_put(dir, "meta", "format", 6, value, sizeof value);
 }
 
-/* Store.h note 4: only SL_STORE_FORMAT_VERSION is read. */
+/* Store.h note 4: only SL_STORE_FORMAT_VERSION is read; an older store
+ * is refused with the way to upgrade it. */
 Test(store, refuses_another_format) {
-  cr_assert_eq(SL_STORE_FORMAT_VERSION, 2);
+  cr_assert_eq(SL_STORE_FORMAT_VERSION, 3);
   sl_store_options o = writer_options(FINGERPRINT);
   sl_store_close(open_ok(root, &o));
-  raw_put_format(root, 3);
+  raw_put_format(root, 4);
   const char *err = open_fails(root, &o, SL_ESTORE);
-  assert_contains(err, "format version 3 is newer");
+  assert_contains(err, "format version 4 is newer");
   sl_store_options ro = {.read_only = 1};
   open_fails(root, &ro, SL_ESTORE);
-  raw_put_format(root, 1); /* the format before the log */
+  raw_put_format(root, 2); /* the format of one entry per change */
   err = open_fails(root, &o, SL_ESTORE);
-  assert_contains(err, "format version 1 is older");
+  char expected[2 * PATH_MAX + 300];
+  snprintf(expected, sizeof expected,
+           "%s: store format 2 is older than this sluice's format 3; "
+           "upgrade it with `sluice checkpoints --upgrade %s` or resume "
+           "from a savepoint taken with the older version",
+           root, root);
+  cr_assert_str_eq(err, expected);
   open_fails(root, &ro, SL_ESTORE);
-  raw_put_format(root, 2);
+  raw_put_format(root, 1);
+  assert_contains(open_fails(root, &o, SL_ESTORE),
+                  "store format 1 is older than this sluice's format 3");
+  raw_put_format(root, 3);
   sl_store_close(open_ok(root, &o));
 }
 
@@ -568,9 +578,16 @@ static void write_op9(sl_store *st, model *m) {
   cr_assert_eq(sl_store_commit(txn, 2, "record", 6), 0);
 }
 
-/* The log key of write_op9's entry: seq 2, op 9, group 0x0102, ab cd. */
-static const char op9_log_key[] = "\0\0\0\0\0\0\0\x02\x00\x09\x01\x02\xab\xcd";
-#define OP9_LOG_KEY_BYTES 14u
+/* The log key of write_op9's chunk (store.h note 1): seq 2, run 0, op 9,
+ * last key group 0x0102, chunk 0; and the base key of that chunk after a
+ * compaction, the third chunk (after those of ops 1 and 2). */
+static const char op9_log_key[] = "\0\0\0\0\0\0\0\x02\0\0\0\0\x00\x09\x01\x02"
+                                  "\0\0\0\0";
+#define OP9_LOG_KEY_BYTES 20u
+static const char op9_base_key[] = "\x00\x09\x01\x02\0\0\0\x02";
+/* The first byte of the chunk's one value: after the chunk's head (12
+ * bytes), the put's head (9) and the key (2). */
+#define OP9_VALUE_AT (12u + 9u + 2u)
 
 /* A flipped byte in a stored value is SL_ECORRUPT naming db and key: in
  * the log, and in a base after a compaction. */
@@ -582,8 +599,7 @@ Test(store, detects_corruption) {
   write_op9(st, &m);
   sl_store_close(st);
 
-  /* Byte 1 of a log value is the first of the value, after the kind. */
-  raw_corrupt(root, "log", op9_log_key, OP9_LOG_KEY_BYTES, 1);
+  raw_corrupt(root, "log", op9_log_key, OP9_LOG_KEY_BYTES, OP9_VALUE_AT);
   raw_corrupt(root, "blobs", "\x00\x03\x00\x02", 4, 9);
   raw_corrupt(root, "checkpoints", "\0\0\0\0\0\0\0\x02", 8, 0);
   st = open_ok(root, &o);
@@ -591,12 +607,13 @@ Test(store, detects_corruption) {
                SL_ECORRUPT);
   const char *err = sl_store_error(st);
   assert_contains(err, "database log");
-  assert_contains(err, "seq 2 op 9 key group 258 key abcd");
+  assert_contains(err, "seq 2 run 0 chunk 0 of op 9 up to key group 258");
   assert_contains(err, root);
   check_all_ranges(st, &m); /* other operators still read */
   sl_store_compaction stats = {.entries_written = 1};
   cr_assert_eq(sl_store_compact(st, 0, &stats), SL_ECORRUPT);
-  assert_contains(sl_store_error(st), "seq 2 op 9 key group 258 key abcd");
+  assert_contains(sl_store_error(st),
+                  "seq 2 run 0 chunk 0 of op 9 up to key group 258");
   cr_assert_eq(stats.entries_written, 0, "stats are zeroed");
   check_all_ranges(st, &m); /* the failed compaction changed nothing */
   void *data = (void *)1;
@@ -621,12 +638,12 @@ Test(store, detects_corruption) {
   cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
   cr_assert_gt(stats.entries_written, 0);
   sl_store_close(st);
-  raw_corrupt(dir, "state2", op9_log_key + 8, OP9_LOG_KEY_BYTES - 8, 1);
+  raw_corrupt(dir, "state2", op9_base_key, 8, OP9_VALUE_AT);
   st = open_ok(dir, &o);
   cr_assert_eq(sl_store_read_state(st, 9, 0, UINT16_MAX, seen_entry, 0),
                SL_ECORRUPT);
   err = sl_store_error(st);
-  assert_contains(err, "database state2, op 9 key group 258 key abcd");
+  assert_contains(err, "database state2, chunk 2 of op 9 up to key group 258");
   assert_contains(err, "fails its checksum");
   check_all_ranges(st, &m);
   sl_store_close(st);
@@ -644,28 +661,66 @@ static int text_entry(void *arg, uint16_t key_group, const void *key,
   return 0;
 }
 
-/* A log entry written raw as store.h note 1 says (seed 5, kind byte). */
-static void raw_put_log(const char *dir, uint64_t seq, uint16_t op,
-                        uint16_t group, const char *key, uint8_t kind,
-                        const char *value) {
-  uint8_t k[64], v[64];
-  size_t key_bytes = strlen(key), value_bytes = strlen(value);
-  for (int i = 0; i < 8; i++)
-    k[i] = (uint8_t)(seq >> (56 - 8 * i));
-  k[8] = (uint8_t)(op >> 8), k[9] = (uint8_t)op;
-  k[10] = (uint8_t)(group >> 8), k[11] = (uint8_t)group;
-  memcpy(k + 12, key, key_bytes);
-  v[0] = kind;
-  memcpy(v + 1, value, value_bytes);
-  uint64_t sum = format_checksum(5, k, 12 + key_bytes, v, 1 + value_bytes);
-  for (int i = 0; i < 8; i++)
-    v[1 + value_bytes + i] = (uint8_t)(sum >> (8 * i));
-  raw_put(dir, "log", k, 12 + key_bytes, v, 1 + value_bytes + 8);
+/* A chunk built raw as store.h note 1 says: op, entries of (group, kind,
+ * key, value) in order; returns its bytes in out. */
+typedef struct raw_entry {
+  uint16_t group;
+  uint8_t kind;
+  const char *key;
+  const char *value;
+} raw_entry;
+
+static size_t raw_chunk(uint8_t *out, uint16_t op, const raw_entry *e,
+                        uint32_t count) {
+  size_t at = 12;
+  for (uint32_t i = 0; i < count; i++) {
+    size_t kb = strlen(e[i].key), vb = strlen(e[i].value);
+    out[at] = (uint8_t)e[i].group, out[at + 1] = (uint8_t)(e[i].group >> 8);
+    out[at + 2] = e[i].kind;
+    out[at + 3] = (uint8_t)kb, out[at + 4] = 0;
+    at += 5;
+    if (e[i].kind != 2) {
+      out[at] = (uint8_t)vb, out[at + 1] = out[at + 2] = out[at + 3] = 0;
+      at += 4;
+    }
+    memcpy(out + at, e[i].key, kb);
+    at += kb;
+    if (e[i].kind != 2) {
+      memcpy(out + at, e[i].value, vb);
+      at += vb;
+    }
+  }
+  uint16_t head[4] = {op, e[0].group, e[count - 1].group, 0};
+  for (int i = 0; i < 4; i++)
+    out[2 * i] = (uint8_t)head[i], out[2 * i + 1] = (uint8_t)(head[i] >> 8);
+  for (int i = 0; i < 4; i++)
+    out[8 + i] = (uint8_t)(count >> (8 * i));
+  return at;
 }
 
-/* The log's layout is the one store.h note 1 documents: entries written
- * raw are read as puts and tombstones, a kind that is neither is
- * corruption, and a seq not below "next_seq" refuses the open. */
+/* A log chunk written raw (seed 5, key: seq, run, op, last group,
+ * ordinal). */
+static void raw_put_log(const char *dir, uint64_t seq, uint32_t run,
+                        uint16_t op, const raw_entry *e, uint32_t count) {
+  uint8_t k[20], v[512];
+  for (int i = 0; i < 8; i++)
+    k[i] = (uint8_t)(seq >> (56 - 8 * i));
+  for (int i = 0; i < 4; i++)
+    k[8 + i] = (uint8_t)(run >> (24 - 8 * i)), k[16 + i] = 0;
+  uint16_t last = e[count - 1].group;
+  k[12] = (uint8_t)(op >> 8), k[13] = (uint8_t)op;
+  k[14] = (uint8_t)(last >> 8), k[15] = (uint8_t)last;
+  size_t bytes = raw_chunk(v, op, e, count);
+  uint64_t sum = format_checksum(5, k, sizeof k, v, bytes);
+  for (int i = 0; i < 8; i++)
+    v[bytes + i] = (uint8_t)(sum >> (8 * i));
+  raw_put(dir, "log", k, sizeof k, v, bytes + 8);
+}
+
+/* The log's layout is the one store.h note 1 documents: a chunk written
+ * raw as a newer run is read, its puts and tombstones winning over the
+ * older run's; a kind that is neither is corruption, and a seq not below
+ * "next_seq" refuses the open. */
 Test(store, log_format_as_documented) {
   sl_store_options o = writer_options(FINGERPRINT);
   sl_store *st = open_ok(root, &o);
@@ -677,8 +732,8 @@ Test(store, log_format_as_documented) {
   sl_store_close(st);
   /* Seq 1 is the only transaction so far: "next_seq" is 2. */
   cr_assert_eq(raw_meta_u64(root, "next_seq"), 2);
-  raw_put_log(root, 1, 9, 4, "cc", 1, "raw");
-  raw_put_log(root, 1, 9, 3, "aa", 2, ""); /* replaces the put of "aa" */
+  const raw_entry newer[] = {{3, 2, "aa", ""}, {4, 1, "cc", "raw"}};
+  raw_put_log(root, 1, 1, 9, newer, 2); /* run 1 of seq 1 */
   static char text[256];
   st = open_ok(root, &o);
   cr_assert_eq(sl_store_read_state(st, 9, 0, UINT16_MAX, text_entry, text),
@@ -686,15 +741,18 @@ Test(store, log_format_as_documented) {
   cr_assert_str_eq(text, "3:bb=two;4:cc=raw;");
   sl_store_close(st);
 
-  raw_put_log(root, 1, 9, 5, "dd", 7, "x");
+  const raw_entry bad[] = {{5, 7, "dd", "x"}};
+  raw_put_log(root, 1, 2, 9, bad, 1);
   st = open_ok(root, &o);
   text[0] = 0;
   cr_assert_eq(sl_store_read_state(st, 9, 0, UINT16_MAX, text_entry, text),
                SL_ECORRUPT);
   assert_contains(sl_store_error(st), "neither a put nor a tombstone");
+  assert_contains(sl_store_error(st), "seq 1 run 2 chunk 0 of op 9");
   sl_store_close(st);
 
-  raw_put_log(root, 2, 9, 5, "dd", 1, "x");
+  const raw_entry later[] = {{5, 1, "dd", "x"}};
+  raw_put_log(root, 2, 0, 9, later, 1);
   assert_contains(open_fails(root, &o, SL_ECORRUPT),
                   "seq not below meta \"next_seq\"");
 }
