@@ -346,8 +346,9 @@ static int roll_back_map(sl_instance *inst, uint64_t latest) {
 
 /* Note 7, after the setup made new maps: each rolled-back map replaces
  * its instance's new (empty) one.  setup_rc: the setup's result; if it
- * failed, the rolled-back maps are freed with the old state instead. */
-static void install_kept_state(sl_job *job, int setup_rc) {
+ * failed, the rolled-back maps are freed with the old state instead.
+ * latest: the checkpoint they were rolled back to. */
+static void install_kept_state(sl_job *job, int setup_rc, uint64_t latest) {
   sl_failover *f = job->failover;
   f->rolled_back = f->reloaded = 0;
   for (int i = 0; i < job->instance_count; i++) {
@@ -363,7 +364,9 @@ static void install_kept_state(sl_job *job, int setup_rc) {
       f->old_state[i] = kept;
       continue;
     }
-    assert(inst->cp.restored_from == inst->cp.stable_id || !inst->cp.stable_id);
+    /* The setup restores the checkpoint the map was rolled back to. */
+    assert(inst->cp.restored_from == latest);
+    (void)latest; /* asserts only */
     sl_cow_map_destroy(inst->cp.keyed); /* empty: cheap */
     inst->cp.keyed = kept;
     inst->cp.keyed_rolled_back = true;
@@ -434,7 +437,7 @@ static int restart(sl_job *job) {
   if (atomic_load(&job->user_stopped))
     atomic_store(&job->stopping, 1);
   int rc = sl_checkpointer_setup(job);
-  install_kept_state(job, rc);
+  install_kept_state(job, rc, latest);
   if (rc) {
     sl_job_fail(job, rc, "restart: %s",
                 job->error[0] ? job->error : sl_strerror(rc));
