@@ -566,10 +566,12 @@ static void rehash_step(sl_cow_map *m) {
 
 /* ------------------------------------------------------------ reclaim */
 
-/* Walk up to budget versions of the reclaim chain (notes 1-3).  Returns
- * true if some remain. */
+/* Walk up to budget versions of the reclaim chain (notes 1-3), then pop
+ * released undo versions with what is left of it (note 12).  Returns true
+ * if some work remains. */
 static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
-  for (uint32_t done = 0; done < budget && m->reclaim_head; done++) {
+  uint32_t done = 0;
+  for (; done < budget && m->reclaim_head; done++) {
     sl_cow_entry *e = m->reclaim_head;
     assert(e->epoch != 0 && e->epoch < m->epoch);
     m->reclaim_head = e->dirty_next; /* read before e changes state */
@@ -586,7 +588,7 @@ static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
   if (!m->reclaim_head)
     m->reclaim_tail = 0;
   assert((m->reclaim_head == 0) == (m->reclaim_entries == 0));
-  bool undo_left = cow_map_undo_pop(m, budget);
+  bool undo_left = cow_map_undo_pop(m, budget - done); /* the rest */
   return m->reclaim_head != 0 || undo_left;
 }
 
