@@ -1,7 +1,7 @@
 /* cow_map.c — the copy-on-write hash map of an instance's keyed state
  * (cow_map.h).
  *
- * NOTES ON THE IMPLEMENTATION (the header's notes 1-9 hold as well)
+ * NOTES ON THE IMPLEMENTATION (the header's notes 1-10 hold as well)
  *
  * 1. A version's state follows from its epoch; each state has one list:
  *
