@@ -131,20 +131,23 @@
  *    (free once a version leaves the table), so dirty_next still serves
  *    its epoch's list.  A version is displaced once (it leaves the table),
  *    so it is on the undo list at most once.  Each pending slot records
- *    the undo list's append count at its freeze (undo_mark); releasing
- *    epoch e makes the appends up to e's mark obsolete (the displacing
- *    writes are now stable themselves), and reclaim_steps() pops them in
- *    bounded steps: a CLEAN one (on no other list) is freed, one still on
- *    the reclaim chain becomes RETIRED_FREE for the walk to free; the walk
- *    turns a RETIRED_UNDO version it passes CLEAN (epoch 0) and leaves it
- *    to the undo list.  So a version is freed once, as in note 3.
+ *    the undo list's append count and last version at its freeze
+ *    (undo_mark, undo_last); releasing epoch e makes the appends up to e's
+ *    mark obsolete (the displacing writes are now stable themselves): that
+ *    prefix of the undo list moves whole, in O(1), to the obsolete list,
+ *    which reclaim_steps() pops in bounded steps: a CLEAN one (on no other
+ *    list) is freed, one still on the reclaim chain becomes RETIRED_FREE
+ *    for the walk to free; the walk turns a RETIRED_UNDO version it passes
+ *    CLEAN (epoch 0) and leaves it to its undo list.  So a version is
+ *    freed once, as in note 3.
  *    Why the undo list holds exactly the stable state's lost versions: a
  *    key's version in the state as of S is its newest of epoch <= S; if a
  *    write after S displaced it, that write was the first after S to the
  *    key, and its mark is above S's, so the version is still on the list;
  *    any other version of the key on the list has an epoch > S.  Rollback
- *    pops the obsolete appends, takes back from the rest those of epoch
- *    <= S, drops (unlinks and frees) every version of the current and
+ *    leaves the obsolete list to the reclaim steps (walking it would cost
+ *    time in the writes before S), takes back from the undo list those of
+ *    epoch <= S, drops (unlinks and frees) every version of the current and
  *    pending lists (all of epochs > S) and only then links the taken ones
  *    back into the table.
  */
@@ -595,9 +598,9 @@ static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
 bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget) {
   for (uint64_t done = 0;
        done < budget && m->undo_popped < m->undo_releasable; done++) {
-    sl_cow_entry *e = m->undo_head;
+    sl_cow_entry *e = m->obsolete_head;
     assert(e && e->retired == RETIRED_UNDO);
-    m->undo_head = e->chain_next;
+    m->obsolete_head = e->chain_next;
     e->chain_next = 0;
     m->undo_popped++;
     if (e->epoch == 0)
@@ -605,10 +608,30 @@ bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget) {
     else
       e->retired = RETIRED_FREE; /* the reclaim walk frees it */
   }
+  if (!m->obsolete_head)
+    m->obsolete_tail = 0;
+  assert((m->obsolete_head == 0) == (m->undo_popped == m->undo_releasable));
+  return m->undo_popped < m->undo_releasable;
+}
+
+/* The slot of the newest epoch released: the undo versions appended up to
+ * its freeze, a prefix of the undo list that ends at its undo_last, move
+ * to the obsolete list whole (note 12), so a rollback never walks them. */
+static void undo_release(sl_cow_map *m, const cow_pending_end *slot) {
+  if (slot->undo_mark <= m->undo_releasable)
+    return; /* none appended since the previous release */
+  sl_cow_entry *last = slot->undo_last;
+  assert(last && m->undo_head && last->retired == RETIRED_UNDO);
+  if (m->obsolete_tail)
+    m->obsolete_tail->chain_next = m->undo_head;
+  else
+    m->obsolete_head = m->undo_head;
+  m->obsolete_tail = last;
+  m->undo_head = last->chain_next;
+  last->chain_next = 0;
   if (!m->undo_head)
     m->undo_tail = 0;
-  assert((m->undo_head == 0) == (m->undo_popped == m->undo_pushed));
-  return m->undo_popped < m->undo_releasable;
+  m->undo_releasable = slot->undo_mark;
 }
 
 /* Inline, so a write with nothing to reclaim and no rehash under way pays
@@ -686,14 +709,17 @@ static void free_retired_on_list(sl_cow_map *m, sl_cow_entry *e,
 /* Free every version and table one by one (note 3): the way without an
  * arena of the map's own (note 11). */
 static void destroy_walk(sl_cow_map *m) {
-  /* First the undo list (note 12): it is linked through versions the
-   * other lists free; only its CLEAN ones are on no other list. */
-  sl_cow_entry *u = m->undo_head;
-  for (uint64_t i = m->undo_popped; u && i < m->undo_pushed; i++) {
-    sl_cow_entry *next = u->chain_next;
-    if (u->epoch == 0)
-      destroy_version(m, u);
-    u = next;
+  /* First the undo lists (note 12): they are linked through versions the
+   * other lists free; only their CLEAN ones are on no other list. */
+  sl_cow_entry *lists[2] = {m->obsolete_head, m->undo_head};
+  for (int l = 0; l < 2; l++) {
+    sl_cow_entry *u = lists[l];
+    for (uint64_t i = m->undo_popped; u && i < m->undo_pushed; i++) {
+      sl_cow_entry *next = u->chain_next;
+      if (u->epoch == 0)
+        destroy_version(m, u);
+      u = next;
+    }
   }
   free_retired_on_list(m, m->dirty_head, m->dirty_entries);
   for (uint32_t i = 0; i < m->pending_count; i++)
@@ -1205,7 +1231,8 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
   if (m->pending_count < m->pending_capacity) {
     m->pending[m->pending_count] = delta;
     m->pending_tails[m->pending_count] =
-        (cow_pending_end){.last = m->dirty_tail, .undo_mark = m->undo_pushed};
+        (cow_pending_end){.last = m->dirty_tail, .undo_mark = m->undo_pushed,
+                          .undo_last = m->undo_tail};
     m->pending_count++;
   } else {
     assert(!delta.head); /* dirty_slot_ready() kept a slot for it (note 5) */
@@ -1250,7 +1277,7 @@ void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
   if (stable > m->stable_epoch)
     m->stable_epoch = stable;
   if (n > 0)
-    m->undo_releasable = m->pending_tails[n - 1].undo_mark;
+    undo_release(m, &m->pending_tails[n - 1]);
   m->pending_count -= n;
   memmove(m->pending, m->pending + n, m->pending_count * sizeof *m->pending);
   memmove(m->pending_tails, m->pending_tails + n,

@@ -382,8 +382,9 @@ uint32_t sl_cow_map_stable_epoch(const sl_cow_map *map);
  * way, or epoch not the stable one), the map unaltered. */
 int sl_cow_map_rollback(sl_cow_map *map, uint32_t epoch);
 
-/* For tests: displaced versions the map keeps for rollback, and rollbacks
- * done since creation. */
+/* For tests: displaced versions the map keeps for rollback (those no
+ * longer needed and not yet freed included), and rollbacks done since
+ * creation. */
 uint64_t sl_cow_map_undo_entries(const sl_cow_map *map);
 uint64_t sl_cow_map_rollbacks(const sl_cow_map *map);
 

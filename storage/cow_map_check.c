@@ -115,16 +115,15 @@ static bool check_list(const sl_cow_map *m, const sl_cow_entry *head,
   return true;
 }
 
-/* The undo list (note 12): displaced live versions out of the table, each
- * on it once; the CLEAN ones on no other list, so counted here. */
-static bool check_undo(const sl_cow_map *m, check_tally *tally) {
-  CHECK(m->retain || m->undo_pushed == 0);
-  CHECK(m->undo_popped <= m->undo_releasable);
-  CHECK(m->undo_releasable <= m->undo_pushed);
-  CHECK(m->stable_epoch < m->epoch);
-  const sl_cow_entry *e = m->undo_head, *last = 0;
-  uint64_t n = m->undo_popped, clean = 0;
-  for (; e && n < m->undo_pushed; last = e, e = e->chain_next, n++) {
+/* One undo list of `entries` versions (note 12): displaced live versions
+ * out of the table; the CLEAN ones, on no other list, are counted here
+ * (and in *clean). */
+static bool check_undo_list(const sl_cow_map *m, const sl_cow_entry *head,
+                            const sl_cow_entry *tail, uint64_t entries,
+                            uint64_t *clean, check_tally *tally) {
+  const sl_cow_entry *e = head, *last = 0;
+  uint64_t n = 0;
+  for (; e && n < entries; last = e, e = e->chain_next, n++) {
     CHECK(e->retired == RETIRED_UNDO);
     CHECK(!e->tombstone && !e->superseded);
     CHECK(e->epoch < m->epoch);
@@ -135,12 +134,28 @@ static bool check_undo(const sl_cow_map *m, check_tally *tally) {
     if (e->epoch == 0) {
       if (!check_version_memory(m, e, tally))
         return false;
-      clean++;
+      ++*clean;
     }
   }
   CHECK(e == 0);
-  CHECK(n == m->undo_pushed);
-  CHECK(last == m->undo_tail);
+  CHECK(n == entries);
+  CHECK(last == tail);
+  return true;
+}
+
+/* The undo lists (note 12): every version on them once, each on exactly
+ * one of them or the epoch lists' undo versions. */
+static bool check_undo(const sl_cow_map *m, check_tally *tally) {
+  CHECK(m->retain || m->undo_pushed == 0);
+  CHECK(m->undo_popped <= m->undo_releasable);
+  CHECK(m->undo_releasable <= m->undo_pushed);
+  CHECK(m->stable_epoch < m->epoch);
+  uint64_t clean = 0;
+  if (!check_undo_list(m, m->obsolete_head, m->obsolete_tail,
+                       m->undo_releasable - m->undo_popped, &clean, tally) ||
+      !check_undo_list(m, m->undo_head, m->undo_tail,
+                       m->undo_pushed - m->undo_releasable, &clean, tally))
+    return false;
   CHECK(clean + tally->undo_on_lists == m->undo_pushed - m->undo_popped);
   uint64_t mark = m->undo_releasable; /* pending marks: not decreasing */
   for (uint32_t i = 0; i < m->pending_count; i++) {

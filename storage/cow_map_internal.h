@@ -31,6 +31,7 @@ enum {
 typedef struct cow_pending_end {
   sl_cow_entry *last;
   uint64_t undo_mark;
+  sl_cow_entry *undo_last; /* the undo list's last version then, or NULL */
 } cow_pending_end;
 
 /* The header of a load arena chunk (note 9); versions follow it. */
@@ -84,15 +85,18 @@ struct sl_cow_map {
   int load_error; /* the bulk load's first error; never cleared */
   uint64_t load_probes; /* bulk-loaded entries probed, for tests */
   sl_alloc alloc; /* every allocation of the map, itself included (note 11) */
-  /* Rollback (cow_map.c note 12).  The undo list: displaced versions kept
-   * for a rollback, oldest displacement first, linked by chain_next;
-   * undo_pushed and undo_popped count appends and removals since creation,
-   * undo_releasable is the count of appends made in released epochs (those
-   * versions are no longer needed and are freed in bounded steps). */
+  /* Rollback (cow_map.c note 12).  Versions displaced by writes, kept for
+   * a rollback, oldest displacement first, linked by chain_next, are
+   * numbered by append: those undo_popped .. undo_releasable - 1 were
+   * displaced in released epochs, are needed no more and wait on the
+   * obsolete list to be freed in bounded steps; those undo_releasable ..
+   * undo_pushed - 1 are on the undo list. */
   bool retain;           /* rollback on (sl_cow_map_enable_rollback) */
   uint32_t stable_epoch; /* newest released epoch: what rollback restores */
   sl_cow_entry *undo_head;
   sl_cow_entry *undo_tail;
+  sl_cow_entry *obsolete_head;
+  sl_cow_entry *obsolete_tail;
   uint64_t undo_pushed;
   uint64_t undo_popped;
   uint64_t undo_releasable;

@@ -26,15 +26,15 @@ static void drop_list(sl_cow_map *m, sl_cow_entry *e, uint64_t bound) {
   assert(e == 0);
 }
 
-/* Walk the undo list's versions displaced after the stable epoch (the
- * others were popped first).  Each that belongs to the stable state (epoch
+/* Walk the undo list: the versions displaced after the stable epoch (the
+ * others wait on the obsolete list, not walked).  Each that belongs to the stable state (epoch
  * at most the stable one) is the key's version in it (cow_map.c note 12):
  * returned, linked by chain_next, to go back into the table.  The others
  * are left to the lists of their epochs, which rollback drops.  The undo
  * list is empty afterwards. */
 static sl_cow_entry *rollback_undo(sl_cow_map *m) {
   sl_cow_entry *restore = 0, *u = m->undo_head;
-  for (uint64_t n = m->undo_popped; u && n < m->undo_pushed; n++) {
+  for (uint64_t n = m->undo_releasable; u && n < m->undo_pushed; n++) {
     sl_cow_entry *next = u->chain_next;
     assert(u->retired == RETIRED_UNDO);
     if (u->epoch <= m->stable_epoch) {
@@ -51,7 +51,7 @@ static sl_cow_entry *rollback_undo(sl_cow_map *m) {
   }
   assert(u == 0);
   m->undo_head = m->undo_tail = 0;
-  m->undo_popped = m->undo_releasable = m->undo_pushed;
+  m->undo_pushed = m->undo_releasable; /* the pending marks go too */
   return restore;
 }
 
@@ -59,10 +59,6 @@ int sl_cow_map_rollback(sl_cow_map *m, uint32_t epoch) {
   assert(m);
   if (!m->retain || m->loading || epoch != m->stable_epoch)
     return EINVAL;
-  /* Versions displaced in released epochs are not part of the stable
-   * state: free them now rather than sort them out below. */
-  cow_map_undo_pop(m, UINT64_MAX);
-  assert(m->undo_popped == m->undo_releasable);
   sl_cow_entry *restore = rollback_undo(m);
   /* Every pending epoch is after the stable one (released ones are not
    * pending), and so is the current one. */
