@@ -140,6 +140,14 @@ typedef struct sl_instance_checkpoint {
    * never finished again (coordinator.c note 10). */
   bool restored_finished;
 
+  /* In-process rollback (failover.c note 7): the map's stable epoch holds
+   * the state of checkpoint stable_id (0: the empty state of a job that
+   * restored nothing), valid when stable_known; keyed_rolled_back: this
+   * attempt's map was rolled back in memory, not reloaded. */
+  uint64_t stable_id;
+  bool stable_known;
+  bool keyed_rolled_back;
+
   /* Checkpoint id -> epoch frozen for it, oldest first (note 9). */
   struct {
     uint64_t id;

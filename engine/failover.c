@@ -38,6 +38,28 @@
  *    (a million entries, each its own allocation, take about as long to
  *    free as to load: 0.3 s here): the supervisor keeps it aside and frees
  *    it once every instance has restored, while the job already runs.
+ * 7. In-process rollback.  Reloading keyed state costs time in its size;
+ *    rolling the failed attempt's map back in memory (cow_map.h note 10)
+ *    costs time in what was written since the checkpoint.  So the
+ *    supervisor rolls back every instance's map whose stable epoch is, or
+ *    can be made, the checkpoint being restored (the store's newest
+ *    complete one, which a restart always restores): the instance knows
+ *    its stable checkpoint (snapshot.c note 11); if it had not yet acted
+ *    on that checkpoint's completion, the epoch it froze for it is
+ *    released first.  Any other map is reloaded from the store as before:
+ *    no checkpoint complete yet (the store is empty: an empty map is
+ *    cheaper), a map whose stable state is unknown (its restore failed,
+ *    or a final snapshot stood in for the checkpoint), or no map.  Only a
+ *    restart within the process rolls back: a job started from a store
+ *    or a savepoint, rescaled or not, loads it, and the store stays the
+ *    truth across processes.  Both modes qualify: in at-least-once a
+ *    snapshot is taken at the last barrier, the same state the store
+ *    holds.  The rolled-back map replaces the empty one the setup
+ *    created, and the instance skips its keyed-state load (restore.c);
+ *    its operator state still comes from the store's blob (small), and
+ *    everything derived from keyed state is rebuilt from the map as after
+ *    a load (the timer heaps: timer.c note 4).  Statistics say how many
+ *    instances took each way (sl_recovery_stats).
  *
  * Supervisor states:
  *
@@ -74,6 +96,10 @@ typedef struct sl_failover {
   uint32_t failure_next;
   sl_cow_map **old_state; /* per instance: the failed attempt's keyed
                              state, freed once the restore is done */
+  sl_cow_map **kept_state; /* per instance: its map rolled back (note 7),
+                              between the reset and the setup */
+  uint32_t rolled_back;    /* of the newest restart (note 7) */
+  uint32_t reloaded;
   pthread_mutex_t lock; /* the history, read by sl_job_recovery_stats */
   sl_recovery_stats history[RECOVERY_HISTORY];
   uint64_t history_failed_ns[RECOVERY_HISTORY]; /* detection times */
@@ -296,6 +322,58 @@ static void reset_instance(sl_instance *inst) {
    * a stale wake only makes one sleep return at once. */
 }
 
+/* Note 7: roll inst's map back to checkpoint latest in memory if its
+ * state there is known; returns 0, or an error with the map unaltered
+ * (then it is reloaded). */
+static int roll_back_map(sl_instance *inst, uint64_t latest) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  sl_cow_map *m = cp->keyed;
+  if (!m || latest == 0 || !cp->stable_known ||
+      !sl_cow_map_rollback_enabled(m) || cp->stable_id > latest)
+    return EINVAL;
+  if (cp->stable_id < latest) {
+    /* The completion of latest came after this instance's last look:
+     * its epoch is still pending, if it snapshotted latest at all. */
+    int k = 0;
+    while (k < cp->epoch_count && cp->epochs[k].id != latest)
+      k++;
+    if (k == cp->epoch_count)
+      return EINVAL;
+    sl_cow_map_release(m, cp->epochs[k].epoch);
+  }
+  return sl_cow_map_rollback(m, sl_cow_map_stable_epoch(m));
+}
+
+/* Note 7, after the setup made new maps: each rolled-back map replaces
+ * its instance's new (empty) one.  setup_rc: the setup's result; if it
+ * failed, the rolled-back maps are freed with the old state instead.
+ * latest: the checkpoint they were rolled back to. */
+static void install_kept_state(sl_job *job, int setup_rc, uint64_t latest) {
+  sl_failover *f = job->failover;
+  f->rolled_back = f->reloaded = 0;
+  for (int i = 0; i < job->instance_count; i++) {
+    sl_instance *inst = job->instances[i];
+    sl_cow_map *kept = f->kept_state[i];
+    f->kept_state[i] = 0;
+    if (!kept) {
+      f->reloaded += setup_rc == 0 && inst->cp.keyed && inst->cp.restored_from;
+      continue;
+    }
+    if (setup_rc || !inst->cp.keyed) {
+      assert(!f->old_state[i]);
+      f->old_state[i] = kept;
+      continue;
+    }
+    /* The setup restores the checkpoint the map was rolled back to. */
+    assert(inst->cp.restored_from == latest);
+    (void)latest; /* asserts only */
+    sl_cow_map_destroy(inst->cp.keyed); /* empty: cheap */
+    inst->cp.keyed = kept;
+    inst->cp.keyed_rolled_back = true;
+    f->rolled_back++;
+  }
+}
+
 /* Free the failed attempt's keyed state (note 6). */
 static void free_old_state(sl_job *job) {
   sl_failover *f = job->failover;
@@ -321,11 +399,18 @@ static void free_old_state_after_restore(sl_job *job) {
 static int restart(sl_job *job) {
   sl_failover *f = job->failover;
   sl_checkpointer_reset(job); /* frees the acks that point into the maps */
+  /* Note 7: the checkpoint the setup will restore; the writer is joined,
+   * so no other can complete meanwhile. */
+  sl_store *store = sl_checkpointer_store(job);
+  uint64_t latest = store ? sl_store_latest(store) : 0;
   for (int i = 0; i < job->instance_count; i++) {
     sl_instance *inst = job->instances[i];
     assert(!inst->thread_started); /* note 3: every thread was joined */
-    assert(!f->old_state[i]);
-    f->old_state[i] = inst->cp.keyed; /* note 6: freed later */
+    assert(!f->old_state[i] && !f->kept_state[i]);
+    if (roll_back_map(inst, latest) == 0)
+      f->kept_state[i] = inst->cp.keyed; /* note 7 */
+    else
+      f->old_state[i] = inst->cp.keyed; /* note 6: freed later */
     inst->cp.keyed = 0;
     reset_instance(inst);
   }
@@ -352,6 +437,7 @@ static int restart(sl_job *job) {
   if (atomic_load(&job->user_stopped))
     atomic_store(&job->stopping, 1);
   int rc = sl_checkpointer_setup(job);
+  install_kept_state(job, rc, latest);
   if (rc) {
     sl_job_fail(job, rc, "restart: %s",
                 job->error[0] ? job->error : sl_strerror(rc));
@@ -397,8 +483,11 @@ static void update_recovery(sl_failover *f, uint32_t restart_number,
                             uint64_t restored_from) {
   pthread_mutex_lock(&f->lock);
   sl_recovery_stats *h = &f->history[(f->history_count - 1) % RECOVERY_HISTORY];
-  if (h->restart == restart_number)
+  if (h->restart == restart_number) {
     h->restored_from = restored_from;
+    h->rolled_back = f->rolled_back;
+    h->reloaded = f->reloaded;
+  }
   pthread_mutex_unlock(&f->lock);
 }
 
@@ -492,7 +581,10 @@ int sl_failover_setup(sl_job *job) {
     }
   }
   f->old_state = calloc((size_t)job->instance_count, sizeof *f->old_state);
-  if (!f->old_state) {
+  f->kept_state = calloc((size_t)job->instance_count, sizeof *f->kept_state);
+  if (!f->old_state || !f->kept_state) {
+    free(f->old_state);
+    free(f->kept_state);
     free(f->failure_ns);
     free(f);
     return ENOMEM;
@@ -525,6 +617,7 @@ void sl_failover_free(sl_job *job) {
   assert(!job->supervisor_started);
   free_old_state(job);
   free(f->old_state);
+  free(f->kept_state); /* empty between restarts (install_kept_state) */
   pthread_mutex_destroy(&f->lock);
   free(f->failure_ns);
   free(f);

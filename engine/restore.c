@@ -128,7 +128,9 @@ static int restore_instance(sl_job *job, sl_instance *inst) {
   /* Note 3: every instance of a final checkpoint had finished, also in a
    * store older than SL_BLOB_FINISHED. */
   inst->cp.restored_finished = job->cp->restored_final;
-  int rc = inst->cp.keyed ? restore_keyed(job, inst) : 0;
+  /* failover.c note 7: a map rolled back in memory is restored already. */
+  int rc = inst->cp.keyed && !inst->cp.keyed_rolled_back
+               ? restore_keyed(job, inst) : 0;
   return rc ? rc : restore_blob(job, inst);
 }
 

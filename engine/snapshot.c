@@ -60,6 +60,11 @@
  *    of the commit first, skips them by seq without reading them.  A
  *    restart frees every batch with the instance (rows not yet durable
  *    are replayed from the restored source positions).
+ * 11. With a restart strategy (failover.c note 7) the map keeps what a
+ *    rollback to its stable epoch needs (cow_map.h note 10), turned on
+ *    when the instance has restored, and the instance tracks which
+ *    checkpoint that epoch holds (stable_id): the restored one, then each
+ *    completed one it released.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -130,6 +135,11 @@ static void release_epochs(sl_instance *inst, uint64_t completed) {
     return;
   sl_cow_map_release(cp->keyed, cp->epochs[n - 1].epoch);
   cp->maintain_pending = true;
+  /* Note 11: the stable state is now that of checkpoint epochs[n-1].id,
+   * which is the one completed unless this instance took no snapshot for
+   * it (a final snapshot stands in): then it is not known. */
+  cp->stable_known = cp->stable_known && cp->epochs[n - 1].id == completed;
+  cp->stable_id = completed;
   memmove(cp->epochs, cp->epochs + n,
           sizeof cp->epochs[0] * (size_t)(cp->epoch_count - n));
   cp->epoch_count -= n;
@@ -458,8 +468,21 @@ int sl_snapshot_notifications(sl_instance *inst) {
   return 0;
 }
 
+/* Note 11: keep what an in-process rollback needs, from the state just
+ * restored (or the empty one) on. */
+static void enable_rollback(sl_instance *inst) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (!cp->keyed || !inst->job->failover || !inst->job->cp)
+    return;
+  /* Nothing was written since the restore (or the rollback), so it
+   * cannot be refused; if it were, failover would reload the store. */
+  cp->stable_known = sl_cow_map_enable_rollback(cp->keyed) == 0;
+  cp->stable_id = cp->restored_from;
+}
+
 int sl_snapshot_restore_hook(sl_instance *inst) {
   uint64_t id = inst->cp.restored_from;
+  enable_rollback(inst); /* before the operator's hook can write */
   if (!id)
     return 0;
   inst->cp.seen_completed = id;

@@ -704,6 +704,10 @@ typedef struct sl_recovery_stats {
                                (each on its own thread, in parallel) */
   uint64_t first_record_us; /* the first record processed after the
                                restore, or 0 if none yet */
+  uint32_t rolled_back;     /* instances whose keyed state was rolled back
+                               in memory to the restored checkpoint */
+  uint32_t reloaded;        /* instances whose keyed state was reloaded
+                               from the store instead */
 } sl_recovery_stats;
 
 /** The k-th newest failover (k = 0 is the newest), of the last 16.

@@ -1,7 +1,7 @@
 /* cow_map.c — the copy-on-write hash map of an instance's keyed state
  * (cow_map.h).
  *
- * NOTES ON THE IMPLEMENTATION (the header's notes 1-9 hold as well)
+ * NOTES ON THE IMPLEMENTATION (the header's notes 1-10 hold as well)
  *
  * 1. A version's state follows from its epoch; each state has one list:
  *
@@ -20,7 +20,9 @@
  *                                          tombstone); the old one retired
  *
  *    So a version whose epoch is neither 0 nor current is always on a list
- *    that has not been walked past it yet.
+ *    that has not been walked past it yet.  With rollback on, CLEAN too is
+ *    copied on write, and displaced versions are kept on the undo list
+ *    until their displacement is stable (note 12).
  * 2. RELEASED versions are copied on write like FROZEN ones, not re-dirtied
  *    in place.  Re-dirtying would overwrite dirty_next, which the reclaim
  *    walk still has to follow.  The walk reads dirty_next before it turns a
@@ -118,6 +120,36 @@
  *    dropping a failed attempt's state cheap (engine/failover.c).
  *    Otherwise (malloc builds, or no arena left) destroy walks as in note
  *    3.  The map's memory accounting (note 7) is the same either way.
+ * 12. Rollback (header note 10; the rollback itself is in
+ *    cow_map_rollback.c, the checker in cow_map_check.c, both over
+ *    cow_map_internal.h).  The stable epoch S is the newest released one.
+ *    With rollback on, a write never changes a version of an epoch before
+ *    the current one: CLEAN versions are copied on write too (in_place()),
+ *    and the displaced version — whatever its epoch: a FROZEN one becomes
+ *    part of the stable state once its epoch is released — is marked
+ *    RETIRED_UNDO and appended to the undo list, linked through chain_next
+ *    (free once a version leaves the table), so dirty_next still serves
+ *    its epoch's list.  A version is displaced once (it leaves the table),
+ *    so it is on the undo list at most once.  Each pending slot records
+ *    the undo list's append count and last version at its freeze
+ *    (undo_mark, undo_last); releasing epoch e makes the appends up to e's
+ *    mark obsolete (the displacing writes are now stable themselves): that
+ *    prefix of the undo list moves whole, in O(1), to the obsolete list,
+ *    which reclaim_steps() pops in bounded steps: a CLEAN one (on no other
+ *    list) is freed, one still on the reclaim chain becomes RETIRED_FREE
+ *    for the walk to free; the walk turns a RETIRED_UNDO version it passes
+ *    CLEAN (epoch 0) and leaves it to its undo list.  So a version is
+ *    freed once, as in note 3.
+ *    Why the undo list holds exactly the stable state's lost versions: a
+ *    key's version in the state as of S is its newest of epoch <= S; if a
+ *    write after S displaced it, that write was the first after S to the
+ *    key, and its mark is above S's, so the version is still on the list;
+ *    any other version of the key on the list has an epoch > S.  Rollback
+ *    leaves the obsolete list to the reclaim steps (walking it would cost
+ *    time in the writes before S), takes back from the undo list those of
+ *    epoch <= S, drops (unlinks and frees) every version of the current and
+ *    pending lists (all of epochs > S) and only then links the taken ones
+ *    back into the table.
  */
 #include "cow_map.h"
 
@@ -134,21 +166,16 @@
 #include <xxhash.h>
 
 #include "alloc.h"
+#include "cow_map_internal.h"
 #include "log.h"
 #include "sluice.h"
 
-#define INITIAL_BUCKETS 16u
 #define REHASH_BUCKETS_PER_STEP 4u
 /* Empty buckets one step may visit (Redis's n*10), so a sparse stretch of
  * the old table cannot make one call slow. */
 #define REHASH_EMPTY_VISITS (REHASH_BUCKETS_PER_STEP * 10u)
 #define RECLAIM_PER_WRITE 4u
 #define INITIAL_PENDING 4u
-/* Load arena (note 9): 4 MiB holds about 58K versions of the usual 72
- * bytes, so chunks are few (one allocation per 58K loads), yet a chunk is
- * small next to a restored state, so chunks whose versions were all
- * replaced or deleted do go back to the allocator. */
-#define ARENA_CHUNK_BYTES (UINT32_C(4) << 20)
 /* Larger loaded versions are malloc'd: a version that does not fit the rest
  * of a chunk wastes that rest, so this bounds the waste to 1/64. */
 #define ARENA_VERSION_MAX_BYTES (ARENA_CHUNK_BYTES / 64u)
@@ -174,63 +201,12 @@ _Static_assert((SL_COW_LOAD_WINDOW & (SL_COW_LOAD_WINDOW - 1)) == 0 &&
                    SL_COW_LOAD_WINDOW >= 2,
                "the load ring is indexed with a mask, its middle is used");
 
-/* The header of a load arena chunk (note 9); versions follow it. */
-typedef struct arena_chunk {
-  struct arena_chunk *prev; /* the map's chunks, newest first */
-  struct arena_chunk *next;
-  const struct sl_cow_map *owner; /* for sl_cow_map_check() */
-  uint32_t used_bytes; /* carved so far, this header included */
-  uint32_t versions;   /* carved and not yet freed */
-} arena_chunk;
 
 _Static_assert(sizeof(arena_chunk) % 8 == 0, "versions are 8-byte aligned");
 _Static_assert(ARENA_VERSION_MAX_BYTES <=
                    ARENA_CHUNK_BYTES - sizeof(arena_chunk),
                "an arena version fits an empty chunk");
 
-typedef struct cow_table {
-  sl_cow_entry **buckets;
-  uint64_t size; /* buckets: a power of two, or 0 when unused */
-  uint64_t used; /* entries */
-} cow_table;
-
-struct sl_cow_map {
-  cow_table tables[2];   /* [1] only while rehashing (note 6) */
-  bool rehashing;
-  uint64_t rehash_index; /* next bucket of tables[0] to move */
-  uint32_t epoch;        /* current */
-  sl_cow_entry *dirty_head; /* current dirty list, in write order */
-  sl_cow_entry *dirty_tail;
-  uint64_t dirty_entries;
-  uint64_t dirty_bytes;
-  sl_cow_delta *pending;        /* frozen, unreleased; oldest first */
-  sl_cow_entry **pending_tails; /* last entry of each pending list */
-  uint32_t pending_count;
-  uint32_t pending_capacity;
-  sl_cow_entry *reclaim_head; /* released lists, concatenated (note 1) */
-  sl_cow_entry *reclaim_tail;
-  uint64_t reclaim_entries;
-  uint64_t memory_bytes;
-  uint64_t step_buckets_max; /* most buckets one rehash step visited */
-  uint64_t heap_versions;     /* malloc'd versions, wherever they are */
-  arena_chunk *arena_chunks;  /* every chunk, newest first (note 9) */
-  arena_chunk *arena_carving; /* where loads carve next; NULL: none yet */
-  uint64_t arena_chunk_count;
-  /* The bulk load (note 10).  The ring: load_count versions added and not
-   * yet linked, the oldest at load_first; the oldest load_unprobed of them
-   * are linked without the duplicate probe. */
-  sl_cow_entry *load_window[SL_COW_LOAD_WINDOW];
-  uint32_t load_first;
-  uint32_t load_count;
-  uint32_t load_unprobed;
-  bool loading;     /* from the first sl_cow_map_load_add() to finish */
-  bool load_sorted; /* every entry so far followed the one before it */
-  uint32_t load_previous_group;
-  const sl_cow_entry *load_previous; /* the last entry added, if sorted */
-  int load_error; /* the bulk load's first error; never cleared */
-  uint64_t load_probes; /* bulk-loaded entries probed, for tests */
-  sl_alloc alloc; /* every allocation of the map, itself included (note 11) */
-};
 
 /* ------------------------------------------------------------ versions */
 
@@ -248,24 +224,6 @@ static inline uint64_t key_hash(const void *key, uint32_t key_bytes) {
 
 static uint8_t *value_area(sl_cow_entry *e) {
   return e->data + sl_cow_value_offset(e->key_bytes);
-}
-
-/* Bytes of one allocation: header, key padded to 8, value area of at least
- * 8 bytes (note 7). */
-static uint64_t entry_alloc_bytes(uint32_t key_bytes, uint32_t capacity_bytes) {
-  uint64_t area = ((uint64_t)capacity_bytes + 7u) & ~(uint64_t)7u;
-  if (area < 8)
-    area = 8;
-  return sizeof(sl_cow_entry) + sl_cow_value_offset(key_bytes) + area;
-}
-
-/* Value storage the version was allocated with (note 7). */
-static uint32_t entry_capacity(const sl_cow_entry *e) {
-  if (!e->tombstone)
-    return e->value_bytes;
-  uint32_t capacity;
-  memcpy(&capacity, e->data + sl_cow_value_offset(e->key_bytes), 4);
-  return capacity;
 }
 
 /* Fill value storage: a copy of value, or (value NULL) the previous value's
@@ -314,11 +272,6 @@ static sl_cow_entry *entry_new(sl_cow_map *m, uint64_t hash, const void *key,
 }
 
 /* ------------------------------------------------------------ arena */
-
-static arena_chunk *chunk_of(const sl_cow_entry *e) {
-  assert(e->arena);
-  return (arena_chunk *)((uintptr_t)e & ~(uintptr_t)(ARENA_CHUNK_BYTES - 1));
-}
 
 /* Make a new, empty chunk the one loads carve from (the previous one stays
  * until its versions are freed).  false on ENOMEM, nothing changed. */
@@ -426,7 +379,7 @@ static void entry_make_tombstone(sl_cow_entry *e) {
   memcpy(value_area(e), &capacity, 4);
   e->value_bytes = 0;
   e->tombstone = 1;
-  e->retired = 1;
+  e->retired = RETIRED_FREE;
 }
 
 /* Append to the current dirty list (the version is CURRENT from now on). */
@@ -447,6 +400,35 @@ static void dirty_append(sl_cow_map *m, sl_cow_entry *e) {
  * slot for it (note 5). */
 static bool dirty_slot_ready(const sl_cow_map *m) {
   return m->dirty_head != 0 || m->pending_count < m->pending_capacity;
+}
+
+/* Whether a write to old may change it in place: a CURRENT version, or a
+ * CLEAN one unless rollback keeps committed versions (note 12). */
+static inline bool in_place(const sl_cow_map *m, const sl_cow_entry *old) {
+  return old->epoch == m->epoch || (old->epoch == 0 && !m->retain);
+}
+
+/* old (not CURRENT) was just displaced from the table by a write of the
+ * current epoch: without rollback it is retired (and a CLEAN one, on no
+ * list, freed at once: note 3); with rollback it goes on the undo list
+ * (note 12), whatever its epoch. */
+static void retire_displaced(sl_cow_map *m, sl_cow_entry *old) {
+  assert(old->epoch != m->epoch && !old->retired);
+  if (!m->retain) {
+    if (old->epoch == 0)
+      entry_free(m, old);
+    else
+      old->retired = RETIRED_FREE; /* stays, unchanged, on its list */
+    return;
+  }
+  old->retired = RETIRED_UNDO;
+  old->chain_next = 0; /* out of the table: chain_next links the undo list */
+  if (m->undo_tail)
+    m->undo_tail->chain_next = old;
+  else
+    m->undo_head = old;
+  m->undo_tail = old;
+  m->undo_pushed++;
 }
 
 /* ------------------------------------------------------------ tables */
@@ -587,31 +569,75 @@ static void rehash_step(sl_cow_map *m) {
 
 /* ------------------------------------------------------------ reclaim */
 
-/* Walk up to budget versions of the reclaim chain (notes 1-3).  Returns
- * true if some remain. */
+/* Walk up to budget versions of the reclaim chain (notes 1-3), then pop
+ * released undo versions with what is left of it (note 12).  Returns true
+ * if some work remains. */
 static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
-  for (uint32_t done = 0; done < budget && m->reclaim_head; done++) {
+  uint32_t done = 0;
+  for (; done < budget && m->reclaim_head; done++) {
     sl_cow_entry *e = m->reclaim_head;
     assert(e->epoch != 0 && e->epoch < m->epoch);
     m->reclaim_head = e->dirty_next; /* read before e changes state */
     m->reclaim_entries--;
-    if (e->retired) {
+    if (e->retired == RETIRED_FREE) {
       entry_free(m, e);
     } else {
-      e->epoch = 0; /* CLEAN: on no list from now on */
+      /* CLEAN: on no list from now on (an undo version stays on the undo
+       * list, which frees it: note 12). */
+      e->epoch = 0;
       e->dirty_next = 0;
     }
   }
   if (!m->reclaim_head)
     m->reclaim_tail = 0;
   assert((m->reclaim_head == 0) == (m->reclaim_entries == 0));
-  return m->reclaim_head != 0;
+  bool undo_left = cow_map_undo_pop(m, budget - done); /* the rest */
+  return m->reclaim_head != 0 || undo_left;
+}
+
+bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget) {
+  for (uint64_t done = 0;
+       done < budget && m->undo_popped < m->undo_releasable; done++) {
+    sl_cow_entry *e = m->obsolete_head;
+    assert(e && e->retired == RETIRED_UNDO);
+    m->obsolete_head = e->chain_next;
+    e->chain_next = 0;
+    m->undo_popped++;
+    if (e->epoch == 0)
+      entry_free(m, e); /* on no other list */
+    else
+      e->retired = RETIRED_FREE; /* the reclaim walk frees it */
+  }
+  if (!m->obsolete_head)
+    m->obsolete_tail = 0;
+  assert((m->obsolete_head == 0) == (m->undo_popped == m->undo_releasable));
+  return m->undo_popped < m->undo_releasable;
+}
+
+/* The slot of the newest epoch released: the undo versions appended up to
+ * its freeze, a prefix of the undo list that ends at its undo_last, move
+ * to the obsolete list whole (note 12), so a rollback never walks them. */
+static void undo_release(sl_cow_map *m, const cow_pending_end *slot) {
+  if (slot->undo_mark <= m->undo_releasable)
+    return; /* none appended since the previous release */
+  sl_cow_entry *last = slot->undo_last;
+  assert(last && m->undo_head && last->retired == RETIRED_UNDO);
+  if (m->obsolete_tail)
+    m->obsolete_tail->chain_next = m->undo_head;
+  else
+    m->obsolete_head = m->undo_head;
+  m->obsolete_tail = last;
+  m->undo_head = last->chain_next;
+  last->chain_next = 0;
+  if (!m->undo_head)
+    m->undo_tail = 0;
+  m->undo_releasable = slot->undo_mark;
 }
 
 /* Inline, so a write with nothing to reclaim and no rehash under way pays
  * two tests and no call. */
 static inline void write_background(sl_cow_map *m) {
-  if (m->reclaim_head)
+  if (m->reclaim_head || m->undo_popped < m->undo_releasable)
     reclaim_steps(m, RECLAIM_PER_WRITE);
   if (m->rehashing)
     rehash_step(m);
@@ -683,6 +709,18 @@ static void free_retired_on_list(sl_cow_map *m, sl_cow_entry *e,
 /* Free every version and table one by one (note 3): the way without an
  * arena of the map's own (note 11). */
 static void destroy_walk(sl_cow_map *m) {
+  /* First the undo lists (note 12): they are linked through versions the
+   * other lists free; only their CLEAN ones are on no other list. */
+  sl_cow_entry *lists[2] = {m->obsolete_head, m->undo_head};
+  for (int l = 0; l < 2; l++) {
+    sl_cow_entry *u = lists[l];
+    for (uint64_t i = m->undo_popped; u && i < m->undo_pushed; i++) {
+      sl_cow_entry *next = u->chain_next;
+      if (u->epoch == 0)
+        destroy_version(m, u);
+      u = next;
+    }
+  }
   free_retired_on_list(m, m->dirty_head, m->dirty_entries);
   for (uint32_t i = 0; i < m->pending_count; i++)
     free_retired_on_list(m, m->pending[i].head, m->pending[i].entries);
@@ -870,7 +908,7 @@ void *sl_cow_map_put_key(sl_cow_map *m, const sl_cow_key *key,
     return put_new_key(m, key->hash, key->bytes, key->key_bytes, value,
                        value_bytes);
   sl_cow_entry *old = *link;
-  bool writable = old->epoch == m->epoch || old->epoch == 0; /* note 1 */
+  bool writable = in_place(m, old); /* notes 1, 12 */
   if (writable && old->value_bytes == value_bytes) {
     if (old->epoch == 0) {
       old->epoch = m->epoch;
@@ -882,12 +920,11 @@ void *sl_cow_map_put_key(sl_cow_map *m, const sl_cow_key *key,
   sl_cow_entry *e = put_new_version(m, link, value, value_bytes);
   if (!e)
     return 0;
-  if (old->epoch == 0) {
-    entry_free(m, old); /* CLEAN: on no list (note 3) */
+  if (old->epoch == m->epoch) {
+    old->superseded = 1; /* CURRENT, so the writer does not see it yet */
+    old->retired = RETIRED_FREE;
   } else {
-    if (old->epoch == m->epoch)
-      old->superseded = 1; /* CURRENT, so the writer does not see it yet */
-    old->retired = 1;
+    retire_displaced(m, old);
   }
   return value_area(e);
 }
@@ -921,18 +958,19 @@ int sl_cow_map_update(sl_cow_map *m, const sl_cow_key *key,
     *value = value_area(old);
     return 0;
   }
-  if (old->epoch == 0) { /* CLEAN: on no list, written in place */
+  if (old->epoch == 0 && !m->retain) { /* CLEAN: on no list, in place */
     old->epoch = m->epoch;
     dirty_append(m, old);
     *value = value_area(old);
     return 0;
   }
-  /* FROZEN or RELEASED (note 1): the copy on write.  put_new_version()
-   * copies the old value when given none. */
+  /* FROZEN or RELEASED (note 1), or CLEAN under rollback (note 12): the
+   * copy on write.  put_new_version() copies the old value when given
+   * none. */
   sl_cow_entry *e = put_new_version(m, link, 0, value_bytes);
   if (!e)
     return ENOMEM;
-  old->retired = 1; /* stays, unchanged otherwise, on its list */
+  retire_displaced(m, old);
   *value = value_area(e);
   return 0;
 }
@@ -950,7 +988,7 @@ int sl_cow_map_delete(sl_cow_map *m, const void *key, uint32_t key_bytes) {
   if (!dirty_slot_ready(m))
     return ENOMEM; /* note 5 */
   sl_cow_entry *old = *link;
-  if (old->epoch == m->epoch || old->epoch == 0) {
+  if (in_place(m, old)) {
     /* Not frozen: the version itself becomes the tombstone. */
     table_unlink(m, link, table_index);
     if (old->epoch == m->epoch)
@@ -967,7 +1005,7 @@ int sl_cow_map_delete(sl_cow_map *m, const void *key, uint32_t key_bytes) {
     return ENOMEM;
   entry_make_tombstone(tombstone);
   table_unlink(m, link, table_index);
-  old->retired = 1; /* stays, unchanged otherwise, on its frozen list */
+  retire_displaced(m, old);
   dirty_append(m, tombstone);
   return 0;
 }
@@ -1163,7 +1201,7 @@ static void pending_grow(sl_cow_map *m) {
   uint32_t capacity = m->pending_capacity * 2;
   assert(capacity > m->pending_capacity);
   sl_cow_delta *deltas = sl_alloc_bytes(&m->alloc, capacity * sizeof *deltas);
-  sl_cow_entry **tails = sl_alloc_bytes(&m->alloc, capacity * sizeof *tails);
+  cow_pending_end *tails = sl_alloc_bytes(&m->alloc, capacity * sizeof *tails);
   if (!deltas || !tails) {
     sl_alloc_free(&m->alloc, deltas, capacity * sizeof *deltas);
     sl_alloc_free(&m->alloc, tails, capacity * sizeof *tails);
@@ -1192,7 +1230,9 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
                         .bytes = m->dirty_bytes};
   if (m->pending_count < m->pending_capacity) {
     m->pending[m->pending_count] = delta;
-    m->pending_tails[m->pending_count] = m->dirty_tail;
+    m->pending_tails[m->pending_count] =
+        (cow_pending_end){.last = m->dirty_tail, .undo_mark = m->undo_pushed,
+                          .undo_last = m->undo_tail};
     m->pending_count++;
   } else {
     assert(!delta.head); /* dirty_slot_ready() kept a slot for it (note 5) */
@@ -1220,16 +1260,24 @@ void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
   uint32_t n = 0;
   for (; n < m->pending_count && m->pending[n].epoch <= epoch; n++) {
     const sl_cow_delta *d = &m->pending[n];
-    assert((d->head == 0) == (m->pending_tails[n] == 0));
+    assert((d->head == 0) == (m->pending_tails[n].last == 0));
     if (!d->head)
       continue; /* an empty epoch: nothing to reclaim */
     if (m->reclaim_tail)
       m->reclaim_tail->dirty_next = d->head; /* RELEASED: writer is done */
     else
       m->reclaim_head = d->head;
-    m->reclaim_tail = m->pending_tails[n];
+    m->reclaim_tail = m->pending_tails[n].last;
     m->reclaim_entries += d->entries;
   }
+  /* Note 12: the state as of epoch is the one a rollback restores, and
+   * versions displaced in released epochs are needed no more (an empty
+   * epoch left out of pending, note 5, displaced none). */
+  uint32_t stable = epoch < m->epoch ? epoch : m->epoch - 1;
+  if (stable > m->stable_epoch)
+    m->stable_epoch = stable;
+  if (n > 0)
+    undo_release(m, &m->pending_tails[n - 1]);
   m->pending_count -= n;
   memmove(m->pending, m->pending + n, m->pending_count * sizeof *m->pending);
   memmove(m->pending_tails, m->pending_tails + n,
@@ -1242,188 +1290,55 @@ bool sl_cow_map_maintain(sl_cow_map *m, uint32_t budget) {
   return reclaim_steps(m, budget);
 }
 
-/* ------------------------------------------------------------ checker */
+/* ------------------------------------------------------------ rollback */
 
-#define CHECK(cond)                                                        \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      sl_log(SL_LOG_ERROR, "sl_cow_map_check: line %d: %s", __LINE__, #cond); \
-      return false;                                                        \
-    }                                                                      \
-  } while (0)
-
-/* What the checker adds up while it walks the map. */
-typedef struct check_tally {
-  uint64_t bytes;          /* memory the map must account for (note 7) */
-  uint64_t dirty_live;     /* table versions of a non-zero epoch */
-  uint64_t live_on_lists;  /* live versions met on the lists */
-  uint64_t arena_versions; /* arena versions met, each once */
-  uint64_t heap_versions;  /* malloc'd versions met, each once */
-} check_tally;
-
-/* Where a version's memory is counted: its own allocation, or (arena) a
- * place inside a chunk of this map, counted with the chunk (note 7). */
-static bool check_version_memory(const sl_cow_map *m, const sl_cow_entry *e,
-                                 check_tally *tally) {
-  CHECK(e->arena <= 1);
-  uint64_t bytes = entry_alloc_bytes(e->key_bytes, entry_capacity(e));
-  if (!e->arena) {
-    tally->bytes += bytes;
-    tally->heap_versions++;
-    return true;
-  }
-  const arena_chunk *c = chunk_of(e);
-  const uint8_t *at = (const uint8_t *)e, *base = (const uint8_t *)c;
-  CHECK(c->owner == m);
-  CHECK(at >= base + sizeof *c);
-  CHECK(at + bytes <= base + c->used_bytes);
-  tally->arena_versions++;
-  return true;
+int sl_cow_map_enable_rollback(sl_cow_map *m) {
+  assert(m);
+  assert(!m->loading); /* no bulk load under way (header Caveats) */
+  if (m->retain)
+    return 0;
+  /* Note 12: versions displaced so far were not kept, so the state to
+   * return to must be the present one: nothing written since the last
+   * release. */
+  if (m->dirty_head || m->pending_count)
+    return EBUSY;
+  m->stable_epoch = m->epoch - 1;
+  m->retain = true;
+  return 0;
 }
 
-/* Every table entry: in its bucket, live, found by lookup (so no duplicate
- * shadows it), hash right. */
-static bool check_tables(const sl_cow_map *m, check_tally *tally) {
-  CHECK(m->tables[0].size >= INITIAL_BUCKETS);
-  CHECK(m->rehashing == (m->tables[1].size != 0));
-  for (int t = 0; t < 2; t++) {
-    const cow_table *table = &m->tables[t];
-    CHECK((table->size & (table->size - 1)) == 0);
-    tally->bytes += table->size * sizeof *table->buckets;
-    uint64_t seen = 0;
-    for (uint64_t b = 0; b < table->size; b++) {
-      CHECK(t == 1 || !m->rehashing || b >= m->rehash_index || !table->buckets[b]);
-      sl_cow_entry *e = table->buckets[b];
-      for (; e && seen < table->used; e = e->chain_next, seen++) {
-        int found_in = -1;
-        CHECK((e->hash & (table->size - 1)) == b);
-        CHECK(!e->retired && !e->tombstone && !e->superseded);
-        CHECK(e->hash == key_hash(e->data, e->key_bytes));
-        CHECK(find_link(m, e->hash, e->data, e->key_bytes, &found_in));
-        CHECK(*find_link(m, e->hash, e->data, e->key_bytes, &found_in) == e);
-        CHECK(found_in == t);
-        CHECK(e->epoch <= m->epoch);
-        if (!check_version_memory(m, e, tally))
-          return false;
-        tally->dirty_live += e->epoch != 0;
-      }
-      CHECK(e == 0);
-    }
-    CHECK(seen == table->used);
-  }
-  return true;
+bool sl_cow_map_rollback_enabled(const sl_cow_map *m) {
+  assert(m);
+  return m->retain;
 }
 
-/* One list: length, tail, bytes (unless expected_bytes is UINT64_MAX),
- * epochs in [epoch_min, epoch_max] and not decreasing, marks consistent,
- * live versions in the table.  Retired versions are counted here, live
- * ones by check_tables(). */
-static bool check_list(const sl_cow_map *m, const sl_cow_entry *head,
-                       const sl_cow_entry *tail, uint64_t entries,
-                       uint64_t expected_bytes, uint32_t epoch_min,
-                       uint32_t epoch_max, check_tally *tally) {
-  const sl_cow_entry *e = head, *last = 0;
-  uint64_t n = 0, list_bytes = 0;
-  uint32_t epoch = epoch_min;
-  for (; e && n < entries; last = e, e = e->dirty_next, n++) {
-    CHECK(e->epoch >= epoch && e->epoch <= epoch_max);
-    epoch = e->epoch;
-    CHECK(!e->tombstone || (e->retired && e->value_bytes == 0));
-    CHECK(!e->superseded || e->retired);
-    if (e->retired) {
-      if (!check_version_memory(m, e, tally))
-        return false;
-    } else {
-      int found_in;
-      sl_cow_entry **link = find_link(m, e->hash, e->data, e->key_bytes, &found_in);
-      CHECK(link && *link == e);
-      tally->live_on_lists++;
-    }
-    list_bytes += (uint64_t)e->key_bytes + e->value_bytes;
-  }
-  CHECK(e == 0);
-  CHECK(n == entries);
-  CHECK(last == tail);
-  CHECK(expected_bytes == UINT64_MAX || list_bytes == expected_bytes);
-  return true;
+uint32_t sl_cow_map_stable_epoch(const sl_cow_map *m) {
+  assert(m);
+  return m->stable_epoch;
 }
 
-/* The bulk load's ring: CLEAN versions in no table and on no list. */
-static bool check_load_window(const sl_cow_map *m, check_tally *tally) {
-  CHECK(m->load_count <= SL_COW_LOAD_WINDOW);
-  CHECK(m->load_first < SL_COW_LOAD_WINDOW);
-  CHECK(m->load_unprobed <= m->load_count);
-  CHECK(m->loading || m->load_count == 0);
-  CHECK(!m->load_sorted || m->loading);
-  for (uint32_t i = 0; i < m->load_count; i++) {
-    const sl_cow_entry *e =
-        m->load_window[(m->load_first + i) & (SL_COW_LOAD_WINDOW - 1)];
-    CHECK(e->epoch == 0);
-    CHECK(!e->retired && !e->tombstone && !e->superseded);
-    CHECK(e->hash == key_hash(e->data, e->key_bytes));
-    if (!check_version_memory(m, e, tally))
-      return false;
-  }
-  return true;
+uint64_t sl_cow_map_undo_entries(const sl_cow_map *m) {
+  assert(m);
+  return m->undo_pushed - m->undo_popped;
 }
 
-/* The chunk list, and every carved version not yet freed met exactly once
- * (in the table, retired on a list, or in the ring). */
-static bool check_arena(const sl_cow_map *m, check_tally *tally) {
-  const arena_chunk *c = m->arena_chunks, *prev = 0;
-  uint64_t chunks = 0, versions = 0;
-  bool carving_listed = m->arena_carving == 0;
-  for (; c && chunks < m->arena_chunk_count; prev = c, c = c->next, chunks++) {
-    CHECK(((uintptr_t)c & (ARENA_CHUNK_BYTES - 1)) == 0);
-    CHECK(c->owner == m);
-    CHECK(c->prev == prev);
-    CHECK(c->used_bytes >= sizeof *c && c->used_bytes <= ARENA_CHUNK_BYTES);
-    CHECK(c->used_bytes % 8 == 0);
-    CHECK(c->versions > 0); /* an empty chunk is freed at once */
-    /* The smallest version: a header and an 8-byte value area. */
-    CHECK((uint64_t)c->versions * (sizeof(sl_cow_entry) + 8) <=
-          c->used_bytes - sizeof *c);
-    versions += c->versions;
-    carving_listed |= c == m->arena_carving;
-  }
-  CHECK(c == 0);
-  CHECK(chunks == m->arena_chunk_count);
-  CHECK(carving_listed);
-  CHECK(versions == tally->arena_versions);
-  tally->bytes += chunks * ARENA_CHUNK_BYTES;
-  return true;
+uint64_t sl_cow_map_rollbacks(const sl_cow_map *m) {
+  assert(m);
+  return m->rollbacks;
 }
 
-bool sl_cow_map_check(const sl_cow_map *m) {
-  CHECK(m);
-  CHECK(m->epoch >= 1);
-  check_tally tally = {
-      .bytes = sizeof *m + (uint64_t)m->pending_capacity *
-                               (sizeof *m->pending + sizeof *m->pending_tails)};
-  if (!check_tables(m, &tally))
-    return false;
-  if (!check_list(m, m->dirty_head, m->dirty_tail, m->dirty_entries,
-                  m->dirty_bytes, m->epoch, m->epoch, &tally))
-    return false;
-  CHECK(m->pending_count <= m->pending_capacity);
-  uint32_t after = 0; /* pending epochs strictly increase, below current */
-  for (uint32_t i = 0; i < m->pending_count; i++) {
-    const sl_cow_delta *d = &m->pending[i];
-    CHECK(d->epoch > after && d->epoch < m->epoch);
-    after = d->epoch;
-    if (!check_list(m, d->head, m->pending_tails[i], d->entries, d->bytes,
-                    d->epoch, d->epoch, &tally))
-      return false;
-  }
-  uint32_t reclaim_max = m->pending_count ? m->pending[0].epoch - 1 : m->epoch - 1;
-  if (!check_list(m, m->reclaim_head, m->reclaim_tail, m->reclaim_entries,
-                  UINT64_MAX, 1, reclaim_max, &tally))
-    return false;
-  /* Every live version of a non-zero epoch is on exactly one list. */
-  CHECK(tally.live_on_lists == tally.dirty_live);
-  if (!check_load_window(m, &tally) || !check_arena(m, &tally))
-    return false;
-  CHECK(tally.bytes == m->memory_bytes);
-  CHECK(tally.heap_versions == m->heap_versions);
-  return true;
+sl_cow_entry **cow_map_find_version(const sl_cow_map *m,
+                                    const sl_cow_entry *e, int *table_index) {
+  return find_link(m, e->hash, e->data, e->key_bytes, table_index);
 }
+
+void cow_map_unlink(sl_cow_map *m, sl_cow_entry **link, int table_index) {
+  table_unlink(m, link, table_index);
+}
+
+void cow_map_link(sl_cow_map *m, sl_cow_entry *e) {
+  rehash_start_if_full(m); /* before inserting: new entries go to [1] */
+  table_insert(m, e);
+}
+
+void cow_map_free_version(sl_cow_map *m, sl_cow_entry *e) { entry_free(m, e); }

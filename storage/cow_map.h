@@ -21,7 +21,8 @@
  *    write").  A delete of such an entry appends a tombstone version.
  *    Entries of epoch 0, and of released epochs once sl_cow_map_maintain()
  *    has reclaimed their delta, are updated in place and re-enter the
- *    current dirty list; entries of the current epoch are updated in place.
+ *    current dirty list (unless rollback is on: note 10); entries of the
+ *    current epoch are updated in place.
  *    (Until reclaimed, entries of released epochs are copied on write:
  *    cow_map.c note 2.)  sl_cow_map_update() is such a write: the storage
  *    it hands out is never a frozen version's.
@@ -54,6 +55,16 @@
  *    as the store delivers it (order alone proves no key repeats); it is
  *    several times faster on large states.  Both carve the loaded versions
  *    out of large chunks (an arena) instead of allocating each one.
+ * 10. Rollback (sl_cow_map_enable_rollback, sl_cow_map_rollback).  With it
+ *    on, the map can return in memory to the state as of its stable epoch:
+ *    the newest epoch released (note 7), i.e. the last checkpoint known to
+ *    be complete.  Every version a later write displaces from the table —
+ *    CLEAN ones included, which are then copied on write instead of
+ *    changed in place — is kept until the epoch of that write is released
+ *    in turn; only those versions are kept, so the extra memory is at most
+ *    one copy of each key written since the stable epoch.  A rollback
+ *    costs time in the versions written since the stable epoch (current
+ *    and frozen ones), not in the size of the state.
  *
  * Memory: one allocation per entry version written: the header below (40
  * bytes) plus key and value, plus one bucket pointer per entry at most.
@@ -221,9 +232,9 @@ void *sl_cow_map_put_key(sl_cow_map *map, const sl_cow_key *key,
  * and counts as a write of key (the version is on the current dirty list,
  * so what the caller writes there is in the next frozen delta):
  * - key present with value_bytes bytes: its value, in place if its version
- *   is CURRENT or CLEAN, else (FROZEN, or RELEASED and not yet reclaimed)
- *   in a new CURRENT version that starts as a copy; the old version is
- *   never written (note 4);
+ *   is CURRENT or CLEAN (CLEAN only with rollback off), else (FROZEN, or
+ *   RELEASED and not yet reclaimed) in a new CURRENT version that starts
+ *   as a copy; the old version is never written (notes 4, 10);
  * - key absent: a new version holding a copy of init (value_bytes bytes),
  *   or zeros if init is NULL.
  * Returns 0; EINVAL (the key holds a value of another size, or a size over
@@ -346,6 +357,36 @@ const char *sl_cow_map_allocator_name(void);
 /** Memory held by the map in bytes (entries of every version and the
  * tables), for statistics. */
 uint64_t sl_cow_map_memory_bytes(const sl_cow_map *map);
+
+/** Turn rollback on (note 10), from now to the map's destruction.  The
+ * stable epoch becomes the last one frozen, so the map must have no write
+ * since its last release (no dirty version, no pending delta): right
+ * after create, a load, or a rollback.  Returns 0 (also if already on) or
+ * EBUSY. */
+int sl_cow_map_enable_rollback(sl_cow_map *map);
+
+/** Whether rollback is on. */
+bool sl_cow_map_rollback_enabled(const sl_cow_map *map);
+
+/** The stable epoch (note 10): the newest epoch released, or the one
+ * before the first write when rollback was turned on (0 for a new map). */
+uint32_t sl_cow_map_stable_epoch(const sl_cow_map *map);
+
+/** Return the map to its state as of the stable epoch, which epoch must
+ * be (note 10): versions written since are freed, the versions they
+ * displaced are back in the table, pending deltas are gone (so no writer
+ * may still read one) and the current epoch's dirty list is empty; the
+ * map is as if loaded at that epoch's checkpoint, and writes go on in the
+ * current epoch.  Time and memory traffic in the versions written since
+ * the stable epoch.  Returns 0; EINVAL (rollback off, a bulk load under
+ * way, or epoch not the stable one), the map unaltered. */
+int sl_cow_map_rollback(sl_cow_map *map, uint32_t epoch);
+
+/* For tests: displaced versions the map keeps for rollback (those no
+ * longer needed and not yet freed included), and rollbacks done since
+ * creation. */
+uint64_t sl_cow_map_undo_entries(const sl_cow_map *map);
+uint64_t sl_cow_map_rollbacks(const sl_cow_map *map);
 
 /** Whole-map consistency check for asserts and tests (walks everything).
  * Logs the first failed condition (an ERROR line, engine/log.h). */

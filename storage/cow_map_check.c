@@ -1,0 +1,250 @@
+/* cow_map_check.c — sl_cow_map_check(), the whole-map consistency check of
+ * the copy-on-write map (cow_map.h; the conditions are cow_map.c's notes),
+ * for asserts and tests. */
+#include <stdint.h>
+
+#include "cow_map_internal.h"
+#include "log.h"
+
+#define CHECK(cond)                                                        \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      sl_log(SL_LOG_ERROR, "sl_cow_map_check: line %d: %s", __LINE__, #cond); \
+      return false;                                                        \
+    }                                                                      \
+  } while (0)
+
+/* What the checker adds up while it walks the map. */
+typedef struct check_tally {
+  uint64_t bytes;          /* memory the map must account for (note 7) */
+  uint64_t dirty_live;     /* table versions of a non-zero epoch */
+  uint64_t live_on_lists;  /* live versions met on the lists */
+  uint64_t arena_versions; /* arena versions met, each once */
+  uint64_t heap_versions;  /* malloc'd versions met, each once */
+  uint64_t undo_on_lists;  /* undo versions met on the epoch lists */
+} check_tally;
+
+/* Where a version's memory is counted: its own allocation, or (arena) a
+ * place inside a chunk of this map, counted with the chunk (note 7). */
+static bool check_version_memory(const sl_cow_map *m, const sl_cow_entry *e,
+                                 check_tally *tally) {
+  CHECK(e->arena <= 1);
+  uint64_t bytes = entry_alloc_bytes(e->key_bytes, entry_capacity(e));
+  if (!e->arena) {
+    tally->bytes += bytes;
+    tally->heap_versions++;
+    return true;
+  }
+  const arena_chunk *c = chunk_of(e);
+  const uint8_t *at = (const uint8_t *)e, *base = (const uint8_t *)c;
+  CHECK(c->owner == m);
+  CHECK(at >= base + sizeof *c);
+  CHECK(at + bytes <= base + c->used_bytes);
+  tally->arena_versions++;
+  return true;
+}
+
+/* Every table entry: in its bucket, live, found by lookup (so no duplicate
+ * shadows it), hash right. */
+static bool check_tables(const sl_cow_map *m, check_tally *tally) {
+  CHECK(m->tables[0].size >= INITIAL_BUCKETS);
+  CHECK(m->rehashing == (m->tables[1].size != 0));
+  for (int t = 0; t < 2; t++) {
+    const cow_table *table = &m->tables[t];
+    CHECK((table->size & (table->size - 1)) == 0);
+    tally->bytes += table->size * sizeof *table->buckets;
+    uint64_t seen = 0;
+    for (uint64_t b = 0; b < table->size; b++) {
+      CHECK(t == 1 || !m->rehashing || b >= m->rehash_index || !table->buckets[b]);
+      sl_cow_entry *e = table->buckets[b];
+      for (; e && seen < table->used; e = e->chain_next, seen++) {
+        int found_in = -1;
+        CHECK((e->hash & (table->size - 1)) == b);
+        CHECK(!e->retired && !e->tombstone && !e->superseded);
+        CHECK(e->hash == sl_cow_hash(e->data, e->key_bytes));
+        CHECK(cow_map_find_version(m, e, &found_in));
+        CHECK(*cow_map_find_version(m, e, &found_in) == e);
+        CHECK(found_in == t);
+        CHECK(e->epoch <= m->epoch);
+        if (!check_version_memory(m, e, tally))
+          return false;
+        tally->dirty_live += e->epoch != 0;
+      }
+      CHECK(e == 0);
+    }
+    CHECK(seen == table->used);
+  }
+  return true;
+}
+
+/* One list: length, tail, bytes (unless expected_bytes is UINT64_MAX),
+ * epochs in [epoch_min, epoch_max] and not decreasing, marks consistent,
+ * live versions in the table.  Retired versions are counted here, live
+ * ones by check_tables(). */
+static bool check_list(const sl_cow_map *m, const sl_cow_entry *head,
+                       const sl_cow_entry *tail, uint64_t entries,
+                       uint64_t expected_bytes, uint32_t epoch_min,
+                       uint32_t epoch_max, check_tally *tally) {
+  const sl_cow_entry *e = head, *last = 0;
+  uint64_t n = 0, list_bytes = 0;
+  uint32_t epoch = epoch_min;
+  for (; e && n < entries; last = e, e = e->dirty_next, n++) {
+    CHECK(e->epoch >= epoch && e->epoch <= epoch_max);
+    epoch = e->epoch;
+    CHECK(!e->tombstone || (e->retired && e->value_bytes == 0));
+    CHECK(!e->superseded || e->retired);
+    CHECK(e->retired <= RETIRED_UNDO);
+    /* An undo version was live when displaced, by a later epoch. */
+    CHECK(e->retired != RETIRED_UNDO || (!e->tombstone && !e->superseded));
+    tally->undo_on_lists += e->retired == RETIRED_UNDO;
+    if (e->retired) {
+      if (!check_version_memory(m, e, tally))
+        return false;
+    } else {
+      int found_in;
+      sl_cow_entry **link = cow_map_find_version(m, e, &found_in);
+      CHECK(link && *link == e);
+      tally->live_on_lists++;
+    }
+    list_bytes += (uint64_t)e->key_bytes + e->value_bytes;
+  }
+  CHECK(e == 0);
+  CHECK(n == entries);
+  CHECK(last == tail);
+  CHECK(expected_bytes == UINT64_MAX || list_bytes == expected_bytes);
+  return true;
+}
+
+/* One undo list of `entries` versions (note 12): displaced live versions
+ * out of the table; the CLEAN ones, on no other list, are counted here
+ * (and in *clean). */
+static bool check_undo_list(const sl_cow_map *m, const sl_cow_entry *head,
+                            const sl_cow_entry *tail, uint64_t entries,
+                            uint64_t *clean, check_tally *tally) {
+  const sl_cow_entry *e = head, *last = 0;
+  uint64_t n = 0;
+  for (; e && n < entries; last = e, e = e->chain_next, n++) {
+    CHECK(e->retired == RETIRED_UNDO);
+    CHECK(!e->tombstone && !e->superseded);
+    CHECK(e->epoch < m->epoch);
+    CHECK(e->hash == sl_cow_hash(e->data, e->key_bytes));
+    int found_in;
+    sl_cow_entry **link = cow_map_find_version(m, e, &found_in);
+    CHECK(!link || *link != e);
+    if (e->epoch == 0) {
+      if (!check_version_memory(m, e, tally))
+        return false;
+      ++*clean;
+    }
+  }
+  CHECK(e == 0);
+  CHECK(n == entries);
+  CHECK(last == tail);
+  return true;
+}
+
+/* The undo lists (note 12): every version on them once, each on exactly
+ * one of them or the epoch lists' undo versions. */
+static bool check_undo(const sl_cow_map *m, check_tally *tally) {
+  CHECK(m->retain || m->undo_pushed == 0);
+  CHECK(m->undo_popped <= m->undo_releasable);
+  CHECK(m->undo_releasable <= m->undo_pushed);
+  CHECK(m->stable_epoch < m->epoch);
+  uint64_t clean = 0;
+  if (!check_undo_list(m, m->obsolete_head, m->obsolete_tail,
+                       m->undo_releasable - m->undo_popped, &clean, tally) ||
+      !check_undo_list(m, m->undo_head, m->undo_tail,
+                       m->undo_pushed - m->undo_releasable, &clean, tally))
+    return false;
+  CHECK(clean + tally->undo_on_lists == m->undo_pushed - m->undo_popped);
+  uint64_t mark = m->undo_releasable; /* pending marks: not decreasing */
+  for (uint32_t i = 0; i < m->pending_count; i++) {
+    CHECK(m->pending[i].epoch > m->stable_epoch);
+    CHECK(m->pending_tails[i].undo_mark >= mark);
+    mark = m->pending_tails[i].undo_mark;
+  }
+  CHECK(mark <= m->undo_pushed);
+  return true;
+}
+
+/* The bulk load's ring: CLEAN versions in no table and on no list. */
+static bool check_load_window(const sl_cow_map *m, check_tally *tally) {
+  CHECK(m->load_count <= SL_COW_LOAD_WINDOW);
+  CHECK(m->load_first < SL_COW_LOAD_WINDOW);
+  CHECK(m->load_unprobed <= m->load_count);
+  CHECK(m->loading || m->load_count == 0);
+  CHECK(!m->load_sorted || m->loading);
+  for (uint32_t i = 0; i < m->load_count; i++) {
+    const sl_cow_entry *e =
+        m->load_window[(m->load_first + i) & (SL_COW_LOAD_WINDOW - 1)];
+    CHECK(e->epoch == 0);
+    CHECK(!e->retired && !e->tombstone && !e->superseded);
+    CHECK(e->hash == sl_cow_hash(e->data, e->key_bytes));
+    if (!check_version_memory(m, e, tally))
+      return false;
+  }
+  return true;
+}
+
+/* The chunk list, and every carved version not yet freed met exactly once
+ * (in the table, retired on a list, or in the ring). */
+static bool check_arena(const sl_cow_map *m, check_tally *tally) {
+  const arena_chunk *c = m->arena_chunks, *prev = 0;
+  uint64_t chunks = 0, versions = 0;
+  bool carving_listed = m->arena_carving == 0;
+  for (; c && chunks < m->arena_chunk_count; prev = c, c = c->next, chunks++) {
+    CHECK(((uintptr_t)c & (ARENA_CHUNK_BYTES - 1)) == 0);
+    CHECK(c->owner == m);
+    CHECK(c->prev == prev);
+    CHECK(c->used_bytes >= sizeof *c && c->used_bytes <= ARENA_CHUNK_BYTES);
+    CHECK(c->used_bytes % 8 == 0);
+    CHECK(c->versions > 0); /* an empty chunk is freed at once */
+    /* The smallest version: a header and an 8-byte value area. */
+    CHECK((uint64_t)c->versions * (sizeof(sl_cow_entry) + 8) <=
+          c->used_bytes - sizeof *c);
+    versions += c->versions;
+    carving_listed |= c == m->arena_carving;
+  }
+  CHECK(c == 0);
+  CHECK(chunks == m->arena_chunk_count);
+  CHECK(carving_listed);
+  CHECK(versions == tally->arena_versions);
+  tally->bytes += chunks * ARENA_CHUNK_BYTES;
+  return true;
+}
+
+bool sl_cow_map_check(const sl_cow_map *m) {
+  CHECK(m);
+  CHECK(m->epoch >= 1);
+  check_tally tally = {
+      .bytes = sizeof *m + (uint64_t)m->pending_capacity *
+                               (sizeof *m->pending + sizeof *m->pending_tails)};
+  if (!check_tables(m, &tally))
+    return false;
+  if (!check_list(m, m->dirty_head, m->dirty_tail, m->dirty_entries,
+                  m->dirty_bytes, m->epoch, m->epoch, &tally))
+    return false;
+  CHECK(m->pending_count <= m->pending_capacity);
+  uint32_t after = 0; /* pending epochs strictly increase, below current */
+  for (uint32_t i = 0; i < m->pending_count; i++) {
+    const sl_cow_delta *d = &m->pending[i];
+    CHECK(d->epoch > after && d->epoch < m->epoch);
+    after = d->epoch;
+    if (!check_list(m, d->head, m->pending_tails[i].last, d->entries, d->bytes,
+                    d->epoch, d->epoch, &tally))
+      return false;
+  }
+  uint32_t reclaim_max = m->pending_count ? m->pending[0].epoch - 1 : m->epoch - 1;
+  if (!check_list(m, m->reclaim_head, m->reclaim_tail, m->reclaim_entries,
+                  UINT64_MAX, 1, reclaim_max, &tally))
+    return false;
+  /* Every live version of a non-zero epoch is on exactly one list. */
+  CHECK(tally.live_on_lists == tally.dirty_live);
+  if (!check_undo(m, &tally))
+    return false;
+  if (!check_load_window(m, &tally) || !check_arena(m, &tally))
+    return false;
+  CHECK(tally.bytes == m->memory_bytes);
+  CHECK(tally.heap_versions == m->heap_versions);
+  return true;
+}

@@ -1,0 +1,140 @@
+/* cow_map_internal.h — the copy-on-write map's private layout, shared by
+ * cow_map.c (everything but rollback) and cow_map_rollback.c (rollback).
+ * Nothing outside storage/cow_map*.c includes it. */
+#ifndef SL_COW_MAP_INTERNAL_H
+#define SL_COW_MAP_INTERNAL_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "cow_map.h"
+
+#define INITIAL_BUCKETS 16u
+/* Load arena (cow_map.c note 9): 4 MiB holds about 58K versions of the
+ * usual 72 bytes, so chunks are few (one allocation per 58K loads), yet a
+ * chunk is small next to a restored state, so chunks whose versions were
+ * all replaced or deleted do go back to the allocator. */
+#define ARENA_CHUNK_BYTES (UINT32_C(4) << 20)
+
+/* A version's retired mark (cow_map.c note 12). */
+enum {
+  RETIRED_NOT = 0,  /* live: in the table */
+  RETIRED_FREE = 1, /* out of the table; freed when its list is walked */
+  RETIRED_UNDO = 2  /* out of the table, kept on the undo list */
+};
+
+/* The end of one pending list, and the undo list's append count when it
+ * was frozen (cow_map.c note 12). */
+typedef struct cow_pending_end {
+  sl_cow_entry *last;
+  uint64_t undo_mark;
+  sl_cow_entry *undo_last; /* the undo list's last version then, or NULL */
+} cow_pending_end;
+
+/* The header of a load arena chunk (note 9); versions follow it. */
+typedef struct arena_chunk {
+  struct arena_chunk *prev; /* the map's chunks, newest first */
+  struct arena_chunk *next;
+  const struct sl_cow_map *owner; /* for sl_cow_map_check() */
+  uint32_t used_bytes; /* carved so far, this header included */
+  uint32_t versions;   /* carved and not yet freed */
+} arena_chunk;
+
+typedef struct cow_table {
+  sl_cow_entry **buckets;
+  uint64_t size; /* buckets: a power of two, or 0 when unused */
+  uint64_t used; /* entries */
+} cow_table;
+
+struct sl_cow_map {
+  cow_table tables[2];   /* [1] only while rehashing (note 6) */
+  bool rehashing;
+  uint64_t rehash_index; /* next bucket of tables[0] to move */
+  uint32_t epoch;        /* current */
+  sl_cow_entry *dirty_head; /* current dirty list, in write order */
+  sl_cow_entry *dirty_tail;
+  uint64_t dirty_entries;
+  uint64_t dirty_bytes;
+  sl_cow_delta *pending;        /* frozen, unreleased; oldest first */
+  cow_pending_end *pending_tails; /* per pending list: last entry, mark */
+  uint32_t pending_count;
+  uint32_t pending_capacity;
+  sl_cow_entry *reclaim_head; /* released lists, concatenated (note 1) */
+  sl_cow_entry *reclaim_tail;
+  uint64_t reclaim_entries;
+  uint64_t memory_bytes;
+  uint64_t step_buckets_max; /* most buckets one rehash step visited */
+  uint64_t heap_versions;     /* malloc'd versions, wherever they are */
+  arena_chunk *arena_chunks;  /* every chunk, newest first (note 9) */
+  arena_chunk *arena_carving; /* where loads carve next; NULL: none yet */
+  uint64_t arena_chunk_count;
+  /* The bulk load (note 10).  The ring: load_count versions added and not
+   * yet linked, the oldest at load_first; the oldest load_unprobed of them
+   * are linked without the duplicate probe. */
+  sl_cow_entry *load_window[SL_COW_LOAD_WINDOW];
+  uint32_t load_first;
+  uint32_t load_count;
+  uint32_t load_unprobed;
+  bool loading;     /* from the first sl_cow_map_load_add() to finish */
+  bool load_sorted; /* every entry so far followed the one before it */
+  uint32_t load_previous_group;
+  const sl_cow_entry *load_previous; /* the last entry added, if sorted */
+  int load_error; /* the bulk load's first error; never cleared */
+  uint64_t load_probes; /* bulk-loaded entries probed, for tests */
+  sl_alloc alloc; /* every allocation of the map, itself included (note 11) */
+  /* Rollback (cow_map.c note 12).  Versions displaced by writes, kept for
+   * a rollback, oldest displacement first, linked by chain_next, are
+   * numbered by append: those undo_popped .. undo_releasable - 1 were
+   * displaced in released epochs, are needed no more and wait on the
+   * obsolete list to be freed in bounded steps; those undo_releasable ..
+   * undo_pushed - 1 are on the undo list. */
+  bool retain;           /* rollback on (sl_cow_map_enable_rollback) */
+  uint32_t stable_epoch; /* newest released epoch: what rollback restores */
+  sl_cow_entry *undo_head;
+  sl_cow_entry *undo_tail;
+  sl_cow_entry *obsolete_head;
+  sl_cow_entry *obsolete_tail;
+  uint64_t undo_pushed;
+  uint64_t undo_popped;
+  uint64_t undo_releasable;
+  uint64_t rollbacks; /* for tests */
+};
+
+/* Bytes of one allocation: header, key padded to 8, value area of at least
+ * 8 bytes (cow_map.c note 7). */
+static inline uint64_t entry_alloc_bytes(uint32_t key_bytes, uint32_t capacity_bytes) {
+  uint64_t area = ((uint64_t)capacity_bytes + 7u) & ~(uint64_t)7u;
+  if (area < 8)
+    area = 8;
+  return sizeof(sl_cow_entry) + sl_cow_value_offset(key_bytes) + area;
+}
+
+/* Value storage the version was allocated with (cow_map.c note 7). */
+static inline uint32_t entry_capacity(const sl_cow_entry *e) {
+  if (!e->tombstone)
+    return e->value_bytes;
+  uint32_t capacity;
+  memcpy(&capacity, e->data + sl_cow_value_offset(e->key_bytes), 4);
+  return capacity;
+}
+
+static inline arena_chunk *chunk_of(const sl_cow_entry *e) {
+  assert(e->arena);
+  return (arena_chunk *)((uintptr_t)e & ~(uintptr_t)(ARENA_CHUNK_BYTES - 1));
+}
+
+/* cow_map.c's own operations, for cow_map_rollback.c and
+ * cow_map_check.c. */
+sl_cow_entry **cow_map_find_version(const sl_cow_map *m,
+                                    const sl_cow_entry *e, int *table_index);
+void cow_map_unlink(sl_cow_map *m, sl_cow_entry **link, int table_index);
+void cow_map_link(sl_cow_map *m, sl_cow_entry *e);
+void cow_map_free_version(sl_cow_map *m, sl_cow_entry *e);
+/* Pop released undo versions (note 12), at most budget; true if some
+ * remain. */
+bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget);
+
+#endif /* SL_COW_MAP_INTERNAL_H */
