@@ -51,7 +51,10 @@ static int restore_entry(void *arg, uint16_t key_group, const void *key,
  * the store's own message when the store failed). */
 static int restore_failed(sl_job *job, const sl_instance *inst,
                           const char *what, int rc) {
-  const char *detail = rc == ENOMEM ? "" : sl_store_error(job->cp->store);
+  /* Instances restore in parallel: copy the message whole (store.h). */
+  char detail[1024] = "";
+  if (rc != ENOMEM)
+    sl_store_error_copy(job->cp->store, detail, sizeof detail);
   sl_job_fail(job, rc, "restoring %s of operator '%s' instance %d from "
               "checkpoint %" PRIu64 " in %s failed: %s%s%s",
               what, inst->op->name, inst->index, inst->cp.restored_from,

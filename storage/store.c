@@ -73,11 +73,17 @@ store_fail(sl_store *s, int rc, const char *format, ...) {
   assert(s->dir != 0);
   /* Damage is always named by the file it is in (store.h note 8). */
   bool name_file = rc == SL_ECORRUPT && strncmp(format, "data.mdb", 8) != 0;
+  /* Formatted aside, then copied under the lock: a reader on another
+   * thread (sl_store_error_copy) never sees half a message. */
+  char text[STORE_ERROR_BYTES];
   va_list args;
   va_start(args, format);
-  message_format(s->error, sizeof s->error, s->dir,
+  message_format(text, sizeof text, s->dir,
                  name_file ? "data.mdb is damaged: " : "", format, args);
   va_end(args);
+  pthread_mutex_lock(&s->error_lock);
+  memcpy(s->error, text, sizeof text);
+  pthread_mutex_unlock(&s->error_lock);
   return rc;
 }
 
@@ -1191,6 +1197,7 @@ sl_store *store_handle_new(const char *dir, bool read_only) {
   atomic_init(&s->tables_open, false);
   pthread_rwlock_init(&s->map_lock, 0);
   pthread_mutex_init(&s->tables_lock, 0);
+  pthread_mutex_init(&s->error_lock, 0);
   return s;
 }
 
@@ -1250,11 +1257,19 @@ void sl_store_close(sl_store *s) {
   store_compaction_forget(s);
   pthread_rwlock_destroy(&s->map_lock);
   pthread_mutex_destroy(&s->tables_lock);
+  pthread_mutex_destroy(&s->error_lock);
   free(s->dir);
   free(s);
 }
 
 const char *sl_store_error(const sl_store *s) { return s ? s->error : ""; }
+
+void sl_store_error_copy(sl_store *s, char *out, size_t out_bytes) {
+  assert(out_bytes > 0);
+  pthread_mutex_lock(&s->error_lock);
+  snprintf(out, out_bytes, "%s", s->error);
+  pthread_mutex_unlock(&s->error_lock);
+}
 
 uint64_t sl_store_latest(const sl_store *s) { return s->latest; }
 

@@ -231,8 +231,14 @@ int sl_store_open(const char *dir, const sl_store_options *options,
  * NULL is accepted. */
 void sl_store_close(sl_store *store);
 
-/** The message of the store's last failure ("" if none). */
+/** The message of the store's last failure ("" if none), for the thread
+ * that uses the handle (store.h CONCURRENCY). */
 const char *sl_store_error(const sl_store *store);
+
+/** The same message copied into out (cut to fit), whole even while
+ * another thread's call on the store fails at the same moment: for
+ * callers that share the handle (parallel restores, table reads). */
+void sl_store_error_copy(sl_store *store, char *out, size_t out_bytes);
 
 /** Id of the newest complete checkpoint, 0 if none (for a read_only
  * handle: as of sl_store_open). */
@@ -312,7 +318,8 @@ int sl_store_grow(sl_store *store);
  * one store at once (each read has its own transaction and buffers), also
  * while its writer writes or compacts: restores run in parallel, one per
  * instance thread.  Only the message of sl_store_error() is shared, so of
- * two reads failing at once one message may be lost.  Errors: SL_ECORRUPT
+ * two reads failing at once the later message wins: read it with
+ * sl_store_error_copy(), which never returns half of one.  Errors: SL_ECORRUPT
  * (checksum, with the chunk's key in the message), EINVAL (group_first >
  * group_last), ENOMEM, LMDB codes. */
 int sl_store_read_state(sl_store *store, uint16_t op, uint16_t group_first,

@@ -194,6 +194,10 @@ struct sl_store {
   _Atomic bool tables_open;
   pthread_rwlock_t map_lock;
   pthread_mutex_t tables_lock;
+  /* error_lock: held while error is written (store_fail) or copied out
+   * (sl_store_error_copy), since restores fail on several instance threads
+   * at once (store.h, sl_store_read_state). */
+  pthread_mutex_t error_lock;
   char error[STORE_ERROR_BYTES];
 };
 
