@@ -351,7 +351,7 @@ static int v2_walk(sl_store_v2 *v, int db, v2_entry_fn each, void *arg) {
   int rc = mdb_cursor_open(v->txn, v->dbi[db], &c);
   if (rc != 0)
     return v2_lmdb_fail(v, rc, "open a cursor");
-  MDB_val key, value, payload;
+  MDB_val key, value, payload = {0, 0};
   /* Bounded by the database's entries. */
   for (rc = mdb_cursor_get(c, &key, &value, MDB_FIRST);;
        rc = mdb_cursor_get(c, &key, &value, MDB_NEXT)) {
