@@ -399,8 +399,7 @@ static int unsupported(upgrade *u, uint32_t format) {
                         "newer than this sluice's, %u: use a newer sluice",
                         u->store_dir, format, SL_STORE_FORMAT_VERSION);
   return upgrade_fail(u, SL_ESTORE, "%s: store format %" PRIu32 " cannot be "
-                      "upgraded: this sluice converts format %u only (resume "
-                      "from a savepoint taken with the older version)",
+                      "upgraded: this sluice converts format %u only",
                       u->store_dir, format, SL_STORE_V2_FORMAT);
 }
 

@@ -421,12 +421,17 @@ static int manifest_check(sl_job *job, const char *dir, const char *format,
     return SL_ESTORE;
   }
   if (version != SAVEPOINT_VERSION || store_format != SL_STORE_FORMAT_VERSION) {
+    /* An older store format is converted by the cli (cli/upgrade.c). */
+    bool older = version == SAVEPOINT_VERSION && store_format == 2;
     sl_job_set_error(job, "savepoint %s: %s says savepoint format %lld "
                      "with store format %lld; this sluice reads savepoint "
-                     "format %d with store format %u", dir, MANIFEST_NAME,
-                     (long long)version,
+                     "format %d with store format %u%s%s%s", dir,
+                     MANIFEST_NAME, (long long)version,
                      (long long)store_format, SAVEPOINT_VERSION,
-                     SL_STORE_FORMAT_VERSION);
+                     SL_STORE_FORMAT_VERSION,
+                     older ? " (upgrade it with `sluice checkpoints "
+                             "--upgrade " : "",
+                     older ? dir : "", older ? "`)" : "");
     return SL_ESTORE;
   }
   if (max_parallelism != (json_int_t)job->config.max_parallelism) {

@@ -1,5 +1,5 @@
 /* cow_map_rollback.c — rolling an instance's copy-on-write map back in
- * memory to the state of its last released epoch (cow_map.h note 12,
+ * memory to the state of its last released epoch (cow_map.h note 10,
  * cow_map.c note 12), at a cost in the writes since that epoch. */
 #include <errno.h>
 #include <stdint.h>

@@ -886,8 +886,8 @@ static int meta_check_identity(sl_store *s, MDB_txn *txn,
     return store_fail(s, SL_ESTORE,
                       "store format %" PRIu32 " is older than this "
                       "sluice's format %u; upgrade it with `sluice "
-                      "checkpoints --upgrade %s` or resume from a savepoint "
-                      "taken with the older version",
+                      "checkpoints --upgrade %s` (a savepoint taken with "
+                      "the older version is upgraded the same way)",
                       format, SL_STORE_FORMAT_VERSION, s->dir);
   if ((rc = store_meta_get(s, txn, "graph", &v)) == MDB_NOTFOUND)
     return store_fail(s, SL_ECORRUPT, "meta \"graph\" is missing");

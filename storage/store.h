@@ -360,8 +360,9 @@ int sl_store_compact(sl_store *store, uint64_t min_log_entries,
                      sl_store_compaction *stats);
 
 /** While *cancel is nonzero, a running compaction stops within 4096
- * entries, or before its next step, with ECANCELED: the step under way is
- * aborted, the steps committed stay (the next sl_store_compact resumes).
+ * entries, or before its next step, with ECANCELED: the step under way
+ * ends at the chunk it is building and commits, so every call makes
+ * progress; the steps committed stay (the next sl_store_compact resumes).
  * cancel (may be NULL) must outlive the store or be reset. */
 void sl_store_set_cancel(sl_store *store, const _Atomic int *cancel);
 

@@ -410,8 +410,8 @@ Test(store, refuses_another_format) {
   char expected[2 * PATH_MAX + 300];
   snprintf(expected, sizeof expected,
            "%s: store format 2 is older than this sluice's format 3; "
-           "upgrade it with `sluice checkpoints --upgrade %s` or resume "
-           "from a savepoint taken with the older version",
+           "upgrade it with `sluice checkpoints --upgrade %s` (a savepoint "
+           "taken with the older version is upgraded the same way)",
            root, root);
   cr_assert_str_eq(err, expected);
   open_fails(root, &ro, SL_ESTORE);

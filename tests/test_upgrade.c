@@ -384,8 +384,18 @@ Test(upgrade, an_old_savepoint_is_upgraded_and_started_from, .timeout = 240) {
   char *output = sl_test_path_in(fixture, "output");
   char *state = sl_test_path_in(root, "state");
   char *log = sl_test_path_in(root, "log");
-  cr_assert_eq(run_upgrade(sp, log, NULL), 0, "%s", log_text(log));
+  /* Before the upgrade a start from it is refused, and told how. */
+  const char *early[] = {"run", WINDOW_JOB, "--state-dir", state,
+                         "--output", output, "--from-savepoint", sp, NULL};
+  cr_assert_neq(sl_test_run_sluice(log, early), 0, "%s", log_text(log));
   char *text = log_text(log);
+  cr_assert(strstr(text, "store format 2") &&
+                strstr(text, "sluice checkpoints --upgrade "),
+            "%s", text);
+  free(text);
+  unlink(log);
+  cr_assert_eq(run_upgrade(sp, log, NULL), 0, "%s", log_text(log));
+  text = log_text(log);
   cr_assert(strstr(text, "upgraded store format 2 -> "), "%s", text);
   free(text);
   cr_assert_eq(store_format(sp), SL_STORE_FORMAT_VERSION);
