@@ -179,6 +179,7 @@ int chunk_builder_add(chunk_builder *b, uint16_t group, const void *key,
   if (b->count == 0)
     b->first_group = group;
   assert(b->count == 0 || group >= b->last_group);
+  b->prev_last_group = b->last_group;
   b->last_group = group;
   b->last_at = b->bytes;
   b->bytes += need;
@@ -190,9 +191,11 @@ void chunk_builder_drop_last(chunk_builder *b) {
   assert(b->count > 0);
   b->bytes = b->last_at;
   b->count--;
-  /* The group of the entry before is not kept: the next add (of the same
-   * key, so the same group) sets last_group again, and first_group stays
-   * right as long as an entry of it remains or is added again. */
+  /* The entry before is the chunk's last again: the chunk may be closed
+   * before the newer version is added (it may not fit), and the head must
+   * then name that entry's group.  first_group stays right as long as an
+   * entry of it remains or is added again. */
+  b->last_group = b->prev_last_group;
   b->last_at = 0; /* only the newest entry may be dropped */
 }
 

@@ -95,6 +95,7 @@ typedef struct chunk_builder {
   uint16_t op;
   uint16_t first_group;
   uint16_t last_group;
+  uint16_t prev_last_group; /* last_group before the newest entry */
 } chunk_builder;
 
 /* Starts an empty chunk of op.  Returns 0 or ENOMEM. */

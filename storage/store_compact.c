@@ -150,7 +150,14 @@ static int step_emit(void *arg, const chunk_entry *e) {
                          e->value, e->value_bytes);
   if (rc != 0)
     return store_fail(t->s, rc, "compact: out of memory");
-  assert(STATE_PREFIX_BYTES + (size_t)e->key_bytes <= KEY_BUFFER_BYTES);
+  /* A key longer than any put could write (store_txn.c check_state_key)
+   * came from damage that kept its checksum: never copy it into the
+   * key buffers below. */
+  if (STATE_PREFIX_BYTES + (size_t)e->key_bytes > KEY_BUFFER_BYTES)
+    return store_fail(t->s, SL_ECORRUPT,
+                      "compact: an entry of op %u has a key of %u bytes, "
+                      "longer than any store key",
+                      (unsigned)(e->prefix >> 16), (unsigned)e->key_bytes);
   put_be32(t->last, e->prefix);
   memcpy(t->last + STATE_PREFIX_BYTES, e->key, e->key_bytes);
   t->last_bytes = STATE_PREFIX_BYTES + e->key_bytes;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "sluice.h"
+#include "chunk.h"
 #include "store.h"
 #include "test_store.h"
 
@@ -275,6 +276,45 @@ Test(store_chunks, newest_wins_and_tombstones) {
   cr_assert_eq(raw_count(root, "log"), 0);
   st = open_ok(root, &o);
   expect_text(st, 0, UINT16_MAX, merged);
+  sl_store_close(st);
+}
+
+/* A key put again at once replaces its entry in the chunk being built;
+ * when the newer version no longer fits, the chunk is closed without it
+ * and must end at the entry before, in that entry's key group (the newer
+ * one opens the next chunk).  The fillers leave exactly room for k1 and a
+ * one-byte k2. */
+Test(store_chunks, a_replaced_entry_that_no_longer_fits) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  o.no_sync = 1;
+  sl_store *st = open_ok(root, &o);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  static uint8_t filler[2048];
+  size_t room = CHUNK_TARGET_BYTES - CHUNK_HEAD_BYTES -
+                chunk_entry_bytes(false, 2, 1) - chunk_entry_bytes(false, 2, 1);
+  for (uint32_t i = 0; room > 0; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "f%06u", i);
+    size_t full = chunk_entry_bytes(false, 7, 1024);
+    uint32_t value = room >= full + chunk_entry_bytes(false, 7, 0)
+                         ? 1024u
+                         : (uint32_t)(room - chunk_entry_bytes(false, 7, 0));
+    cr_assert_eq(sl_store_put_state(txn, 5, 0, key, 7, filler, value), 0);
+    room -= chunk_entry_bytes(false, 7, value);
+  }
+  static char big[101];
+  memset(big, 'v', 100);
+  cr_assert_eq(sl_store_put_state(txn, 5, 1, "k1", 2, "1", 1), 0);
+  cr_assert_eq(sl_store_put_state(txn, 5, 2, "k2", 2, "2", 1), 0);
+  cr_assert_eq(sl_store_put_state(txn, 5, 2, "k2", 2, big, 100), 0);
+  cr_assert_eq(sl_store_commit(txn, 1, "r", 1), 0, "%s", sl_store_error(st));
+  char expected[160];
+  snprintf(expected, sizeof expected, "1:k1=1;2:k2=%s;", big);
+  expect_text(st, 1, 2, expected);
+  sl_store_compaction stats;
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
+  expect_text(st, 1, 2, expected);
   sl_store_close(st);
 }
 
