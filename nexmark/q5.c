@@ -109,19 +109,8 @@ static uint32_t q5_find(const void *array, uint32_t n, int64_t auction,
  * put may free what array points into). */
 static int q5_insert(sl_ctx *ctx, scratch *s, const void *array,
                      uint32_t bytes, uint32_t at, q5_cell fresh) {
-  int rc = nxq_scratch_reserve(s, bytes + (uint32_t)sizeof fresh);
-  if (rc)
-    return rc;
-  size_t head = (size_t)at * sizeof fresh;
-  assert(head <= bytes);
-  if (head > 0)
-    memcpy(s->bytes, array, head);
-  memcpy(s->bytes + head, &fresh, sizeof fresh);
-  if (bytes > head)
-    memcpy(s->bytes + head + sizeof fresh, (const char *)array + head,
-           bytes - head);
-  return sl_state_put(ctx, Q5_BUCKET, s->bytes,
-                      bytes + (uint32_t)sizeof fresh, NULL);
+  return nxq_cell_insert(ctx, s, Q5_BUCKET, array, bytes, at, &fresh,
+                         (uint32_t)sizeof fresh);
 }
 
 static int q5_count_bid(sl_ctx *ctx, scratch *s, int64_t auction,

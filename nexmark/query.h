@@ -264,6 +264,13 @@ static inline int pair_update(sl_ctx *ctx, uint16_t id, uint32_t bytes,
   return 0;
 }
 
+/* Puts value id as the array (bytes long, of cells of cell_bytes) with
+ * cell put in at index at, built in the scratch (a put may free what
+ * array points into). */
+int nxq_cell_insert(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
+                    uint32_t bytes, uint32_t at, const void *cell,
+                    uint32_t cell_bytes);
+
 int nxq_pair_insert(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
                     uint32_t bytes, uint32_t at, time_pair fresh);
 

@@ -68,21 +68,27 @@ int nxq_list_retain(sl_ctx *ctx, scratch *s, uint16_t id, keep_fn keep,
   return rc;
 }
 
-int nxq_pair_insert(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
-                    uint32_t bytes, uint32_t at, time_pair fresh) {
-  int rc = nxq_scratch_reserve(s, bytes + (uint32_t)sizeof fresh);
+int nxq_cell_insert(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
+                    uint32_t bytes, uint32_t at, const void *cell,
+                    uint32_t cell_bytes) {
+  int rc = nxq_scratch_reserve(s, bytes + cell_bytes);
   if (rc)
     return rc;
-  size_t head = (size_t)at * sizeof fresh;
+  size_t head = (size_t)at * cell_bytes;
   assert(head <= bytes);
   if (head > 0)
     memcpy(s->bytes, array, head);
-  memcpy(s->bytes + head, &fresh, sizeof fresh);
+  memcpy(s->bytes + head, cell, cell_bytes);
   if (bytes > head)
-    memcpy(s->bytes + head + sizeof fresh, (const char *)array + head,
+    memcpy(s->bytes + head + cell_bytes, (const char *)array + head,
            bytes - head);
-  return sl_state_put(ctx, id, s->bytes, bytes + (uint32_t)sizeof fresh,
-                      NULL);
+  return sl_state_put(ctx, id, s->bytes, bytes + cell_bytes, NULL);
+}
+
+int nxq_pair_insert(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
+                    uint32_t bytes, uint32_t at, time_pair fresh) {
+  return nxq_cell_insert(ctx, s, id, array, bytes, at, &fresh,
+                         (uint32_t)sizeof fresh);
 }
 
 int nxq_pair_drop(sl_ctx *ctx, scratch *s, uint16_t id, const void *array,
