@@ -1,9 +1,10 @@
 /* fuzz_store.c — libFuzzer target: the store's decoders of what it reads
  * back from LMDB (storage/store*.c): the checksum-checked value decode
- * (store_value_open), the log entry decode (log_entry_open, store_view.c)
- * and the merged view
- * over the log and the base, blob heads, the checkpoint records and the
- * meta values ("latest", "base", "next_seq").
+ * (store_value_open), the chunk decode (storage/chunk.c) and the merged
+ * view over the log's runs and the base (store_view.c), blob heads, the
+ * checkpoint records and the meta values ("latest", "base", "next_seq",
+ * "log_entries", "base_entries").  Compaction (store_compact.c) is not
+ * run here.
  *
  * How: LLVMFuzzerInitialize opens a real store in a scratch directory and
  * commits one real checkpoint (state, a blob, a record).  Each input then
