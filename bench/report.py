@@ -386,6 +386,11 @@ class Report:
                 f"- End-to-end latency at 50% load with checkpoints every 100 ms: "
                 f"**p99 {num(t.get('p99_us_at_50pct'), 1)} us**, p99.9 "
                 f"{num(t.get('p999_ratio_at_50pct'), 2)}x the p99.9 without checkpoints")
+        for x in d.get("issue20_targets", []):
+            unit = "x" if "on / off" in x.get("target", "") else " us"
+            self.target("latency (issue 20)",
+                        f"{x.get('target')} <= {num(x.get('goal'), 1)}{unit}",
+                        f"{num(x.get('measured'), 1)}{unit}", x.get("met"))
         cdf = d.get("cdf", {})
         if cdf.get("off") and cdf.get("on"):
             def tail(points):
