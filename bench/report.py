@@ -371,6 +371,16 @@ class Report:
                          stats(l.get("checkpoints"), 1, 0)])
         self.out(table(["load", "checkpoints", "M rec/s", "p50", "p99", "p99.9", "max",
                         "checkpoints done"], rows), "")
+        hop = {m.get("mode"): m.get("one_way_ns", {})
+               for m in (self.r.get("hop_latency") or {}).get("modes", [])}
+        if hop.get("spin") or hop.get("park"):
+            # Issue 20: each latency next to the hop limit of the same run.
+            def floor(mode):
+                p50 = hop.get(mode, {}).get("p50")
+                return "-" if p50 is None else f"{p50 / 1e3:.2f} us ({2 * p50 / 1e3:.2f} us)"
+            self.out("The hop limit measured in this run (`hop_latency`, one-way p50; "
+                     "in brackets the floor of this job's two hops, source -> count "
+                     f"-> sink): spinning {floor('spin')}, parked {floor('park')}.", "")
         rat = d.get("ratios", [])
         if rat:
             self.out(table(["load", "p99 on / off", "p99.9 on / off"],
