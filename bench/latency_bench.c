@@ -53,7 +53,10 @@
  *     and is counted as cut short; checkpoints completed (the final one at
  *     the end of input not counted); and per load the ratios p99.9(on) /
  *     p99.9(off) and p99(on) / p99(off) of the medians.  Targets: p99 <= 200 us at 50% load with checkpoints, and
- *     the p99.9 ratio at 50% <= 2.
+ *     the p99.9 ratio at 50% <= 2.  Issue 20's targets, each met or not:
+ *     at 10% and 50% without checkpoints p50 <= 100 us and p99 <= 1 ms,
+ *     with checkpoints p99 <= 1.5x the same load's without, and at 80%
+ *     p99 <= 5 ms (checkpoints off and on).
  * (c) CDF: the histograms of all 50% runs merged, off and on; one point
  *     (latency_us, fraction at or below) per non-empty bucket, thinned to at
  *     most CDF_MAX_POINTS (the last point is always kept: fraction 1).
@@ -96,6 +99,8 @@
  *                "p99_on_over_off": y}, ...],
  *    "targets": {"p99_us_at_50pct": v, "p99_met": bool,
  *                "p999_ratio_at_50pct": v, "ratio_met": bool},
+ *    "issue20_targets": [{"target": text, "goal": v, "measured": v,
+ *                         "met": bool}, ...],
  *    "cdf": {"off": [[us, fraction], ...], "on": [[us, fraction], ...]},
  *    "timeline": {"interval_ms": 100, "load": 0.5, "seconds": S,
  *                 "points": [{"t_s", "records_per_second", "p50_us",
@@ -140,6 +145,14 @@ static const double loads[LOAD_COUNT] = {0.10, 0.50, 0.80};
 #define TARGET_LOAD_INDEX 1 /* 50%: the load the targets are about */
 #define TARGET_P99_US 200.0
 #define TARGET_P999_RATIO 2.0
+/* Issue 20's targets: at 10% and 50% load without checkpoints p50 and
+ * p99 at most these; with checkpoints every 100 ms p99 at most the ratio
+ * times the same load's p99 without; at 80% p99 at most the last. */
+#define ISSUE20_P50_US 100.0
+#define ISSUE20_P99_US 1000.0
+#define ISSUE20_P99_RATIO 1.5
+#define ISSUE20_P99_80PCT_US 5000.0
+#define LOAD_80PCT_INDEX 2
 #define CHECKPOINT_INTERVAL_MS 100u
 #define WARMUP_DIVISOR 10u   /* the first N / 10 records are not measured */
 #define TIMELINE_LOAD 0.5
@@ -162,6 +175,7 @@ static const double loads[LOAD_COUNT] = {0.10, 0.50, 0.80};
 _Static_assert(CHECKPOINT_POLL_NS / 1000000u < 64u * CHECKPOINT_INTERVAL_MS,
                "polls come before the 64-entry history wraps");
 _Static_assert(TARGET_LOAD_INDEX < LOAD_COUNT, "the target load is run");
+_Static_assert(LOAD_80PCT_INDEX < LOAD_COUNT, "80% is run");
 _Static_assert(SOURCE_SPIN_NS < SOURCE_SLEEP_MAX_NS, "spin less than sleep");
 _Static_assert(SOURCE_SPIN_NS <= SOURCE_SPIN_BUDGET_NS, "one spin fits");
 
@@ -961,6 +975,53 @@ static bool report_targets(bench_json *json, const options *o,
   return p99_met && ratio_met;
 }
 
+/* One of issue 20's targets: a line of text and a JSON object. */
+static bool issue20_target(bench_json *json, const char *target, double goal,
+                           double measured, const char *unit) {
+  bool met = measured <= goal; /* NaN (no figure) is not met */
+  printf("  issue 20: %s <= %.1f%s: %.1f%s, %s\n", target, goal, unit,
+         measured, unit, met ? "met" : "NOT met");
+  bench_json_begin_object(json, 0);
+  bench_json_string(json, "target", target);
+  bench_json_double(json, "goal", goal);
+  bench_json_double(json, "measured", measured);
+  bench_json_bool(json, "met", met);
+  bench_json_end_object(json);
+  return met;
+}
+
+/* Issue 20's latency targets (part 1), from the medians of this run. */
+static void report_issue20(bench_json *json, const options *o,
+                           const load_results *res) {
+  const size_t p50 = offsetof(run_figures, p50_us);
+  const size_t p99 = offsetof(run_figures, p99_us);
+  char name[96];
+  printf("\n");
+  bench_json_begin_array(json, "issue20_targets");
+  for (int l = 0; l <= TARGET_LOAD_INDEX; l++) { /* 10% and 50% */
+    double off_p99 = median_of(res->runs[l][0], o->repeat, p99);
+    snprintf(name, sizeof name, "p50 at %.0f%% load, checkpoints off",
+             loads[l] * 100);
+    issue20_target(json, name, ISSUE20_P50_US,
+                   median_of(res->runs[l][0], o->repeat, p50), " us");
+    snprintf(name, sizeof name, "p99 at %.0f%% load, checkpoints off",
+             loads[l] * 100);
+    issue20_target(json, name, ISSUE20_P99_US, off_p99, " us");
+    snprintf(name, sizeof name, "p99 on / off at %.0f%% load",
+                 loads[l] * 100);
+    issue20_target(json, name, ISSUE20_P99_RATIO,
+                   median_of(res->runs[l][1], o->repeat, p99) / off_p99, "x");
+  }
+  for (int on = 0; on < 2; on++) {
+    snprintf(name, sizeof name, "p99 at 80%% load, checkpoints %s",
+             on ? "on" : "off");
+    issue20_target(json, name, ISSUE20_P99_80PCT_US,
+                   median_of(res->runs[LOAD_80PCT_INDEX][on], o->repeat, p99),
+                   " us");
+  }
+  bench_json_end_array(json);
+}
+
 static void report_loads(bench_json *json, const options *o,
                          const load_results *res) {
   printf("latency, source due time to sink, in us: median (min..max) of %d "
@@ -974,6 +1035,7 @@ static void report_loads(bench_json *json, const options *o,
       report_series(json, o, l, on, res->runs[l][on]);
   bench_json_end_array(json);
   report_targets(json, o, res);
+  report_issue20(json, o, res);
 }
 
 /* One CDF as [[us, fraction], ...]: every non-empty bucket, thinned to at

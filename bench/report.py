@@ -371,6 +371,16 @@ class Report:
                          stats(l.get("checkpoints"), 1, 0)])
         self.out(table(["load", "checkpoints", "M rec/s", "p50", "p99", "p99.9", "max",
                         "checkpoints done"], rows), "")
+        hop = {m.get("mode"): m.get("one_way_ns", {})
+               for m in (self.r.get("hop_latency") or {}).get("modes", [])}
+        if hop.get("spin") or hop.get("park"):
+            # Issue 20: each latency next to the hop limit of the same run.
+            def floor(mode):
+                p50 = hop.get(mode, {}).get("p50")
+                return "-" if p50 is None else f"{p50 / 1e3:.2f} us ({2 * p50 / 1e3:.2f} us)"
+            self.out("The hop limit measured in this run (`hop_latency`, one-way p50; "
+                     "in brackets the floor of this job's two hops, source -> count "
+                     f"-> sink): spinning {floor('spin')}, parked {floor('park')}.", "")
         rat = d.get("ratios", [])
         if rat:
             self.out(table(["load", "p99 on / off", "p99.9 on / off"],
@@ -386,6 +396,11 @@ class Report:
                 f"- End-to-end latency at 50% load with checkpoints every 100 ms: "
                 f"**p99 {num(t.get('p99_us_at_50pct'), 1)} us**, p99.9 "
                 f"{num(t.get('p999_ratio_at_50pct'), 2)}x the p99.9 without checkpoints")
+        for x in d.get("issue20_targets", []):
+            unit = "x" if "on / off" in x.get("target", "") else " us"
+            self.target("latency (issue 20)",
+                        f"{x.get('target')} <= {num(x.get('goal'), 1)}{unit}",
+                        f"{num(x.get('measured'), 1)}{unit}", x.get("met"))
         cdf = d.get("cdf", {})
         if cdf.get("off") and cdf.get("on"):
             def tail(points):

@@ -293,6 +293,10 @@ void sl_push_job_over(sl_job *job);
 /* runtime.c: inside a source's next(), park until a checkpoint
  * notification, a trigger or a stop request is pending (push.c note 7). */
 void sl_source_wait_checkpoint_news(sl_ctx *ctx);
+/* timer.c: inside a source's next(), before it waits for more input: it
+ * has emitted all it has, so an advanced watermark goes out now (timer.c
+ * note 2).  Does nothing for a source without watermarks. */
+void sl_source_caught_up(sl_ctx *ctx);
 
 /* The failure's status once published (fail_published): true and
  * *status; false while none is (a failure may be claimed, not yet

@@ -15,7 +15,15 @@
  *    flat_map) just forward.
  * 2. Sources generate watermarks from what they emit (sl_op_watermarks):
  *    W = (largest timestamp emitted) - out_of_orderness - 1, checked after
- *    each next() call and sent at most every interval_ms when it advanced.
+ *    each next() call.  When it advanced it is sent at once if the source
+ *    has caught up with its input: the call emitted no record (it found
+ *    nothing to emit), or the source said so from inside next() before it
+ *    waits for more (sl_source_caught_up; the push source does).  While
+ *    every call emits records it is sent at most every interval_ms.  So
+ *    a trickle of records moves event time, and closes windows, without
+ *    waiting for the interval, and a busy source sends no more watermarks
+ *    than before: the output batches' flush-on-idle rule (runtime.c note
+ *    2), applied to event time.
  *    A source instance that emitted nothing for idle_timeout_ms sends IDLE;
  *    its channels then drop out of the minimum downstream.  The next record
  *    or watermark on such a channel makes it active again (a record only
@@ -783,35 +791,49 @@ int sl_event_input_end(sl_instance *inst) {
 
 /* ----------------------------------------------------------- sources */
 
+/* Note 2: send W if it advanced.  Returns 0 or the error of the write. */
+static int source_watermark(sl_instance *inst) {
+  if (inst->max_timestamp == SL_NO_TIMESTAMP)
+    return 0;
+  const sl_watermark_config *w = &inst->op->watermarks;
+  /* W = max - bound - 1, saturating at the low end (time_check.h note 4):
+   * bound >= 0, so W < max <= INT64_MAX and a record's time never makes
+   * the final SL_WATERMARK_MAX. */
+  int64_t candidate = sl_time_sub_sat(
+      sl_time_sub_sat(inst->max_timestamp, w->out_of_orderness), 1);
+  if (candidate <= SL_WATERMARK_MIN)
+    candidate = SL_WATERMARK_MIN + 1;
+  assert(candidate < SL_WATERMARK_MAX);
+  if (candidate <= inst->watermark)
+    return 0;
+  inst->watermark = candidate;
+  atomic_store_explicit(&inst->watermark_shared, candidate,
+                        memory_order_relaxed);
+  return send_watermark(inst, candidate);
+}
+
 int sl_event_source_tick(sl_instance *inst) {
   const sl_watermark_config *w = &inst->op->watermarks;
   uint64_t now = sl_now_ns();
+  /* A call that emitted nothing found the source caught up (note 2). */
+  bool caught_up = inst->records_out == inst->records_at_tick &&
+                   inst->last_active_ns != 0;
   if (inst->records_out != inst->records_at_tick || inst->last_active_ns == 0) {
     inst->records_at_tick = inst->records_out;
     inst->last_active_ns = now;
     /* Records already made the channels active downstream (note 2). */
     inst->output_idle = false;
   }
-  if (w->every_call || now >= inst->watermark_due_ns) {
-    inst->watermark_due_ns = now + (uint64_t)w->interval_ms * 1000000u;
-    if (inst->max_timestamp != SL_NO_TIMESTAMP) {
-      /* W = max - bound - 1, saturating at the low end (time_check.h
-       * note 4): bound >= 0, so W < max <= INT64_MAX and a record's time
-       * never makes the final SL_WATERMARK_MAX. */
-      int64_t candidate = sl_time_sub_sat(
-          sl_time_sub_sat(inst->max_timestamp, w->out_of_orderness), 1);
-      if (candidate <= SL_WATERMARK_MIN)
-        candidate = SL_WATERMARK_MIN + 1;
-      assert(candidate < SL_WATERMARK_MAX);
-      if (candidate > inst->watermark) {
-        inst->watermark = candidate;
-        atomic_store_explicit(&inst->watermark_shared, candidate,
-                              memory_order_relaxed);
-        int rc = send_watermark(inst, candidate);
-        if (rc)
-          return rc;
-      }
-    }
+  if (w->every_call || caught_up || now >= inst->watermark_due_ns) {
+    int64_t before = inst->watermark;
+    int rc = source_watermark(inst);
+    if (rc)
+      return rc;
+    /* The interval runs from the last watermark sent: a busy source that
+     * just caught up sends its next one interval_ms later at the soonest,
+     * unless it catches up again. */
+    if (inst->watermark != before || now >= inst->watermark_due_ns)
+      inst->watermark_due_ns = now + (uint64_t)w->interval_ms * 1000000u;
   }
   if (w->idle_timeout_ms && !inst->output_idle &&
       now - inst->last_active_ns >= (uint64_t)w->idle_timeout_ms * 1000000u) {
@@ -819,6 +841,18 @@ int sl_event_source_tick(sl_instance *inst) {
     return sl_instance_write_control(inst, SL_ENTRY_IDLE, 1);
   }
   return 0;
+}
+
+/* Note 2: called by a source inside next() when it has emitted everything
+ * it has and is about to wait for more. */
+void sl_source_caught_up(sl_ctx *ctx) {
+  assert(ctx->op->kind == SL_OP_SOURCE);
+  if (!ctx->op->has_watermarks || ctx->emit_closed)
+    return;
+  int rc = source_watermark(ctx);
+  /* A failed write means the job is stopping (SL_ESTOPPED): the source
+   * notices that when next() returns, as after any wait. */
+  (void)rc;
 }
 
 int sl_event_source_end(sl_instance *inst) {

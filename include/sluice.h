@@ -823,8 +823,11 @@ typedef struct sl_watermark_config {
    * the source instance emitted by this much (W = max - bound - 1, as in
    * Flink's BoundedOutOfOrdernessWatermarks); 0 for ordered input. */
   int64_t out_of_orderness;
-  /** How often (wall clock) a new watermark is emitted if it advanced.
-   * Default (0): 200 ms. */
+  /** How often (wall clock), at most, a new watermark is emitted while
+   * the source keeps emitting records, if it advanced.  Default (0):
+   * 200 ms.  A source that has caught up with its input (a next() call
+   * that emitted nothing, or the push source before it waits for pushes)
+   * emits an advanced watermark at once, whatever the interval. */
   uint32_t interval_ms;
   /** 1: check after every next() call instead (a watermark per batch the
    * source emits).  Which records are late then depends only on the

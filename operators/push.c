@@ -28,7 +28,10 @@
  *    signals `data` only when the source is counted as sleeping.  Both
  *    counts change only under the mutex, and the sleeper's count is set
  *    before it releases the mutex in pthread_cond_timedwait, so no wake-up
- *    is lost; the timeouts are a second line, not the mechanism.
+ *    is lost; the timeouts are a second line, not the mechanism.  Before
+ *    it sleeps, the source sends the watermark of what it emitted
+ *    (sl_source_caught_up, timer.c note 2), so event time moves with a
+ *    trickle of pushes instead of on the watermark interval.
  * 4. The end of the job.  A push is refused once nothing will ever take
  *    the queue (job_over): the job finished (sl_job_wait returned), a
  *    stop with drain was asked for (the source ends without another
@@ -840,6 +843,11 @@ static int take_queue(sl_ctx *ctx, sl_push *p) {
       break;
     sl_cpu_relax();
   }
+  /* Caught up: the watermark of what was emitted leaves before the wait
+   * (note 3), not when the wait ends.  Outside the lock: it may wait for
+   * room in the rings, and pushers must not wait for that. */
+  if (!atomic_load_explicit(&p->filling_records_shared, memory_order_relaxed))
+    sl_source_caught_up(ctx);
   pthread_mutex_lock(&p->lock);
   assert(queue_check(p));
   if (p->filling.records == 0 && !p->closed && !sl_ctx_stopping(ctx)) {
