@@ -146,10 +146,11 @@
  *    key, and its mark is above S's, so the version is still on the list;
  *    any other version of the key on the list has an epoch > S.  Rollback
  *    leaves the obsolete list to the reclaim steps (walking it would cost
- *    time in the writes before S), takes back from the undo list those of
- *    epoch <= S, drops (unlinks and frees) every version of the current and
- *    pending lists (all of epochs > S) and only then links the taken ones
- *    back into the table.
+ *    time in the writes before S), drops every version of the current and
+ *    pending lists (all of epochs > S: live ones are unlinked, all but the
+ *    undo ones freed), and only then walks the undo list once, linking
+ *    back those of epoch <= S and freeing the others
+ *    (cow_map_rollback.c, notes 1-2).
  */
 #include "cow_map.h"
 

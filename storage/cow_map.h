@@ -387,6 +387,10 @@ int sl_cow_map_rollback(sl_cow_map *map, uint32_t epoch);
  * creation. */
 uint64_t sl_cow_map_undo_entries(const sl_cow_map *map);
 uint64_t sl_cow_map_rollbacks(const sl_cow_map *map);
+/* For tests: the versions every rollback since creation handled, each
+ * one written or displaced since its stable epoch (cow_map_rollback.c
+ * note 3): a rollback's work, which must not follow the state's size. */
+uint64_t sl_cow_map_rollback_visits(const sl_cow_map *map);
 
 /** Whole-map consistency check for asserts and tests (walks everything).
  * Logs the first failed condition (an ERROR line, engine/log.h). */

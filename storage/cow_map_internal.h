@@ -101,6 +101,7 @@ struct sl_cow_map {
   uint64_t undo_popped;
   uint64_t undo_releasable;
   uint64_t rollbacks; /* for tests */
+  uint64_t rollback_visits; /* versions rollbacks handled, for tests */
 };
 
 /* Bytes of one allocation: header, key padded to 8, value area of at least

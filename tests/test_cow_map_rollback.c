@@ -244,6 +244,74 @@ Test(cow_map_rollback, keeps_one_copy_per_key_written_and_frees_it) {
   sl_cow_map_destroy(map);
 }
 
+/* A map of `keys` keys at a completed checkpoint, then the same writes
+ * since it as rollback_work_is_in_the_writes_not_the_state makes in each
+ * map: ids 0..written-1 in a frozen epoch (its checkpoint never
+ * completes), every other one of them again, a few deletes and new keys in
+ * the current one.  Returns the versions the rollback handled; the map is
+ * checked to be back at the checkpoint. */
+static uint64_t rollback_visits_after_writes(uint64_t keys, uint64_t written) {
+  sl_cow_map *map = rollback_map();
+  for (uint64_t id = 0; id < keys; id++)
+    put_value(map, id, 8, id);
+  checkpoint(map);
+  maintain_all(map); /* every version CLEAN, nothing left to reclaim */
+  cr_assert_eq(sl_cow_map_undo_entries(map), 0);
+  for (uint64_t id = 0; id < written; id++)
+    update_id(map, id, 8, 100000 + id);
+  sl_cow_map_freeze(map);
+  for (uint64_t id = 0; id < written; id += 2)
+    update_id(map, id, 8, 200000 + id);
+  for (uint64_t id = 1; id < written; id += 8)
+    cr_assert_eq(delete_id(map, id), 0);
+  for (uint64_t id = keys; id < keys + written / 4; id++)
+    put_value(map, id, 8, id); /* new keys, gone again after the rollback */
+  uint64_t before = sl_cow_map_rollback_visits(map);
+  cr_assert_eq(sl_cow_map_rollback(map, sl_cow_map_stable_epoch(map)), 0);
+  uint64_t visits = sl_cow_map_rollback_visits(map) - before;
+  cr_assert(sl_cow_map_check(map));
+  cr_assert_eq(sl_cow_map_count(map), keys);
+  for (uint64_t id = 0; id < keys + written / 4; id += 1 + id / 64) {
+    uint32_t bytes = 0;
+    const uint8_t *v = get_id(map, id, &bytes);
+    if (id >= keys) {
+      cr_assert_null(v, "new key %llu outlived the rollback",
+                     (unsigned long long)id);
+      continue;
+    }
+    uint8_t expected[8];
+    value_fill(expected, 8, id);
+    cr_assert(v && bytes == 8 && memcmp(v, expected, 8) == 0,
+              "key %llu is not as checkpointed", (unsigned long long)id);
+  }
+  sl_cow_map_destroy(map);
+  return visits;
+}
+
+/* cow_map.h note 10: a rollback's work is in the writes since the stable
+ * epoch, not in the size of the state.  The same writes into a state 64
+ * times larger visit exactly the same versions, and as many as the
+ * writes made: each write of a frozen or current epoch (its version), and
+ * each version it displaced (on the undo list). */
+Test(cow_map_rollback, rollback_work_is_in_the_writes_not_the_state) {
+  uint64_t written = sl_test_scaled(2048, 256);
+  uint64_t small = rollback_visits_after_writes(written * 2, written);
+  uint64_t large = rollback_visits_after_writes(written * 128, written);
+  cr_assert_eq(small, large, "%llu versions visited at %llu keys, %llu at "
+               "%llu", (unsigned long long)small,
+               (unsigned long long)(written * 2), (unsigned long long)large,
+               (unsigned long long)(written * 128));
+  /* The lists: written versions in the frozen epoch; in the current one
+   * the even ids again, the deletes (odd ids, so a tombstone version
+   * each) and the new keys.  The undo list: the version each write of a
+   * key not yet written in its epoch displaced (none for a new key). */
+  uint64_t again = (written + 1) / 2, deletes = (written + 6) / 8;
+  uint64_t fresh = written / 4;
+  uint64_t expected = 2 * (written + again + deletes) + fresh;
+  cr_assert_eq(small, expected, "%llu versions visited, %llu expected",
+               (unsigned long long)small, (unsigned long long)expected);
+}
+
 /* ---------------------------------------------------- random property */
 
 typedef struct pending_epoch {
