@@ -241,6 +241,9 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
   for (int d = 0; d < a->delta_count; d++)
     if (a->deltas[d].epoch > cp->durable_epoch[i])
       n += a->deltas[d].entries;
+  *sorted = cp->sort_a;
+  if (n == 0)
+    return 0; /* a stateless instance, or no change */
   size_t *ends = calloc(2 * (size_t)groups, sizeof *ends);
   if (!ends || !sort_room(&cp->sort_a, &cp->sort_capacity, n)) {
     free(ends);
@@ -263,11 +266,12 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
       cp->sort_a[count++] = (sorted_entry){.key = key, .entry = e};
     }
   }
-  size_t largest =
-      bucket_by_group(job, cp->sort_a, count, groups, ends, ends + groups);
+  size_t largest = count ? bucket_by_group(job, cp->sort_a, count, groups,
+                                           ends, ends + groups)
+                         : 0; /* nothing to sort (sort_a may be NULL) */
   bool ok = largest <= SL_SMALL_BUCKET ||
             sort_room(&cp->sort_b, &cp->sort_tmp_capacity, largest);
-  if (ok) {
+  if (ok && count) {
     sort_buckets(cp->sort_a, cp->sort_b, ends, groups, cp->radix_counts);
     sort_runs(cp->sort_a, count);
   }
