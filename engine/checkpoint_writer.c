@@ -53,12 +53,12 @@
 
 /* An entry to write and its place in LMDB's order: (key group, record
  * key), then the rest of the state key (state id, kind, user key), then
- * the epoch, so versions of one state key go oldest first (the newest is
- * written last and wins).  Exact order lets the store append
- * (MDB_APPEND).  16 bytes: the key group is not kept, as the record key
- * determines it (sort_group).  At 1M changed keys these entries are a
- * large part of what a checkpoint's write adds to memory (memory_bench:
- * 48 bytes an entry before, in two buffers of 24). */
+ * the version order (run_compare), so versions of one state key go
+ * oldest first (the newest is written last and wins).  Exact order lets
+ * the store append (MDB_APPEND).  16 bytes: the key group is not kept,
+ * as the record key determines it (sort_group).  At 1M changed keys
+ * these entries are a large part of what a checkpoint's write adds to
+ * memory (memory_bench: 48 bytes an entry before, in two buffers of 24). */
 typedef struct sorted_entry {
   uint64_t key; /* record key: the state key's first 8 bytes (state.c) */
   const sl_cow_entry *entry;
@@ -80,7 +80,7 @@ static uint16_t sort_group(const sl_job *job, uint64_t key) {
  * lands on, so no second buffer of n entries is needed).  ends[g] comes
  * in as bucket g's size and leaves as where it ends (it starts at
  * ends[g - 1], or 0); next has room for groups.  Not stable: sort_runs
- * restores the version order by epoch.  Returns the largest bucket. */
+ * restores the version order (run_compare).  Returns the largest bucket. */
 static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
                               uint32_t groups, size_t *ends, size_t *next) {
   size_t start = 0, largest = 0;
