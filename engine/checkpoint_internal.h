@@ -110,14 +110,15 @@ struct sl_checkpointer {
   uint32_t compaction_deferrals; /* cancelled in a row */
   uint64_t compactions; /* store compactions done, and their time */
   uint64_t compaction_us;
-  size_t radix_counts[10][256];
+  size_t radix_counts[8][256]; /* radix_sort: one row a key byte */
   /* Set by the coordinator when it hands the writer a checkpoint (and at
    * shutdown): a running compaction gives way (store.h, set_cancel). */
   _Atomic int compaction_cancel;
   _Atomic int no_compaction; /* the final checkpoint has begun */
   struct sorted_entry *sort_a;
   struct sorted_entry *sort_b;
-  uint64_t sort_capacity;
+  uint64_t sort_capacity;     /* entries sort_a holds */
+  uint64_t sort_tmp_capacity; /* entries sort_b holds: a key group's */
   uint32_t *row_order; /* write_rows: a batch's rows in key order */
   uint64_t row_order_capacity;
 

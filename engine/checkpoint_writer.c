@@ -51,42 +51,78 @@
 #include "checkpoint_internal.h"
 #include "fault.h"
 
-/* Key group of a keyed-state key: its first 8 bytes are the record key,
- * big-endian (state.c). */
-static uint16_t entry_group(const sl_job *job, const sl_cow_entry *e) {
-  assert(e->key_bytes >= 8);
-  uint64_t key = sl_load_be64(sl_cow_entry_key(e));
-  return (uint16_t)sl_key_group(key, job->config.max_parallelism);
-}
-
 /* An entry to write and its place in LMDB's order: (key group, record
- * key), then the rest of the state key (state id, kind, user key).  The
- * radix sort orders by the first two; runs equal there (several states of
- * one key) are finished by insertion sort on the rest.  Both are stable,
- * so versions of one state key stay oldest first (the newest is written
- * last and wins).  Exact order lets the store append (MDB_APPEND). */
+ * key), then the rest of the state key (state id, kind, user key), then
+ * the version order (run_compare), so versions of one state key go
+ * oldest first (the newest is written last and wins).  Exact order lets
+ * the store append (MDB_APPEND).  16 bytes: the key group is not kept,
+ * as the record key determines it (sort_group).  At 1M changed keys
+ * these entries are a large part of what a checkpoint's write adds to
+ * memory (memory_bench: 48 bytes an entry before, in two buffers of 24). */
 typedef struct sorted_entry {
-  uint64_t key;   /* record key */
-  uint16_t group; /* key group */
+  uint64_t key; /* record key: the state key's first 8 bytes (state.c) */
   const sl_cow_entry *entry;
 } sorted_entry;
 
-static unsigned sort_byte(const sorted_entry *e, int b) {
-  return b < 8 ? (unsigned)(e->key >> (8 * b)) & 0xff
-               : (unsigned)(e->group >> (8 * (b - 8))) & 0xff;
+_Static_assert(sizeof(sorted_entry) == 16, "sort entries stay packed");
+
+/* Key group of a record key (what key_by routed it by). */
+static uint16_t sort_group(const sl_job *job, uint64_t key) {
+  return (uint16_t)sl_key_group(key, job->config.max_parallelism);
 }
 
-/* Stable LSD radix sort by (group, key), 8 bits a pass, least significant
- * first; a pass whose byte is the same in every entry is skipped (key
- * groups use few bits).  The result is in a or tmp: the returned pointer. */
+/* Buckets of at most this many entries are sorted by insertion: cheaper
+ * than clearing radix_sort's counts. */
+#define SL_SMALL_BUCKET 32u
+
+/* Moves a[0, n) into buckets by key group, in place (an American flag
+ * sort: each entry goes straight to its bucket, swapping out the one it
+ * lands on, so no second buffer of n entries is needed).  ends[g] comes
+ * in as bucket g's size and leaves as where it ends (it starts at
+ * ends[g - 1], or 0); next has room for groups.  Not stable: sort_runs
+ * restores the version order (run_compare).  Returns the largest bucket. */
+static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
+                              uint32_t groups, size_t *ends, size_t *next) {
+  size_t start = 0, largest = 0;
+  for (uint32_t g = 0; g < groups; g++) {
+    largest = ends[g] > largest ? ends[g] : largest;
+    next[g] = start;
+    start += ends[g];
+    ends[g] = start;
+  }
+  assert(start == n);
+  /* Buckets below g are complete, and next[h] is bucket h's first slot
+   * not yet filled; every move fills one slot for good: n moves at most. */
+  for (uint32_t g = 0; g < groups; g++) {
+    while (next[g] < ends[g]) {
+      sorted_entry e = a[next[g]];
+      uint16_t h = sort_group(job, e.key);
+      while (h != g) {
+        assert(h > g && next[h] < ends[h]);
+        sorted_entry out = a[next[h]];
+        a[next[h]++] = e;
+        e = out;
+        h = sort_group(job, e.key);
+      }
+      a[next[g]++] = e;
+    }
+  }
+  return largest;
+}
+
+/* Stable LSD radix sort of a[0, n) by record key, 8 bits a pass, least
+ * significant first; a pass whose byte is the same in every entry is
+ * skipped (the keys of one state share their high bytes).  The result is
+ * in a or tmp: the returned pointer. */
 static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
-                                size_t n, size_t counts[10][256]) {
-  memset(counts, 0, sizeof(size_t) * 10 * 256);
+                                size_t n, size_t counts[8][256]) {
+  assert(n > 0);
+  memset(counts, 0, sizeof(size_t) * 8 * 256);
   for (size_t i = 0; i < n; i++)
-    for (int b = 0; b < 10; b++)
-      counts[b][sort_byte(&a[i], b)]++;
-  for (int b = 0; b < 10; b++) {
-    if (counts[b][sort_byte(&a[0], b)] == n)
+    for (int b = 0; b < 8; b++)
+      counts[b][(a[i].key >> (8 * b)) & 0xff]++;
+  for (int b = 0; b < 8; b++) {
+    if (counts[b][(a[0].key >> (8 * b)) & 0xff] == n)
       continue; /* every entry has the same byte here */
     size_t offset = 0;
     for (int v = 0; v < 256; v++) {
@@ -95,7 +131,7 @@ static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
       offset += c;
     }
     for (size_t i = 0; i < n; i++)
-      tmp[counts[b][sort_byte(&a[i], b)]++] = a[i];
+      tmp[counts[b][(a[i].key >> (8 * b)) & 0xff]++] = a[i];
     sorted_entry *swap = a;
     a = tmp;
     tmp = swap;
@@ -103,40 +139,31 @@ static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
   return a;
 }
 
-/* Sorts a[0, n) by (group, key) into a or tmp (the returned pointer): a
- * counting sort by key group (groups of them), then each group's bucket
- * by radix_sort, whose group passes are skipped there.  A bucket (n /
- * groups entries) is sorted in the cache: two passes over the whole array
- * instead of one per varying byte (about 9), which for 1M changed keys
- * is half a GB of memory traffic less.  Stable, as radix_sort.  NULL if
- * there is no memory for the counts (the caller then sorts the long
- * way). */
-static sorted_entry *group_sort(sorted_entry *a, sorted_entry *tmp, size_t n,
-                                uint32_t groups, size_t counts[10][256]) {
-  size_t *ends = calloc((size_t)groups + 1, sizeof *ends);
-  if (!ends)
-    return 0;
-  for (size_t i = 0; i < n; i++) {
-    assert(a[i].group < groups);
-    ends[a[i].group + 1]++;
-  }
-  for (uint32_t g = 1; g <= groups; g++)
-    ends[g] += ends[g - 1]; /* ends[g]: where bucket g starts */
-  for (size_t i = 0; i < n; i++)
-    tmp[ends[a[i].group]++] = a[i]; /* now ends[g]: where bucket g ends */
+/* Sorts each bucket of a (ends: bucket_by_group's) by record key, in
+ * place; tmp holds the largest bucket.  A bucket (n / groups entries) is
+ * sorted in the cache: over the whole array the sort makes two passes
+ * (bucket_by_group's), not one per varying byte. */
+static void sort_buckets(sorted_entry *a, sorted_entry *tmp,
+                         const size_t *ends, uint32_t groups,
+                         size_t counts[8][256]) {
   size_t start = 0;
   for (uint32_t g = 0; g < groups; start = ends[g], g++) {
     size_t bucket = ends[g] - start;
-    if (bucket < 2)
+    sorted_entry *b = a + start;
+    if (bucket > SL_SMALL_BUCKET) {
+      sorted_entry *sorted = radix_sort(b, tmp, bucket, counts);
+      if (sorted != b)
+        memcpy(b, sorted, bucket * sizeof *sorted);
       continue;
-    sorted_entry *sorted =
-        radix_sort(tmp + start, a + start, bucket, counts);
-    if (sorted != tmp + start)
-      memcpy(tmp + start, sorted, bucket * sizeof *sorted);
+    }
+    for (size_t i = 1; i < bucket; i++) { /* insertion: stable too */
+      sorted_entry e = b[i];
+      size_t j = i;
+      for (; j > 0 && b[j - 1].key > e.key; j--)
+        b[j] = b[j - 1];
+      b[j] = e;
+    }
   }
-  assert(start == n);
-  free(ends);
-  return tmp;
 }
 
 /* The rest of two state keys after the record key, as LMDB compares them
@@ -148,63 +175,79 @@ static int rest_compare(const sl_cow_entry *x, const sl_cow_entry *y) {
   return c ? c : (xn > yn) - (xn < yn);
 }
 
-/* For long runs: by the rest of the key, then oldest version first (only
- * versions of one state key compare equal on the rest, and they come from
- * different epochs: superseded ones of one epoch are not collected). */
+/* Two entries of one record key: by the rest of the key, then oldest
+ * version first.  Versions of one state key come from different epochs,
+ * except where a key deleted in its own epoch (the version becomes a
+ * tombstone in place, cow_map.c) is put again, which adds a new version
+ * to the same list: of such versions only the last can be live, so
+ * within an epoch tombstones go first and the newest state comes last,
+ * as in list order.  (Superseded versions are not collected.) */
 static int run_compare(const void *x, const void *y) {
   const sl_cow_entry *a = ((const sorted_entry *)x)->entry;
   const sl_cow_entry *b = ((const sorted_entry *)y)->entry;
   int c = rest_compare(a, b);
-  return c ? c : (a->epoch > b->epoch) - (a->epoch < b->epoch);
+  if (c)
+    return c;
+  if (a->epoch != b->epoch)
+    return a->epoch < b->epoch ? -1 : 1;
+  return (int)b->tombstone - (int)a->tombstone;
 }
 
 /* Runs longer than this (map state: many user keys under one record key)
  * are sorted with qsort instead of insertion sort. */
 #define SL_SHORT_RUN 16u
 
-/* Finish the order inside runs of equal (group, key): a run is as long as
- * the changed states of one record key — usually a few (insertion sort),
- * for map state possibly many (qsort by run_compare). */
+/* Finish the order inside runs of equal record key (so of equal group):
+ * a run is as long as the changed states of one record key and their
+ * versions — usually one or a few (insertion sort), for map state
+ * possibly many (qsort). */
 static void sort_runs(sorted_entry *a, size_t n) {
   for (size_t start = 0, end; start < n; start = end) {
-    for (end = start + 1; end < n && a[end].key == a[start].key &&
-                          a[end].group == a[start].group;
-         end++) {
+    for (end = start + 1; end < n && a[end].key == a[start].key; end++) {
     }
-    if (end - start > SL_SHORT_RUN)
+    if (end - start > SL_SHORT_RUN) {
       qsort(a + start, end - start, sizeof *a, run_compare);
-  }
-  for (size_t i = 1; i < n; i++) {
-    if (a[i].key != a[i - 1].key || a[i].group != a[i - 1].group)
       continue;
-    sorted_entry e = a[i];
-    size_t j = i;
-    while (j > 0 && a[j - 1].key == e.key && a[j - 1].group == e.group &&
-           rest_compare(a[j - 1].entry, e.entry) > 0) {
-      a[j] = a[j - 1];
-      j--;
     }
-    a[j] = e;
+    for (size_t i = start + 1; i < end; i++) {
+      sorted_entry e = a[i];
+      size_t j = i;
+      for (; j > start && run_compare(&a[j - 1], &e) > 0; j--)
+        a[j] = a[j - 1];
+      a[j] = e;
+    }
   }
 }
 
+/* Room for n entries in buffer *a (capacity *capacity): false if there is
+ * no memory (the buffer is then gone). */
+static bool sort_room(sorted_entry **a, uint64_t *capacity, uint64_t n) {
+  if (n <= *capacity)
+    return true;
+  free(*a);
+  *a = malloc(sizeof **a * n);
+  *capacity = *a ? n : 0;
+  return *a != 0;
+}
+
 /* Collect the entries of instance i's deltas that are not yet durable into
- * the writer's sort buffers, sorted.  Returns the count, or -1 (ENOMEM). */
+ * the writer's sort buffer, sorted (*sorted).  Returns the count, or -1
+ * (ENOMEM). */
 static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
                               uint32_t *max_epoch, sorted_entry **sorted) {
   const sl_job *job = cp->job;
+  uint32_t groups = job->config.max_parallelism;
   uint64_t n = 0;
   for (int d = 0; d < a->delta_count; d++)
     if (a->deltas[d].epoch > cp->durable_epoch[i])
       n += a->deltas[d].entries;
-  if (n > cp->sort_capacity) {
-    free(cp->sort_a);
-    free(cp->sort_b);
-    cp->sort_a = malloc(sizeof(sorted_entry) * n);
-    cp->sort_b = malloc(sizeof(sorted_entry) * n);
-    cp->sort_capacity = cp->sort_a && cp->sort_b ? n : 0;
-    if (!cp->sort_capacity)
-      return -1;
+  *sorted = cp->sort_a;
+  if (n == 0)
+    return 0; /* a stateless instance, or no change */
+  size_t *ends = calloc(2 * (size_t)groups, sizeof *ends);
+  if (!ends || !sort_room(&cp->sort_a, &cp->sort_capacity, n)) {
+    free(ends);
+    return -1;
   }
   size_t count = 0;
   for (int d = 0; d < a->delta_count; d++) {
@@ -217,19 +260,24 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
       assert(count < n);
       if (e->superseded)
         continue;
-      cp->sort_a[count].key = sl_load_be64(sl_cow_entry_key(e));
-      cp->sort_a[count].group = entry_group(job, e);
-      cp->sort_a[count].entry = e;
-      count++;
+      assert(e->key_bytes >= 8);
+      uint64_t key = sl_load_be64(sl_cow_entry_key(e));
+      ends[sort_group(job, key)]++;
+      cp->sort_a[count++] = (sorted_entry){.key = key, .entry = e};
     }
   }
-  *sorted = count ? group_sort(cp->sort_a, cp->sort_b, count,
-                               job->config.max_parallelism, cp->radix_counts)
-                 : cp->sort_a;
-  if (count && !*sorted) /* no memory for the counts: the long way */
-    *sorted = radix_sort(cp->sort_a, cp->sort_b, count, cp->radix_counts);
-  sort_runs(*sorted, count);
-  return (int64_t)count;
+  size_t largest = count ? bucket_by_group(job, cp->sort_a, count, groups,
+                                           ends, ends + groups)
+                         : 0; /* nothing to sort (sort_a may be NULL) */
+  bool ok = largest <= SL_SMALL_BUCKET ||
+            sort_room(&cp->sort_b, &cp->sort_tmp_capacity, largest);
+  if (ok && count) {
+    sort_buckets(cp->sort_a, cp->sort_b, ends, groups, cp->radix_counts);
+    sort_runs(cp->sort_a, count);
+  }
+  free(ends);
+  *sorted = cp->sort_a;
+  return ok ? (int64_t)count : -1;
 }
 
 /* qsort_r: two rows of the batch arg in LMDB's key order (memcmp, then
@@ -326,7 +374,7 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
       __builtin_prefetch((const uint8_t *)ahead + 64);
     }
     const sl_cow_entry *e = sorted[k].entry;
-    uint16_t group = sorted[k].group;
+    uint16_t group = sort_group(job, sorted[k].key);
     int rc;
     if (e->tombstone)
       rc = sl_store_delete_state(txn, op, group, sl_cow_entry_key(e),
