@@ -115,7 +115,8 @@
  *    writer makes n durable, in id order (note 8).  An interval of
  *    SL_AUTO_CONCURRENT_SPAN_MS or more keeps Flink's default of one, and
  *    a min_pause_ms (a pause after each checkpoint's end) implies one, as
- *    in Flink.
+ *    in Flink.  With several in flight, consecutive failures (note 7) are
+ *    counted as they happen: n+1 may fail before n completes.
  *
  * States of a checkpoint slot (enum cp_state; the function making each
  * transition in brackets).  cp_edge lists exactly these edges; every
