@@ -335,7 +335,11 @@ typedef struct sl_job_config {
     /** Least time from the end of one checkpoint to the next trigger.
      * Default 0. */
     uint32_t min_pause_ms;
-    /** Checkpoints in flight at once.  Default (0): 1, range 1 .. 16. */
+    /** Checkpoints in flight at once, range 1 .. 16.  Default (0):
+     * automatic, 1 when interval_ms is 100 or more or min_pause_ms is
+     * set, else ceil(100 / interval_ms) up to 4 (barriers queue behind
+     * full rings for tens of ms, so one at a time would not reach a short
+     * interval). */
     uint32_t max_concurrent;
     /** Consecutive failed (aborted) checkpoints tolerated; one more fails
      * the job with SL_ECHECKPOINT and the last cause.  Default 0. */

@@ -491,6 +491,9 @@ static int run_flaky(uint64_t fail_mask, uint32_t tolerable,
   sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 5;
+  /* One in flight (5 ms would allow 4, coordinator.c note 12): the
+   * failures then come in id order, one at a time, as the masks assume. */
+  config.checkpoint.max_concurrent = 1;
   config.checkpoint.tolerable_failures = tolerable;
   config.checkpoint.no_sync = 1;
   sl_job *job;
@@ -725,6 +728,102 @@ Test(checkpoint, concurrent_checkpoints_complete_in_order) {
   cr_expect_eq(failed, 0);
   sl_job_destroy(job);
   sl_test_remove_tree(state);
+}
+
+/* Coordinator note 12: max_concurrent left at 0 keeps several
+ * checkpoints in flight at a short interval (at most 4), and one at an
+ * interval of 100 ms or more or with a min_pause_ms.  A sink held in a
+ * record queues every barrier behind it, so the checkpoints triggered
+ * stay in flight until the limit is reached; a requested one then finds
+ * no free slot (EBUSY, after sl_job_trigger_checkpoint's bounded wait,
+ * some seconds on a loaded machine).  Released, they complete with none
+ * failed. */
+static atomic_bool sink_held;
+
+static int held_process(sl_ctx *ctx, void *state, int input,
+                        const sl_record *in) {
+  (void)ctx;
+  (void)state;
+  (void)input;
+  (void)in;
+  for (int i = 0; i < 600000 && atomic_load(&sink_held); i++) /* <= 60 s */
+    sl_test_sleep_us(100);
+  return 0;
+}
+
+static int trickle_next(sl_ctx *ctx, void *state) {
+  branch_source *s = state;
+  sl_tuple t = {.key = s->next++, .value = 1};
+  int rc = sl_emit(ctx, &t, sizeof t);
+  sl_test_sleep_us(200);
+  return rc;
+}
+
+static int checkpoints_in_flight(const sl_job *job, uint64_t *newest_id) {
+  sl_checkpoint_stats cs;
+  int n = 0;
+  for (int k = 0; sl_job_checkpoint_stats(job, k, &cs) == 0; k++) {
+    if (k == 0 && newest_id)
+      *newest_id = cs.id;
+    n += cs.status == SL_CHECKPOINT_IN_PROGRESS;
+  }
+  return n;
+}
+
+static void expect_in_flight_limit(uint32_t interval_ms,
+                                   uint32_t min_pause_ms, int limit) {
+  char *state = sl_test_temp_dir("cp");
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = interval_ms;
+  config.checkpoint.min_pause_ms = min_pause_ms;
+  config.checkpoint.no_sync = 1;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  static const sl_source_ops src_ops = {.open = branch_open,
+                                        .close = branch_close,
+                                        .next = trickle_next,
+                                        .snapshot = a_snapshot};
+  static const sl_process_ops sink_ops = {.process = held_process};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, 0, &src), 0);
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sink_ops, 0, &sink), 0);
+  atomic_store(&sink_held, true);
+  cr_assert_eq(sl_job_start(job), 0);
+  /* Periodic triggers fill the slots (bounded at 60 s, whatever the
+   * machine's speed); nothing completes while the sink is held. */
+  for (int i = 0; i < 60000 && checkpoints_in_flight(job, 0) < limit; i++)
+    sl_test_sleep_us(1000);
+  cr_expect_eq(checkpoints_in_flight(job, 0), limit, "interval %u ms",
+               interval_ms);
+  int rc = sl_job_trigger_checkpoint(job, 0); /* waits about 1 s */
+  cr_expect_eq(rc, EBUSY, "%s", sl_strerror(rc));
+  uint64_t held = 0;
+  cr_expect_eq(checkpoints_in_flight(job, &held), limit);
+  atomic_store(&sink_held, false);
+  for (int i = 0; i < 60000 && sl_job_last_checkpoint(job, 0) < held; i++)
+    sl_test_sleep_us(1000);
+  cr_expect_geq(sl_job_last_checkpoint(job, 0), held);
+  sl_job_stop(job);
+  rc = sl_job_wait(job);
+  cr_expect_eq(rc, SL_ESTOPPED, "%s: %s", sl_strerror(rc), sl_job_error(job));
+  sl_checkpoint_stats cs;
+  uint64_t failed = 0;
+  for (int k = 0; sl_job_checkpoint_stats(job, k, &cs) == 0; k++)
+    failed += cs.status == SL_CHECKPOINT_ABORTED &&
+              !strstr(cs.cause, "subsumed");
+  cr_expect_eq(failed, 0);
+  sl_job_destroy(job);
+  sl_test_remove_tree(state);
+}
+
+Test(checkpoint, a_short_interval_keeps_several_in_flight) {
+  expect_in_flight_limit(10, 0, 4); /* ceil(100 / 10), at most 4 */
+}
+
+Test(checkpoint, a_long_interval_or_a_pause_keeps_one_in_flight) {
+  expect_in_flight_limit(100, 0, 1);
+  expect_in_flight_limit(10, 1, 1);
 }
 
 Test(checkpoint, settings_out_of_range_are_refused) {
