@@ -64,7 +64,7 @@ void run_usage(FILE *out) {
           "  --checkpoint-timeout-ms N   abort a checkpoint after N ms (default 60000)\n"
           "  --min-pause-ms N     least pause between checkpoints (default 0)\n"
           "  --max-concurrent N   checkpoints in flight (default: 1 at intervals of\n"
-          "                       100 ms or more, else up to 4)\n"
+          "                       100 ms or more or with --min-pause-ms, else up to 4)\n"
           "  --tolerable-failures N  consecutive failed checkpoints tolerated (0)\n"
           "  --at-least-once      barriers not aligned: every input is read until the\n"
           "                       last barrier arrives, so records after a barrier may\n"

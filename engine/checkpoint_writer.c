@@ -268,7 +268,7 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
   }
   size_t largest = count ? bucket_by_group(job, cp->sort_a, count, groups,
                                            ends, ends + groups)
-                         : 0; /* nothing to sort (sort_a may be NULL) */
+                         : 0; /* every change was superseded */
   bool ok = largest <= SL_SMALL_BUCKET ||
             sort_room(&cp->sort_b, &cp->sort_tmp_capacity, largest);
   if (ok && count) {

@@ -21,9 +21,11 @@
  *    waits for more (sl_source_caught_up; the push source does).  While
  *    every call emits records it is sent at most every interval_ms.  So
  *    a trickle of records moves event time, and closes windows, without
- *    waiting for the interval, and a busy source sends no more watermarks
- *    than before: the output batches' flush-on-idle rule (runtime.c note
- *    2), applied to event time.
+ *    waiting for the interval, and a source that never runs dry sends no
+ *    more watermarks than before: the output batches' flush-on-idle rule
+ *    (runtime.c note 2), applied to event time.  (A source whose calls
+ *    alternate between emitting and finding nothing, e.g. a reader that
+ *    gets EAGAIN after each batch, sends one per batch that advanced it.)
  *    A source instance that emitted nothing for idle_timeout_ms sends IDLE;
  *    its channels then drop out of the minimum downstream.  The next record
  *    or watermark on such a channel makes it active again (a record only
@@ -849,7 +851,12 @@ void sl_source_caught_up(sl_ctx *ctx) {
   assert(ctx->op->kind == SL_OP_SOURCE);
   if (!ctx->op->has_watermarks || ctx->emit_closed)
     return;
+  int64_t before = ctx->watermark;
   int rc = source_watermark(ctx);
+  /* The interval runs from the last watermark sent, as in the tick. */
+  if (ctx->watermark != before)
+    ctx->watermark_due_ns =
+        sl_now_ns() + (uint64_t)ctx->op->watermarks.interval_ms * 1000000u;
   /* A failed write means the job is stopping (SL_ESTOPPED): the source
    * notices that when next() returns, as after any wait. */
   (void)rc;

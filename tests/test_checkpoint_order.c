@@ -124,8 +124,8 @@ static void run_and_check(uint32_t interval_ms) {
                   .found = calloc(keys, sizeof(bool)),
                   .value = calloc(keys, sizeof(uint64_t))};
   cr_assert(r.found && r.value);
-  /* Physical operators: source 0, keep 1 (key_by is an edge); reading
-   * every one of them finds keyed state only in keep's. */
+  /* Operators by id: source 0, by 1, keep 2; reading every one of them
+   * finds keyed state only in keep's. */
   for (uint16_t op = 0; op < 3; op++)
     cr_assert_eq(sl_store_read_state(store, op, 0, UINT16_MAX,
                                      order_collect, &r), 0, "%s",

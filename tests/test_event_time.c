@@ -22,13 +22,19 @@ typedef struct stamped {
 /* A source of `count` records with ts = base + i, batch records per call,
  * sleeping pause_us after each call.  While `wait_for` is set and 0 it
  * holds back its end (idles) after emitting. */
+#define WAIT_FOR_LIMIT_S 60.0
+
 typedef struct clock_source {
   int64_t base;
   uint64_t count;
   uint32_t batch;
   uint64_t pause_us;
   uint64_t end_pause_us; /* quiet time after the last record, before END */
-  _Atomic int *wait_for;  /* end only once *wait_for != 0 */
+  _Atomic int *wait_for;  /* end only once *wait_for != 0 (or after
+                             WAIT_FOR_LIMIT_S, so a condition that never
+                             comes fails the test's asserts, not its
+                             timeout) */
+  double waiting_since_s;
   _Atomic int *start_after; /* emit nothing until *start_after != 0 ... */
   uint64_t start_delay_us;  /* ... and this long after */
   _Atomic int *done;      /* set when it ends */
@@ -63,8 +69,12 @@ static int cs_next(sl_ctx *ctx, void *state) {
   if (s->i < s->count || s->end_pause_us)
     return 0;
   if (s->wait_for && !atomic_load(s->wait_for)) {
-    sl_test_sleep_us(1000); /* idle: nothing to emit */
-    return 0;
+    if (s->waiting_since_s == 0)
+      s->waiting_since_s = sl_test_now_s();
+    if (sl_test_now_s() - s->waiting_since_s < WAIT_FOR_LIMIT_S) {
+      sl_test_sleep_us(1000); /* idle: nothing to emit */
+      return 0;
+    }
   }
   if (s->done)
     atomic_store(s->done, 1);
