@@ -244,11 +244,10 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
   *sorted = cp->sort_a;
   if (n == 0)
     return 0; /* a stateless instance, or no change */
-  size_t *ends = calloc(2 * (size_t)groups, sizeof *ends);
-  if (!ends || !sort_room(&cp->sort_a, &cp->sort_capacity, n)) {
-    free(ends);
+  if (!sort_room(&cp->sort_a, &cp->sort_capacity, n))
     return -1;
-  }
+  size_t *ends = cp->group_ends; /* sizes, then next: bucket_by_group */
+  memset(ends, 0, sizeof *ends * groups);
   size_t count = 0;
   for (int d = 0; d < a->delta_count; d++) {
     const sl_cow_delta *delta = &a->deltas[d];
@@ -275,7 +274,6 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
     sort_buckets(cp->sort_a, cp->sort_b, ends, groups, cp->radix_counts);
     sort_runs(cp->sort_a, count);
   }
-  free(ends);
   *sorted = cp->sort_a;
   return ok ? (int64_t)count : -1;
 }

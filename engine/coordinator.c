@@ -770,7 +770,10 @@ int sl_checkpointer_alloc(sl_job *job) {
   cp->final_acks = calloc(n, sizeof *cp->final_acks);
   cp->durable_epoch = calloc(n, sizeof *cp->durable_epoch);
   cp->durable_row_seq = calloc(n, sizeof *cp->durable_row_seq);
-  if (!cp->final_acks || !cp->durable_epoch || !cp->durable_row_seq)
+  cp->group_ends = calloc(2 * (size_t)job->config.max_parallelism,
+                           sizeof *cp->group_ends);
+  if (!cp->final_acks || !cp->durable_epoch || !cp->durable_row_seq ||
+      !cp->group_ends)
     return ENOMEM;
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
     pending *p = &cp->slots[s];
@@ -889,6 +892,7 @@ void sl_checkpointer_free(sl_job *job) {
   free(cp->durable_row_seq);
   free(cp->sort_a);
   free(cp->sort_b);
+  free(cp->group_ends);
   free(cp->row_order);
   for (int h = 0; h < SL_CHECKPOINT_HISTORY; h++)
     free(cp->history_instances[h]);

@@ -181,13 +181,6 @@
  * of a chunk wastes that rest, so this bounds the waste to 1/64. */
 #define ARENA_VERSION_MAX_BYTES (ARENA_CHUNK_BYTES / 64u)
 
-/* A hint only: the line is wanted soon, for writing when write is 1. */
-#if defined(__GNUC__)
-#define PREFETCH(address, write) __builtin_prefetch((address), (write))
-#else
-#define PREFETCH(address, write) ((void)(address))
-#endif
-
 _Static_assert(sizeof(sl_cow_entry) == 40, "header size of cow_map.h's note");
 _Static_assert((INITIAL_BUCKETS & (INITIAL_BUCKETS - 1)) == 0,
                "bucket counts are powers of two");

@@ -12,6 +12,13 @@
 #include "alloc.h"
 #include "cow_map.h"
 
+/* A hint only: the line is wanted soon, for writing when write is 1. */
+#if defined(__GNUC__)
+#define PREFETCH(address, write) __builtin_prefetch((address), (write))
+#else
+#define PREFETCH(address, write) ((void)(address))
+#endif
+
 #define INITIAL_BUCKETS 16u
 /* Load arena (cow_map.c note 9): 4 MiB holds about 58K versions of the
  * usual 72 bytes, so chunks are few (one allocation per 58K loads), yet a

@@ -39,12 +39,6 @@ _Static_assert((ROLLBACK_WINDOW & (ROLLBACK_WINDOW - 1)) == 0 &&
                    ROLLBACK_WINDOW >= 2,
                "the ring is indexed with a mask, its middle is used");
 
-#if defined(__GNUC__)
-#define PREFETCH(address, write) __builtin_prefetch((address), (write))
-#else
-#define PREFETCH(address, write) ((void)(address))
-#endif
-
 /* The ring of one pass (note 2). */
 typedef struct rollback_ring {
   sl_cow_entry *versions[ROLLBACK_WINDOW];
