@@ -164,5 +164,7 @@ void *sl_checkpoint_writer_main(void *arg);
 int sl_checkpoint_history_add(sl_checkpointer *cp, uint64_t id, bool final);
 void sl_checkpoint_history_finish(sl_checkpointer *cp, pending *p, int status,
                                   const char *cause);
+void sl_checkpoint_history_finish_open(sl_checkpointer *cp, pending *p,
+                                       int status, const char *cause);
 
 #endif /* SL_CHECKPOINT_INTERNAL_H */

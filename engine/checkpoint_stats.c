@@ -45,11 +45,17 @@ int sl_checkpoint_history_add(sl_checkpointer *cp, uint64_t id, bool final) {
 }
 
 /* Fill the history entry of p when it ends (status completed/aborted).
- * Coordinator thread, or reset while no checkpointer thread runs. */
-void sl_checkpoint_history_finish(sl_checkpointer *cp, pending *p, int status,
-                                  const char *cause) {
+ * Coordinator thread, or stop/reset while no checkpointer thread runs.
+ * only_open: leave an entry that has ended already (a failed final
+ * checkpoint keeps the cause it was given). */
+static void history_finish(sl_checkpointer *cp, pending *p, int status,
+                           const char *cause, bool only_open) {
   pthread_mutex_lock(&cp->history_lock);
   sl_checkpoint_stats *h = history_at(cp, p->history_slot);
+  if (only_open && (h->id != p->id || h->status != SL_CHECKPOINT_IN_PROGRESS)) {
+    pthread_mutex_unlock(&cp->history_lock);
+    return;
+  }
   /* Counted once: a failed final checkpoint is finished again by the
    * restart's reset. */
   if (h->id != p->id || h->status == SL_CHECKPOINT_IN_PROGRESS) {
@@ -84,6 +90,16 @@ void sl_checkpoint_history_finish(sl_checkpointer *cp, pending *p, int status,
       cp->latest_failed = *h;
   }
   pthread_mutex_unlock(&cp->history_lock);
+}
+
+void sl_checkpoint_history_finish(sl_checkpointer *cp, pending *p, int status,
+                                  const char *cause) {
+  history_finish(cp, p, status, cause, false);
+}
+
+void sl_checkpoint_history_finish_open(sl_checkpointer *cp, pending *p,
+                                       int status, const char *cause) {
+  history_finish(cp, p, status, cause, true);
 }
 
 void sl_checkpointer_metrics(const sl_job *job, sl_metrics *m, bool history) {

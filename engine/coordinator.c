@@ -145,7 +145,9 @@
  *
  * "Completed" and "aborted" are not states: they are what
  * complete_checkpoint and abort_checkpoint record in the history
- * (checkpoint_stats.c) as they free the slot.  In CP_WRITING nothing
+ * (checkpoint_stats.c) as they free the slot, and what
+ * sl_checkpointer_stop records for the slots still in flight when the
+ * threads have stopped (finish_in_flight).  In CP_WRITING nothing
  * frees the slot: a deadline (advance) or a newer complete checkpoint
  * (complete_checkpoint) only sets abort_requested, and the writer ends
  * with ECANCELED (checkpoint_writer.c note 2).  A failed final checkpoint
@@ -792,6 +794,32 @@ int sl_checkpointer_alloc(sl_job *job) {
   return 0;
 }
 
+/* With neither checkpointer thread running: the history of every
+ * checkpoint still in flight is finished.  One the writer made durable
+ * before it stopped completed; any other can never complete in this
+ * attempt.  only_open (at a stop): an entry that ended already keeps its
+ * cause; a restart's reset then finds them ended and counts none twice.
+ * Without this, a job that fails for good, or is stopped, with
+ * checkpoints in flight would report them in progress for ever. */
+static void finish_in_flight(sl_checkpointer *cp, bool only_open) {
+  const char *why = atomic_load(&cp->job->failed) || !only_open
+                        ? "the job failed"
+                        : "the job stopped";
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *p = &cp->slots[s];
+    if (p->state == CP_FREE)
+      continue;
+    uint64_t latest = sl_store_latest(cp->store); /* open while in flight */
+    bool durable = p->id <= latest && p->state != CP_TRIGGERED;
+    int status = durable ? SL_CHECKPOINT_COMPLETED : SL_CHECKPOINT_ABORTED;
+    const char *cause = durable ? 0 : why;
+    if (only_open)
+      sl_checkpoint_history_finish_open(cp, p, status, cause);
+    else
+      sl_checkpoint_history_finish(cp, p, status, cause);
+  }
+}
+
 /* After sl_checkpointer_stop(), before a restart: every checkpoint in
  * flight is given up (the one being written was finished by the writer
  * before it stopped: it is durable or not), and everything the attempt
@@ -802,17 +830,11 @@ void sl_checkpointer_reset(sl_job *job) {
   if (!cp)
     return;
   assert(!cp->coordinator_started && !cp->writer_started);
-  uint64_t latest = sl_store_latest(cp->store);
+  finish_in_flight(cp, false);
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
     pending *p = &cp->slots[s];
-    if (p->state == CP_FREE)
-      continue;
-    if (p->id <= latest && p->state != CP_TRIGGERED)
-      sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
-    else
-      sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_ABORTED,
-                                   "the job failed");
-    pending_clear(cp, p, true); /* neither thread runs */
+    if (p->state != CP_FREE)
+      pending_clear(cp, p, true); /* neither thread runs */
   }
   cp->write_queue_count = 0;
   for (int i = 0; i < job->instance_count; i++) {
@@ -862,6 +884,7 @@ void sl_checkpointer_stop(sl_job *job) {
   if (cp->writer_started)
     pthread_join(cp->writer, 0);
   cp->coordinator_started = cp->writer_started = false;
+  finish_in_flight(cp, true);
   /* Acks still queued (e.g. after a stop) are freed. */
   struct cds_wfcq_node *node;
   while ((node = __cds_wfcq_dequeue_blocking(&cp->ack_head, &cp->ack_tail)))

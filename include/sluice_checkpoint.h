@@ -142,6 +142,10 @@ typedef struct sl_checkpoint_stats {
   int instance_count;
   char cause[128];          /* why it was aborted */
 } sl_checkpoint_stats;
+/* Once a job has ended (sl_job_wait returned) no checkpoint is
+ * IN_PROGRESS: those in flight at a stop or a failure that is not
+ * restarted are ABORTED with the cause "the job stopped" or "the job
+ * failed" (or COMPLETED if their write had committed). */
 
 /** One instance's part of a checkpoint. */
 typedef struct sl_checkpoint_instance_stats {

@@ -729,7 +729,8 @@ Test(checkpoint, concurrent_checkpoints_complete_in_order) {
   uint64_t failed = 0;
   for (int k = 0; sl_job_checkpoint_stats(job, k, &cs) == 0; k++)
     failed += cs.status == SL_CHECKPOINT_ABORTED &&
-              !strstr(cs.cause, "subsumed");
+              !strstr(cs.cause, "subsumed") &&
+              !strstr(cs.cause, "the job stopped"); /* in flight at the stop */
   cr_expect_eq(failed, 0);
   sl_job_destroy(job);
   sl_test_remove_tree(state);
@@ -816,7 +817,8 @@ static void expect_in_flight_limit(uint32_t interval_ms,
   uint64_t failed = 0;
   for (int k = 0; sl_job_checkpoint_stats(job, k, &cs) == 0; k++)
     failed += cs.status == SL_CHECKPOINT_ABORTED &&
-              !strstr(cs.cause, "subsumed");
+              !strstr(cs.cause, "subsumed") &&
+              !strstr(cs.cause, "the job stopped"); /* in flight at the stop */
   cr_expect_eq(failed, 0);
   sl_job_destroy(job);
   sl_test_remove_tree(state);
@@ -829,6 +831,78 @@ Test(checkpoint, a_short_interval_keeps_several_in_flight) {
 Test(checkpoint, a_long_interval_or_a_pause_keeps_one_in_flight) {
   expect_in_flight_limit(100, 0, 1);
   expect_in_flight_limit(10, 1, 1);
+}
+
+/* Coordinator finish_in_flight: checkpoints in flight when the job ends
+ * without a restart are finished in the history, not left in progress for
+ * ever.  The held sink keeps 4 in flight (10 ms, note 12); the job is then
+ * stopped, or fails (the sink returns an error when released), and every
+ * one of them is reported aborted with the reason. */
+static atomic_bool sink_fails;
+
+static int held_or_failing_process(sl_ctx *ctx, void *state, int input,
+                                   const sl_record *in) {
+  int rc = held_process(ctx, state, input, in);
+  if (rc == 0 && atomic_load(&sink_fails)) {
+    sl_ctx_fail(ctx, "the sink failed on purpose");
+    return -EIO;
+  }
+  return rc;
+}
+
+static void end_with_checkpoints_in_flight(bool fail) {
+  char *state = sl_test_temp_dir("cp");
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = 10;
+  config.checkpoint.no_sync = 1;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  static const sl_source_ops src_ops = {.open = branch_open,
+                                        .close = branch_close,
+                                        .next = trickle_next,
+                                        .snapshot = a_snapshot};
+  static const sl_process_ops sink_ops = {.process = held_or_failing_process};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, 0, &src), 0);
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sink_ops, 0, &sink), 0);
+  atomic_store(&sink_held, true);
+  atomic_store(&sink_fails, fail);
+  cr_assert_eq(sl_job_start(job), 0);
+  for (int i = 0; i < 60000 && checkpoints_in_flight(job, 0) < 4; i++)
+    sl_test_sleep_us(1000);
+  cr_assert_eq(checkpoints_in_flight(job, 0), 4);
+  if (!fail)
+    sl_job_stop(job); /* before the release: the barriers stay queued */
+  atomic_store(&sink_held, false);
+  int rc = sl_job_wait(job);
+  cr_expect_eq(rc, fail ? -EIO : SL_ESTOPPED, "%s: %s", sl_strerror(rc),
+               sl_job_error(job));
+  cr_expect_eq(checkpoints_in_flight(job, 0), 0);
+  sl_checkpoint_stats cs;
+  int stopped = 0;
+  for (int k = 0; sl_job_checkpoint_stats(job, k, &cs) == 0; k++) {
+    cr_expect_neq(cs.status, SL_CHECKPOINT_IN_PROGRESS, "checkpoint %" PRIu64,
+                  cs.id);
+    stopped += cs.status == SL_CHECKPOINT_ABORTED &&
+               strstr(cs.cause, fail ? "the job failed" : "the job stopped");
+  }
+  cr_expect_eq(stopped, 4); /* nothing completed: the sink never saw one */
+  sl_metrics m;
+  cr_assert_eq(sl_job_metrics(job, 0, &m), 0);
+  cr_expect_eq(m.checkpoints_completed, 0);
+  cr_expect_eq(m.checkpoints_failed, 4); /* each counted once */
+  sl_metrics_free(&m);
+  sl_job_destroy(job);
+  sl_test_remove_tree(state);
+}
+
+Test(checkpoint, a_stop_ends_the_checkpoints_in_flight) {
+  end_with_checkpoints_in_flight(false);
+}
+
+Test(checkpoint, a_failure_for_good_ends_the_checkpoints_in_flight) {
+  end_with_checkpoints_in_flight(true);
 }
 
 Test(checkpoint, settings_out_of_range_are_refused) {
