@@ -4,6 +4,9 @@
  *   sluice kafka mock [--brokers N] [--port 0] [--topic NAME:PARTITIONS]...
  *   sluice kafka dump BOOTSTRAP/TOPIC [--timeout-ms MS]
  *
+ * and the Kafka ends of `sluice nexmark` (cli/nexmark.c): gen into a topic,
+ * run from a topic (kafka_nexmark_gen, kafka_nexmark_source).
+ *
  * NOTES ON THE DESIGN
  *
  * 1. The mock is librdkafka's own mock cluster (rdkafka_mock.h), in a
@@ -33,6 +36,19 @@
  *    offsets the topic had when the dump started, and exits.  Every wait
  *    is bounded (--timeout-ms, default 30 s): a cluster that does not
  *    answer is an error naming what was waited for, never a hang.
+ * 6. `nexmark gen --kafka`: event n goes to partition n % K with its
+ *    date_time as the message's Kafka timestamp, so each partition holds
+ *    its events in date_time order.  The topic is looked up with a
+ *    consumer handle (a producer's metadata request would create it with
+ *    the cluster's default count) and created with the admin API if it is
+ *    missing; an existing topic must have K partitions.
+ * 7. `nexmark run --kafka-input`: the Kafka source (bounded: the topic as
+ *    it was at the first start, kept in the checkpoints) with
+ *    per-partition watermarks trailing by the watermark lag and no idle
+ *    timeout (a partition that looks idle because its fetch is late would
+ *    let the watermark pass its events); each value is parsed twice, once
+ *    by the source's time function (a bad line fails the job naming the
+ *    topic, partition and offset) and once by the map that encodes it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -51,6 +67,7 @@
 
 #include "cli_util.h"
 #include "kafka.h"
+#include "nexmark.h"
 
 #define MOCK_MAX_BROKERS 16
 #define MOCK_MAX_PARTITIONS 1024
@@ -429,6 +446,244 @@ static int dump_main(int argc, char **argv) {
   }
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
+  return rc;
+}
+
+/* ------------------------------------------------------------ nexmark */
+
+#define GEN_WAIT_MS 60000
+
+/* The partition count of topic (0: it does not exist), asked with a
+ * consumer handle (note 6).  Returns 0 or prints why. */
+static int gen_topic_partitions(const char *bootstrap, const char *topic,
+                                int *partitions) {
+  char err[512];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  if (rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err,
+                        sizeof err) != RD_KAFKA_CONF_OK ||
+      rd_kafka_conf_set(conf, "group.id", "sluice-nexmark-gen", err,
+                        sizeof err) != RD_KAFKA_CONF_OK) {
+    fprintf(stderr, "sluice: nexmark gen: %s\n", err);
+    rd_kafka_conf_destroy(conf);
+    return 1;
+  }
+  rd_kafka_conf_set(conf, "log_level", "3", err, sizeof err);
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+  if (!rk) {
+    fprintf(stderr, "sluice: nexmark gen: %s\n", err);
+    rd_kafka_conf_destroy(conf);
+    return 1;
+  }
+  const struct rd_kafka_metadata *md = NULL;
+  rd_kafka_topic_t *handle = rd_kafka_topic_new(rk, topic, NULL);
+  rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, handle, &md, GEN_WAIT_MS);
+  int rc = 0;
+  *partitions = 0;
+  if (e) {
+    fprintf(stderr, "sluice: nexmark gen: the metadata of topic %s: %s\n",
+            topic, rd_kafka_err2str(e));
+    rc = 1;
+  } else if (md->topic_cnt == 1 && !md->topics[0].err) {
+    *partitions = md->topics[0].partition_cnt;
+  }
+  if (md)
+    rd_kafka_metadata_destroy(md);
+  rd_kafka_topic_destroy(handle);
+  rd_kafka_destroy(rk);
+  return rc;
+}
+
+/* Create topic with partitions through the admin API. */
+static int gen_create_topic(rd_kafka_t *rk, const char *topic,
+                            int partitions) {
+  char err[512];
+  rd_kafka_NewTopic_t *nt =
+      rd_kafka_NewTopic_new(topic, partitions, -1, err, sizeof err);
+  if (!nt) {
+    fprintf(stderr, "sluice: nexmark gen: topic %s: %s\n", topic, err);
+    return 1;
+  }
+  rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+  rd_kafka_AdminOptions_t *opts =
+      rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+  rd_kafka_AdminOptions_set_request_timeout(opts, 10000, err, sizeof err);
+  rd_kafka_CreateTopics(rk, &nt, 1, opts, q);
+  rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 15000);
+  const char *why = !ev ? "no answer within 15 s"
+                        : rd_kafka_event_error(ev) ? rd_kafka_event_error_string(ev)
+                                                   : NULL;
+  if (ev && !why) {
+    size_t n = 0;
+    const rd_kafka_topic_result_t **results = rd_kafka_CreateTopics_result_topics(
+        rd_kafka_event_CreateTopics_result(ev), &n);
+    if (n == 1 && rd_kafka_topic_result_error(results[0]))
+      why = rd_kafka_err2str(rd_kafka_topic_result_error(results[0]));
+  }
+  if (why)
+    fprintf(stderr, "sluice: nexmark gen: cannot create topic %s with %d "
+                    "partitions: %s (on `sluice kafka mock`, which does not "
+                    "create topics on request, make it with --topic %s:%d)\n",
+            topic, partitions, why, topic, partitions);
+  if (ev)
+    rd_kafka_event_destroy(ev);
+  rd_kafka_AdminOptions_destroy(opts);
+  rd_kafka_queue_destroy(q);
+  rd_kafka_NewTopic_destroy(nt);
+  return why ? 1 : 0;
+}
+
+static void gen_report(rd_kafka_t *rk, const rd_kafka_message_t *m,
+                       void *opaque) {
+  (void)rk;
+  if (m->err && (*(rd_kafka_resp_err_t *)opaque) == 0)
+    *(rd_kafka_resp_err_t *)opaque = m->err;
+}
+
+int kafka_nexmark_gen(const nx_generator_config *gen, const char *bootstrap,
+                      const char *topic, int partitions) {
+  int existing = 0;
+  if (gen_topic_partitions(bootstrap, topic, &existing))
+    return 1;
+  if (existing && existing != partitions) {
+    fprintf(stderr, "sluice: nexmark gen: topic %s has %d partitions, not "
+                    "%d\n", topic, existing, partitions);
+    return 1;
+  }
+  char err[512];
+  rd_kafka_resp_err_t refused = 0;
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  const char *settings[][2] = {{"bootstrap.servers", bootstrap},
+                               {"enable.idempotence", "true"},
+                               {"linger.ms", "20"},
+                               {"log_level", "3"}};
+  for (size_t i = 0; i < sizeof settings / sizeof *settings; i++)
+    if (rd_kafka_conf_set(conf, settings[i][0], settings[i][1], err,
+                          sizeof err) != RD_KAFKA_CONF_OK) {
+      fprintf(stderr, "sluice: nexmark gen: %s\n", err);
+      rd_kafka_conf_destroy(conf);
+      return 1;
+    }
+  rd_kafka_conf_set_opaque(conf, &refused);
+  rd_kafka_conf_set_dr_msg_cb(conf, gen_report);
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  if (!rk) {
+    fprintf(stderr, "sluice: nexmark gen: %s\n", err);
+    rd_kafka_conf_destroy(conf);
+    return 1;
+  }
+  int rc = existing ? 0 : gen_create_topic(rk, topic, partitions);
+  nx_generated *g = malloc(sizeof *g);
+  char *line = malloc(NX_MAX_RECORD_BYTES * 7);
+  if (rc == 0 && (!g || !line)) {
+    fprintf(stderr, "sluice: nexmark gen: out of memory\n");
+    rc = 1;
+  }
+  for (uint64_t n = 0; rc == 0 && n < gen->events && !refused; n++) {
+    nx_generate(gen, n, g);
+    size_t len = nx_json_write(&g->event, line, NX_MAX_RECORD_BYTES * 7);
+    if (len > 0 && line[len - 1] == '\n')
+      len--; /* one line per message, without its newline */
+    int64_t time = g->event.type == NX_PERSON    ? g->event.u.person.date_time
+                   : g->event.type == NX_AUCTION ? g->event.u.auction.date_time
+                                                 : g->event.u.bid.date_time;
+    rd_kafka_resp_err_t e;
+    int64_t waited_ms = 0;
+    while ((e = rd_kafka_producev(
+                rk, RD_KAFKA_V_TOPIC(topic),
+                RD_KAFKA_V_PARTITION((int32_t)(n % (uint64_t)partitions)),
+                RD_KAFKA_V_VALUE(line, len), RD_KAFKA_V_TIMESTAMP(time),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)) ==
+               RD_KAFKA_RESP_ERR__QUEUE_FULL &&
+           waited_ms < GEN_WAIT_MS) { /* bounded: GEN_WAIT_MS */
+      rd_kafka_poll(rk, 10);
+      waited_ms += 10;
+    }
+    if (e) {
+      fprintf(stderr, "sluice: nexmark gen: topic %s: %s\n", topic,
+              rd_kafka_err2str(e));
+      rc = 1;
+    }
+  }
+  if (rc == 0 && rd_kafka_flush(rk, GEN_WAIT_MS) != 0) {
+    fprintf(stderr, "sluice: nexmark gen: topic %s: %d messages not "
+                    "acknowledged within %d ms\n", topic,
+            rd_kafka_outq_len(rk), GEN_WAIT_MS);
+    rc = 1;
+  }
+  if (refused) {
+    fprintf(stderr, "sluice: nexmark gen: topic %s: a message was refused: "
+                    "%s\n", topic, rd_kafka_err2str(refused));
+    rc = 1;
+  }
+  if (rc == 0)
+    fprintf(stderr, "sluice: wrote %" PRIu64 " events to topic %s (%d "
+                    "partitions)\n", gen->events, topic, partitions);
+  free(g);
+  free(line);
+  rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  rd_kafka_destroy(rk);
+  return rc;
+}
+
+/* Parse buffer of each source thread (note 7). */
+static _Thread_local char parse_storage[1 << 16];
+
+/* The source's time function: the event's date_time; a line that does not
+ * parse is a bad record. */
+static int nexmark_time(void *user, const void *value, uint32_t value_bytes,
+                        int64_t kafka_timestamp_ms, int64_t *timestamp,
+                        char *why, size_t why_bytes) {
+  (void)user;
+  (void)kafka_timestamp_ms;
+  nx_event e;
+  if (value_bytes > sizeof parse_storage) {
+    snprintf(why, why_bytes, "a line of %" PRIu32 " bytes is longer than "
+             "an event can be", value_bytes);
+    return EINVAL;
+  }
+  if (nx_json_parse(value, value_bytes, &e, parse_storage,
+                    sizeof parse_storage, why, why_bytes))
+    return EINVAL;
+  *timestamp = e.type == NX_PERSON    ? e.u.person.date_time
+               : e.type == NX_AUCTION ? e.u.auction.date_time
+                                      : e.u.bid.date_time;
+  return 0;
+}
+
+/* The map: a JSON line into an nx_record (its time stays the record's). */
+static int nexmark_encode(void *user, const sl_record *in, void *out,
+                          uint32_t *out_size_bytes) {
+  (void)user;
+  nx_event e;
+  char why[128];
+  if (in->size_bytes > sizeof parse_storage ||
+      nx_json_parse(in->data, in->size_bytes, &e, parse_storage,
+                    sizeof parse_storage, why, sizeof why))
+    return EINVAL; /* the source's time function let it through: a bug */
+  uint32_t size = nx_encode(&e, out, NX_MAX_RECORD_BYTES);
+  if (size == 0 || size > NX_MAX_RECORD_BYTES)
+    return EINVAL;
+  *out_size_bytes = size;
+  return 0;
+}
+
+int kafka_nexmark_source(sl_job *job, const char *address, int parallelism,
+                         int64_t watermark_lag_ms, sl_op **events) {
+  char bootstrap[4096], topic[256];
+  if (kafka_split_address(address, bootstrap, sizeof bootstrap, topic,
+                          sizeof topic))
+    return EINVAL;
+  sl_kafka_source_config kc = {.bootstrap = bootstrap,
+                               .topic = topic,
+                               .bounded = 1,
+                               .timestamp_fn = nexmark_time,
+                               .watermarks = 1,
+                               .out_of_orderness = watermark_lag_ms};
+  sl_op *lines;
+  int rc = sl_source_kafka(job, "events.kafka", parallelism, &kc, &lines);
+  if (rc == 0)
+    rc = sl_op_map(job, "events", lines, parallelism, NX_MAX_RECORD_BYTES,
+                   nexmark_encode, NULL, events);
   return rc;
 }
 
