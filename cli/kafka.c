@@ -667,7 +667,8 @@ static int nexmark_encode(void *user, const sl_record *in, void *out,
   return 0;
 }
 
-int kafka_nexmark_source(sl_job *job, const char *address, int parallelism,
+int kafka_nexmark_source(sl_job *job, const char *address,
+                         const char *partitions, int parallelism,
                          int64_t watermark_lag_ms, sl_op **events) {
   char bootstrap[4096], topic[256];
   if (kafka_split_address(address, bootstrap, sizeof bootstrap, topic,
@@ -675,6 +676,7 @@ int kafka_nexmark_source(sl_job *job, const char *address, int parallelism,
     return EINVAL;
   sl_kafka_source_config kc = {.bootstrap = bootstrap,
                                .topic = topic,
+                               .partitions = partitions,
                                .bounded = 1,
                                .timestamp_fn = nexmark_time,
                                .watermarks = 1,

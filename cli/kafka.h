@@ -28,10 +28,12 @@ int kafka_nexmark_gen(const struct nx_generator_config *gen,
                       const char *bootstrap, const char *topic,
                       int partitions);
 
-/* `sluice nexmark run --kafka-input BOOTSTRAP/TOPIC`: the Kafka source and
- * a map that parses each JSON line into an nx_record; *events is that
- * stream.  Errors: EINVAL (a bad address), and the builders'. */
-int kafka_nexmark_source(sl_job *job, const char *address, int parallelism,
+/* `sluice nexmark run --kafka-input BOOTSTRAP/TOPIC [--kafka-partitions
+ * LIST]`: the Kafka source (partitions NULL: all) and a map that parses
+ * each JSON line into an nx_record; *events is that stream.  Errors:
+ * EINVAL (a bad address or list), and the builders'. */
+int kafka_nexmark_source(sl_job *job, const char *address,
+                         const char *partitions, int parallelism,
                          int64_t watermark_lag_ms, sl_op **events);
 
 #endif /* SLUICE_CLI_KAFKA_H */

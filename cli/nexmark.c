@@ -77,6 +77,7 @@ typedef struct nexmark_options {
   int kafka_partitions;
   const char *kafka_input;    /* run --kafka-input BOOTSTRAP/TOPIC */
   const char *kafka_output;   /* run --kafka-output BOOTSTRAP/TOPIC */
+  const char *kafka_partitions_list; /* run --kafka-partitions LIST */
 } nexmark_options;
 
 void nexmark_usage(FILE *out) {
@@ -110,6 +111,8 @@ void nexmark_usage(FILE *out) {
           "  --kafka-input BOOTSTRAP/TOPIC  read events from a topic instead (as\n"
           "                         `gen --kafka` writes them; the topic as it was\n"
           "                         at the first start)\n"
+          "  --kafka-partitions LIST  read only these partitions (\"0-3,7\"): so\n"
+          "                         that several processes split a topic\n"
           "  --kafka-output BOOTSTRAP/TOPIC  each row as one message (the CSV line\n"
           "                         of --output, no header), at-least-once\n"
           "  --output FILE          exactly-once output: sorted CSV rows with a\n"
@@ -232,6 +235,10 @@ static bool run_option(const char *a, const char *v, nexmark_options *o) {
                                   sizeof topic))
       die_usage("%s needs BOOTSTRAP/TOPIC", a);
     *(a[8] == 'i' ? &o->kafka_input : &o->kafka_output) = v;
+  } else if (strcmp(a, "--kafka-partitions") == 0) {
+    if (!v || !*v)
+      die_usage("--kafka-partitions needs a list such as 0-3,7");
+    o->kafka_partitions_list = v;
   } else if (strcmp(a, "--parallelism") == 0)
     o->parallelism = (int)parse_u64(a, v, 1, SL_MAX_PARALLELISM);
   else if (strcmp(a, "--watermark-lag-ms") == 0)
@@ -456,6 +463,8 @@ static void check_run_options(nexmark_options *o, char *parts, size_t size) {
     die_usage("nexmark run: --events and --input exclude each other");
   if (o->kafka_input && (o->input_count || o->events_given))
     die_usage("nexmark run: --kafka-input excludes --input and --events");
+  if (o->kafka_partitions_list && !o->kafka_input)
+    die_usage("nexmark run: --kafka-partitions is for --kafka-input");
   if (o->kafka_output && o->output)
     die_usage("nexmark run: --kafka-output and --output exclude each other");
   if (o->config.checkpoint.store_policy && !o->config.checkpoint.state_dir)
@@ -499,8 +508,9 @@ static int build_nexmark(const nexmark_options *o, sl_job *job,
   int64_t lag_ms = o->source.watermark_lag_ms ? o->source.watermark_lag_ms
                                               : 4000; /* nx_source_config */
   int rc = o->kafka_input
-               ? kafka_nexmark_source(job, o->kafka_input, o->parallelism,
-                                      lag_ms, &events)
+               ? kafka_nexmark_source(job, o->kafka_input,
+                                      o->kafka_partitions_list,
+                                      o->parallelism, lag_ms, &events)
            : o->input_count
                ? nx_source_file(job, "events", o->inputs, o->input_count,
                                 &o->source, &events)

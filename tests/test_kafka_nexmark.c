@@ -103,3 +103,51 @@ Test(kafka_nexmark, bad_event_line_names_topic_partition_and_offset) {
   kafka_mock_stop(&m);
   sl_test_remove_tree(dir);
 }
+
+/* Two processes split a topic's partitions ("0" and "1-2"), each with its
+ * own state directory, into one output topic: together they give the
+ * single file run's rows, each once (q1: one row per bid, no state across
+ * events). */
+Test(kafka_nexmark, two_processes_splitting_a_topic_give_the_single_run) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"events:3", "rows:2", NULL});
+  char *dir = sl_test_temp_dir("kafka-nexmark");
+  char log[512], events[512], file[512], in[600], out[600];
+  snprintf(log, sizeof log, "%s/log.txt", dir);
+  snprintf(events, sizeof events, "%s/events.jsonl", dir);
+  snprintf(file, sizeof file, "%s/q1.csv", dir);
+  snprintf(in, sizeof in, "%s/events", m.bootstrap);
+  snprintf(out, sizeof out, "%s/rows", m.bootstrap);
+  cr_assert_eq(sl_test_run_sluice(log, (const char *const[]){
+                   "nexmark", "gen", "--events", "20000", "--output", events,
+                   NULL}), 0);
+  cr_assert_eq(sl_test_run_sluice(log, (const char *const[]){
+                   "nexmark", "run", "--query", "q1", "--input", events,
+                   "--output", file, "--quiet", NULL}), 0);
+  cr_assert_eq(sl_test_run_sluice(log, (const char *const[]){
+                   "nexmark", "gen", "--events", "20000", "--kafka",
+                   m.bootstrap, "--topic", "events", "--partitions", "3",
+                   NULL}), 0, "gen --kafka failed (see %s)", log);
+  const char *lists[2] = {"0", "1-2"};
+  for (int p = 0; p < 2; p++) {
+    char state[600];
+    snprintf(state, sizeof state, "%s/state-%d", dir, p);
+    cr_assert_eq(sl_test_run_sluice(log, (const char *const[]){
+                     "nexmark", "run", "--query", "q1", "--kafka-input", in,
+                     "--kafka-partitions", lists[p], "--kafka-output", out,
+                     "--state-dir", state, "--quiet", NULL}), 0,
+                 "process %d failed (see %s)", p, log);
+  }
+  char dump[512];
+  snprintf(dump, sizeof dump, "%s/dump.txt", dir);
+  cr_assert_eq(sl_test_run_sluice(dump, (const char *const[]){
+                   "kafka", "dump", out, NULL}), 0);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "tail -n +2 '%s' | LC_ALL=C sort > '%s.want' && "
+           "LC_ALL=C sort '%s' > '%s.got' && cmp -s '%s.want' '%s.got' && "
+           "test -s '%s.want'", file, dir, dump, dir, dir, dir, dir);
+  cr_expect_eq(system(cmd), 0, "the two processes' rows differ from the "
+               "single run's: diff %s.want %s.got", dir, dir);
+  kafka_mock_stop(&m);
+  sl_test_remove_tree(dir);
+}
