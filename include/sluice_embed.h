@@ -80,7 +80,8 @@
  *   sl_source_push,
  *   sl_sink_callback,
  *   sl_sink_callback_checkpoints,
- *   sl_sink_exactly_once
+ *   sl_sink_exactly_once,
+ *   sl_source_kafka, sl_sink_kafka
  *   sl_generator_event,           any thread, any time (pure functions)
  *   sl_generator_range,
  *   sl_generator_validate
