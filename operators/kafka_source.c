@@ -35,13 +35,20 @@
  *    last poll said so) with no message for idle_timeout_ms.  When every
  *    live partition is idle the instance marks its outputs idle (the
  *    engine's IDLE control, timer.c); its next record or watermark makes
- *    them active again.  The largest times are checkpointed with the
- *    offsets.
+ *    them active again.  An instance that reads no partition at all (more
+ *    instances than partitions) marks its outputs idle at once.  The
+ *    largest times are checkpointed with the offsets.
  * 6. Committing offsets back is monitoring only: each snapshot keeps its
  *    offsets in a ring of KAFKA_COMMIT_RING entries; the completion of
  *    checkpoint c commits, asynchronously, the newest entry with an id <=
- *    c, and forgets the older ones.  A lost commit loses nothing: the
- *    checkpoints hold the offsets the source restores from.
+ *    c, and forgets the older ones (the final snapshot's entry takes the
+ *    id after every barrier seen, as in wal_sink.c note 5, at most that of
+ *    the checkpoint completing it).  Results come back on a
+ *    queue of the instance's, polled without waiting at each completion
+ *    and for at most KAFKA_CLOSE_COMMIT_MS at close, so the last commit
+ *    of a bounded run usually lands.  A failed or lost commit loses
+ *    nothing (a warning says so): the checkpoints hold the offsets the
+ *    source restores from.
  * 7. Nothing read back is trusted (DESIGN.md invariant 9): the state's
  *    length, magic, version, topic hash, partition ids (each assigned to
  *    this instance, none twice) and offsets are checked before use; a bad
@@ -75,6 +82,7 @@
 #define KAFKA_POLL_MS 50 /* first poll of a next() call (note 4) */
 #define KAFKA_RECORDS_PER_CALL 1024u
 #define KAFKA_COMMIT_RING 8u /* note 6 */
+#define KAFKA_CLOSE_COMMIT_MS 2000 /* note 6: the last commits, at close */
 
 typedef struct kafka_source {
   sl_kafka_source_config cfg; /* strings point into this struct's copies */
@@ -106,6 +114,8 @@ typedef struct kafka_instance {
   int32_t topic_partitions;
   bool assigned; /* the first next() resolved starts and assigned */
   kafka_commit commits[KAFKA_COMMIT_RING];
+  rd_kafka_queue_t *commit_results; /* note 6 */
+  uint32_t commits_in_flight;
 } kafka_instance;
 
 /* ------------------------------------------------------------ checker */
@@ -477,7 +487,9 @@ static int watermark_tick(sl_ctx *ctx, kafka_instance *k) {
     if (w < low)
       low = w;
   }
-  if (live && !active) {
+  /* An instance with no partition (more instances than partitions) has
+   * nothing to wait for: idle at once. */
+  if (!active && (live || k->part_count == 0)) {
     if (ctx->output_idle || ctx->output_count == 0)
       return 0;
     ctx->output_idle = true;
@@ -503,6 +515,10 @@ static int kafka_open(sl_ctx *ctx, void *user, void **state) {
     rc = topic_partitions(ctx, k, wait_ms(k));
   if (rc == 0)
     rc = assign_partitions(ctx, k);
+  if (rc == 0 && k->src->cfg.commit_offsets) {
+    k->commit_results = rd_kafka_queue_new(k->consumer);
+    rc = k->commit_results ? 0 : ENOMEM;
+  }
   if (rc) { /* close runs only after an open that succeeded */
     kafka_close(ctx, k);
     *state = NULL;
@@ -573,8 +589,10 @@ static int kafka_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   }
   int rc = sl_operator_state_set(ctx, data, words * 8u);
   free(data);
-  if (rc || !k->src->cfg.commit_offsets || id == 0)
+  if (rc || !k->src->cfg.commit_offsets)
     return rc;
+  if (id == 0) /* the final snapshot (note 6; wal_sink.c note 5) */
+    id = ctx->cp.max_seen_id + 1;
   kafka_commit *slot = &k->commits[id % KAFKA_COMMIT_RING];
   int64_t *offsets = realloc(slot->offsets, (k->part_count + 1) * sizeof *offsets);
   if (!offsets)
@@ -586,8 +604,32 @@ static int kafka_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   return 0;
 }
 
+/* Note 6: take the commit results that came, waiting at most wait_ms in
+ * all for the outstanding ones. */
+static void commit_results(sl_ctx *ctx, kafka_instance *k, int wait_ms) {
+  int64_t waited_ms = 0;
+  while (k->commits_in_flight > 0) { /* bounded by wait_ms */
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(
+        k->commit_results, waited_ms < wait_ms ? 100 : 0);
+    if (!ev) {
+      waited_ms += 100;
+      if (waited_ms >= wait_ms)
+        break;
+      continue;
+    }
+    if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_OFFSET_COMMIT) {
+      k->commits_in_flight--;
+      if (rd_kafka_event_error(ev))
+        sl_log(SL_LOG_WARN, "kafka source %s: committing offsets of topic %s "
+               "to group %s: %s (monitoring only)", sl_ctx_name(ctx),
+               k->src->topic, k->src->group_id,
+               rd_kafka_event_error_string(ev));
+    }
+    rd_kafka_event_destroy(ev);
+  }
+}
+
 static void kafka_complete(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)ctx;
   kafka_instance *k = state;
   kafka_commit *best = NULL;
   for (uint32_t i = 0; i < KAFKA_COMMIT_RING; i++) {
@@ -596,7 +638,7 @@ static void kafka_complete(sl_ctx *ctx, void *state, uint64_t id) {
         (!best || c->checkpoint_id > best->checkpoint_id))
       best = c;
   }
-  if (!best || !k->consumer)
+  if (!best || !k->commit_results)
     return;
   rd_kafka_topic_partition_list_t *list =
       rd_kafka_topic_partition_list_new((int)k->part_count);
@@ -604,12 +646,17 @@ static void kafka_complete(sl_ctx *ctx, void *state, uint64_t id) {
     if (best->offsets[i] >= 0) /* a number: something was read */
       rd_kafka_topic_partition_list_add(list, k->src->topic, k->parts[i].id)
           ->offset = best->offsets[i];
-  if (list->cnt)
-    rd_kafka_commit(k->consumer, list, 1); /* async: never waits */
+  /* Asynchronous: the result comes on commit_results. */
+  if (list->cnt &&
+      rd_kafka_commit_queue(k->consumer, list, k->commit_results, NULL,
+                            NULL) == 0)
+    k->commits_in_flight++;
   rd_kafka_topic_partition_list_destroy(list);
+  uint64_t done = best->checkpoint_id;
   for (uint32_t i = 0; i < KAFKA_COMMIT_RING; i++)
-    if (k->commits[i].checkpoint_id <= best->checkpoint_id)
+    if (k->commits[i].checkpoint_id <= done)
       k->commits[i].checkpoint_id = 0;
+  commit_results(ctx, k, 0);
 }
 
 /* Note 7. */
@@ -664,8 +711,11 @@ static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
 }
 
 static void kafka_close(sl_ctx *ctx, void *state) {
-  (void)ctx;
   kafka_instance *k = state;
+  if (k->commit_results) {
+    commit_results(ctx, k, KAFKA_CLOSE_COMMIT_MS);
+    rd_kafka_queue_destroy(k->commit_results);
+  }
   if (k->consumer) {
     /* No group was joined (note 1): close only ends the fetchers. */
     rd_kafka_consumer_close(k->consumer);

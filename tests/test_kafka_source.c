@@ -221,3 +221,43 @@ Test(kafka_source, bad_partition_list_is_refused) {
   cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), EINVAL);
   sl_job_destroy(job);
 }
+
+/* Offsets committed back on checkpoint completion (commit_offsets) are
+ * where a second job starting at SL_KAFKA_COMMITTED begins: after the
+ * first job read all 60 messages, the second reads none of them; the 20
+ * produced after the first job are all it reads. */
+static uint64_t run_committed(const kafka_mock *m, const char *dir,
+                              int start) {
+  sl_job_config config = sl_fixture_config(dir, 10);
+  config.checkpoint.store_policy = SL_STORE_FRESH;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = m->bootstrap, .topic = "c",
+                               .bounded = 1, .start = start,
+                               .group_id = "committed-test",
+                               .commit_offsets = 1};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_kafka(job, "source", 2, &kc, &src), 0);
+  static sl_fixture_collector collector = {.record_bytes = 16};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sl_fixture_collector_ops,
+                          &collector, &sink), 0);
+  cr_expect_eq(run_to_end(job, "committed offsets job"), 0, "%s",
+               sl_job_error(job));
+  sl_job_destroy(job);
+  uint64_t n;
+  free(sl_fixture_collector_gather(&collector, compare_bytes16, &n));
+  return n;
+}
+
+Test(kafka_source, committed_offsets_start_the_next_job) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"c:3", NULL});
+  produce_tuples(&m, "c", 60, 6, 3);
+  char *dir = sl_test_temp_dir("kafka-commit");
+  cr_expect_eq(run_committed(&m, dir, SL_KAFKA_EARLIEST), 60);
+  produce_tuples(&m, "c", 20, 6, 3);
+  uint64_t second = run_committed(&m, dir, SL_KAFKA_COMMITTED);
+  cr_expect_eq(second, 20, "the second job read %" PRIu64, second);
+  sl_test_remove_tree(dir);
+  kafka_mock_stop(&m);
+}
