@@ -16,11 +16,14 @@
  *    the partitions at them.  Offsets are those of the messages read with
  *    isolation.level=read_committed.
  * 3. Starting offsets are resolved into numbers at the first start
- *    (kafka_resolve_starts) and only then saved, except "earliest", which
+ *    (resolve_starts, from the first next() or the first snapshot, which
+ *    can come before it) and only then saved, except "earliest", which
  *    stays the logical RD_KAFKA_OFFSET_BEGINNING until a message is read:
  *    it means the same after a restore.  A resolved "latest" or timestamp
  *    does not move when the job restores later.  The end offsets of a
- *    bounded source are fixed the same way and checkpointed.
+ *    bounded source are fixed the same way and checkpointed (-1 stands
+ *    for none: a bounded source resolves such an end when it restores
+ *    one, and never takes it for "finished").
  * 4. Bounded waits (DESIGN.md invariant 7): every call that asks the
  *    cluster at start (metadata, end offsets, offsets for a time,
  *    committed offsets) waits at most timeout_ms and fails the job naming
@@ -294,16 +297,16 @@ static int resolve_starts(sl_ctx *ctx, kafka_instance *k) {
   const char *what = NULL;
   for (uint32_t i = 0; !err && i < k->part_count; i++) {
     kafka_partition *p = &k->parts[i];
-    if (p->restored)
-      continue;
+    bool need_end = cfg->bounded && p->end_offset < 0;
+    bool need_latest = !p->restored && cfg->start == SL_KAFKA_LATEST;
     int64_t low, high;
-    if (cfg->bounded || cfg->start == SL_KAFKA_LATEST) {
+    if (need_end || need_latest) {
       what = "the end offsets";
       err = rd_kafka_query_watermark_offsets(k->consumer, k->src->topic,
                                              p->id, &low, &high, (int)wait);
-      if (!err && cfg->bounded)
+      if (!err && need_end)
         p->end_offset = high;
-      if (!err && cfg->start == SL_KAFKA_LATEST)
+      if (!err && need_latest)
         p->next_offset = high;
     }
   }
@@ -535,7 +538,8 @@ static int kafka_next(sl_ctx *ctx, void *state) {
   }
   bool finished = k->src->cfg.bounded;
   for (uint32_t i = 0; finished && i < k->part_count; i++)
-    finished = k->parts[i].next_offset >= k->parts[i].end_offset;
+    finished = k->parts[i].end_offset >= 0 && /* resolved */
+               k->parts[i].next_offset >= k->parts[i].end_offset;
   if (finished)
     return SL_SOURCE_END;
   uint32_t emitted = 0;
@@ -569,9 +573,14 @@ static int kafka_next(sl_ctx *ctx, void *state) {
   return rc;
 }
 
-/* Notes 2, 6. */
+/* Notes 2, 3, 6. */
 static int kafka_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   kafka_instance *k = state;
+  if (!k->assigned) { /* a barrier before the first next(): resolve now */
+    int rc = start_reading(ctx, k);
+    if (rc)
+      return rc;
+  }
   uint32_t words = KAFKA_HEAD_WORDS + KAFKA_PARTITION_WORDS * k->part_count;
   uint64_t *data = malloc(words * sizeof *data);
   if (!data)
