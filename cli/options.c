@@ -14,6 +14,7 @@ void run_usage(FILE *out) {
           "usage: sluice run JOB [options]\n"
           "       sluice nexmark gen|run [options]   (sluice nexmark --help)\n"
           "       sluice checkpoints DIR [options]   (sluice checkpoints --help)\n"
+          "       sluice kafka mock|dump [options]   (sluice kafka --help)\n"
           "       sluice jobs\n"
           "       sluice --help | --version\n"
           "\n"

@@ -11,6 +11,8 @@
  *   sluice nexmark gen|run [options]  Nexmark (cli/nexmark.c)
  *   sluice checkpoints DIR [options]  inspect a state directory
  *                                   (cli/checkpoints.c)
+ *   sluice kafka mock|dump [options]  a mock Kafka cluster, a topic's
+ *                                   committed values (cli/kafka.c)
  *   sluice jobs | --help | --version
  *
  * `sluice run JOB` runs a built-in job with a live status line and a
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "kafka.h"
 #include "run.h"
 #include "sluice.h"
 
@@ -60,6 +63,8 @@ int main(int argc, char **argv) {
     return nexmark_main(argc - 2, argv + 2);
   if (strcmp(cmd, "checkpoints") == 0)
     return checkpoints_main(argc - 2, argv + 2);
+  if (strcmp(cmd, "kafka") == 0)
+    return kafka_main(argc - 2, argv + 2);
   if (strcmp(cmd, "run") != 0)
     die_usage("unknown command '%s'", cmd);
   /* `sluice run --help` asks for run's usage, not for a job named

@@ -1,6 +1,7 @@
 /* sluice_embed.h — generator source, push source, callback sink,
- * exactly-once sink (operators/generator.c, operators/push.c,
- * operators/wal_sink.c).  Included by sluice.h.
+ * exactly-once sink, Kafka source and sink (operators/generator.c,
+ * operators/push.c, operators/wal_sink.c, operators/kafka_*.c).  Included
+ * by sluice.h.
  *
  * OVERVIEW
  *
@@ -79,7 +80,8 @@
  *   sl_source_push,
  *   sl_sink_callback,
  *   sl_sink_callback_checkpoints,
- *   sl_sink_exactly_once
+ *   sl_sink_exactly_once,
+ *   sl_source_kafka, sl_sink_kafka
  *   sl_generator_event,           any thread, any time (pure functions)
  *   sl_generator_range,
  *   sl_generator_validate
@@ -517,6 +519,145 @@ typedef int (*sl_deliver_fn)(void *user, int instance, uint64_t checkpoint_id,
 int sl_sink_exactly_once(sl_job *job, const char *name, sl_op *input,
                          int parallelism, sl_deliver_fn fn, void *user,
                          sl_op **op);
+
+/* ------------------------------------------------------------------------ */
+/* Kafka source (operators/kafka_source.c, docs/kafka.md). */
+
+/** Where a partition starts when no checkpoint gives its offset. */
+enum sl_kafka_start {
+  SL_KAFKA_EARLIEST = 0,  /* its first offset (default) */
+  SL_KAFKA_LATEST = 1,    /* its end when the instance first starts */
+  SL_KAFKA_TIMESTAMP = 2, /* the first message at or after start_timestamp_ms */
+  SL_KAFKA_COMMITTED = 3, /* group_id's committed offset; none: earliest */
+};
+
+/** The event time of one message, for a source with timestamp_fn: set
+ * *timestamp from the value (or the message's Kafka timestamp,
+ * kafka_timestamp_ms, -1 when it has none).  Return 0, or nonzero for a
+ * bad record, with a reason written to why (why_bytes, NUL-terminated);
+ * the source then fails the job naming the topic, partition and offset.
+ * Called on the source instance's thread. */
+typedef int (*sl_kafka_timestamp_fn)(void *user, const void *value,
+                                     uint32_t value_bytes,
+                                     int64_t kafka_timestamp_ms,
+                                     int64_t *timestamp, char *why,
+                                     size_t why_bytes);
+
+/** A Kafka source.  Zero-initialise, then set what you need; the strings
+ * are copied by sl_source_kafka(). */
+typedef struct sl_kafka_source_config {
+  const char *bootstrap; /* "HOST:PORT,...": required */
+  const char *topic;     /* required */
+  /** The partitions this source reads: NULL or "" for every partition of
+   * the topic, else a list such as "0-3,7" (so that several processes can
+   * split a topic).  Instance i of P reads those whose id % P == i. */
+  const char *partitions;
+  int start;                  /* enum sl_kafka_start */
+  int64_t start_timestamp_ms; /* SL_KAFKA_TIMESTAMP */
+  /** The consumer group whose offsets SL_KAFKA_COMMITTED reads and
+   * commit_offsets writes.  NULL: "sluice-JOB-OPERATOR".  The source never
+   * joins the group: partitions are assigned statically. */
+  const char *group_id;
+  /** 1: when a checkpoint completes, commit its offsets to group_id
+   * (asynchronously, for monitoring only: the checkpoints hold the
+   * offsets the source restores from). */
+  int commit_offsets;
+  /** NULL: each record's time is the message's Kafka timestamp (a
+   * message without one is a bad record). */
+  sl_kafka_timestamp_fn timestamp_fn;
+  void *timestamp_user;
+  /** 1: per-partition watermarks: each partition's watermark trails the
+   * largest time read from it by out_of_orderness (W = max - bound - 1);
+   * the instance emits the least over its partitions that are not idle. */
+  int watermarks;
+  int64_t out_of_orderness;
+  /** A partition at its end that has had no message for this long is
+   * idle: it does not hold the watermark back; when every partition of
+   * an instance is, the instance marks its outputs idle.  0: never. */
+  uint32_t idle_timeout_ms;
+  /** 1: a bounded source: each partition ends at the end offset it had
+   * when the job first started (kept in the checkpoints); the source ends
+   * when every partition reached it.  0: it runs until stopped. */
+  int bounded;
+  /** Extra librdkafka settings, "name=value" each, NULL-terminated (NULL:
+   * none), applied after the source's own (see docs/kafka.md). */
+  const char *const *properties;
+  /** Bound, in ms, of each wait on the cluster at start (metadata, end
+   * offsets, committed offsets); 0: 30000.  Running out fails the job,
+   * naming what was waited for. */
+  uint32_t timeout_ms;
+} sl_kafka_source_config;
+
+/** A source of parallelism instances reading cfg->topic (cfg is copied).
+ * Each record is a message's value (its key is not read), with the time
+ * cfg says (sl_emit_ts).  Replayable: each instance checkpoints the next
+ * offset of each of its partitions (with the end offsets of a bounded
+ * source and the partitions' watermarks) and a restore seeks there.  It
+ * reads with isolation.level=read_committed.  A bad record (no value, over
+ * max_record_bytes, no usable time) fails the job naming the topic,
+ * partition and offset.  The partition list of a restore must be the one
+ * checkpointed: a partition an instance saved and no longer reads fails
+ * the restore; one it reads and did not save starts as cfg->start says.
+ * Errors: EINVAL (cfg, bootstrap or topic NULL, a bad partition list or
+ * start, the reason in sl_job_error()), ENOMEM, as the builders. */
+int sl_source_kafka(sl_job *job, const char *name, int parallelism,
+                    const sl_kafka_source_config *cfg, sl_op **op);
+
+/* ------------------------------------------------------------------------ */
+/* Kafka sink (operators/kafka_sink.c, docs/kafka.md). */
+
+/** The key of the message a record becomes: set *key (valid until the
+ * next call on the same thread) and *key_bytes; *key NULL for no key.
+ * Return 0; anything else fails the job. */
+typedef int (*sl_kafka_key_fn)(void *user, const sl_record *rec,
+                               const void **key, uint32_t *key_bytes);
+
+/** The partition of a record's message, 0 .. partitions-1, or -1 to let
+ * librdkafka's partitioner choose by the key (murmur2-random, Java's
+ * default).  Anything else fails the job. */
+typedef int32_t (*sl_kafka_partition_fn)(void *user, const sl_record *rec,
+                                         int32_t partitions);
+
+/** A Kafka sink.  Zero-initialise, then set what you need; the strings
+ * are copied by sl_sink_kafka(). */
+typedef struct sl_kafka_sink_config {
+  const char *bootstrap; /* "HOST:PORT,...": required */
+  const char *topic;     /* required */
+  /** The message value: format (sluice_io.h; the line without a newline)
+   * or, NULL, the record's bytes. */
+  sl_format_fn format;
+  void *format_user;
+  /** NULL: the record's key when the sink's input is keyed (its bytes, as
+   * sl_ctx_key_bytes() gives them), else no key. */
+  sl_kafka_key_fn key_fn;
+  void *key_user;
+  sl_kafka_partition_fn partition_fn; /* NULL: by the key */
+  void *partition_user;
+  /** Extra librdkafka producer settings, "name=value" each,
+   * NULL-terminated (NULL: none), applied after the sink's own. */
+  const char *const *properties;
+  /** Bound, in ms, of every wait for the cluster: the acknowledgement of
+   * a checkpoint's messages, room in a full producer queue; 0: 30000.
+   * Running out fails the job, naming the topic and what was waited
+   * for. */
+  uint32_t timeout_ms;
+} sl_kafka_sink_config;
+
+/** A sink of parallelism instances producing each record as one message
+ * to cfg->topic (cfg is copied), with an idempotent producer (acks=all).
+ * At-least-once: the snapshot of checkpoint n returns only after every
+ * message of a record received before barrier n was acknowledged by the
+ * cluster (else it fails the job), so a restore from n replays only
+ * records whose messages may be missing: a failure can duplicate
+ * messages, never lose one.  A message the cluster refuses fails the job,
+ * naming the topic, partition and error.  No transactions: librdkafka
+ * 2.0.2's mock cluster, the only broker the tests can run, does not
+ * implement them (docs/kafka.md says what exactly-once would take).
+ * Errors: EINVAL (cfg, bootstrap or topic NULL, a property without '=';
+ * the reason in sl_job_error()), ENOMEM, as the builders. */
+int sl_sink_kafka(sl_job *job, const char *name, sl_op *input,
+                  int parallelism, const sl_kafka_sink_config *cfg,
+                  sl_op **op);
 
 #ifdef __cplusplus
 }

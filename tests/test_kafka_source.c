@@ -1,0 +1,263 @@
+/* test_kafka_source.c — the Kafka source (operators/kafka_source.c)
+ * against `sluice kafka mock` in a child process (kafka_fixture.h):
+ * offsets restored after a failover give exactly-once results, a bad
+ * record names its topic, partition and offset, and an idle partition
+ * does not hold the watermark back. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "kafka_fixture.h"
+#include "sluice.h"
+#include "sluice_testing.h"
+#include "test_dirs.h"
+#include "test_util.h"
+
+/* Fill topic with count sl_tuple records {key = i % keys, value = i}, key
+ * k into partition k % partitions: each key's records are in one
+ * partition, in order, as sl_sink_verify expects them. */
+static void produce_tuples(const kafka_mock *m, const char *topic,
+                           uint32_t count, uint64_t keys, int partitions) {
+  sl_tuple *tuples = calloc(count, sizeof *tuples);
+  const void **values = calloc(count, sizeof *values);
+  uint32_t *sizes = calloc(count, sizeof *sizes);
+  int32_t *parts = calloc(count, sizeof *parts);
+  cr_assert(tuples && values && sizes && parts);
+  for (uint32_t i = 0; i < count; i++) {
+    tuples[i] = (sl_tuple){.key = i % keys, .value = i};
+    values[i] = &tuples[i];
+    sizes[i] = sizeof tuples[i];
+    parts[i] = (int32_t)(tuples[i].key % (uint64_t)partitions);
+  }
+  kafka_produce(m, topic, count, values, sizes, parts, NULL);
+  free(tuples);
+  free(values);
+  free(sizes);
+  free(parts);
+}
+
+/* The time of a tuple: its value; anything else is a bad record. */
+static int tuple_time(void *user, const void *value, uint32_t value_bytes,
+                      int64_t kafka_timestamp_ms, int64_t *timestamp,
+                      char *why, size_t why_bytes) {
+  (void)user;
+  (void)kafka_timestamp_ms;
+  if (value_bytes != sizeof(sl_tuple)) {
+    snprintf(why, why_bytes, "expected a %zu-byte tuple, got %" PRIu32
+             " bytes", sizeof(sl_tuple), value_bytes);
+    return 1;
+  }
+  sl_tuple t;
+  memcpy(&t, value, sizeof t);
+  *timestamp = (int64_t)t.value;
+  return 0;
+}
+
+static int run_to_end(sl_job *job, const char *what) {
+  sl_test_watchdog w;
+  int rc = sl_job_start(job);
+  if (rc == 0) {
+    sl_test_watchdog_arm(&w, job, 120, what);
+    rc = sl_job_wait(job);
+    cr_assert_not(sl_test_watchdog_disarm(&w), "%s hung", what);
+  }
+  return rc;
+}
+
+/* A failure at the second checkpoint completion the source sees: the
+ * restart restores a completed checkpoint's offsets, and the verifying
+ * sink (its counts are checkpointed) finds every record once, in order. */
+Test(kafka_source, offsets_restored_after_failover_give_exactly_once) {
+  const uint32_t count = 3000;
+  const uint64_t keys = 30;
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"events:3", NULL});
+  produce_tuples(&m, "events", count, keys, 3);
+  char *dir = sl_test_temp_dir("kafka-src");
+  sl_job_config config = sl_fixture_config(dir, 10);
+  config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
+  config.restart.attempts = 2;
+  config.restart.delay_ms = 10;
+  /* slow: the run lasts well beyond two checkpoint intervals. */
+  config.faults = "complete:op=source,nth=2; slow:op=verify,delay_us=100";
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = m.bootstrap, .topic = "events",
+                               .bounded = 1, .timestamp_fn = tuple_time};
+  sl_op *src, *verify;
+  cr_assert_eq(sl_source_kafka(job, "source", 2, &kc, &src), 0,
+               "%s", sl_job_error(job));
+  cr_assert_eq(sl_sink_verify(job, "verify", src, 2, count, keys, &verify), 0);
+  int rc = run_to_end(job, "kafka failover job");
+  cr_expect_eq(rc, 0, "job failed: %s", sl_job_error(job));
+  cr_expect_eq(sl_job_restarts(job), 1);
+  sl_recovery_stats rs;
+  cr_assert_eq(sl_job_recovery_stats(job, 0, &rs), 0);
+  cr_expect_gt(rs.restored_from, 0, "the restart restored no checkpoint");
+  sl_verify_counts v;
+  cr_assert_eq(sl_verify_result(verify, &v), 0);
+  cr_expect(v.complete);
+  cr_expect_eq(v.records, count);
+  cr_expect_eq(v.lost, 0);
+  cr_expect_eq(v.duplicates, 0);
+  cr_expect_eq(v.out_of_order, 0);
+  sl_job_destroy(job);
+  sl_test_remove_tree(dir);
+  kafka_mock_stop(&m);
+}
+
+static int compare_bytes16(const void *a, const void *b) {
+  return memcmp(a, b, 16);
+}
+
+/* The job fails with the first bad record's topic, partition and offset
+ * and the reason. */
+static void expect_bad_record(const void *bad, uint32_t bad_bytes,
+                              const char *expected) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"bad:1", NULL});
+  sl_tuple good[3] = {{1, 10}, {2, 20}, {3, 30}};
+  const void *values[4] = {&good[0], &good[1], &good[2], bad};
+  uint32_t sizes[4] = {16, 16, 16, bad_bytes};
+  int32_t parts[4] = {0, 0, 0, 0};
+  kafka_produce(&m, "bad", 4, values, sizes, parts, NULL);
+  sl_job *job;
+  cr_assert_eq(sl_job_create(NULL, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = m.bootstrap, .topic = "bad",
+                               .bounded = 1, .timestamp_fn = tuple_time};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_kafka(job, "source", 1, &kc, &src), 0);
+  static sl_fixture_collector collector = {.record_bytes = 16};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sl_fixture_collector_ops,
+                          &collector, &sink), 0);
+  int rc = run_to_end(job, "bad record job");
+  cr_expect_neq(rc, 0, "a bad record did not fail the job");
+  cr_expect(strstr(sl_job_error(job), expected), "error: %s",
+            sl_job_error(job));
+  sl_job_destroy(job);
+  kafka_mock_stop(&m);
+  uint64_t n;
+  free(sl_fixture_collector_gather(&collector, compare_bytes16, &n));
+}
+
+Test(kafka_source, bad_record_names_topic_partition_and_offset) {
+  expect_bad_record("oops", 4, "topic bad partition 0 offset 3: bad record: "
+                               "expected a 16-byte tuple, got 4 bytes");
+}
+
+Test(kafka_source, message_without_value_is_a_bad_record) {
+  expect_bad_record(NULL, 0, "topic bad partition 0 offset 3: bad record: "
+                             "the message has no value");
+}
+
+/* Per-partition watermarks: partition 0 has times 1000 .. 1009, partition
+ * 1 nothing.  Once partition 1 is idle (at its end, quiet for 20 ms) the
+ * source's watermark is partition 0's, 1009 - 1: the sink sees it while
+ * the (unbounded) source still runs.  Partition 1 alone (partitions = "1")
+ * is the next job: no watermark from an empty, idle partition. */
+static _Atomic int64_t g_watermark = SL_WATERMARK_MIN;
+
+static int watermark_seen(sl_ctx *ctx, void *state, int64_t watermark) {
+  (void)ctx;
+  (void)state;
+  if (watermark != SL_WATERMARK_MAX)
+    atomic_store(&g_watermark, watermark);
+  return 0;
+}
+
+static int ignore_record(sl_ctx *ctx, void *state, int input,
+                         const sl_record *in) {
+  (void)ctx, (void)state, (void)input, (void)in;
+  return 0;
+}
+
+Test(kafka_source, idle_partition_does_not_hold_the_watermark_back) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"wm:2", NULL});
+  sl_tuple t[10];
+  const void *values[10];
+  uint32_t sizes[10];
+  int32_t parts[10];
+  int64_t times[10];
+  for (int i = 0; i < 10; i++) {
+    t[i] = (sl_tuple){.key = 1, .value = (uint64_t)i};
+    values[i] = &t[i], sizes[i] = 16, parts[i] = 0, times[i] = 1000 + i;
+  }
+  kafka_produce(&m, "wm", 10, values, sizes, parts, times);
+  sl_job *job;
+  cr_assert_eq(sl_job_create(NULL, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = m.bootstrap, .topic = "wm",
+                               .watermarks = 1, .idle_timeout_ms = 20};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_kafka(job, "source", 1, &kc, &src), 0);
+  static const sl_process_ops ops = {.process = ignore_record,
+                                     .on_watermark = watermark_seen};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &ops, NULL, &sink), 0);
+  cr_assert_eq(sl_job_start(job), 0);
+  /* A condition, not a time: at most 30 s for it. */
+  for (int i = 0; i < 30000 && atomic_load(&g_watermark) != 1008; i++)
+    sl_test_sleep_us(1000);
+  cr_expect_eq(atomic_load(&g_watermark), 1008);
+  sl_job_stop(job);
+  sl_job_wait(job);
+  sl_job_destroy(job);
+  kafka_mock_stop(&m);
+}
+
+/* A configuration the builder refuses, with the reason. */
+Test(kafka_source, bad_partition_list_is_refused) {
+  sl_job *job;
+  cr_assert_eq(sl_job_create(NULL, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = "127.0.0.1:1", .topic = "t",
+                               .partitions = "3-1"};
+  sl_op *src;
+  cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), EINVAL);
+  cr_expect(strstr(sl_job_error(job), "LOW <= HIGH"), "%s", sl_job_error(job));
+  kc.partitions = "0-3,x";
+  cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), EINVAL);
+  sl_job_destroy(job);
+}
+
+/* Offsets committed back on checkpoint completion (commit_offsets) are
+ * where a second job starting at SL_KAFKA_COMMITTED begins: after the
+ * first job read all 60 messages, the second reads none of them; the 20
+ * produced after the first job are all it reads. */
+static uint64_t run_committed(const kafka_mock *m, const char *dir,
+                              int start) {
+  sl_job_config config = sl_fixture_config(dir, 10);
+  config.checkpoint.store_policy = SL_STORE_FRESH;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = m->bootstrap, .topic = "c",
+                               .bounded = 1, .start = start,
+                               .group_id = "committed-test",
+                               .commit_offsets = 1};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_kafka(job, "source", 2, &kc, &src), 0);
+  static sl_fixture_collector collector = {.record_bytes = 16};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sl_fixture_collector_ops,
+                          &collector, &sink), 0);
+  cr_expect_eq(run_to_end(job, "committed offsets job"), 0, "%s",
+               sl_job_error(job));
+  sl_job_destroy(job);
+  uint64_t n;
+  free(sl_fixture_collector_gather(&collector, compare_bytes16, &n));
+  return n;
+}
+
+Test(kafka_source, committed_offsets_start_the_next_job) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"c:3", NULL});
+  produce_tuples(&m, "c", 60, 6, 3);
+  char *dir = sl_test_temp_dir("kafka-commit");
+  cr_expect_eq(run_committed(&m, dir, SL_KAFKA_EARLIEST), 60);
+  produce_tuples(&m, "c", 20, 6, 3);
+  uint64_t second = run_committed(&m, dir, SL_KAFKA_COMMITTED);
+  cr_expect_eq(second, 20, "the second job read %" PRIu64, second);
+  sl_test_remove_tree(dir);
+  kafka_mock_stop(&m);
+}
