@@ -313,8 +313,9 @@ int sl_store_grow(sl_store *store);
  * of the log's runs) a seek to the range's first chunk and a pass over the
  * chunks that overlap the range, each checked (checksum, then every length
  * and the order) as it is reached; with one run the entries go straight
- * to fn, with more they are merged by a heap of the runs.  Memory: 32
- * bytes a chunk of the range.  Several threads may read
+ * to fn, with more they are merged by a tournament tree of the runs
+ * (ceil(log2 runs) comparisons an entry).  Memory: 32 bytes a chunk of
+ * the range.  Several threads may read
  * one store at once (each read has its own transaction and buffers), also
  * while its writer writes or compacts: restores run in parallel, one per
  * instance thread.  Only the message of sl_store_error() is shared, so of
