@@ -398,6 +398,13 @@ void sl_store_test_compaction_step_bytes(uint64_t bytes);
  * counts, without reading any entry.  Errors: SL_ECORRUPT, LMDB codes. */
 int sl_store_entry_bound(sl_store *store, uint64_t *entries);
 
+/** The two counts behind the bound: *base_entries, the current base's
+ * entries (live keys, as of the last compaction), and *log_entries, the
+ * log's (puts and tombstones; a key may repeat across runs).  Read from
+ * meta, without reading any entry.  Errors: SL_ECORRUPT, LMDB codes. */
+int sl_store_entry_counts(sl_store *store, uint64_t *base_entries,
+                          uint64_t *log_entries);
+
 /** The blob of (op, instance) as a malloc'd copy (*data, *bytes; never
  * NULL on success, also for 0 bytes).  Errors: SL_ENOTFOUND, SL_ECORRUPT,
  * ENOMEM, LMDB codes. */

@@ -60,18 +60,29 @@
 
 /* ------------------------------------------------------------ entry bound */
 
-int sl_store_entry_bound(sl_store *s, uint64_t *entries) {
+int sl_store_entry_counts(sl_store *s, uint64_t *base_entries,
+                          uint64_t *log_entries) {
   MDB_txn *txn;
   int rc = store_read_begin(s, &txn);
   if (rc != 0)
     return rc;
-  uint64_t log_entries = 0, base_entries = 0;
-  rc = store_meta_get_u64(s, txn, "log_entries", &log_entries);
+  uint64_t log = 0, base = 0;
+  rc = store_meta_get_u64(s, txn, "log_entries", &log);
   if (rc == 0)
-    rc = store_meta_get_u64(s, txn, "base_entries", &base_entries);
+    rc = store_meta_get_u64(s, txn, "base_entries", &base);
   mdb_txn_abort(txn);
+  if (rc == 0) {
+    *base_entries = base;
+    *log_entries = log;
+  }
+  return rc;
+}
+
+int sl_store_entry_bound(sl_store *s, uint64_t *entries) {
+  uint64_t base = 0, log = 0;
+  int rc = sl_store_entry_counts(s, &base, &log);
   if (rc == 0)
-    *entries = log_entries + base_entries;
+    *entries = base + log;
   return rc;
 }
 
