@@ -1,7 +1,7 @@
 /* store_view.c — the keyed state as the merged view of the base and the
  * log's runs of chunks (store.h note 2): sl_store_read_state, the entry
- * bound, and store_merged_view, which compaction (store_compact.c) runs
- * too.
+ * counts and bound, and store_merged_view, which compaction
+ * (store_compact.c) runs too.
  *
  * NOTES ON THE IMPLEMENTATION
  *
@@ -58,7 +58,7 @@
 
 #include "sluice.h"
 
-/* ------------------------------------------------------------ entry bound */
+/* ------------------------------------------------------------ entry counts */
 
 int sl_store_entry_counts(sl_store *s, uint64_t *base_entries,
                           uint64_t *log_entries) {
