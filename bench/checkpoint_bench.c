@@ -62,7 +62,13 @@
  *      thread; target >= 10M/s.  Next to it, the same child times a
  *      memcpy of the store's bytes of that state (the first, full
  *      checkpoint's bytes persisted) into fresh pages, as a restore
- *      fills fresh pages, and again into the same pages (warm).
+ *      fills fresh pages, and again into the same pages (warm).  Also
+ *      reported: the CPU time the count instance's thread had used when
+ *      its restore() ran (on this shared 2-core machine the wall time
+ *      includes waiting for a CPU), and what the store held when the
+ *      first child opened it, meta's compacted and logged entry counts
+ *      (the restore merges their sum: rounds that run back to back leave
+ *      a compaction unfinished, so this varies from run to run).
  * 6. alignment: a keyed two-input join, parallelism 2, exactly-once
  *    checkpoints every 100 ms (fsync on commit), into one discarding sink.
  *    The join is an enrichment join written as a keyed two-input process
@@ -97,12 +103,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_util.h"
 #include "fixtures.h"
 #include "sluice.h"
 #include "sluice_testing.h" /* unstable test helpers */
+#include "store.h" /* part 5: what the restored store holds */
 
 #define MAX_REPEAT 50
 
@@ -124,13 +132,20 @@ static int count_process(sl_ctx *ctx, void *state, int input,
 }
 
 /* When the count instance's restore() ran: its keyed state is restored by
- * then (sluice.h), so this ends part 4's measurement. */
+ * then (sluice.h), so this ends part 4's measurement.  Part 5 also takes
+ * the CPU time its thread had used by then (set before the time, which
+ * the waiting thread reads first). */
 static _Atomic uint64_t count_restored_ns;
+static _Atomic uint64_t count_restored_cpu_ns;
 
 static int count_restore(sl_ctx *ctx, void *state, uint64_t id) {
   (void)ctx;
   (void)state;
   (void)id;
+  struct timespec cpu;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+    atomic_store(&count_restored_cpu_ns,
+                 (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec);
   atomic_store(&count_restored_ns, bench_now_ns());
   return 0;
 }
@@ -786,6 +801,9 @@ typedef struct size_summary {
   double write_mb_s_100;  /* median over the 100%-changed rounds */
   int restores;           /* 0: not measured (under TARGET_MIN_KEYS) */
   bench_stats restore_ms, memcpy_fresh_ms, memcpy_warm_ms;
+  bench_stats restore_cpu_ms; /* the instance thread's CPU time by then */
+  uint64_t base_entries;      /* what the first restore found in the */
+  uint64_t log_entries;       /* store (meta's counts) */
 } size_summary;
 
 /* A fresh anonymous mapping of bytes (NULL on failure), with huge pages
@@ -824,11 +842,29 @@ static void memcpy_times(uint64_t bytes, double *fresh_ms, double *warm_ms) {
     munmap(dst, bytes);
 }
 
+/* The store's entry counts (store.h): the compacted base's and the log's,
+ * whose sum the restore merges.  Read-only, closed before the job opens
+ * it; 0 and 0 if it cannot be read. */
+static void store_counts(const char *dir, uint64_t *base, uint64_t *log) {
+  sl_store_options options = {.read_only = 1};
+  sl_store *store = 0;
+  *base = *log = 0;
+  if (sl_store_open(dir, &options, &store, 0, 0) == 0 &&
+      sl_store_entry_counts(store, base, log) != 0)
+    *base = *log = 0;
+  sl_store_close(store);
+}
+
 /* --restore-child DIR KEYS BYTES: this process resumes the state in DIR
  * (a fresh process: a restart), timed from sl_job_start until the count
  * instance's restore() ran, then times memcpy_times(BYTES).  Prints
- * "restore_ms fresh_ms warm_ms restored_from". */
+ * "restore_ms fresh_ms warm_ms restored_from cpu_ms base_entries
+ * log_entries": cpu_ms is the CPU time of the count instance's thread
+ * until its restore() ran (its restore, undisturbed by the threads it
+ * waited for), and the counts what the store held. */
 static int restore_child(const char *dir, uint64_t keys, uint64_t bytes) {
+  uint64_t base_entries, log_entries;
+  store_counts(dir, &base_entries, &log_entries);
   sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = dir;
   config.checkpoint.interval_ms = 3600000;
@@ -847,6 +883,7 @@ static int restore_child(const char *dir, uint64_t keys, uint64_t bytes) {
     usleep(100);
   }
   double restore_ms = (double)(atomic_load(&count_restored_ns) - t0) / 1e6;
+  double cpu_ms = (double)atomic_load(&count_restored_cpu_ns) / 1e6;
   uint64_t restored_from = 0;
   sl_job_last_checkpoint(job, &restored_from);
   if (rc)
@@ -859,14 +896,16 @@ static int restore_child(const char *dir, uint64_t keys, uint64_t bytes) {
     return 1;
   double fresh_ms, warm_ms;
   memcpy_times(bytes, &fresh_ms, &warm_ms);
-  printf("%.3f %.3f %.3f %" PRIu64 "\n", restore_ms, fresh_ms, warm_ms,
-         restored_from);
+  printf("%.3f %.3f %.3f %" PRIu64 " %.3f %" PRIu64 " %" PRIu64 "\n",
+         restore_ms, fresh_ms, warm_ms, restored_from, cpu_ms, base_entries,
+         log_entries);
   return fresh_ms < 0;
 }
 
 /* Restore the state in dir `repeat` times, each in a fresh process. */
 static int restore_restarts(const char *dir, int repeat, size_summary *sum) {
   double restore[MAX_REPEAT], fresh[MAX_REPEAT], warm[MAX_REPEAT];
+  double cpu[MAX_REPEAT];
   for (int r = 0; r < repeat; r++) {
     char command[sizeof self_path + 700];
     snprintf(command, sizeof command, "'%s' --restore-child '%s' %" PRIu64
@@ -874,10 +913,14 @@ static int restore_restarts(const char *dir, int repeat, size_summary *sum) {
     FILE *child = popen(command, "r");
     if (!child)
       return 1;
-    unsigned long long from = 0;
-    int read = fscanf(child, "%lf %lf %lf %llu", &restore[r], &fresh[r],
-                      &warm[r], &from);
-    if (pclose(child) != 0 || read != 4) {
+    unsigned long long from = 0, base = 0, log = 0;
+    int read = fscanf(child, "%lf %lf %lf %llu %lf %llu %llu", &restore[r],
+                      &fresh[r], &warm[r], &from, &cpu[r], &base, &log);
+    if (r == 0) { /* later children find the store the first one left */
+      sum->base_entries = base;
+      sum->log_entries = log;
+    }
+    if (pclose(child) != 0 || read != 7) {
       fprintf(stderr, "checkpoint_bench: restore of %" PRIu64 " keys in a "
               "fresh process failed\n", sum->keys);
       return 1;
@@ -887,6 +930,7 @@ static int restore_restarts(const char *dir, int repeat, size_summary *sum) {
   sum->restore_ms = bench_stats_of(restore, (size_t)repeat);
   sum->memcpy_fresh_ms = bench_stats_of(fresh, (size_t)repeat);
   sum->memcpy_warm_ms = bench_stats_of(warm, (size_t)repeat);
+  sum->restore_cpu_ms = bench_stats_of(cpu, (size_t)repeat);
   return 0;
 }
 
@@ -969,6 +1013,13 @@ static void restore_target(bench_json *json, const size_summary *sum) {
          met ? "met" : "NOT met", mb, sum->memcpy_fresh_ms.median,
          sum->memcpy_warm_ms.median,
          sum->restore_ms.median / sum->memcpy_fresh_ms.median);
+  printf("      the store held %" PRIu64 " compacted + %" PRIu64 " logged "
+         "entries (merged for %" PRIu64 " keys); the instance thread's CPU "
+         "time until restored %.1f ms [%.1f-%.1f] = %.2fM entries/s\n",
+         sum->base_entries, sum->log_entries, sum->keys,
+         sum->restore_cpu_ms.median, sum->restore_cpu_ms.min,
+         sum->restore_cpu_ms.max,
+         (double)sum->keys / (sum->restore_cpu_ms.median / 1e3) / 1e6);
   bench_json_begin_object(json, 0);
   bench_json_u64(json, "keys", sum->keys);
   bench_json_u64(json, "instance_threads", 1);
@@ -981,6 +1032,9 @@ static void restore_target(bench_json *json, const size_summary *sum) {
   bench_json_u64(json, "state_bytes", sum->state_bytes);
   bench_json_stats(json, "memcpy_fresh_ms", sum->memcpy_fresh_ms);
   bench_json_stats(json, "memcpy_warm_ms", sum->memcpy_warm_ms);
+  bench_json_stats(json, "restore_thread_cpu_ms", sum->restore_cpu_ms);
+  bench_json_u64(json, "store_base_entries", sum->base_entries);
+  bench_json_u64(json, "store_log_entries", sum->log_entries);
   bench_json_end_object(json);
 }
 

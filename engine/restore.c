@@ -67,11 +67,18 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
   sl_checkpointer *cp = job->cp;
   uint16_t op = (uint16_t)inst->op->id;
   /* Size the map once, from LMDB's counts (no read): loading into a
-   * growing table costs more.  The bound covers every operator and key
-   * group; this instance gets its share of key groups, with a margin for
-   * uneven groups.  A guess too small only means some rehashing. */
-  uint64_t entries = 0;
-  int rc = sl_store_entry_bound(cp->store, &entries);
+   * growing table costs more.  The guess is the larger of the base's and
+   * the log's counts, not their sum: the log mostly rewrites keys of the
+   * base (a 1M-key state after one checkpoint that changed every key: 1M
+   * and 1M), and every bucket is a page the kernel zeroes (a table sized
+   * for the sum was 32 of the 96 MB a 1M-key restore faulted in).  It
+   * covers every operator and key group; this instance gets its share of
+   * key groups, with a margin for uneven groups.  A guess too small only
+   * means some rehashing, which starts once the keys outnumber the
+   * buckets and then moves a few buckets per load (cow_map.c note 6). */
+  uint64_t base_entries = 0, log_entries = 0;
+  int rc = sl_store_entry_counts(cp->store, &base_entries, &log_entries);
+  uint64_t entries = base_entries > log_entries ? base_entries : log_entries;
   if (rc == 0) {
     uint64_t groups = (uint64_t)(inst->cp.group_last - inst->cp.group_first) + 1;
     uint64_t share = entries * groups / job->config.max_parallelism;

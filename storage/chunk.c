@@ -56,11 +56,29 @@ const char *chunk_reader_open(chunk_reader *r, const uint8_t *chunk,
   return 0;
 }
 
-/* Key order of chunk.h note 1 (bytes, then the shorter first). */
+/* 8 bytes as a big-endian number: comparing two compares the bytes. */
+static inline uint64_t be64_at(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
+  return v;
+}
+
+/* Key order of chunk.h note 1 (bytes, then the shorter first).  Every
+ * entry read is checked against the one before, so the first 8 bytes,
+ * where keys mostly differ, are compared inline: calls of memcmp, here
+ * and in the map's load, were 15% of a restore's user time (perf). */
 static int entry_order(const chunk_entry *a, const chunk_entry *b) {
   if (a->prefix != b->prefix)
     return a->prefix < b->prefix ? -1 : 1;
   uint16_t common = a->key_bytes < b->key_bytes ? a->key_bytes : b->key_bytes;
+  if (common >= 8) {
+    uint64_t x = be64_at(a->key), y = be64_at(b->key);
+    if (x != y)
+      return x < y ? -1 : 1;
+  }
   int c = common ? memcmp(a->key, b->key, common) : 0;
   return c ? c : (a->key_bytes > b->key_bytes) - (a->key_bytes < b->key_bytes);
 }
@@ -119,7 +137,13 @@ int chunk_reader_next(chunk_reader *r, chunk_entry *e, const char **problem) {
     *problem = "chunk's keys are not in ascending order";
     return -1;
   }
-  r->last = *e;
+  /* Only what entry_order reads, field by field: a copy of the whole
+   * entry read it back with 16-byte loads right after entry_decode's
+   * narrower stores, which the store buffer cannot forward, and that
+   * stall was half of this function's time in a restore. */
+  r->last.prefix = e->prefix;
+  r->last.key = e->key;
+  r->last.key_bytes = e->key_bytes;
   r->has_last = true;
   r->left--;
   return 1;

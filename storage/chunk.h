@@ -77,7 +77,8 @@ const char *chunk_reader_open(chunk_reader *r, const uint8_t *chunk,
                               size_t bytes);
 
 /* The next entry into *e: 1, or 0 after the last (the chunk must then be
- * used up exactly), or -1 with *problem set (damage). */
+ * used up exactly; *e is left as it was), or -1 with *problem set
+ * (damage). */
 int chunk_reader_next(chunk_reader *r, chunk_entry *e, const char **problem);
 
 /* The head's range, without a full open: for choosing chunks by range.

@@ -313,8 +313,9 @@ int sl_store_grow(sl_store *store);
  * of the log's runs) a seek to the range's first chunk and a pass over the
  * chunks that overlap the range, each checked (checksum, then every length
  * and the order) as it is reached; with one run the entries go straight
- * to fn, with more they are merged by a heap of the runs.  Memory: 32
- * bytes a chunk of the range.  Several threads may read
+ * to fn, with more they are merged by a tournament tree of the runs
+ * (ceil(log2 runs) comparisons an entry).  Memory: 32 bytes a chunk of
+ * the range.  Several threads may read
  * one store at once (each read has its own transaction and buffers), also
  * while its writer writes or compacts: restores run in parallel, one per
  * instance thread.  Only the message of sl_store_error() is shared, so of
@@ -396,6 +397,13 @@ void sl_store_test_compaction_step_bytes(uint64_t bytes);
  * log entries (log entries may repeat or delete keys), from meta's
  * counts, without reading any entry.  Errors: SL_ECORRUPT, LMDB codes. */
 int sl_store_entry_bound(sl_store *store, uint64_t *entries);
+
+/** The two counts behind the bound: *base_entries, the current base's
+ * entries (live keys, as of the last compaction), and *log_entries, the
+ * log's (puts and tombstones; a key may repeat across runs).  Read from
+ * meta, without reading any entry.  Errors: SL_ECORRUPT, LMDB codes. */
+int sl_store_entry_counts(sl_store *store, uint64_t *base_entries,
+                          uint64_t *log_entries);
 
 /** The blob of (op, instance) as a malloc'd copy (*data, *bytes; never
  * NULL on success, also for 0 bytes).  Errors: SL_ENOTFOUND, SL_ECORRUPT,

@@ -1,7 +1,7 @@
 /* store_view.c — the keyed state as the merged view of the base and the
  * log's runs of chunks (store.h note 2): sl_store_read_state, the entry
- * bound, and store_merged_view, which compaction (store_compact.c) runs
- * too.
+ * counts and bound, and store_merged_view, which compaction
+ * (store_compact.c) runs too.
  *
  * NOTES ON THE IMPLEMENTATION
  *
@@ -19,12 +19,30 @@
  *         with every length checked (chunk.c); entries outside the range
  *         (the first and last chunk may hold others) are skipped;
  *      c. merge the runs: with one run (a compacted store, the common
- *         restore) its entries go straight out; with more, a binary heap
- *         of the runs ordered by their head entry's key and, on equal
- *         keys, the newer run first (the base is the oldest, log runs by
- *         (seq, run)): the top is the newest version of the smallest key
- *         left, its older versions (one a run at most) are skipped, and a
- *         tombstone emits nothing.
+ *         restore) its entries go straight out; with more, a tournament
+ *         (loser) tree over the runs' head entries: a match puts the
+ *         smaller key first and, on equal keys, the newer run (the base is
+ *         the oldest, log runs by (seq, run)).  Each internal node keeps
+ *         the loser of its last match, the root's winner is the newest
+ *         version of the smallest key left, and after it is taken only
+ *         the matches on its run's path are played again: ceil(log2 k)
+ *         comparisons an entry for k runs, where a binary heap took up
+ *         to twice that plus one more to find the older versions.
+ *      d. older versions: a match between two equal keys marks the older
+ *         head stale (a newer version of its key exists); a stale head
+ *         that wins is skipped, and a tombstone that wins emits nothing.
+ *         Every older version is marked before it wins, with no
+ *         comparison spent looking for it: when the newest version of K
+ *         wins, K is the smallest head, and an older head h of K lost the
+ *         match at some node to the winner of the other side there, which
+ *         is of K too (at most h, at least K) and newer.  A node keeps the
+ *         result of the match between the current winners of its two
+ *         sides, played when one of them last changed: h met it then, and
+ *         that match marked h.
+ *      e. across a run's chunks the order is checked too: the first entry
+ *         of a chunk must come after the run's last entry before it
+ *         (within a chunk, chunk.c checks it), so a damaged run is
+ *         SL_ECORRUPT rather than a key emitted twice or out of order.
  *    A compaction writes only into the other base while it merges, so the
  *    pages the references point to are not touched.
  * 2. Every loop is bounded by the chunks' bytes: an entry takes at least
@@ -40,20 +58,31 @@
 
 #include "sluice.h"
 
-/* ------------------------------------------------------------ entry bound */
+/* ------------------------------------------------------------ entry counts */
 
-int sl_store_entry_bound(sl_store *s, uint64_t *entries) {
+int sl_store_entry_counts(sl_store *s, uint64_t *base_entries,
+                          uint64_t *log_entries) {
   MDB_txn *txn;
   int rc = store_read_begin(s, &txn);
   if (rc != 0)
     return rc;
-  uint64_t log_entries = 0, base_entries = 0;
-  rc = store_meta_get_u64(s, txn, "log_entries", &log_entries);
+  uint64_t log = 0, base = 0;
+  rc = store_meta_get_u64(s, txn, "log_entries", &log);
   if (rc == 0)
-    rc = store_meta_get_u64(s, txn, "base_entries", &base_entries);
+    rc = store_meta_get_u64(s, txn, "base_entries", &base);
   mdb_txn_abort(txn);
+  if (rc == 0) {
+    *base_entries = base;
+    *log_entries = log;
+  }
+  return rc;
+}
+
+int sl_store_entry_bound(sl_store *s, uint64_t *entries) {
+  uint64_t base = 0, log = 0;
+  int rc = sl_store_entry_counts(s, &base, &log);
   if (rc == 0)
-    *entries = log_entries + base_entries;
+    *entries = base + log;
   return rc;
 }
 
@@ -73,8 +102,14 @@ typedef struct run_cursor {
   int db;           /* DB_LOG or the base's */
   bool reading;     /* reader is on a chunk */
   bool skipping;    /* the lower bound is not yet passed */
+  bool chunk_start; /* the next entry is its chunk's first (note 1e) */
+  bool has_head;    /* an entry was read: before is the previous
+                       chunk's last when chunk_start */
+  bool done;        /* no entry of the view left: head is not one */
+  bool stale;       /* head is an older version (note 1d) */
   chunk_reader reader;
   chunk_entry head;
+  chunk_entry before; /* the last entry of the chunk before (note 1e) */
 } run_cursor;
 
 typedef struct view {
@@ -86,8 +121,12 @@ typedef struct view {
   size_t ref_count, ref_capacity;
   run_cursor *runs; /* runs[0] the oldest */
   size_t run_count, run_capacity;
-  size_t *heap; /* run indexes (note 1c) */
-  size_t heap_count;
+  /* The loser tree (note 1c): tree[0] the winner's run, tree[n] for
+   * 1 <= n < leaves the loser at internal node n, whose children are 2n
+   * and 2n + 1; leaf i (node leaves + i) is run i, and leaves from
+   * run_count on are empty. */
+  size_t *tree;
+  size_t leaves; /* a power of two, >= run_count */
   size_t bound; /* note 2 */
 } view;
 
@@ -301,6 +340,7 @@ static int run_open_chunk(view *v, run_cursor *r) {
     return store_corrupt(v->s, r->db, &ref->key, problem);
   r->current = r->next++;
   r->reading = true;
+  r->chunk_start = true;
   return 0;
 }
 
@@ -308,6 +348,7 @@ static int run_open_chunk(view *v, run_cursor *r) {
  * run is done).  Returns 0 or a store error. */
 static int run_advance(view *v, run_cursor *r, bool *has) {
   *has = false;
+  r->stale = false;
   for (size_t step = 0; step <= v->bound; step++) {
     if (!r->reading) {
       if (r->next == r->end)
@@ -321,8 +362,19 @@ static int run_advance(view *v, run_cursor *r, bool *has) {
     if (got < 0)
       return store_corrupt(v->s, r->db, &v->refs[r->current].key, problem);
     if (got == 0) {
+      /* Note 1e: the chunk's last entry (the reader left head alone),
+       * which stays mapped, for the next chunk's first. */
       r->reading = false;
+      r->before = r->head;
       continue;
+    }
+    if (r->chunk_start) {
+      if (r->has_head && entry_compare(&r->before, &r->head) >= 0)
+        return store_corrupt(v->s, r->db, &v->refs[r->current].key,
+                             "chunk's first key is not above the run's "
+                             "chunk before");
+      r->chunk_start = false;
+      r->has_head = true;
     }
     if (r->head.prefix > v->last)
       return 0; /* chunks end in key order: nothing further is in range */
@@ -336,42 +388,49 @@ static int run_advance(view *v, run_cursor *r, bool *has) {
                     "read state: more entries than the chunks can hold");
 }
 
-/* Heap order (note 1c): the smaller head first, of equal ones the newer
- * run's (the higher index). */
-static inline bool run_before(const view *v, size_t a, size_t b) {
+/* Whether run a's head goes before run b's (note 1c): a done run after
+ * every other, the smaller key first, of equal keys the newer run's (the
+ * higher index), and then the older head is marked stale (note 1d). */
+static inline bool run_before(view *v, size_t a, size_t b) {
+  bool a_done = a >= v->run_count || v->runs[a].done;
+  bool b_done = b >= v->run_count || v->runs[b].done;
+  if (a_done || b_done)
+    return !a_done;
   int order = entry_compare(&v->runs[a].head, &v->runs[b].head);
-  return order < 0 || (order == 0 && a > b);
+  if (order != 0)
+    return order < 0;
+  v->runs[a < b ? a : b].stale = true;
+  return a > b;
 }
 
-static void heap_down(view *v, size_t i) {
-  size_t *heap = v->heap, n = v->heap_count;
-  for (int level = 0; level < 64; level++) { /* n < 2^64 */
-    size_t child = 2 * i + 1, least = i;
-    if (child < n && run_before(v, heap[child], heap[least]))
-      least = child;
-    if (child + 1 < n && run_before(v, heap[child + 1], heap[least]))
-      least = child + 1;
-    if (least == i)
-      return;
-    size_t swap = heap[i];
-    heap[i] = heap[least];
-    heap[least] = swap;
-    i = least;
+/* Plays the matches on the path of leaf run up to the root again, after
+ * its head changed (note 1c); the winner goes to tree[0]. */
+static void tree_replay(view *v, size_t run) {
+  size_t *tree = v->tree, winner = run;
+  for (size_t node = (v->leaves + run) / 2; node >= 1; node /= 2) {
+    if (run_before(v, tree[node], winner)) {
+      size_t loser = winner;
+      winner = tree[node];
+      tree[node] = loser;
+    }
   }
+  tree[0] = winner;
 }
 
-/* Advances the run on top of the heap and restores the heap order.
- * Returns 0 or a store error. */
-static int heap_pop(view *v) {
-  bool has;
-  int rc = run_advance(v, &v->runs[v->heap[0]], &has);
-  if (rc != 0)
-    return rc;
-  if (!has)
-    v->heap[0] = v->heap[--v->heap_count];
-  if (v->heap_count > 0)
-    heap_down(v, 0);
-  return 0;
+/* Plays every match once, bottom up, every run on its head: winners[n]
+ * is the winner below node n, for 1 <= n < 2 * leaves (winners[0] is not
+ * used: the scratch is the 2 * leaves - 1 items after the tree's). */
+static void tree_build(view *v, size_t *winners) {
+  size_t leaves = v->leaves;
+  for (size_t i = 0; i < leaves; i++)
+    winners[leaves + i] = i;
+  for (size_t node = leaves - 1; node >= 1; node--) {
+    size_t left = winners[2 * node], right = winners[2 * node + 1];
+    bool left_first = run_before(v, left, right);
+    winners[node] = left_first ? left : right;
+    v->tree[node] = left_first ? right : left;
+  }
+  v->tree[0] = winners[1];
 }
 
 /* Note 1c with one run: its entries straight into fn. */
@@ -392,39 +451,43 @@ static int merge_one(view *v, store_merged_fn fn, void *arg) {
                     "chunks can hold");
 }
 
-/* Note 1c with several runs. */
+/* Notes 1c and 1d with several runs. */
 static int merge_many(view *v, store_merged_fn fn, void *arg) {
-  v->heap = malloc(v->run_count * sizeof *v->heap);
-  if (!v->heap)
+  size_t leaves = 1;
+  while (leaves < v->run_count) /* run_count <= refs: no overflow */
+    leaves *= 2;
+  v->leaves = leaves;
+  /* The tree (leaves items), then tree_build's scratch. */
+  v->tree = malloc((3 * leaves - 1) * sizeof *v->tree);
+  if (!v->tree)
     return store_fail(v->s, ENOMEM, "read state: out of memory");
   for (size_t r = 0; r < v->run_count; r++) {
     bool has;
     int rc = run_advance(v, &v->runs[r], &has);
     if (rc != 0)
       return rc;
-    if (has)
-      v->heap[v->heap_count++] = r;
+    v->runs[r].done = !has;
   }
-  for (size_t i = v->heap_count / 2; i-- > 0;)
-    heap_down(v, i);
-  for (size_t step = 0; step <= v->bound && v->heap_count > 0; step++) {
-    chunk_entry newest = v->runs[v->heap[0]].head;
-    int stop = newest.kind == CHUNK_PUT ? fn(arg, &newest) : 0;
-    if (stop != 0)
-      return stop;
-    /* newest points into its chunk, which stays mapped: compare on. */
-    int rc = heap_pop(v);
-    for (size_t r = 0; rc == 0 && r < v->run_count && v->heap_count > 0 &&
-                       entry_compare(&v->runs[v->heap[0]].head, &newest) == 0;
-         r++)
-      rc = heap_pop(v); /* an older version of the same key */
+  tree_build(v, v->tree + leaves - 1);
+  for (size_t step = 0; step <= v->bound; step++) {
+    size_t top = v->tree[0];
+    if (top >= v->run_count || v->runs[top].done)
+      return 0; /* every run is: a done run wins only over done ones */
+    run_cursor *r = &v->runs[top];
+    if (!r->stale && r->head.kind == CHUNK_PUT) {
+      int stop = fn(arg, &r->head);
+      if (stop != 0)
+        return stop;
+    }
+    bool has;
+    int rc = run_advance(v, r, &has);
     if (rc != 0)
       return rc;
+    r->done = !has;
+    tree_replay(v, top);
   }
-  return v->heap_count == 0
-             ? 0
-             : store_fail(v->s, SL_ECORRUPT, "read state: more entries "
-                          "than the chunks can hold");
+  return store_fail(v->s, SL_ECORRUPT, "read state: more entries than the "
+                    "chunks can hold");
 }
 
 int store_merged_view(sl_store *s, MDB_txn *txn, int base_db,
@@ -446,7 +509,7 @@ int store_merged_view(sl_store *s, MDB_txn *txn, int base_db,
     rc = merge_many(&v, fn, arg);
   free(v.refs);
   free(v.runs);
-  free(v.heap);
+  free(v.tree);
   return rc;
 }
 

@@ -640,3 +640,217 @@ Test(store_chunks, crash_between_compaction_steps) {
   cr_assert_eq(raw_count(root, "log"), 0);
   free(m.version);
 }
+
+/* ------------------------------------------------------------ merging */
+
+/* A log chunk's key (store.h note 1): u64 seq, u32 run, u16 op, u16 last
+ * key group, u32 ordinal. */
+#define LOG_KEY_TEST_BYTES 20u
+
+static int count_entry(void *arg, uint16_t key_group, const void *key,
+                       uint32_t key_bytes, const void *value,
+                       uint32_t value_bytes) {
+  (void)key_group, (void)key, (void)key_bytes, (void)value, (void)value_bytes;
+  (*(uint32_t *)arg)++;
+  return 0;
+}
+
+/* Key i of the merge tests: "k%05u" in key group i % 4. */
+#define MERGE_KEYS 3000u
+#define MERGE_GROUPS 4u
+
+/* What run r of the merge tests does to key i: 0 leaves it, 1 puts
+ * "r<r>-<i>", 2 deletes it.  Most keys are in most runs, so nearly every
+ * key meets its older versions in the merge. */
+static int merge_action(uint32_t r, uint32_t i) {
+  uint64_t h = mix64((uint64_t)r << 32 | i) % 16;
+  return h < 2 ? 0 : h < 14 ? 1 : 2;
+}
+
+/* Run r of the merge tests as one transaction (id r + 1) in store order:
+ * by key group, then key. */
+static void write_merge_run(sl_store *st, uint32_t r) {
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  for (uint32_t g = 0; g < MERGE_GROUPS; g++)
+    for (uint32_t i = g; i < MERGE_KEYS; i += MERGE_GROUPS) {
+      char key[16], value[24];
+      snprintf(key, sizeof key, "k%05u", i);
+      int length = snprintf(value, sizeof value, "r%u-%u", r, i);
+      int action = merge_action(r, i), rc = 0;
+      if (action == 1)
+        rc = sl_store_put_state(txn, 6, (uint16_t)g, key, 6, value,
+                                (uint32_t)length);
+      else if (action == 2)
+        rc = sl_store_delete_state(txn, 6, (uint16_t)g, key, 6);
+      cr_assert_eq(rc, 0, "%s", sl_store_error(st));
+    }
+  cr_assert_eq(sl_store_commit(txn, r + 1, "r", 1), 0, "%s",
+               sl_store_error(st));
+}
+
+/* The newest action of runs [0, runs) on key i: its run, or -1 if no
+ * run touched it or the newest one deleted it. */
+static int merge_newest_put(uint32_t runs, uint32_t i) {
+  for (uint32_t r = runs; r-- > 0;) {
+    int action = merge_action(r, i);
+    if (action != 0)
+      return action == 1 ? (int)r : -1;
+  }
+  return -1;
+}
+
+typedef struct merge_seen {
+  uint32_t runs, entries, wrong, order;
+  int last; /* the previous entry's key index, -1 before the first */
+  uint16_t last_group;
+} merge_seen;
+
+static int merge_entry(void *arg, uint16_t key_group, const void *key,
+                       uint32_t key_bytes, const void *value,
+                       uint32_t value_bytes) {
+  merge_seen *s = arg;
+  char text[8] = {0}, expected[24];
+  unsigned i = MERGE_KEYS;
+  memcpy(text, key, key_bytes < 7 ? key_bytes : 7);
+  if (key_bytes != 6 || sscanf(text, "k%5u", &i) != 1 || i >= MERGE_KEYS ||
+      key_group != i % MERGE_GROUPS) {
+    s->wrong++;
+    return 0;
+  }
+  int newest = merge_newest_put(s->runs, i);
+  int length = snprintf(expected, sizeof expected, "r%d-%u", newest, i);
+  if (newest < 0 || value_bytes != (uint32_t)length ||
+      memcmp(value, expected, value_bytes) != 0)
+    s->wrong++;
+  if (s->last >= 0 && (key_group < s->last_group ||
+                       (key_group == s->last_group && (int)i <= s->last)))
+    s->order++;
+  s->last = (int)i;
+  s->last_group = key_group;
+  s->entries++;
+  return 0;
+}
+
+/* read_state of groups [first, last] after `runs` runs: exactly the keys
+ * whose newest version is a put, with it, in order. */
+static void check_merge(sl_store *st, uint32_t runs, uint16_t first,
+                        uint16_t last) {
+  merge_seen s = {.runs = runs, .last = -1};
+  int rc = sl_store_read_state(st, 6, first, last, merge_entry, &s);
+  cr_assert_eq(rc, 0, "%s", sl_store_error(st));
+  uint32_t expected = 0;
+  for (uint32_t i = 0; i < MERGE_KEYS; i++)
+    expected += merge_newest_put(runs, i) >= 0 && i % MERGE_GROUPS >= first &&
+                i % MERGE_GROUPS <= last;
+  cr_assert_eq(s.wrong, 0, "%u runs: %u wrong entries", runs, s.wrong);
+  cr_assert_eq(s.order, 0, "%u runs: %u out of order", runs, s.order);
+  cr_assert_eq(s.entries, expected, "%u runs, groups [%u, %u]: %u entries, "
+               "not %u", runs, first, last, s.entries, expected);
+}
+
+/* store_view.c notes 1c and 1d: the tournament of 2 to 9 runs (a base and
+ * log runs, or log runs only), each holding most keys, so that equal keys
+ * meet in every match of the tree, at every power of two and between;
+ * the newest version wins, older ones and tombstones emit nothing, and a
+ * range of groups reads only its keys. */
+Test(store_chunks, merges_of_many_overlapping_runs) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  o.no_sync = 1;
+  for (uint32_t runs = 2; runs <= 9; runs++) {
+    char dir[PATH_MAX];
+    char name[16];
+    snprintf(name, sizeof name, "runs-%u", runs);
+    path_in_root(dir, name);
+    sl_store *st = open_ok(dir, &o);
+    for (uint32_t r = 0; r < runs; r++) {
+      write_merge_run(st, r);
+      if (r == 0 && runs % 2 == 1) { /* odd counts: run 0 is the base */
+        sl_store_compaction stats;
+        cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s",
+                     sl_store_error(st));
+        cr_assert_gt(stats.entries_written, 0);
+      }
+    }
+    check_merge(st, runs, 0, UINT16_MAX);
+    check_merge(st, runs, 1, 2);
+    check_merge(st, runs, 3, 3);
+    sl_store_close(st);
+  }
+}
+
+/* The log chunks of one run, read raw: the first two (key and value). */
+typedef struct raw_chunks {
+  size_t count;
+  uint8_t key[2][LOG_KEY_TEST_BYTES];
+  uint8_t *value[2];
+  size_t value_bytes[2];
+} raw_chunks;
+
+static void collect_first_two(void *arg, const MDB_val *key,
+                              const MDB_val *value) {
+  raw_chunks *c = arg;
+  if (c->count < 2) {
+    cr_assert_eq(key->mv_size, LOG_KEY_TEST_BYTES);
+    memcpy(c->key[c->count], key->mv_data, key->mv_size);
+    c->value[c->count] = malloc(value->mv_size);
+    cr_assert_not_null(c->value[c->count]);
+    memcpy(c->value[c->count], value->mv_data, value->mv_size);
+    c->value_bytes[c->count] = value->mv_size;
+  }
+  c->count++;
+}
+
+/* store_view.c note 1e: a run whose second chunk holds keys below its
+ * first's — each chunk intact, its checksum right (the two chunks'
+ * payloads swapped and checksummed again under the other's key) — is
+ * SL_ECORRUPT naming the chunk, not keys handed out of order. */
+Test(store_chunks, a_run_out_of_order_across_chunks) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  o.no_sync = 1;
+  sl_store *st = open_ok(root, &o);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  static uint8_t value[700];
+  for (uint32_t k = 0; k < 3000; k++) { /* about 2.1 MB: three chunks */
+    uint8_t key[4] = {(uint8_t)(k >> 24), (uint8_t)(k >> 16),
+                      (uint8_t)(k >> 8), (uint8_t)k};
+    memset(value, (int)k, sizeof value);
+    cr_assert_eq(sl_store_put_state(txn, 3, 7, key, 4, value, sizeof value),
+                 0);
+  }
+  cr_assert_eq(sl_store_commit(txn, 1, "r", 1), 0, "%s", sl_store_error(st));
+  uint32_t entries = 0;
+  cr_assert_eq(sl_store_read_state(st, 3, 0, UINT16_MAX, count_entry,
+                                   &entries), 0);
+  cr_assert_eq(entries, 3000);
+  sl_store_close(st);
+
+  raw_chunks c = {0};
+  raw_each(root, "log", collect_first_two, &c);
+  cr_assert_eq(c.count, 3, "%zu chunks", c.count);
+  for (int i = 0; i < 2; i++) {
+    const uint8_t *payload = c.value[1 - i];
+    size_t payload_bytes = c.value_bytes[1 - i] - SL_STORE_CHECKSUM_BYTES;
+    uint8_t *swapped = malloc(payload_bytes + SL_STORE_CHECKSUM_BYTES);
+    cr_assert_not_null(swapped);
+    memcpy(swapped, payload, payload_bytes);
+    uint64_t sum = format_checksum(5, c.key[i], LOG_KEY_TEST_BYTES, payload,
+                                   payload_bytes);
+    for (int b = 0; b < 8; b++)
+      swapped[payload_bytes + b] = (uint8_t)(sum >> (8 * b));
+    raw_put(root, "log", c.key[i], LOG_KEY_TEST_BYTES, swapped,
+            payload_bytes + SL_STORE_CHECKSUM_BYTES);
+    free(swapped);
+  }
+  free(c.value[0]);
+  free(c.value[1]);
+
+  st = open_ok(root, &o);
+  entries = 0;
+  cr_assert_eq(sl_store_read_state(st, 3, 0, UINT16_MAX, count_entry,
+                                   &entries), SL_ECORRUPT);
+  assert_contains(sl_store_error(st), "database log, seq 1 run 0 chunk 1");
+  assert_contains(sl_store_error(st), "not above the run's chunk before");
+  sl_store_close(st);
+}
