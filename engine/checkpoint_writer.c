@@ -100,6 +100,13 @@ static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
       while (h != g) {
         assert(h > g && next[h] < ends[h]);
         sorted_entry out = a[next[h]];
+        /* Each bucket fills from its own place in a 16-byte-an-entry
+         * array, too many streams for the hardware to foresee: fetch
+         * this bucket's line two ahead, which is then in the cache when
+         * the bucket is next visited.  Bucketing 1M entries: 30 -> 14
+         * ms. */
+        if (next[h] + 8 < n)
+          __builtin_prefetch(&a[next[h] + 8], 1);
         a[next[h]++] = e;
         e = out;
         h = sort_group(job, e.key);
@@ -110,28 +117,44 @@ static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
   return largest;
 }
 
-/* Stable LSD radix sort of a[0, n) by record key, 8 bits a pass, least
- * significant first; a pass whose byte is the same in every entry is
- * skipped (the keys of one state share their high bytes).  The result is
- * in a or tmp: the returned pointer. */
+/* Stable LSD radix sort of a[0, n) by record key, only over the bits
+ * where the keys differ (their span: lowest to highest differing bit),
+ * in as few passes of at most SL_RADIX_BITS bits as the span needs, one
+ * counting pass for all of them.  A key group's keys of a 1M-key state
+ * differ in about 20 bits: 2 passes, where a byte a pass took 3 and
+ * counted all 8 bytes (1M changed keys: 23 -> 9 ms).
+ * The result is in a or tmp: the returned pointer. */
 static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
-                                size_t n, size_t counts[8][256]) {
+                                size_t n, size_t *counts) {
   assert(n > 0);
-  memset(counts, 0, sizeof(size_t) * 8 * 256);
+  uint64_t differ = 0;
+  for (size_t i = 1; i < n; i++)
+    differ |= a[i].key ^ a[0].key;
+  if (differ == 0)
+    return a; /* one key: already in order */
+  int low = __builtin_ctzll(differ);
+  int span = 64 - __builtin_clzll(differ) - low;
+  int passes = (span + SL_RADIX_BITS - 1) / SL_RADIX_BITS;
+  int width = (span + passes - 1) / passes;
+  assert(passes <= SL_RADIX_PASSES && width <= SL_RADIX_BITS);
+  assert(low + (passes - 1) * width < 64); /* every shift is defined */
+  size_t digits = (size_t)1 << width;
+  uint64_t mask = digits - 1;
+  memset(counts, 0, sizeof *counts * digits * (size_t)passes);
   for (size_t i = 0; i < n; i++)
-    for (int b = 0; b < 8; b++)
-      counts[b][(a[i].key >> (8 * b)) & 0xff]++;
-  for (int b = 0; b < 8; b++) {
-    if (counts[b][(a[0].key >> (8 * b)) & 0xff] == n)
-      continue; /* every entry has the same byte here */
+    for (int p = 0; p < passes; p++)
+      counts[(size_t)p * digits + ((a[i].key >> (low + p * width)) & mask)]++;
+  for (int p = 0; p < passes; p++) {
+    size_t *count = counts + (size_t)p * digits;
+    int shift = low + p * width;
     size_t offset = 0;
-    for (int v = 0; v < 256; v++) {
-      size_t c = counts[b][v];
-      counts[b][v] = offset;
+    for (size_t v = 0; v < digits; v++) {
+      size_t c = count[v];
+      count[v] = offset;
       offset += c;
     }
     for (size_t i = 0; i < n; i++)
-      tmp[counts[b][(a[i].key >> (8 * b)) & 0xff]++] = a[i];
+      tmp[count[(a[i].key >> shift) & mask]++] = a[i];
     sorted_entry *swap = a;
     a = tmp;
     tmp = swap;
@@ -145,7 +168,7 @@ static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
  * (bucket_by_group's), not one per varying byte. */
 static void sort_buckets(sorted_entry *a, sorted_entry *tmp,
                          const size_t *ends, uint32_t groups,
-                         size_t counts[8][256]) {
+                         size_t *counts) {
   size_t start = 0;
   for (uint32_t g = 0; g < groups; start = ends[g], g++) {
     size_t bucket = ends[g] - start;
@@ -362,6 +385,8 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   int64_t count = collect_sorted(cp, a, i, max_epoch, &sorted);
   if (count < 0)
     return ENOMEM;
+  const size_t *ends = cp->group_ends; /* bucket g ends at ends[g] */
+  uint32_t group = 0;
   /* The entries are scattered in memory and visited in key order: fetch
    * a few ahead, or each visit waits for a cache miss. */
   enum { PREFETCH_AHEAD = 12 };
@@ -371,15 +396,17 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
       __builtin_prefetch(ahead);
       __builtin_prefetch((const uint8_t *)ahead + 64);
     }
+    while ((size_t)k >= ends[group])
+      group++; /* the sort's buckets: no second hash of the key */
+    assert(group == sort_group(job, sorted[k].key));
     const sl_cow_entry *e = sorted[k].entry;
-    uint16_t group = sort_group(job, sorted[k].key);
     int rc;
     if (e->tombstone)
-      rc = sl_store_delete_state(txn, op, group, sl_cow_entry_key(e),
-                                 e->key_bytes);
+      rc = sl_store_delete_state(txn, op, (uint16_t)group,
+                                 sl_cow_entry_key(e), e->key_bytes);
     else
       rc = sl_store_put_state(
-          txn, op, group, sl_cow_entry_key(e), e->key_bytes,
+          txn, op, (uint16_t)group, sl_cow_entry_key(e), e->key_bytes,
           e->data + sl_cow_value_offset(e->key_bytes), e->value_bytes);
     if (rc)
       return rc;
