@@ -21,6 +21,13 @@
 #define SL_MAP_FULL_RETRIES 24
 /* Entries the writer puts between two looks at an abort request. */
 #define SL_WRITER_ABORT_CHECK 4096u
+/* The writer's radix sort: at most this many bits a pass (2048 counters,
+ * 16 KiB, stay in the L1 cache's reach), so 64-bit keys take at most 6
+ * passes. */
+#define SL_RADIX_BITS 11
+#define SL_RADIX_PASSES 6
+_Static_assert(SL_RADIX_BITS * SL_RADIX_PASSES >= 64,
+               "the passes cover a whole record key");
 
 /* The state of one checkpoint slot (coordinator.c draws the machine and
  * checks it: pending_check, cp_set_state). */
@@ -110,7 +117,8 @@ struct sl_checkpointer {
   uint32_t compaction_deferrals; /* cancelled in a row */
   uint64_t compactions; /* store compactions done, and their time */
   uint64_t compaction_us;
-  size_t radix_counts[8][256]; /* radix_sort: one row a key byte */
+  /* radix_sort (checkpoint_writer.c): one row of counters a pass */
+  size_t radix_counts[SL_RADIX_PASSES << SL_RADIX_BITS];
   /* Set by the coordinator when it hands the writer a checkpoint (and at
    * shutdown): a running compaction gives way (store.h, set_cancel). */
   _Atomic int compaction_cancel;

@@ -100,6 +100,13 @@ static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
       while (h != g) {
         assert(h > g && next[h] < ends[h]);
         sorted_entry out = a[next[h]];
+        /* Each bucket fills from its own place in a 16-byte-an-entry
+         * array, too many streams for the hardware to foresee: fetch
+         * this bucket's line two ahead, which is then in the cache when
+         * the bucket is next visited.  Bucketing 1M entries: 30 -> 14
+         * ms. */
+        if (next[h] + 8 < n)
+          __builtin_prefetch(&a[next[h] + 8], 1);
         a[next[h]++] = e;
         e = out;
         h = sort_group(job, e.key);
@@ -110,28 +117,44 @@ static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
   return largest;
 }
 
-/* Stable LSD radix sort of a[0, n) by record key, 8 bits a pass, least
- * significant first; a pass whose byte is the same in every entry is
- * skipped (the keys of one state share their high bytes).  The result is
- * in a or tmp: the returned pointer. */
+/* Stable LSD radix sort of a[0, n) by record key, only over the bits
+ * where the keys differ (their span: lowest to highest differing bit),
+ * in as few passes of at most SL_RADIX_BITS bits as the span needs, one
+ * counting pass for all of them.  A key group's keys of a 1M-key state
+ * differ in about 20 bits: 2 passes, where a byte a pass took 3 and
+ * counted all 8 bytes (1M changed keys: 23 -> 9 ms).
+ * The result is in a or tmp: the returned pointer. */
 static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
-                                size_t n, size_t counts[8][256]) {
+                                size_t n, size_t *counts) {
   assert(n > 0);
-  memset(counts, 0, sizeof(size_t) * 8 * 256);
+  uint64_t differ = 0;
+  for (size_t i = 1; i < n; i++)
+    differ |= a[i].key ^ a[0].key;
+  if (differ == 0)
+    return a; /* one key: already in order */
+  int low = __builtin_ctzll(differ);
+  int span = 64 - __builtin_clzll(differ) - low;
+  int passes = (span + SL_RADIX_BITS - 1) / SL_RADIX_BITS;
+  int width = (span + passes - 1) / passes;
+  assert(passes <= SL_RADIX_PASSES && width <= SL_RADIX_BITS);
+  assert(low + (passes - 1) * width < 64); /* every shift is defined */
+  size_t digits = (size_t)1 << width;
+  uint64_t mask = digits - 1;
+  memset(counts, 0, sizeof *counts * digits * (size_t)passes);
   for (size_t i = 0; i < n; i++)
-    for (int b = 0; b < 8; b++)
-      counts[b][(a[i].key >> (8 * b)) & 0xff]++;
-  for (int b = 0; b < 8; b++) {
-    if (counts[b][(a[0].key >> (8 * b)) & 0xff] == n)
-      continue; /* every entry has the same byte here */
+    for (int p = 0; p < passes; p++)
+      counts[(size_t)p * digits + ((a[i].key >> (low + p * width)) & mask)]++;
+  for (int p = 0; p < passes; p++) {
+    size_t *count = counts + (size_t)p * digits;
+    int shift = low + p * width;
     size_t offset = 0;
-    for (int v = 0; v < 256; v++) {
-      size_t c = counts[b][v];
-      counts[b][v] = offset;
+    for (size_t v = 0; v < digits; v++) {
+      size_t c = count[v];
+      count[v] = offset;
       offset += c;
     }
     for (size_t i = 0; i < n; i++)
-      tmp[counts[b][(a[i].key >> (8 * b)) & 0xff]++] = a[i];
+      tmp[count[(a[i].key >> shift) & mask]++] = a[i];
     sorted_entry *swap = a;
     a = tmp;
     tmp = swap;
@@ -145,7 +168,7 @@ static sorted_entry *radix_sort(sorted_entry *a, sorted_entry *tmp,
  * (bucket_by_group's), not one per varying byte. */
 static void sort_buckets(sorted_entry *a, sorted_entry *tmp,
                          const size_t *ends, uint32_t groups,
-                         size_t counts[8][256]) {
+                         size_t *counts) {
   size_t start = 0;
   for (uint32_t g = 0; g < groups; start = ends[g], g++) {
     size_t bucket = ends[g] - start;
@@ -230,6 +253,47 @@ static bool sort_room(sorted_entry **a, uint64_t *capacity, uint64_t n) {
   return *a != 0;
 }
 
+/* Versions collect_indexed fetches ahead. */
+#define SL_COLLECT_AHEAD 16u
+
+/* The live versions of delta, read through its index (cow_map.h note
+ * 11), into a from a[count] on, each counted in its key group's size.
+ * Returns the new count.  The index is an array, so versions are fetched
+ * SL_COLLECT_AHEAD ahead (their header and the key's first 8 bytes); the
+ * dirty list made each visit wait for the one before. */
+static size_t collect_indexed(const sl_job *job, const sl_cow_delta *delta,
+                              size_t *sizes, sorted_entry *a, size_t count) {
+  const sl_cow_index_block *block = delta->index;
+  /* A list of n versions has at most n / SL_COW_INDEX_BLOCK + 1 blocks. */
+  for (uint64_t b = 0; block && b <= delta->entries / SL_COW_INDEX_BLOCK;
+       b++, block = block->next) {
+    assert(block->count <= SL_COW_INDEX_BLOCK);
+    for (uint64_t v = 0; v < block->count; v++) {
+      const sl_cow_entry *ahead =
+          v + SL_COLLECT_AHEAD < block->count
+              ? block->versions[v + SL_COLLECT_AHEAD]
+          : block->next && v + SL_COLLECT_AHEAD - block->count <
+                                   block->next->count
+              ? block->next->versions[v + SL_COLLECT_AHEAD - block->count]
+              : 0;
+      if (ahead) {
+        __builtin_prefetch(ahead);
+        __builtin_prefetch(ahead->data + 7); /* the same line, mostly */
+      }
+      assert(b * SL_COW_INDEX_BLOCK + v < delta->entries);
+      const sl_cow_entry *e = block->versions[v];
+      if (e->superseded)
+        continue;
+      assert(e->key_bytes >= 8);
+      uint64_t key = sl_load_be64(sl_cow_entry_key(e));
+      sizes[sort_group(job, key)]++;
+      a[count++] = (sorted_entry){.key = key, .entry = e};
+    }
+  }
+  assert(block == 0);
+  return count;
+}
+
 /* Collect the entries of instance i's deltas that are not yet durable into
  * the writer's sort buffer, sorted (*sorted).  Returns the count, or -1
  * (ENOMEM). */
@@ -255,6 +319,10 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
       continue; /* written by an earlier checkpoint (note 1) */
     if (delta->epoch > *max_epoch)
       *max_epoch = delta->epoch;
+    if (delta->index) {
+      count = collect_indexed(job, delta, ends, cp->sort_a, count);
+      continue;
+    }
     for (const sl_cow_entry *e = delta->head; e; e = e->dirty_next) {
       assert(count < n);
       if (e->superseded)
@@ -265,6 +333,7 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
       cp->sort_a[count++] = (sorted_entry){.key = key, .entry = e};
     }
   }
+  assert(count <= n);
   size_t largest = count ? bucket_by_group(job, cp->sort_a, count, groups,
                                            ends, ends + groups)
                          : 0; /* every change was superseded */
@@ -362,6 +431,8 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   int64_t count = collect_sorted(cp, a, i, max_epoch, &sorted);
   if (count < 0)
     return ENOMEM;
+  const size_t *ends = cp->group_ends; /* bucket g ends at ends[g] */
+  uint32_t group = 0;
   /* The entries are scattered in memory and visited in key order: fetch
    * a few ahead, or each visit waits for a cache miss. */
   enum { PREFETCH_AHEAD = 12 };
@@ -371,15 +442,17 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
       __builtin_prefetch(ahead);
       __builtin_prefetch((const uint8_t *)ahead + 64);
     }
+    while ((size_t)k >= ends[group])
+      group++; /* the sort's buckets: no second hash of the key */
+    assert(group == sort_group(job, sorted[k].key));
     const sl_cow_entry *e = sorted[k].entry;
-    uint16_t group = sort_group(job, sorted[k].key);
     int rc;
     if (e->tombstone)
-      rc = sl_store_delete_state(txn, op, group, sl_cow_entry_key(e),
-                                 e->key_bytes);
+      rc = sl_store_delete_state(txn, op, (uint16_t)group,
+                                 sl_cow_entry_key(e), e->key_bytes);
     else
       rc = sl_store_put_state(
-          txn, op, group, sl_cow_entry_key(e), e->key_bytes,
+          txn, op, (uint16_t)group, sl_cow_entry_key(e), e->key_bytes,
           e->data + sl_cow_value_offset(e->key_bytes), e->value_bytes);
     if (rc)
       return rc;

@@ -47,7 +47,11 @@
  *    memory locations in C11: writing one never races with reading another.
  *    An arena version is freed at exactly the points a malloc'd one would
  *    be, and its chunk only when all of them are, so the writer never reads
- *    a freed chunk; chunk headers are the owner's alone.
+ *    a freed chunk; chunk headers are the owner's alone.  A list's index
+ *    blocks (header note 11) are written only while their epoch is
+ *    current and freed only when it is released (or by rollback or
+ *    destroy, when no writer reads), so the writer reads them as it reads
+ *    the list.
  * 5. sl_cow_map_pending()'s array may move only in freeze and release, and
  *    freeze cannot fail, so freeze grows the array ahead of need (doubling
  *    when full).  If that growth failed, a write that would open a
@@ -376,6 +380,47 @@ static void entry_make_tombstone(sl_cow_entry *e) {
   e->retired = RETIRED_FREE;
 }
 
+void cow_map_free_index(sl_cow_map *m, const sl_cow_index_block *index,
+                        uint64_t entries) {
+  /* A list of n versions has at most n / SL_COW_INDEX_BLOCK + 1 blocks. */
+  for (uint64_t b = 0; index && b <= entries / SL_COW_INDEX_BLOCK; b++) {
+    /* The map's own memory: const only to the writer, which reads it. */
+    sl_cow_index_block *block = (sl_cow_index_block *)index;
+    index = block->next;
+    assert(m->memory_bytes >= sizeof *block);
+    m->memory_bytes -= sizeof *block;
+    sl_alloc_free(&m->alloc, block, sizeof *block);
+  }
+  assert(index == 0);
+}
+
+/* Append e to the current dirty list's index (header note 11).  If no
+ * block can be had, the epoch loses its index (the writer then follows
+ * the list); the write itself goes on. */
+static void index_append(sl_cow_map *m, sl_cow_entry *e) {
+  if (m->index_dropped)
+    return;
+  sl_cow_index_block *block = m->index_tail;
+  if (!block || block->count == SL_COW_INDEX_BLOCK) {
+    sl_cow_index_block *fresh = sl_alloc_bytes(&m->alloc, sizeof *fresh);
+    if (!fresh) {
+      cow_map_free_index(m, m->index_head, m->dirty_entries);
+      m->index_head = m->index_tail = 0;
+      m->index_dropped = true;
+      return;
+    }
+    m->memory_bytes += sizeof *fresh;
+    fresh->next = 0;
+    fresh->count = 0;
+    if (block)
+      block->next = fresh; /* CURRENT, so not read by the writer */
+    else
+      m->index_head = fresh;
+    m->index_tail = block = fresh;
+  }
+  block->versions[block->count++] = e;
+}
+
 /* Append to the current dirty list (the version is CURRENT from now on). */
 static void dirty_append(sl_cow_map *m, sl_cow_entry *e) {
   assert(e->epoch == m->epoch);
@@ -386,6 +431,7 @@ static void dirty_append(sl_cow_map *m, sl_cow_entry *e) {
   else
     m->dirty_head = e;
   m->dirty_tail = e;
+  index_append(m, e); /* before the count: it frees by it on failure */
   m->dirty_entries++;
   m->dirty_bytes += (uint64_t)e->key_bytes + e->value_bytes;
 }
@@ -716,8 +762,11 @@ static void destroy_walk(sl_cow_map *m) {
     }
   }
   free_retired_on_list(m, m->dirty_head, m->dirty_entries);
-  for (uint32_t i = 0; i < m->pending_count; i++)
+  cow_map_free_index(m, m->index_head, m->dirty_entries);
+  for (uint32_t i = 0; i < m->pending_count; i++) {
     free_retired_on_list(m, m->pending[i].head, m->pending[i].entries);
+    cow_map_free_index(m, m->pending[i].index, m->pending[i].entries);
+  }
   free_retired_on_list(m, m->reclaim_head, m->reclaim_entries);
   /* A bulk load not finished: its ring's versions are in no table. */
   for (uint32_t i = 0; i < m->load_count; i++)
@@ -1236,7 +1285,9 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
   sl_cow_delta delta = {.epoch = m->epoch,
                         .head = m->dirty_head,
                         .entries = m->dirty_entries,
-                        .bytes = m->dirty_bytes};
+                        .bytes = m->dirty_bytes,
+                        .index = m->index_head};
+  assert(!m->index_head || (m->dirty_head && !m->index_dropped));
   if (m->pending_count < m->pending_capacity) {
     m->pending[m->pending_count] = delta;
     m->pending_tails[m->pending_count] =
@@ -1248,6 +1299,8 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
   }
   m->dirty_head = m->dirty_tail = 0;
   m->dirty_entries = m->dirty_bytes = 0;
+  m->index_head = m->index_tail = 0; /* the delta has it now */
+  m->index_dropped = false;
   m->epoch++; /* every version of the old epoch is FROZEN from here on */
   if (m->pending_count == m->pending_capacity)
     pending_grow(m);
@@ -1270,6 +1323,7 @@ void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
   for (; n < m->pending_count && m->pending[n].epoch <= epoch; n++) {
     const sl_cow_delta *d = &m->pending[n];
     assert((d->head == 0) == (m->pending_tails[n].last == 0));
+    cow_map_free_index(m, d->index, d->entries); /* header note 11 */
     if (!d->head)
       continue; /* an empty epoch: nothing to reclaim */
     if (m->reclaim_tail)

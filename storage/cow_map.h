@@ -65,9 +65,22 @@
  *    one copy of each key written since the stable epoch.  A rollback
  *    costs time in the versions written since the stable epoch (current
  *    and frozen ones), not in the size of the state.
+ * 11. The index.  Next to each dirty list the owner keeps the list's
+ *    versions as an array of pointers, in list order, in blocks of
+ *    SL_COW_INDEX_BLOCK (one more store on the write path, one allocation
+ *    a block).  A freeze hands it over with the list (sl_cow_delta.index),
+ *    as immutable as the list; the writer reads it front to back and so
+ *    can fetch versions ahead, where the list makes it wait for each
+ *    version before it knows the next (at 1M changed keys that walk was
+ *    50-100 ms of a write of about 250 ms).  It costs 8 bytes per version
+ *    on a list until its epoch is released, and is freed then (or by
+ *    rollback or destroy).  If a block cannot be allocated, that epoch has
+ *    no index (NULL) and the writer follows the list: the index only ever
+ *    saves time.
  *
  * Memory: one allocation per entry version written: the header below (40
- * bytes) plus key and value, plus one bucket pointer per entry at most.
+ * bytes) plus key and value, plus one bucket pointer per entry at most,
+ * plus 8 bytes per version on a dirty list (note 11).
  * Loaded versions (up to 64 KiB each; larger ones are malloc'd) are carved
  * out of 4 MiB chunks instead; a chunk goes back to the allocator when its
  * last version is freed, so the arena never holds more than the restored
@@ -181,12 +194,27 @@ static inline sl_cow_key sl_cow_key_of(const void *key, uint32_t key_bytes) {
 /** The table's hash of any key. */
 uint64_t sl_cow_hash(const void *key, uint32_t key_bytes);
 
+/* Versions one block of a dirty list's index holds (note 11): a block is
+ * then 32 KiB. */
+#define SL_COW_INDEX_BLOCK 4094u
+
+/* A block of a dirty list's index (note 11): the list's versions, in list
+ * order, count of them here; next block or NULL. */
+typedef struct sl_cow_index_block {
+  struct sl_cow_index_block *next;
+  uint64_t count;
+  sl_cow_entry *versions[SL_COW_INDEX_BLOCK];
+} sl_cow_index_block;
+
 /* A frozen delta: the versions written during one epoch, in write order. */
 typedef struct sl_cow_delta {
   uint32_t epoch;
   sl_cow_entry *head; /* first entry; follow dirty_next; NULL if empty */
   uint64_t entries;   /* list length (superseded ones included) */
   uint64_t bytes;     /* sum of key_bytes + value_bytes over the list */
+  /* The same list as an array (note 11): its first block, or NULL, when
+   * the list must be followed instead. */
+  const sl_cow_index_block *index;
 } sl_cow_delta;
 
 typedef struct sl_cow_map sl_cow_map;

@@ -213,6 +213,32 @@ static bool check_arena(const sl_cow_map *m, check_tally *tally) {
   return true;
 }
 
+/* A list's index (header note 11): blocks, all full but the last, that
+ * name the list's versions in list order, counted in the map's memory;
+ * *last receives the last block. */
+static bool check_index(const sl_cow_entry *head,
+                        const sl_cow_index_block *index, uint64_t entries,
+                        const sl_cow_index_block **last, check_tally *tally) {
+  const sl_cow_entry *e = head;
+  const sl_cow_index_block *block = index;
+  uint64_t n = 0;
+  *last = 0;
+  for (uint64_t b = 0; block && b <= entries / SL_COW_INDEX_BLOCK; b++) {
+    CHECK(block->count > 0 && block->count <= SL_COW_INDEX_BLOCK);
+    CHECK(!block->next || block->count == SL_COW_INDEX_BLOCK);
+    for (uint64_t i = 0; i < block->count; i++, n++) {
+      CHECK(e && block->versions[i] == e);
+      e = e->dirty_next;
+    }
+    tally->bytes += sizeof *block;
+    *last = block;
+    block = block->next;
+  }
+  CHECK(block == 0);
+  CHECK(!index || n == entries);
+  return true;
+}
+
 bool sl_cow_map_check(const sl_cow_map *m) {
   CHECK(m);
   CHECK(m->epoch >= 1);
@@ -224,6 +250,14 @@ bool sl_cow_map_check(const sl_cow_map *m) {
   if (!check_list(m, m->dirty_head, m->dirty_tail, m->dirty_entries,
                   m->dirty_bytes, m->epoch, m->epoch, &tally))
     return false;
+  const sl_cow_index_block *index_last;
+  if (!check_index(m->dirty_head, m->index_head, m->dirty_entries,
+                   &index_last, &tally))
+    return false;
+  CHECK(index_last == m->index_tail);
+  /* Every non-empty list has its index unless it was dropped. */
+  CHECK(!m->index_dropped || !m->index_head);
+  CHECK(m->index_dropped || (m->index_head != 0) == (m->dirty_head != 0));
   CHECK(m->pending_count <= m->pending_capacity);
   uint32_t after = 0; /* pending epochs strictly increase, below current */
   for (uint32_t i = 0; i < m->pending_count; i++) {
@@ -231,7 +265,8 @@ bool sl_cow_map_check(const sl_cow_map *m) {
     CHECK(d->epoch > after && d->epoch < m->epoch);
     after = d->epoch;
     if (!check_list(m, d->head, m->pending_tails[i].last, d->entries, d->bytes,
-                    d->epoch, d->epoch, &tally))
+                    d->epoch, d->epoch, &tally) ||
+        !check_index(d->head, d->index, d->entries, &index_last, &tally))
       return false;
   }
   uint32_t reclaim_max = m->pending_count ? m->pending[0].epoch - 1 : m->epoch - 1;

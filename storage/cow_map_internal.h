@@ -63,6 +63,12 @@ struct sl_cow_map {
   uint32_t epoch;        /* current */
   sl_cow_entry *dirty_head; /* current dirty list, in write order */
   sl_cow_entry *dirty_tail;
+  /* The current dirty list's index (header note 11): first and last
+   * block, both NULL while the list is empty or the index was dropped
+   * (index_dropped: a block could not be allocated this epoch). */
+  sl_cow_index_block *index_head;
+  sl_cow_index_block *index_tail;
+  bool index_dropped;
   uint64_t dirty_entries;
   uint64_t dirty_bytes;
   sl_cow_delta *pending;        /* frozen, unreleased; oldest first */
@@ -141,6 +147,10 @@ sl_cow_entry **cow_map_find_version(const sl_cow_map *m,
 void cow_map_unlink(sl_cow_map *m, sl_cow_entry **link, int table_index);
 void cow_map_link(sl_cow_map *m, sl_cow_entry *e);
 void cow_map_free_version(sl_cow_map *m, sl_cow_entry *e);
+/* Free the index (header note 11) of a dirty list of `entries` versions,
+ * given its first block (NULL: none). */
+void cow_map_free_index(sl_cow_map *m, const sl_cow_index_block *index,
+                        uint64_t entries);
 /* Pop released undo versions (note 12), at most budget; true if some
  * remain. */
 bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget);

@@ -174,10 +174,15 @@ int sl_cow_map_rollback(sl_cow_map *m, uint32_t epoch) {
   /* Note 1.  Every pending epoch is after the stable one (released ones
    * are not pending), and so is the current one. */
   drop_list(m, m->dirty_head, m->dirty_entries);
+  cow_map_free_index(m, m->index_head, m->dirty_entries);
   m->dirty_head = m->dirty_tail = 0;
+  m->index_head = m->index_tail = 0;
+  m->index_dropped = false;
   m->dirty_entries = m->dirty_bytes = 0;
-  for (uint32_t i = 0; i < m->pending_count; i++)
+  for (uint32_t i = 0; i < m->pending_count; i++) {
     drop_list(m, m->pending[i].head, m->pending[i].entries);
+    cow_map_free_index(m, m->pending[i].index, m->pending[i].entries);
+  }
   m->pending_count = 0;
   /* Only now, with the newer versions out of the table, can the stable
    * ones go back without a key appearing twice. */

@@ -180,15 +180,23 @@ static int log_append(sl_store_txn *t, uint16_t op, uint16_t key_group,
   if (injected)
     return store_txn_fail(t, store_lmdb_fail(s, injected, what));
   assert(key_bytes <= KEY_BUFFER_BYTES - STATE_PREFIX_BYTES);
-  put_be16(t->key, op);
-  put_be16(t->key + 2, key_group);
-  if (key_bytes > 0)
-    memcpy(t->key + STATE_PREFIX_BYTES, key, key_bytes);
+  /* The state key is the prefix (op, key group: big-endian, so in number
+   * order) and then key; it is compared with the one before part by
+   * part, not assembled first: a key read back just after it was written
+   * piecewise waits for those stores (about half of this function's time
+   * at 1M puts). */
+  uint32_t prefix = (uint32_t)op << 16 | key_group;
   size_t state_bytes = STATE_PREFIX_BYTES + key_bytes;
-  int order = t->last_key_bytes == 0
-                  ? 1
-                  : key_compare(t->key, state_bytes, t->last_key,
-                                t->last_key_bytes);
+  int order = 1;
+  if (t->last_key_bytes > 0) {
+    assert(t->last_key_bytes >= STATE_PREFIX_BYTES);
+    uint32_t last_prefix = get_be32(t->last_key);
+    order = prefix != last_prefix
+                ? (prefix < last_prefix ? -1 : 1)
+                : key_compare(key_bytes > 0 ? key : t->last_key, key_bytes,
+                              t->last_key + STATE_PREFIX_BYTES,
+                              t->last_key_bytes - STATE_PREFIX_BYTES);
+  }
   int rc = 0;
   if (order == 0) { /* the newest version wins: it is in the buffer */
     assert(t->chunk_open && t->chunk.count > 0);
@@ -212,7 +220,10 @@ static int log_append(sl_store_txn *t, uint16_t op, uint16_t key_group,
     rc = store_fail(s, rc, "%s: out of memory", what);
   if (rc != 0)
     return store_txn_fail(t, rc);
-  memcpy(t->last_key, t->key, state_bytes);
+  put_be16(t->last_key, op);
+  put_be16(t->last_key + 2, key_group);
+  if (key_bytes > 0)
+    memcpy(t->last_key + STATE_PREFIX_BYTES, key, key_bytes);
   t->last_key_bytes = state_bytes;
   t->entries++;
   return 0;

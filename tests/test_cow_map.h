@@ -155,8 +155,19 @@ static inline uint64_t model_diff_map(const model *m, sl_cow_map *map) {
 static inline uint64_t apply_delta(model *m, const sl_cow_delta *d) {
   uint64_t errors = 0, n = 0, bytes = 0;
   const sl_cow_entry *e = d->head;
+  /* The index, where there is one, names the same versions in the same
+   * order (cow_map.h note 11): at is the next slot of block. */
+  const sl_cow_index_block *block = d->index;
+  uint64_t at = 0;
   for (; e && n < d->entries; e = e->dirty_next, n++) {
     uint64_t id;
+    if (d->index) {
+      if (block && at == block->count) {
+        block = block->next;
+        at = 0;
+      }
+      errors += !block || block->versions[at++] != e;
+    }
     bytes += (uint64_t)e->key_bytes + e->value_bytes;
     errors += e->epoch != d->epoch;
     if (e->superseded)
@@ -175,6 +186,7 @@ static inline uint64_t apply_delta(model *m, const sl_cow_delta *d) {
     }
   }
   errors += e != 0 || n != d->entries || bytes != d->bytes;
+  errors += d->index && (!block || at != block->count || block->next);
   return errors;
 }
 
