@@ -192,6 +192,7 @@ void sl_ack_free(sl_ack *ack) {
   if (ack->batches != ack->inline_batches)
     free(ack->batches); /* the instance's (checkpoint_writer.c note 3) */
   free(ack->blob);
+  free(ack->channel_state); /* snapshot.c note 12 */
   free(ack);
 }
 
