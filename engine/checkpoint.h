@@ -172,6 +172,13 @@ typedef struct sl_instance_checkpoint {
   sl_capture captures[SL_CAPTURES_MAX];
   int capture_count;
   sl_channel_state *replay;
+  bool replaying; /* replay_channel_state runs: no mid-entry action */
+  /* Mid-entry (snapshot.c note 12): while sl_snapshot_between_records
+   * runs, the RECORDS entry being processed on partial_channel (at that
+   * ring's read position) and the index of its next record. */
+  struct sl_channel *partial_channel;
+  const void *partial_entry;
+  uint32_t partial_next;
 
   /* Notifications already acted on. */
   uint64_t seen_completed;
@@ -296,6 +303,8 @@ bool sl_snapshot_alignment_timed_out(const struct sl_ctx *inst,
                                      uint64_t now_ns);
 uint64_t sl_snapshot_alignment_wait_ns(const struct sl_ctx *inst);
 int sl_snapshot_alignment_timeout(struct sl_ctx *inst);
+int sl_snapshot_between_records(struct sl_ctx *inst, const void *entry,
+                                uint32_t next);
 int sl_snapshot_source_poll(struct sl_ctx *inst);
 int sl_snapshot_final(struct sl_ctx *inst);
 int sl_snapshot_final_restored(struct sl_ctx *inst);

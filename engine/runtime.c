@@ -54,6 +54,19 @@
  *    instance leaving after such a stop delivers the completion it has
  *    not yet seen, so exactly-once sinks commit up to the stop
  *    checkpoint.
+ * 10. Unaligned checkpoints (snapshot.c notes 12, 13).  announce_seq is
+ *    compared with what the instance saw (one relaxed load of its own
+ *    line, which nobody writes unless checkpoints are unaligned) before
+ *    each entry in drain_channel, between passes in run_inputs, and in
+ *    the wait for input (any_input_readable, which also ends at the
+ *    aligned-checkpoint timeout; wait_loop bounds its sleep by it).  The
+ *    wait for room on a full output does not look: it runs inside an
+ *    operator callback, where no snapshot may be taken, and it ends as
+ *    soon as downstream reads one record (downstream never waits for a
+ *    checkpoint while it is unaligned), so the instance acts at its next
+ *    entry.  Logging channels hand each entry to the captures before it
+ *    is processed.  A restored instance replays its channel state before
+ *    it reads any ring (replay_channel_state).
  *
  * Thread states (function making the transition in brackets):
  *
@@ -468,6 +481,20 @@ process_one(sl_instance *inst, enum sl_op_kind kind, int input,
   }
 }
 
+/* Note 10: between two records of entry e (first: its first record; at:
+ * the next), outside any callback.  Out of line: the loop stays small. */
+static __attribute__((noinline)) int
+between_records(sl_instance *inst, const sl_entry *e, const uint8_t *first,
+                const uint8_t *at, uint32_t stride) {
+  const sl_record *saved = inst->current;
+  inst->current = 0; /* a snapshot hook runs outside any record */
+  inst->cp.key_valid = false;
+  int rc = sl_snapshot_between_records(
+      inst, e, (uint32_t)((size_t)(at - first) / stride));
+  inst->current = saved;
+  return rc;
+}
+
 static inline __attribute__((always_inline)) int
 records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
              const sl_entry *e) {
@@ -499,6 +526,10 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
     }
     if (at < end && rc == 0 && unlikely(job_stopping(inst->job)))
       rc = SL_ESTOPPED;
+    /* Note 10: unaligned checkpoints act between slices too. */
+    if (at < end && rc == 0 &&
+        unlikely(announcement_pending(inst) || inst->cp.aligning_id != 0))
+      rc = between_records(inst, e, (const uint8_t *)e + 8, at, stride);
   }
   inst->current = 0;
   inst->cp.key_valid = false; /* no state access outside a record */
@@ -543,6 +574,10 @@ process_records_injected(sl_instance *inst, int input, const sl_entry *e) {
     }
     if (rc == 0 && job_stopping(inst->job))
       rc = SL_ESTOPPED;
+    if (rc == 0 && i + 1 < e->count &&
+        unlikely(announcement_pending(inst) || inst->cp.aligning_id != 0))
+      rc = between_records(inst, e, (const uint8_t *)e + 8, at + stride,
+                           stride); /* note 10 */
   }
   inst->current = 0;
   inst->cp.key_valid = false; /* no state access outside a record */
@@ -684,6 +719,7 @@ static void reclaim_unversioned(sl_instance *inst) {
 static int replay_channel_state(sl_instance *inst) {
   sl_channel_state *replay = inst->cp.replay;
   int rc = 0;
+  inst->cp.replaying = true;
   for (int c = 0; c < inst->channel_count && rc == 0; c++) {
     sl_channel *ch = &inst->channels[c];
     uint64_t at = 0;
@@ -708,6 +744,7 @@ static int replay_channel_state(sl_instance *inst) {
                   "checkpoint %" PRIu64 " failed (%d)", ch->input,
                   inst->cp.restored_from, rc);
   }
+  inst->cp.replaying = false;
   for (int c = 0; c < inst->channel_count; c++)
     free(replay[c].data);
   free(replay);

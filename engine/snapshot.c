@@ -102,7 +102,14 @@
  *    stop with a savepoint stays aligned: while a stop is pending no
  *    barrier is taken unaligned and no alignment times out
  *    (unaligned_now).  A source announces when checkpoints are
- *    unaligned from their start.
+ *    unaligned from their start.  Besides between entries, the instance
+ *    also acts between two slices of records inside an entry
+ *    (sl_snapshot_between_records, runtime.c records_loop): a backpressured
+ *    operator may need a whole entry's time (up to output_batch_records
+ *    emits, each waiting for room) to reach the next entry.  Then the
+ *    rest of that entry is the channel's first channel state (a RECORDS
+ *    entry of the records not yet processed: append_partial), and a copy
+ *    of that channel starts after the entry (partial_channel).
  * 13. On restore each channel's channel state (restore.c) is replayed
  *    before its ring is read (runtime.c replay_channel_state), as if it
  *    had been read from the ring.
@@ -484,6 +491,10 @@ static void copy_overtaken(sl_instance *inst, sl_capture *cap, int c,
                            uint64_t pos) {
   sl_ring *r = inst->channels[c].ring;
   uint64_t at = r->consumer_position;
+  /* Mid-entry: the rest of the entry at the read position is in the
+   * capture already (append_partial, or logged when it began). */
+  if (inst->cp.partial_channel == &inst->channels[c])
+    at += sl_entry_bytes(inst->cp.partial_entry);
   assert(at <= pos);
   sl_channel_state *st = &cap->channels[c];
   while (at < pos) {
@@ -499,6 +510,25 @@ static void copy_overtaken(sl_instance *inst, sl_capture *cap, int c,
   }
   assert(at == pos);
   channel_done(inst, cap, c);
+}
+
+/* Note 12, mid-entry: the records of the entry being processed on
+ * channel c that are not processed yet, as one RECORDS entry, into cap
+ * (they will be processed after the snapshot). */
+static void append_partial(sl_instance *inst, sl_capture *cap, int c) {
+  const sl_instance_checkpoint *cp = &inst->cp;
+  if (cp->partial_channel != &inst->channels[c])
+    return;
+  const sl_entry *e = cp->partial_entry;
+  assert(e->kind == SL_ENTRY_RECORDS && cp->partial_next < e->count);
+  uint32_t stride = sl_record_stride(e->record_bytes, e->flags);
+  sl_entry head = *e;
+  head.count = (uint16_t)(e->count - cp->partial_next);
+  const uint8_t *rest = (const uint8_t *)e + 8 + (size_t)cp->partial_next *
+                                                     stride;
+  if (!state_append(&cap->channels[c], &head, sizeof head) ||
+      !state_append(&cap->channels[c], rest, (uint64_t)head.count * stride))
+    cap->status = ENOMEM;
 }
 
 /* Note 12, LOGGING: one entry read from ch (RECORDS, WATERMARK or IDLE)
@@ -634,9 +664,12 @@ int sl_snapshot_unaligned(sl_instance *inst, uint64_t id) {
   for (int c = 0; c < inst->channel_count && cap->channels; c++) {
     sl_channel *ch = &inst->channels[c];
     uint64_t pos;
-    if (ch->ended || ch->barrier_in >= id)
+    if (ch->ended || ch->barrier_in >= id) {
       channel_done(inst, cap, c);
-    else if (sl_ring_announced_consumer(ch->ring, id, &pos))
+      continue;
+    }
+    append_partial(inst, cap, c); /* mid-entry: the rest comes later */
+    if (sl_ring_announced_consumer(ch->ring, id, &pos))
       copy_overtaken(inst, cap, c, pos);
   }
   /* Step 4: an alignment this replaces (or an older one) ends. */
@@ -647,7 +680,12 @@ int sl_snapshot_unaligned(sl_instance *inst, uint64_t id) {
   return rc;
 }
 
-/* Note 12: learn every unsettled id above the newest snapshot up to n. */
+/* Note 12: learn every unsettled id above the newest snapshot up to n.
+ * An id below a barrier some channel already delivered in-band is
+ * skipped: that channel may have delivered records after the id's own
+ * barrier (or an upstream instance skipped the id, taking only a newer
+ * trigger), so a snapshot now would hold them; such an id was abandoned
+ * here (note 5) and cannot complete anyway. */
 static int learn_upto(sl_instance *inst, uint64_t n) {
   sl_instance_checkpoint *cp = &inst->cp;
   uint64_t settled =
@@ -658,7 +696,13 @@ static int learn_upto(sl_instance *inst, uint64_t n) {
     from = n - SL_CAPTURES_MAX + 1; /* older ones cannot be in flight */
   if (n > cp->max_seen_id)
     cp->max_seen_id = n;
+  uint64_t delivered = 0; /* the newest barrier read in-band anywhere */
+  for (int c = 0; c < inst->channel_count; c++)
+    if (inst->channels[c].barrier_in > delivered)
+      delivered = inst->channels[c].barrier_in;
   for (uint64_t k = from; k <= n; k++) {
+    if (k < delivered)
+      continue;
     int rc = sl_snapshot_unaligned(inst, k);
     if (rc)
       return rc;
@@ -735,6 +779,26 @@ int sl_snapshot_alignment_timeout(sl_instance *inst) {
   if (!sl_snapshot_alignment_timed_out(inst, sl_now_ns()))
     return 0;
   return learn_upto(inst, inst->cp.aligning_id);
+}
+
+/* Note 12: between two slices of the records of entry (the ring's entry
+ * at the read position of inst->current_channel), next the index of the
+ * next record to process: act on announcements and the aligned timeout
+ * now rather than after the whole entry. */
+int sl_snapshot_between_records(sl_instance *inst, const void *entry,
+                                uint32_t next) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (cp->replaying || !inst->current_channel)
+    return 0; /* replayed entries are not in a ring */
+  cp->partial_channel = inst->current_channel;
+  cp->partial_entry = entry;
+  cp->partial_next = next;
+  int rc = sl_snapshot_announced(inst);
+  if (rc == 0 && cp->aligning_id != 0)
+    rc = sl_snapshot_alignment_timeout(inst);
+  cp->partial_channel = 0;
+  cp->partial_entry = 0;
+  return rc;
 }
 
 int sl_snapshot_barrier(sl_instance *inst, sl_channel *ch, uint64_t id,
