@@ -197,6 +197,13 @@ static inline bool announcement_pending(const sl_instance *inst) {
          inst->cp.announce_seen;
 }
 
+/* An alignment under way that the aligned-checkpoint timeout may end
+ * (snapshot.c note 12); false at once in plain aligned mode. */
+static inline bool alignment_may_time_out(const sl_instance *inst) {
+  return unlikely(inst->cp.aligning_id != 0) &&
+         inst->job->config.checkpoint_aligned_timeout_ms != 0;
+}
+
 /* Wait until ready(inst, arg) is true (returns true) or the job is stopping
  * (returns false).  Spins spin_iterations times, then parks.  Everything
  * pending is published first (note 3).  The time spent counts as kind
@@ -248,7 +255,7 @@ static bool wait_loop(sl_instance *inst, bool (*ready)(sl_instance *, void *),
                               : UINT64_MAX;
     /* snapshot.c note 12: the aligned-checkpoint timeout ends a wait for
      * input too (no input may come while channels are blocked). */
-    if (unlikely(inst->cp.aligning_id != 0) && ready == any_input_readable) {
+    if (alignment_may_time_out(inst) && ready == any_input_readable) {
       uint64_t align_ns = sl_snapshot_alignment_wait_ns(inst);
       if (align_ns < timeout_ns)
         timeout_ns = align_ns;
@@ -273,7 +280,7 @@ static bool any_input_readable(sl_instance *inst, void *arg) {
   /* snapshot.c note 12: an announcement (also on a blocked channel), or
    * an alignment that outlasted the aligned-checkpoint timeout. */
   if (announcement_pending(inst) ||
-      (unlikely(inst->cp.aligning_id != 0) &&
+      (alignment_may_time_out(inst) &&
        sl_snapshot_alignment_timed_out(inst, sl_now_ns())))
     return true;
   return sl_snapshot_notification_pending(inst);
@@ -528,7 +535,7 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
       rc = SL_ESTOPPED;
     /* Note 10: unaligned checkpoints act between slices too. */
     if (at < end && rc == 0 &&
-        unlikely(announcement_pending(inst) || inst->cp.aligning_id != 0))
+        unlikely(announcement_pending(inst) || alignment_may_time_out(inst)))
       rc = between_records(inst, e, (const uint8_t *)e + 8, at, stride);
   }
   inst->current = 0;
@@ -575,7 +582,7 @@ process_records_injected(sl_instance *inst, int input, const sl_entry *e) {
     if (rc == 0 && job_stopping(inst->job))
       rc = SL_ESTOPPED;
     if (rc == 0 && i + 1 < e->count &&
-        unlikely(announcement_pending(inst) || inst->cp.aligning_id != 0))
+        unlikely(announcement_pending(inst) || alignment_may_time_out(inst)))
       rc = between_records(inst, e, (const uint8_t *)e + 8, at + stride,
                            stride); /* note 10 */
   }
@@ -804,7 +811,7 @@ static int run_inputs(sl_instance *inst) {
         return rc;
       continue;
     }
-    if (unlikely(inst->cp.aligning_id != 0) &&
+    if (alignment_may_time_out(inst) &&
         sl_snapshot_alignment_timed_out(inst, sl_now_ns())) {
       int rc = sl_snapshot_alignment_timeout(inst);
       if (rc)

@@ -794,7 +794,8 @@ int sl_snapshot_between_records(sl_instance *inst, const void *entry,
   cp->partial_entry = entry;
   cp->partial_next = next;
   int rc = sl_snapshot_announced(inst);
-  if (rc == 0 && cp->aligning_id != 0)
+  if (rc == 0 && cp->aligning_id != 0 &&
+      inst->job->config.checkpoint_aligned_timeout_ms != 0)
     rc = sl_snapshot_alignment_timeout(inst);
   cp->partial_channel = 0;
   cp->partial_entry = 0;

@@ -230,11 +230,6 @@ static void read_stats(sl_job *job, const spec *s, result *r) {
     sl_checkpoint_stats cs;
     if (sl_job_checkpoint_stats(job, k, &cs))
       break;
-    if (getenv("UA_DEBUG"))
-      fprintf(stderr, "checkpoint %" PRIu64 " status %d unaligned %d "
-              "channel bytes %" PRIu64 " duration %" PRIu64 " us '%s'\n",
-              cs.id, cs.status, cs.unaligned, cs.channel_bytes,
-              cs.duration_us, cs.cause);
     if (cs.status != SL_CHECKPOINT_COMPLETED)
       continue;
     if (cs.unaligned && s->aligned_timeout_ms) {
