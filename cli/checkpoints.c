@@ -232,7 +232,10 @@ static void blob_state_text(const sl_inspect_blob *b, bool source, char *out,
   } else {
     used = snprintf(out, n, "no operator state");
   }
-  if (!b->has_event_time || (size_t)used >= n)
+  if (b->channel_bytes && used >= 0 && (size_t)used < n)
+    used += snprintf(out + used, n - (size_t)used,
+                     ", channel state %" PRIu64 " bytes", b->channel_bytes);
+  if (!b->has_event_time || used < 0 || (size_t)used >= n)
     return;
   if (b->watermark == SL_WATERMARK_MAX)
     snprintf(out + used, n - (size_t)used, ", watermark: end of input");
@@ -285,6 +288,9 @@ static void print_list(const inspection *in) {
                                 sizeof time_text),
            status_of(in, c->id), c->final ? "yes" : "no", c->instance_count,
            bytes, entries);
+    if (c->unaligned) /* record version 3 */
+      printf("              unaligned: %" PRIu64 " bytes of channel state\n",
+             c->channel_bytes);
   }
   if (in->shown < info->checkpoint_count)
     printf("    (%zu older not shown; --all shows them)\n",
@@ -353,6 +359,11 @@ static void print_detail(const inspection *in) {
   if (c->has_sizes)
     printf("  wrote %" PRIu64 " bytes, %" PRIu64 " keyed-state entries "
            "(puts and deletes)\n", c->bytes_persisted, c->entries_persisted);
+  printf("  %s", c->unaligned ? "unaligned" : "aligned");
+  if (c->unaligned)
+    printf(": %" PRIu64 " bytes of channel state (records in flight)",
+           c->channel_bytes);
+  printf("\n");
   if (c->id != info->latest) {
     printf("  its blobs and keyed state were replaced by newer checkpoints "
            "(the store keeps the newest only)\n");
@@ -413,6 +424,11 @@ static json_t *checkpoint_json(const inspection *in,
                         json_integer((json_int_t)c->bytes_persisted));
     json_object_set_new(o, "entries_persisted",
                         json_integer((json_int_t)c->entries_persisted));
+  }
+  if (o) { /* record version 3 says; older ones were all aligned */
+    json_object_set_new(o, "unaligned", json_boolean(c->unaligned));
+    json_object_set_new(o, "channel_bytes",
+                        json_integer((json_int_t)c->channel_bytes));
   }
   return o;
 }

@@ -76,6 +76,18 @@ int parse_cpus(const char *text, int *cpus) {
 
 /* --restart: a strategy name and colon-separated fields; the fields not
  * given keep Flink's defaults (sl_restart_defaults). */
+void check_unaligned_options(const sl_job_config *config) {
+  if (config->checkpoint_aligned_timeout_ms && !config->checkpoint_unaligned)
+    die_usage("--aligned-timeout-ms is for --unaligned (it switches an "
+              "aligned checkpoint to unaligned)");
+  if (config->checkpoint_unaligned && !config->checkpoint.state_dir)
+    die_usage("--unaligned needs --state-dir (it is a kind of checkpoint)");
+  if (config->checkpoint_unaligned &&
+      config->checkpoint.mode == SL_AT_LEAST_ONCE)
+    die_usage("--unaligned and --at-least-once exclude each other: "
+              "unaligned checkpoints are exactly-once");
+}
+
 void parse_restart(const char *text, struct sl_restart_config *r) {
   if (!text)
     die_usage("--restart needs a value");

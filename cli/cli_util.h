@@ -28,6 +28,11 @@ int parse_cpus(const char *text, int *cpus);
  * defaults, sl_restart_defaults). */
 void parse_restart(const char *text, struct sl_restart_config *r);
 
+/** --unaligned and --aligned-timeout-ms against the rest of config
+ * (sluice run and sluice nexmark run): die_usage() naming the conflict
+ * (sl_job_create would refuse it with EINVAL). */
+void check_unaligned_options(const sl_job_config *config);
+
 /** Seconds elapsed on CLOCK_MONOTONIC since *t0. */
 double seconds_since(const struct timespec *t0);
 

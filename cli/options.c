@@ -71,6 +71,14 @@ void run_usage(FILE *out) {
           "                       last barrier arrives, so records after a barrier may\n"
           "                       be in the snapshot and are replayed after a failure\n"
           "                       (duplicates, never loss)\n"
+          "  --unaligned          unaligned checkpoints: barriers overtake the\n"
+          "                       records in flight, which are saved with the\n"
+          "                       checkpoint and replayed on restore (exactly-once;\n"
+          "                       stop savepoints stay aligned)\n"
+          "  --aligned-timeout-ms MS  with --unaligned: start each checkpoint\n"
+          "                       aligned, switch an instance to unaligned once\n"
+          "                       its alignment lasted MS ms (default 0: unaligned\n"
+          "                       from the start)\n"
           "  --no-sync            commit checkpoints without fsync (benchmarks)\n"
           "  --output DIR         count: key,count lines; window: key,window,sum\n"
           "                       lines; part files in DIR\n"
@@ -162,6 +170,11 @@ void run_parse_options(int argc, char **argv, int first, options *o) {
       o->config.checkpoint.tolerable_failures = (uint32_t)parse_u64(a, v, 0, 1000000), i++;
     else if (strcmp(a, "--at-least-once") == 0)
       o->config.checkpoint.mode = SL_AT_LEAST_ONCE;
+    else if (strcmp(a, "--unaligned") == 0)
+      o->config.checkpoint_unaligned = 1;
+    else if (strcmp(a, "--aligned-timeout-ms") == 0)
+      o->config.checkpoint_aligned_timeout_ms =
+          (uint32_t)parse_u64(a, v, 1, 86400000), i++;
     else if (strcmp(a, "--no-sync") == 0)
       o->config.checkpoint.no_sync = 1;
     else if (strcmp(a, "--output") == 0) {
@@ -232,6 +245,7 @@ void run_check_options(options *o) {
               "checkpoint's copy)");
   if (o->drain && !o->stop_savepoint)
     die_usage("--drain is for --stop-savepoint");
+  check_unaligned_options(&o->config);
   if (o->config.checkpoint.from_savepoint && !o->output_dir)
     die_usage("--from-savepoint is for the count and window jobs with "
               "--output: the committed files are what the run is checked by");

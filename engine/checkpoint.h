@@ -29,6 +29,31 @@ typedef struct sl_checkpointer sl_checkpointer;
  * snapshots in a row without a completion. */
 #define SL_ROW_BATCHES_MAX 1024
 
+/* Unaligned checkpoints an instance captures channel state for at once
+ * (snapshot.c note 12): SL_MAX_CONCURRENT, with room for ids that were
+ * aborted but not yet seen settled. */
+#define SL_CAPTURES_MAX 32
+
+/* Channel state of one input channel for one checkpoint (snapshot.c
+ * note 12), or the channel state restored for one channel (note 13):
+ * entries in ring format (ring.h notes 4-6), RECORDS, WATERMARK and IDLE
+ * only, 8-byte aligned (malloc'd). */
+typedef struct sl_channel_state {
+  uint8_t *data;
+  uint64_t bytes;
+  uint64_t capacity;
+  bool done; /* capture: this channel's part is complete */
+} sl_channel_state;
+
+/* One unaligned checkpoint being captured (snapshot.c note 12). */
+typedef struct sl_capture {
+  uint64_t id;
+  struct sl_ack *ack;          /* taken at the snapshot, not yet enqueued */
+  sl_channel_state *channels;  /* channel_count, by channel index */
+  int channels_done;
+  int status; /* nonzero: capturing failed (ENOMEM); the ack says so */
+} sl_capture;
+
 /* Table rows (operators/table_sink.c; snapshot.c note 10,
  * checkpoint_writer.c note 3).  One row: key_bytes of key, then value_bytes of value (none
  * for a tombstone) at arena + offset. */
@@ -94,6 +119,12 @@ typedef struct sl_ack {
    * timestamp it emitted, stored after the blob (flag bit 1). */
   bool has_event_time;
   int64_t event_time[2];
+  /* Unaligned (snapshot.c note 12): the instance took this snapshot as
+   * an unaligned one; channel_state is its serialized channel state
+   * (checkpoint_writer.c note 6; malloc'd, owned), NULL when empty. */
+  bool unaligned;
+  uint8_t *channel_state;
+  uint64_t channel_state_bytes;
   /* Statistics.  barrier_ns: when the first barrier reached the instance
    * (a source: when it saw the trigger); the coordinator turns it into
    * start_delay_us. */
@@ -129,6 +160,25 @@ typedef struct sl_instance_checkpoint {
   uint64_t max_seen_id;      /* newest barrier or trigger received, also
                                 those dropped (coordinator.c note 3) */
   _Atomic uint64_t trigger_id; /* sources: newest id triggered */
+
+  /* Unaligned checkpoints (snapshot.c notes 12, 13).  announce_seq is
+   * bumped by the producers of the input rings when they announce
+   * (ring.h note 9); announce_seen is what the instance acted on.
+   * captures: the checkpoints being captured, oldest first.  replay:
+   * restored channel state, by channel (NULL: none), replayed before the
+   * rings are read. */
+  _Atomic uint64_t announce_seq;
+  uint64_t announce_seen;
+  sl_capture captures[SL_CAPTURES_MAX];
+  int capture_count;
+  sl_channel_state *replay;
+  bool replaying; /* replay_channel_state runs: no mid-entry action */
+  /* Mid-entry (snapshot.c note 12): while sl_snapshot_between_records
+   * runs, the RECORDS entry being processed on partial_channel (at that
+   * ring's read position) and the index of its next record. */
+  struct sl_channel *partial_channel;
+  const void *partial_entry;
+  uint32_t partial_next;
 
   /* Notifications already acted on. */
   uint64_t seen_completed;
@@ -187,6 +237,9 @@ typedef struct sl_instance_checkpoint {
 /* restore.c */
 int sl_checkpointer_setup(struct sl_job *job);   /* before threads start */
 int sl_checkpointer_restore_instance(struct sl_ctx *inst); /* its thread */
+/* restore.c note 4: a blob's channel section into inst->cp.replay. */
+int sl_restore_channel_state(struct sl_ctx *inst, const uint8_t *section,
+                             uint64_t bytes);
 void sl_checkpointer_restore_skip(struct sl_ctx *inst); /* open failed */
 /* coordinator.c */
 int sl_checkpointer_start(struct sl_job *job);   /* coordinator + writer */
@@ -221,7 +274,9 @@ __attribute__((format(printf, 4, 5))) int
 sl_say_err(char *err, size_t err_bytes, int rc, const char *format, ...);
 
 /* The blob of an instance (checkpoint_writer.c write_instance): a flag byte,
- * the operator state if flag SL_BLOB_STATE, then the event-time trailer
+ * the channel state if flag SL_BLOB_CHANNELS (a u64 of its bytes, then
+ * the section of checkpoint_writer.c note 6), the operator state if flag
+ * SL_BLOB_STATE, then the event-time trailer
  * (watermark, largest timestamp: two int64, native order) if flag
  * SL_BLOB_EVENT_TIME.  SL_BLOB_FINISHED: the blob is the instance's final
  * snapshot, taken after its end of input (coordinator.c note 10).  Stores
@@ -230,13 +285,26 @@ sl_say_err(char *err, size_t err_bytes, int rc, const char *format, ...);
 #define SL_BLOB_STATE 1u
 #define SL_BLOB_EVENT_TIME 2u
 #define SL_BLOB_FINISHED 4u
-#define SL_BLOB_FLAGS (SL_BLOB_STATE | SL_BLOB_EVENT_TIME | SL_BLOB_FINISHED)
+#define SL_BLOB_CHANNELS 8u /* unaligned: channel state (snapshot.c 12) */
+#define SL_BLOB_FLAGS                                                          \
+  (SL_BLOB_STATE | SL_BLOB_EVENT_TIME | SL_BLOB_FINISHED | SL_BLOB_CHANNELS)
 #define SL_BLOB_EVENT_TIME_BYTES 16u
 
 /* snapshot.c (called from runtime.c on the instance's thread) */
 int sl_snapshot_barrier(struct sl_ctx *inst, struct sl_channel *ch,
                         uint64_t id, bool *block);
-int sl_snapshot_channel_ended(struct sl_ctx *inst);
+int sl_snapshot_channel_ended(struct sl_ctx *inst, struct sl_channel *ch);
+/* Unaligned checkpoints (snapshot.c notes 12, 13). */
+int sl_snapshot_announced(struct sl_ctx *inst);
+int sl_snapshot_unaligned(struct sl_ctx *inst, uint64_t id);
+int sl_snapshot_capture_entry(struct sl_ctx *inst, struct sl_channel *ch,
+                              const void *entry, uint64_t bytes);
+bool sl_snapshot_alignment_timed_out(const struct sl_ctx *inst,
+                                     uint64_t now_ns);
+uint64_t sl_snapshot_alignment_wait_ns(const struct sl_ctx *inst);
+int sl_snapshot_alignment_timeout(struct sl_ctx *inst);
+int sl_snapshot_between_records(struct sl_ctx *inst, const void *entry,
+                                uint32_t next);
 int sl_snapshot_source_poll(struct sl_ctx *inst);
 int sl_snapshot_final(struct sl_ctx *inst);
 int sl_snapshot_final_restored(struct sl_ctx *inst);

@@ -16,6 +16,11 @@
 #define SL_DEFAULT_INTERVAL_MS 1000u
 #define SL_DEFAULT_TIMEOUT_MS 60000u
 #define SL_MAX_CONCURRENT 16u
+/* ring.h note 9: a slot is reused only after its id settled. */
+_Static_assert(SL_RING_ANNOUNCE_SLOTS == SL_MAX_CONCURRENT + 1,
+               "one announcement slot per checkpoint in flight, plus one");
+_Static_assert(SL_CAPTURES_MAX >= SL_MAX_CONCURRENT,
+               "an instance can capture every checkpoint in flight");
 /* Writes of one transaction retried after MDB_MAP_FULL: each retry doubles
  * the map, so 24 doublings of 64 MiB exceed any disk. */
 #define SL_MAP_FULL_RETRIES 24
@@ -150,16 +155,23 @@ struct sl_checkpointer {
 
 /* The record of a checkpoint: a small fixed layout, little-endian.
  * Version 2 added the two totals at the end (version 1 records are 24
- * bytes); engine/inspect.c reads both, restore.c its first two fields. */
+ * bytes); version 3, written only for an unaligned checkpoint (so a store
+ * of aligned ones stays readable by older builds), adds whether it was
+ * unaligned and its bytes of channel state (snapshot.c note 12).
+ * engine/inspect.c reads all three, restore.c the first two fields. */
 typedef struct cp_record {
-  uint32_t version;     /* 2 */
+  uint32_t version;     /* 2, or 3 for an unaligned checkpoint */
   uint32_t final;       /* the end-of-input checkpoint */
   int64_t trigger_time_ms;
   uint64_t instance_count;
   uint64_t bytes_persisted;   /* what this transaction wrote, as in */
   uint64_t entries_persisted; /* sl_checkpoint_stats */
+  uint32_t unaligned;         /* version 3: 1 */
+  uint32_t reserved;          /* version 3: 0 */
+  uint64_t channel_bytes;     /* version 3: channel state written */
 } cp_record;
-_Static_assert(sizeof(cp_record) == 40, "the record's layout has no padding");
+#define SL_CP_RECORD_V2_BYTES 40u
+_Static_assert(sizeof(cp_record) == 56, "the record's layout has no padding");
 
 /* coordinator.c: the checkpointer's memory, its threads not started. */
 int sl_checkpointer_alloc(sl_job *job);

@@ -77,6 +77,8 @@ static void history_finish(sl_checkpointer *cp, pending *p, int status,
         is[i].start_delay_us = a->start_delay_us;
         is[i].alignment_us = a->alignment_us;
         is[i].sync_us = a->sync_us;
+        h->unaligned |= a->unaligned; /* snapshot.c note 12 */
+        h->channel_bytes += a->channel_state_bytes;
       }
       is[i].async_us = p->async_us[i];
       is[i].bytes_persisted = p->bytes[i];

@@ -36,6 +36,16 @@
  *    over or a shutdown cancels a running compaction, which keeps its
  *    committed steps and resumes on the next call (store.h note 3).
  *
+ * 6. Channel state (unaligned checkpoints, snapshot.c note 12) goes into
+ *    the instance's blob, so it is replaced with the rest of the
+ *    instance's state in n's one transaction, under the blob's checksum
+ *    (store.h note 1): flag SL_BLOB_CHANNELS, then a u64 (native order,
+ *    as the event-time trailer) of the section's bytes, then the section
+ *    as the ack carries it: per input channel with entries, in index
+ *    order, u32 channel index, u32 0, u64 bytes, then that many bytes of
+ *    entries in ring format (RECORDS, WATERMARK, IDLE; ring.h notes 4-6).
+ *    restore.c checks every field before the instance replays it.
+ *
  * Entry: sl_checkpoint_writer_main (started by sl_checkpointer_start);
  * per checkpoint: writer_take, write_checkpoint, write_once,
  * write_instance, write_rows.
@@ -471,7 +481,14 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
    * Flag bit 0: operator state follows; bit 1: the event-time state
    * (watermark, largest timestamp: 16 bytes) comes last. */
   uint32_t user_bytes = a->has_blob ? a->blob_bytes : 0;
-  uint32_t blob_bytes = 1 + user_bytes + (a->has_event_time ? 16u : 0u);
+  /* Note 6: the channel state first, with its length. */
+  uint64_t channel_bytes = a->channel_state_bytes
+                               ? 8 + a->channel_state_bytes : 0;
+  uint64_t total = 1 + channel_bytes + user_bytes +
+                   (a->has_event_time ? 16u : 0u);
+  if (total > UINT32_MAX)
+    return EFBIG; /* more than a blob holds: this checkpoint fails */
+  uint32_t blob_bytes = (uint32_t)total;
   uint8_t small[64];
   uint8_t *blob = blob_bytes <= sizeof small ? small : malloc(blob_bytes);
   if (!blob)
@@ -480,12 +497,18 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
    * every checkpoint it stands in for. */
   blob[0] = (uint8_t)((a->has_blob ? SL_BLOB_STATE : 0u) |
                       (a->has_event_time ? SL_BLOB_EVENT_TIME : 0u) |
-                      (a->final ? SL_BLOB_FINISHED : 0u));
+                      (a->final ? SL_BLOB_FINISHED : 0u) |
+                      (channel_bytes ? SL_BLOB_CHANNELS : 0u));
   assert((blob[0] & ~SL_BLOB_FLAGS) == 0);
+  assert(!a->final || channel_bytes == 0); /* every input had ended */
+  if (channel_bytes) {
+    memcpy(blob + 1, &a->channel_state_bytes, 8);
+    memcpy(blob + 9, a->channel_state, a->channel_state_bytes);
+  }
   if (user_bytes)
-    memcpy(blob + 1, a->blob, user_bytes);
+    memcpy(blob + 1 + channel_bytes, a->blob, user_bytes);
   if (a->has_event_time)
-    memcpy(blob + 1 + user_bytes, a->event_time, 16);
+    memcpy(blob + 1 + channel_bytes + user_bytes, a->event_time, 16);
   int rc = sl_store_put_blob(txn, op, (uint16_t)inst->index, blob, blob_bytes);
   if (blob != small)
     free(blob);
@@ -529,8 +552,13 @@ static int write_once(sl_checkpointer *cp, pending *p, uint32_t *epochs,
   for (int i = 0; i < job->instance_count; i++) {
     rec.bytes_persisted += p->bytes[i];
     rec.entries_persisted += p->entries[i];
+    const sl_ack *a = p->acks[i] ? p->acks[i] : cp->final_acks[i];
+    rec.unaligned |= a->unaligned; /* note 6 */
+    rec.channel_bytes += a->channel_state_bytes;
   }
-  return sl_store_commit(txn, p->id, &rec, sizeof rec);
+  rec.version = rec.unaligned ? 3 : 2;
+  return sl_store_commit(txn, p->id, &rec,
+                         rec.unaligned ? sizeof rec : SL_CP_RECORD_V2_BYTES);
 }
 
 static void write_checkpoint(sl_checkpointer *cp, pending *p) {

@@ -194,6 +194,7 @@ void sl_ack_free(sl_ack *ack) {
   if (ack->batches != ack->inline_batches)
     free(ack->batches); /* the instance's (checkpoint_writer.c note 3) */
   free(ack->blob);
+  free(ack->channel_state); /* snapshot.c note 12 */
   free(ack);
 }
 
@@ -373,6 +374,12 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
   cp->last_end_ns = sl_now_ns();
   uint64_t id = p->id;
   bool final = p->final;
+  /* Completed before anything settles it (the aborts of older ones below
+   * raise cp_settled_id too): a reader that sees n settled then sees it
+   * complete if it was.  stop.c's wait took a completed stop checkpoint
+   * for an aborted one, now and then, when the stores came the other way
+   * (its older, subsumed checkpoint aborted first). */
+  atomic_store(&job->cp_completed_id, id);
   pending_clear(cp, p, false);
   /* Note 6: older ones can never complete now. */
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
@@ -383,7 +390,6 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
       atomic_store(&q->abort_requested, ABORT_SUBSUMED);
   }
   update_settled(cp);
-  atomic_store(&job->cp_completed_id, id);
   if (final)
     atomic_store(&job->cp_final_done, 1);
   wake_instances(job);

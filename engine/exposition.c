@@ -224,7 +224,7 @@ static const char *checkpoint_status_name(int status) {
 
 /* Every field of sl_checkpoint_stats (status as Flink's name). */
 static json_t *checkpoint_json(const sl_checkpoint_stats *c) {
-  return json_pack("{s:I,s:s,s:b,s:I,s:I,s:I,s:I,s:I,s:i,s:s}", "id",
+  return json_pack("{s:I,s:s,s:b,s:I,s:I,s:I,s:I,s:I,s:i,s:s,s:b,s:I}", "id",
                    (json_int_t)c->id, "status",
                    checkpoint_status_name(c->status), "final", c->final,
                    "trigger_time_ms", (json_int_t)c->trigger_time_ms,
@@ -232,7 +232,8 @@ static json_t *checkpoint_json(const sl_checkpoint_stats *c) {
                    (json_int_t)c->write_us, "bytes_persisted",
                    (json_int_t)c->bytes_persisted, "entries_persisted",
                    (json_int_t)c->entries_persisted, "instance_count",
-                   c->instance_count, "cause", c->cause);
+                   c->instance_count, "cause", c->cause, "unaligned",
+                   c->unaligned, "channel_bytes", (json_int_t)c->channel_bytes);
 }
 
 static json_t *checkpoint_instance_json(const sl_checkpoint_instance_stats *s) {

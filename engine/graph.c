@@ -109,6 +109,25 @@ static int config_resolve_rest(sl_job_config *c) {
     return EINVAL;
   if (sl_restart_validate(&c->restart))
     return EINVAL;
+  if (c->checkpoint_unaligned != 0 && c->checkpoint_unaligned != 1) {
+    sl_log(SL_LOG_ERROR, "sl_job_create: sl_job_config.checkpoint_unaligned "
+           "is %d, 0 or 1 expected", c->checkpoint_unaligned);
+    return EINVAL;
+  }
+  if (c->checkpoint_unaligned && k->mode != SL_EXACTLY_ONCE) {
+    sl_log(SL_LOG_ERROR, "sl_job_create: unaligned checkpoints need "
+           "exactly-once mode (checkpoint.mode is SL_AT_LEAST_ONCE, which "
+           "never blocks a channel: nothing to overtake)");
+    return EINVAL;
+  }
+  if (c->checkpoint_aligned_timeout_ms && !c->checkpoint_unaligned) {
+    sl_log(SL_LOG_ERROR, "sl_job_create: "
+           "sl_job_config.checkpoint_aligned_timeout_ms is %" PRIu32
+           " but checkpoint_unaligned is 0: the timeout switches a "
+           "checkpoint to unaligned, so it needs unaligned checkpoints on",
+           c->checkpoint_aligned_timeout_ms);
+    return EINVAL;
+  }
   if (k->state_dir && !k->state_dir[0])
     return EINVAL;
   if (k->from_savepoint && (!k->from_savepoint[0] || !k->state_dir))
@@ -959,6 +978,7 @@ static int wire_edges(sl_job *job, const edge_list *list) {
                               job->config.output_batch_records);
         if (rc)
           return rc;
+        ring->consumer_announce_seq = &consumer->cp.announce_seq;
         out->rings[e->partition == SL_PARTITION_FORWARD ? 0 : c] = ring;
         sl_channel *ch = &consumer->channels[consumer->channel_count++];
         ch->ring = ring;

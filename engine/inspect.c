@@ -16,7 +16,8 @@
  *    u64 bytes and u64 entries persisted, 40 bytes), the blob by
  *    checkpoint_writer.c (write_instance: a flag byte, bit 0 operator state
  *    follows, bit 1 a 16-byte event-time trailer of i64 watermark and i64
- *    largest timestamp), the fingerprint by graph.c
+ *    largest timestamp, bit 3 channel state: a u64 length and that many
+ *    bytes right after the flag byte), the fingerprint by graph.c
  *    (sl_graph_fingerprint: "max_parallelism=M" then ";ID:KIND:NAME:P" per
  *    physical operator).  Bytes that do not fit are reported as corrupt
  *    (records, blobs) or shown raw (a fingerprint whose names hold ';').
@@ -38,9 +39,11 @@
 
 #define RECORD_V1_BYTES 24u
 #define RECORD_V2_BYTES 40u
+#define RECORD_V3_BYTES 56u /* unaligned: channel state */
 #define BLOB_FLAG_STATE 1u
 #define BLOB_FLAG_EVENT_TIME 2u
 #define BLOB_FLAG_FINISHED 4u /* coordinator.c note 10; nothing follows */
+#define BLOB_FLAG_CHANNELS 8u /* checkpoint_writer.c note 6 */
 #define BLOB_EVENT_TIME_BYTES 16u
 
 struct sl_state_dir {
@@ -157,22 +160,34 @@ static int operator_index(const sl_state_dir *sd, int op_id) {
 static int decode_blob(const uint8_t *data, uint32_t bytes,
                        sl_inspect_blob *b) {
   if (bytes < 1 || data[0] > (BLOB_FLAG_STATE | BLOB_FLAG_EVENT_TIME |
-                              BLOB_FLAG_FINISHED))
+                              BLOB_FLAG_FINISHED | BLOB_FLAG_CHANNELS))
     return SL_ECORRUPT;
   uint32_t trailer = (data[0] & BLOB_FLAG_EVENT_TIME) ? BLOB_EVENT_TIME_BYTES
                                                       : 0;
   if (bytes < 1 + trailer)
     return SL_ECORRUPT;
+  /* The channel state (an unaligned checkpoint): a u64 length after the
+   * flag byte, then that many bytes; only its size is shown. */
+  uint32_t head = 1;
+  if (data[0] & BLOB_FLAG_CHANNELS) {
+    if (bytes < 9 + trailer)
+      return SL_ECORRUPT;
+    uint64_t section = le64(data + 1);
+    if (section > bytes - 9 - trailer)
+      return SL_ECORRUPT;
+    b->channel_bytes = section;
+    head = 9 + (uint32_t)section;
+  }
   b->bytes = bytes;
   b->has_state = (data[0] & BLOB_FLAG_STATE) != 0;
-  b->state_bytes = b->has_state ? bytes - 1 - trailer : 0;
-  if (!b->has_state && bytes != 1 + trailer)
+  b->state_bytes = b->has_state ? bytes - head - trailer : 0;
+  if (!b->has_state && bytes != head + trailer)
     return SL_ECORRUPT;
   if (b->state_bytes >= 8 && b->state_bytes % 8 == 0 &&
       b->state_bytes <= 8 * SL_INSPECT_POSITION_WORDS) {
     b->position_words = (int)(b->state_bytes / 8);
     for (int w = 0; w < b->position_words; w++)
-      b->position[w] = le64(data + 1 + 8 * w);
+      b->position[w] = le64(data + head + 8 * w);
   }
   if (trailer) {
     b->has_event_time = 1;
@@ -320,15 +335,17 @@ int sl_state_dir_checkpoint(sl_state_dir *sd, uint64_t id,
   out->record_bytes = bytes;
   uint32_t version = bytes >= 4 ? le32(r) : 0;
   bool known = (version == 1 && bytes == RECORD_V1_BYTES) ||
-               (version == 2 && bytes == RECORD_V2_BYTES);
+               (version == 2 && bytes == RECORD_V2_BYTES) ||
+               (version == 3 && bytes == RECORD_V3_BYTES);
   if (!known || le32(r + 4) > 1) {
     free(record);
     return sl_inspect_fail(
         err, err_bytes, SL_ECORRUPT,
         "%s: the record of checkpoint %" PRIu64 " is corrupt: %" PRIu32
         " bytes with version %" PRIu32 " (a version 1 record has %u "
-        "bytes, a version 2 record %u)",
-        sd->path, id, bytes, version, RECORD_V1_BYTES, RECORD_V2_BYTES);
+        "bytes, a version 2 record %u, a version 3 record %u)",
+        sd->path, id, bytes, version, RECORD_V1_BYTES, RECORD_V2_BYTES,
+        RECORD_V3_BYTES);
   }
   out->record_version = version;
   out->final = (int)le32(r + 4);
@@ -338,6 +355,10 @@ int sl_state_dir_checkpoint(sl_state_dir *sd, uint64_t id,
     out->has_sizes = 1;
     out->bytes_persisted = le64(r + 24);
     out->entries_persisted = le64(r + 32);
+  }
+  if (version >= 3) { /* an unaligned checkpoint */
+    out->unaligned = le32(r + 40) != 0;
+    out->channel_bytes = le64(r + 48);
   }
   free(record);
   return 0;

@@ -64,6 +64,7 @@ typedef struct sl_inspect_blob {
   int has_event_time;
   int64_t watermark; /* SL_WATERMARK_MIN: none yet */
   int64_t max_timestamp;
+  uint64_t channel_bytes; /* channel state (unaligned checkpoint), bytes */
 } sl_inspect_blob;
 
 /** A state directory as of sl_state_dir_open(). */
@@ -88,7 +89,7 @@ typedef struct sl_state_dir_info {
 /** One checkpoint record, decoded. */
 typedef struct sl_inspect_checkpoint {
   uint64_t id;
-  uint32_t record_version; /* 1 or 2 */
+  uint32_t record_version; /* 1, 2 or 3 */
   uint32_t record_bytes;
   int final;               /* taken at the end of input */
   int64_t trigger_time_ms; /* wall clock, Unix epoch */
@@ -96,6 +97,8 @@ typedef struct sl_inspect_checkpoint {
   int has_sizes;           /* version 2: the next two are known */
   uint64_t bytes_persisted;   /* keyed-state changes, rows and blobs */
   uint64_t entries_persisted; /* keyed-state puts and deletes */
+  int unaligned;           /* version 3: an unaligned checkpoint */
+  uint64_t channel_bytes;  /* version 3: its channel state */
 } sl_inspect_checkpoint;
 
 /* Flags of sl_state_dir_open. */

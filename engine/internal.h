@@ -73,6 +73,9 @@ typedef struct sl_channel { /* struct tag used by checkpoint.h */
   bool ended;
   bool blocked; /* aligned barrier: not read until alignment completes */
   bool barrier_seen; /* delivered the barrier being aligned */
+  uint8_t logging;   /* captures logging what is read here (snapshot.c
+                        note 12); nonzero: each entry goes to them too */
+  uint64_t barrier_in; /* newest barrier id read here in-band */
   sl_key_fn key; /* key function of a key-partitioned edge, else NULL */
   void *key_user;
   bool idle;         /* the producer said it is idle (timer.c) */
@@ -391,6 +394,9 @@ int sl_inject_store_call(void *arg, enum sl_store_call call);
 void sl_job_fail(sl_job *job, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int sl_instance_write_barrier(sl_instance *inst, uint64_t id);
+/* The same, then the announcement of id on every output ring (ring.h
+ * note 9; snapshot.c note 12). */
+int sl_instance_write_barrier_announced(sl_instance *inst, uint64_t id);
 uint64_t sl_now_ns(void);
 
 /* Emitting on behalf of a record with another time (window results at

@@ -25,6 +25,14 @@
  *    carries SL_BLOB_FINISHED, or if the checkpoint's record says "final"
  *    (stores written before that flag existed; read_restored_final).
  *
+ * 4. Channel state (unaligned checkpoints, snapshot.c notes 12, 13) is
+ *    part of the blob (checkpoint_writer.c note 6).  It is checked whole
+ *    before anything of it is used: channel indexes in range and
+ *    increasing, every entry's kind, counts, sizes (a record at most
+ *    max_record_bytes) and extent within its channel's bytes.  A
+ *    mismatch is SL_ECORRUPT naming the operator, instance, checkpoint,
+ *    channel and offset (sl_restore_channel_state), never a crash.
+ *
  * Entries: sl_checkpointer_setup (before threads), then per instance
  * sl_checkpointer_restore_instance or, if its open failed,
  * sl_checkpointer_restore_skip.
@@ -98,6 +106,123 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
   return rc ? restore_failed(job, inst, "keyed state", rc) : 0;
 }
 
+/* Note 4: the entries of one channel's state, data[0, bytes), are well
+ * formed.  0, or SL_ECORRUPT with *bad the offset of the first bad one
+ * and why. */
+static int channel_entries_check(const sl_job *job, const uint8_t *data,
+                                 uint64_t bytes, uint64_t *bad,
+                                 const char **why) {
+  uint64_t at = 0;
+  while (at < bytes) {
+    *bad = at;
+    sl_entry e;
+    if (bytes - at < sizeof e) {
+      *why = "an entry header is cut short";
+      return SL_ECORRUPT;
+    }
+    memcpy(&e, data + at, sizeof e);
+    uint64_t size;
+    if (e.kind == SL_ENTRY_RECORDS) {
+      if (e.count == 0 || (e.flags & ~SL_ENTRY_HAS_TS) != 0 ||
+          e.record_bytes > job->config.max_record_bytes) {
+        *why = "a records entry has a bad count, flags or record size";
+        return SL_ECORRUPT;
+      }
+      size = sl_entry_bytes(&e);
+    } else if (e.kind == SL_ENTRY_WATERMARK || e.kind == SL_ENTRY_IDLE) {
+      if (e.flags != 0 || e.count != 0 || e.record_bytes != 8) {
+        *why = "a watermark or idle entry is malformed";
+        return SL_ECORRUPT;
+      }
+      size = 16;
+    } else {
+      *why = "an entry of a kind channel state never holds";
+      return SL_ECORRUPT;
+    }
+    if (size > bytes - at) {
+      *why = "an entry runs past the channel's bytes";
+      return SL_ECORRUPT;
+    }
+    at += size;
+  }
+  return 0;
+}
+
+/* Note 4: the channel section of a blob, section[0, bytes), into
+ * inst->cp.replay (one malloc'd, 8-aligned copy per channel).  0,
+ * ENOMEM, or SL_ECORRUPT with the job failed naming where. */
+int sl_restore_channel_state(sl_instance *inst, const uint8_t *section,
+                             uint64_t bytes) {
+  sl_job *job = inst->job;
+  sl_channel_state *replay =
+      calloc((size_t)(inst->channel_count ? inst->channel_count : 1),
+             sizeof *replay);
+  if (!replay)
+    return ENOMEM;
+  uint64_t at = 0;
+  int64_t channel = -1;  /* the last channel read, for the order */
+  int64_t named = -1;    /* the channel whose header was read last */
+  uint64_t bad = 0;
+  const char *why = 0;
+  int rc = 0;
+  while (rc == 0 && at < bytes) {
+    uint32_t head[2];
+    uint64_t size;
+    bad = at;
+    if (bytes - at < 16) {
+      why = "a channel header is cut short";
+      rc = SL_ECORRUPT;
+      break;
+    }
+    memcpy(head, section + at, 8);
+    memcpy(&size, section + at + 8, 8);
+    named = head[0];
+    if (head[1] != 0 || (int64_t)head[0] <= channel ||
+        head[0] >= (uint32_t)inst->channel_count) {
+      why = "a channel index is out of range or out of order (a channel "
+            "state of another job?)";
+      rc = SL_ECORRUPT;
+      break;
+    }
+    channel = head[0];
+    if (size == 0 || size % 8 != 0 || size > bytes - at - 16) {
+      why = "a channel's byte count is zero, unaligned or too large";
+      rc = SL_ECORRUPT;
+      break;
+    }
+    uint64_t entry_bad = 0;
+    rc = channel_entries_check(job, section + at + 16, size, &entry_bad, &why);
+    if (rc) {
+      bad = at + 16 + entry_bad;
+      break;
+    }
+    replay[channel].data = malloc(size);
+    if (!replay[channel].data) {
+      rc = ENOMEM;
+      break;
+    }
+    memcpy(replay[channel].data, section + at + 16, size);
+    replay[channel].bytes = size;
+    at += 16 + size;
+  }
+  if (rc) {
+    for (int c = 0; c < inst->channel_count; c++)
+      free(replay[c].data);
+    free(replay);
+    if (rc == SL_ECORRUPT)
+      sl_job_fail(job, rc, "restoring the channel state of operator '%s' "
+                  "instance %d from checkpoint %" PRIu64 " in %s failed: "
+                  "%s: %s, at byte %" PRIu64 " of the channel state "
+                  "(channel %" PRId64 ")",
+                  inst->op->name, inst->index, inst->cp.restored_from,
+                  job->config.checkpoint.state_dir, sl_strerror(rc), why,
+                  bad, named);
+    return rc;
+  }
+  inst->cp.replay = replay;
+  return 0;
+}
+
 /* The instance's blob: a flag byte (operator state saved or not), then the
  * state (write_instance). */
 static int restore_blob(sl_job *job, sl_instance *inst) {
@@ -123,13 +248,31 @@ static int restore_blob(sl_job *job, sl_instance *inst) {
     memcpy(inst->cp.event_time_restored, (uint8_t *)blob + bytes, 16);
     inst->cp.has_event_time_restored = true;
   }
-  if ((flags & 1) == 0) {
+  uint32_t skip = 1; /* the flag byte, and the channel state if any */
+  if (flags & SL_BLOB_CHANNELS) { /* note 4 */
+    uint64_t section = 0;
+    if (bytes >= 9)
+      memcpy(&section, (uint8_t *)blob + 1, 8);
+    if (bytes < 9 || section > bytes - 9 || (flags & SL_BLOB_FINISHED)) {
+      free(blob);
+      return restore_failed(job, inst, "channel state (its length)",
+                            SL_ECORRUPT);
+    }
+    rc = sl_restore_channel_state(inst, (uint8_t *)blob + 9, section);
+    if (rc) {
+      free(blob);
+      return rc == SL_ECORRUPT ? rc
+                               : restore_failed(job, inst, "channel state", rc);
+    }
+    skip = 9 + (uint32_t)section;
+  }
+  if ((flags & SL_BLOB_STATE) == 0) {
     free(blob);
     return 0;
   }
-  memmove(blob, (uint8_t *)blob + 1, bytes - 1); /* drop the flag byte */
+  memmove(blob, (uint8_t *)blob + skip, bytes - skip); /* the state only */
   inst->cp.blob_restored = blob;
-  inst->cp.blob_restored_bytes = bytes - 1;
+  inst->cp.blob_restored_bytes = bytes - skip;
   inst->cp.has_blob_restored = true;
   return 0;
 }
@@ -158,7 +301,8 @@ static int read_restored_final(sl_job *job, uint64_t id) {
     if (bytes >= sizeof head)
       memcpy(head, record, sizeof head);
     bool known = (head[0] == 1 && bytes == 24) ||
-                 (head[0] == 2 && bytes == sizeof(cp_record));
+                 (head[0] == 2 && bytes == SL_CP_RECORD_V2_BYTES) ||
+                 (head[0] == 3 && bytes == sizeof(cp_record));
     if (!known || head[1] > 1)
       rc = SL_ECORRUPT;
     cp->restored_final = rc == 0 && head[1] == 1;

@@ -49,6 +49,7 @@ void sl_ring_reset(sl_ring *r) {
   r->wake_threshold_bytes = saved.wake_threshold_bytes;
   r->consumer_parker = saved.consumer_parker;
   r->producer_parker = saved.producer_parker;
+  r->consumer_announce_seq = saved.consumer_announce_seq;
   r->payload_bytes = saved.payload_bytes; /* a count over the ring's life */
   atomic_init(&r->head, 0);
   atomic_init(&r->tail, 0);

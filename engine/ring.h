@@ -53,6 +53,24 @@
  *    parked consumer asleep: the runtime's buffer timeout (1 ms by default)
  *    forces a check on every output.
  *
+ * 9. Announcements (unaligned checkpoints, docs/checkpoints.md): each ring
+ *    has SL_RING_ANNOUNCE_SLOTS slots {id, pos}, written only by the
+ *    producer, read only by the consumer; id n lives in slot n % slots.
+ *    The producer announces n right after it published the in-band
+ *    BARRIER n, at pos, the position of that entry
+ *    (sl_ring_announce_producer): so the consumer, which may be far
+ *    behind, learns of n at once and may copy [its position, pos) out of
+ *    the ring (everything there is published and not yet released: the
+ *    producer cannot overwrite it).  The slot is written like a seqlock
+ *    (id 0, pos, then id n with release), so a reader never pairs one
+ *    id with another's pos.  A slot is overwritten only by id n + slots,
+ *    which the coordinator triggers only once n settled (at most
+ *    SL_MAX_CONCURRENT ids are in flight; checkpoint_internal.h asserts
+ *    the relation).  Then the producer bumps the consumer instance's
+ *    announce_seq and forces a wake check, as a waker of wait.h does.
+ *    A ring that is not announced on costs nothing: the consumer looks at
+ *    the slots only when announce_seq moved.
+ *
  * Which calls may run concurrently (like liburcu's wfcqueue.h table):
  *
  *                       | producer calls | consumer calls | init/destroy
@@ -112,6 +130,14 @@ static inline uint64_t sl_ring_max_entry(uint64_t capacity_bytes) {
   return capacity_bytes / 4;
 }
 
+/* Announcement slots of a ring (note 9): SL_MAX_CONCURRENT + 1. */
+#define SL_RING_ANNOUNCE_SLOTS 17u
+
+typedef struct sl_ring_announce {
+  _Atomic uint64_t id; /* 0: none (checkpoint ids start at 1) */
+  _Atomic uint64_t pos;
+} sl_ring_announce;
+
 typedef struct sl_ring {
   /* Written by the consumer only: bytes consumed and returned. */
   alignas(SL_CACHE_LINE) _Atomic uint64_t head;
@@ -143,6 +169,10 @@ typedef struct sl_ring {
   uint64_t payload_bytes; /* record payload bytes of the closed entries,
                              ever (metrics: counted per entry, not per
                              record; kept by sl_ring_reset) */
+  uint64_t barrier_position; /* of the last BARRIER written (note 9) */
+
+  /* Written by the producer only, read by the consumer (note 9). */
+  alignas(SL_CACHE_LINE) sl_ring_announce announce[SL_RING_ANNOUNCE_SLOTS];
 
   /* Constant after init. */
   alignas(SL_CACHE_LINE) uint8_t *buffer;
@@ -151,6 +181,8 @@ typedef struct sl_ring {
   uint64_t wake_threshold_bytes;
   sl_parker *consumer_parker; /* may be NULL: no one to wake */
   sl_parker *producer_parker;
+  /* The consumer instance's announcement counter (note 9), or NULL. */
+  _Atomic uint64_t *consumer_announce_seq;
 } sl_ring;
 
 /* Initialise r with capacity_bytes rounded up to a power of two within
@@ -309,6 +341,8 @@ static inline bool sl_ring_write_control_producer(sl_ring *r, unsigned kind,
   e->count = 0;
   e->record_bytes = 8;
   memcpy(p + 8, &value, 8);
+  if (kind == SL_ENTRY_BARRIER)
+    r->barrier_position = r->producer_position; /* note 9 */
   r->producer_position += 16;
   return true;
 }
@@ -354,7 +388,60 @@ static inline bool sl_ring_publish_producer(sl_ring *r, bool force) {
   return true;
 }
 
+/* Note 9: announce checkpoint id, whose in-band BARRIER entry is at pos
+ * and already published, then tell the consumer (a forced wake check). */
+static inline void sl_ring_announce_producer(sl_ring *r, uint64_t id,
+                                             uint64_t pos) {
+  assert(id != 0);
+  assert(pos + 16 <= r->producer_published); /* the barrier is visible */
+  sl_ring_announce *slot = &r->announce[id % SL_RING_ANNOUNCE_SLOTS];
+  /* A seqlock write: a reader that sees the new id sees the new pos, and
+   * one that read the old id and then our pos rereads the id as 0. */
+  atomic_store_explicit(&slot->id, 0, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&slot->pos, pos, memory_order_relaxed);
+  atomic_store_explicit(&slot->id, id, memory_order_release);
+  if (r->consumer_announce_seq)
+    atomic_fetch_add_explicit(r->consumer_announce_seq, 1,
+                              memory_order_release);
+  /* sl_parker_wake's fence orders the bump before its look at the
+   * parker: a consumer about to park rechecks announce_seq after its own
+   * fence (wait.h), so the news is never slept through. */
+  if (r->consumer_parker)
+    sl_parker_wake(r->consumer_parker);
+}
+
 /* ---------------------------------------------------------------- consumer */
+
+/* Note 9: true, with *pos, if the producer announced id on r (its slot
+ * holds id now); false if not, or no longer. */
+static inline bool sl_ring_announced_consumer(const sl_ring *r, uint64_t id,
+                                              uint64_t *pos) {
+  const sl_ring_announce *slot = &r->announce[id % SL_RING_ANNOUNCE_SLOTS];
+  /* Acquire: pairs with the producer's release of id, which follows its
+   * publication of the barrier (so the bytes below pos are visible). */
+  if (atomic_load_explicit(&slot->id, memory_order_acquire) != id)
+    return false;
+  uint64_t p = atomic_load_explicit(&slot->pos, memory_order_relaxed);
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&slot->id, memory_order_relaxed) != id)
+    return false; /* overwritten meanwhile */
+  *pos = p;
+  return true;
+}
+
+/* Note 9: the newest id announced on r, 0 if none (a scan of the slots;
+ * only when the consumer's announce_seq moved). */
+static inline uint64_t sl_ring_announced_max_consumer(const sl_ring *r) {
+  uint64_t newest = 0;
+  for (unsigned k = 0; k < SL_RING_ANNOUNCE_SLOTS; k++) {
+    uint64_t id =
+        atomic_load_explicit(&r->announce[k].id, memory_order_acquire);
+    if (id > newest)
+      newest = id;
+  }
+  return newest;
+}
 
 /* Published bytes not yet read, refreshing the cache of tail only when the
  * cached value shows none. */

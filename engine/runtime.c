@@ -54,6 +54,19 @@
  *    instance leaving after such a stop delivers the completion it has
  *    not yet seen, so exactly-once sinks commit up to the stop
  *    checkpoint.
+ * 10. Unaligned checkpoints (snapshot.c notes 12, 13).  announce_seq is
+ *    compared with what the instance saw (one relaxed load of its own
+ *    line, which nobody writes unless checkpoints are unaligned) before
+ *    each entry in drain_channel, between passes in run_inputs, and in
+ *    the wait for input (any_input_readable, which also ends at the
+ *    aligned-checkpoint timeout; wait_loop bounds its sleep by it).  The
+ *    wait for room on a full output does not look: it runs inside an
+ *    operator callback, where no snapshot may be taken, and it ends as
+ *    soon as downstream reads one record (downstream never waits for a
+ *    checkpoint while it is unaligned), so the instance acts at its next
+ *    entry.  Logging channels hand each entry to the captures before it
+ *    is processed.  A restored instance replays its channel state before
+ *    it reads any ring (replay_channel_state).
  *
  * Thread states (function making the transition in brackets):
  *
@@ -176,6 +189,21 @@ SL_EXPORT void sl_ctx_count(sl_ctx *ctx, int counter, uint64_t n) {
 
 /* ----------------------------------------------------------- waiting */
 
+/* An upstream instance announced a checkpoint (snapshot.c note 12): one
+ * relaxed load of a line of this instance's own; nobody writes it unless
+ * checkpoints are unaligned. */
+static inline bool announcement_pending(const sl_instance *inst) {
+  return atomic_load_explicit(&inst->cp.announce_seq, memory_order_relaxed) !=
+         inst->cp.announce_seen;
+}
+
+/* An alignment under way that the aligned-checkpoint timeout may end
+ * (snapshot.c note 12); false at once in plain aligned mode. */
+static inline bool alignment_may_time_out(const sl_instance *inst) {
+  return unlikely(inst->cp.aligning_id != 0) &&
+         inst->job->config.checkpoint_aligned_timeout_ms != 0;
+}
+
 /* Wait until ready(inst, arg) is true (returns true) or the job is stopping
  * (returns false).  Spins spin_iterations times, then parks.  Everything
  * pending is published first (note 3).  The time spent counts as kind
@@ -225,6 +253,13 @@ static bool wait_loop(sl_instance *inst, bool (*ready)(sl_instance *, void *),
                                   ready == any_input_readable
                               ? sl_event_processing_wait_ns(inst)
                               : UINT64_MAX;
+    /* snapshot.c note 12: the aligned-checkpoint timeout ends a wait for
+     * input too (no input may come while channels are blocked). */
+    if (alignment_may_time_out(inst) && ready == any_input_readable) {
+      uint64_t align_ns = sl_snapshot_alignment_wait_ns(inst);
+      if (align_ns < timeout_ns)
+        timeout_ns = align_ns;
+    }
     if (timeout_ns == UINT64_MAX)
       sl_parker_sleep(&inst->parker);
     else
@@ -241,6 +276,12 @@ static bool any_input_readable(sl_instance *inst, void *arg) {
       return true;
   }
   if (unlikely(inst->timers != 0) && sl_event_processing_due(inst))
+    return true;
+  /* snapshot.c note 12: an announcement (also on a blocked channel), or
+   * an alignment that outlasted the aligned-checkpoint timeout. */
+  if (announcement_pending(inst) ||
+      (alignment_may_time_out(inst) &&
+       sl_snapshot_alignment_timed_out(inst, sl_now_ns())))
     return true;
   return sl_snapshot_notification_pending(inst);
 }
@@ -447,6 +488,20 @@ process_one(sl_instance *inst, enum sl_op_kind kind, int input,
   }
 }
 
+/* Note 10: between two records of entry e (first: its first record; at:
+ * the next), outside any callback.  Out of line: the loop stays small. */
+static __attribute__((noinline)) int
+between_records(sl_instance *inst, const sl_entry *e, const uint8_t *first,
+                const uint8_t *at, uint32_t stride) {
+  const sl_record *saved = inst->current;
+  inst->current = 0; /* a snapshot hook runs outside any record */
+  inst->cp.key_valid = false;
+  int rc = sl_snapshot_between_records(
+      inst, e, (uint32_t)((size_t)(at - first) / stride));
+  inst->current = saved;
+  return rc;
+}
+
 static inline __attribute__((always_inline)) int
 records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
              const sl_entry *e) {
@@ -478,6 +533,10 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
     }
     if (at < end && rc == 0 && unlikely(job_stopping(inst->job)))
       rc = SL_ESTOPPED;
+    /* Note 10: unaligned checkpoints act between slices too. */
+    if (at < end && rc == 0 &&
+        unlikely(announcement_pending(inst) || alignment_may_time_out(inst)))
+      rc = between_records(inst, e, (const uint8_t *)e + 8, at, stride);
   }
   inst->current = 0;
   inst->cp.key_valid = false; /* no state access outside a record */
@@ -522,6 +581,10 @@ process_records_injected(sl_instance *inst, int input, const sl_entry *e) {
     }
     if (rc == 0 && job_stopping(inst->job))
       rc = SL_ESTOPPED;
+    if (rc == 0 && i + 1 < e->count &&
+        unlikely(announcement_pending(inst) || alignment_may_time_out(inst)))
+      rc = between_records(inst, e, (const uint8_t *)e + 8, at + stride,
+                           stride); /* note 10 */
   }
   inst->current = 0;
   inst->cp.key_valid = false; /* no state access outside a record */
@@ -557,7 +620,20 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
   uint64_t end = r->consumer_position + available;
   inst->current_channel = ch;
   while (r->consumer_position < end) {
+    /* snapshot.c note 12: announcements are acted on between entries. */
+    if (unlikely(announcement_pending(inst))) {
+      int rc = sl_snapshot_announced(inst);
+      if (rc)
+        return rc;
+      inst->current_channel = ch;
+    }
     const sl_entry *e = sl_ring_peek_consumer(r);
+    if (unlikely(ch->logging) && e->kind != SL_ENTRY_BARRIER &&
+        e->kind != SL_ENTRY_END) {
+      int rc = sl_snapshot_capture_entry(inst, ch, e, sl_entry_bytes(e));
+      if (rc)
+        return rc;
+    }
     if (likely(e->kind == SL_ENTRY_RECORDS)) {
       if (unlikely(atomic_load_explicit(&inst->job->awaiting_first_record,
                                         memory_order_relaxed)))
@@ -588,7 +664,7 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
       sl_ring_advance_consumer(r, sl_entry_bytes(e));
       /* END is the producer's last entry on this ring. */
       assert(sl_ring_readable_consumer(r) == 0);
-      int rc = sl_snapshot_channel_ended(inst);
+      int rc = sl_snapshot_channel_ended(inst, ch);
       return rc ? rc : sl_event_channel_ended(inst);
     } else if (e->kind == SL_ENTRY_BARRIER) {
       uint64_t id = sl_entry_value(e);
@@ -643,6 +719,46 @@ static void reclaim_unversioned(sl_instance *inst) {
   inst->cp.maintain_pending = sl_cow_map_maintain(m, SL_UNCHECKPOINTED_BUDGET);
 }
 
+/* snapshot.c note 13: the channel state restored with the instance,
+ * channel by channel in index order, through the operator as if read from
+ * each channel's ring, before anything is read from the rings.  The
+ * entries were checked when restored (restore.c). */
+static int replay_channel_state(sl_instance *inst) {
+  sl_channel_state *replay = inst->cp.replay;
+  int rc = 0;
+  inst->cp.replaying = true;
+  for (int c = 0; c < inst->channel_count && rc == 0; c++) {
+    sl_channel *ch = &inst->channels[c];
+    uint64_t at = 0;
+    inst->current_channel = ch;
+    while (at < replay[c].bytes && rc == 0) {
+      const sl_entry *e = (const sl_entry *)(replay[c].data + at);
+      if (e->kind == SL_ENTRY_RECORDS) {
+        if (unlikely(ch->idle))
+          rc = sl_event_channel_record(inst, ch);
+        if (rc == 0)
+          rc = process_records(inst, ch->input, e);
+      } else if (e->kind == SL_ENTRY_WATERMARK) {
+        rc = sl_event_channel_watermark(inst, ch, (int64_t)sl_entry_value(e));
+      } else {
+        assert(e->kind == SL_ENTRY_IDLE);
+        rc = sl_event_channel_idle(inst, ch, sl_entry_value(e) != 0);
+      }
+      at += sl_entry_bytes(e);
+    }
+    if (rc && rc != SL_ESTOPPED && !inst->cause[0])
+      sl_ctx_fail(inst, "replaying the channel state of input %d from "
+                  "checkpoint %" PRIu64 " failed (%d)", ch->input,
+                  inst->cp.restored_from, rc);
+  }
+  inst->cp.replaying = false;
+  for (int c = 0; c < inst->channel_count; c++)
+    free(replay[c].data);
+  free(replay);
+  inst->cp.replay = 0;
+  return rc;
+}
+
 /* The loop of an instance with inputs.  Returns 0 when every input ended,
  * SL_ESTOPPED on stop, or the failing callback's status. */
 static int run_inputs(sl_instance *inst) {
@@ -650,6 +766,11 @@ static int run_inputs(sl_instance *inst) {
   uint64_t timeout_ns = (uint64_t)job->config.buffer_timeout_us * 1000u;
   assert(timeout_ns > 0); /* resolved: never off (ring.h note 8) */
   uint64_t last_flush_ns = sl_now_ns();
+  if (unlikely(inst->cp.replay != 0)) {
+    int rc = replay_channel_state(inst); /* snapshot.c note 13 */
+    if (rc)
+      return rc;
+  }
   while (inst->channels_ended < inst->channel_count) {
     bool progressed = false;
     for (int c = 0; c < inst->channel_count; c++) {
@@ -681,6 +802,21 @@ static int run_inputs(sl_instance *inst) {
       if (rc)
         return rc;
       continue; /* an abort may have unblocked channels */
+    }
+    /* snapshot.c note 12: announcements (a blocked channel's too) and the
+     * aligned-checkpoint timeout, between passes. */
+    if (unlikely(announcement_pending(inst))) {
+      int rc = sl_snapshot_announced(inst);
+      if (rc)
+        return rc;
+      continue;
+    }
+    if (alignment_may_time_out(inst) &&
+        sl_snapshot_alignment_timed_out(inst, sl_now_ns())) {
+      int rc = sl_snapshot_alignment_timeout(inst);
+      if (rc)
+        return rc;
+      continue; /* the blocked channels are read again */
     }
     if (!progressed) {
       if (inst->channels_ended == inst->channel_count)
@@ -746,6 +882,8 @@ static int run_finished(sl_instance *inst) {
         return rc;
       continue;
     }
+    if (announcement_pending(inst)) /* finished: no snapshot to take */
+      (void)sl_snapshot_announced(inst);
     if (!progressed && inst->channels_ended < inst->channel_count &&
         !wait_until(inst, SL_WAIT_IDLE, any_input_readable, 0))
       return SL_ESTOPPED;
@@ -895,6 +1033,21 @@ static int send_end(sl_instance *inst) {
 /* Barrier id on every output ring (snapshot.c note 2). */
 int sl_instance_write_barrier(sl_instance *inst, uint64_t id) {
   return write_control_all(inst, SL_ENTRY_BARRIER, id);
+}
+
+int sl_instance_write_barrier_announced(sl_instance *inst, uint64_t id) {
+  int rc = write_control_all(inst, SL_ENTRY_BARRIER, id);
+  if (rc)
+    return rc;
+  /* write_control_all published every ring: the barriers are visible
+   * before their announcements (ring.h note 9). */
+  for (int o = 0; o < inst->output_count; o++) {
+    sl_output *out = &inst->outputs[o];
+    for (int k = 0; k < out->ring_count; k++)
+      sl_ring_announce_producer(out->rings[k], id,
+                                out->rings[k]->barrier_position);
+  }
+  return 0;
 }
 
 static bool final_done(sl_instance *inst, void *arg) {

@@ -620,6 +620,39 @@ static int instances_check(sl_store *store, const sl_op *op, int old,
              MANIFEST_NAME, op->name, old);
 }
 
+/* Note 4: rescaling moves channels (an operator's instances read one
+ * ring per upstream instance), so a checkpoint whose blobs hold channel
+ * state (unaligned, SL_BLOB_CHANNELS) is refused: its channel state
+ * cannot be dealt out again. */
+static int channel_state_refuse(sl_store *store, const sl_job *job,
+                                const manifest *m, char *err,
+                                size_t err_bytes) {
+  for (int i = 0; i < job->physical_count; i++) {
+    const sl_op *op = job->physical[i];
+    for (int k = 0; k < m->parallelism[i]; k++) {
+      uint8_t *blob = 0;
+      uint32_t bytes = 0;
+      int rc = sl_store_get_blob(store, (uint16_t)op->id, (uint16_t)k,
+                                 (void **)&blob, &bytes);
+      bool channels = rc == 0 && bytes >= 1 && (blob[0] & SL_BLOB_CHANNELS);
+      free(blob);
+      if (rc && rc != SL_ENOTFOUND)
+        return sl_say_err(err, err_bytes, rc, "the state of operator '%s' "
+                   "instance %d cannot be read: %s: %s", op->name, k,
+                   sl_strerror(rc), sl_store_error(store));
+      if (channels)
+        return sl_say_err(err, err_bytes, SL_ESTORE, "checkpoint %" PRIu64
+                   " is an unaligned checkpoint whose operator '%s' "
+                   "instance %d holds channel state (records in flight), "
+                   "which cannot be redistributed: start it with the "
+                   "parallelisms it was taken with, or take the savepoint "
+                   "from an aligned checkpoint (a stop with a savepoint "
+                   "is always aligned)", m->checkpoint_id, op->name, k);
+    }
+  }
+  return 0;
+}
+
 /* sl_store_install's edit (store.h): the copy against its manifest, then
  * every operator whose parallelism changed. */
 static int rescale_edit(void *arg, sl_store *store, sl_store_txn *txn,
@@ -631,6 +664,14 @@ static int rescale_edit(void *arg, sl_store *store, sl_store_txn *txn,
     return sl_say_err(err, err_bytes, SL_ESTORE, "data.mdb holds checkpoint %"
                PRIu64 ", its manifest says %" PRIu64,
                sl_store_latest(store), r->m->checkpoint_id);
+  bool rescaled = false;
+  for (int i = 0; i < job->physical_count; i++)
+    rescaled = rescaled || r->m->parallelism[i] != job->physical[i]->parallelism;
+  if (rescaled) {
+    int rc = channel_state_refuse(store, job, r->m, err, err_bytes);
+    if (rc)
+      return rc;
+  }
   for (int i = 0; i < job->physical_count; i++) {
     const sl_op *op = job->physical[i];
     int old = r->m->parallelism[i];

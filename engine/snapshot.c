@@ -65,6 +65,66 @@
  *    when the instance has restored, and the instance tracks which
  *    checkpoint that epoch holds (stable_id): the restored one, then each
  *    completed one it released.
+ * 12. Unaligned checkpoints (docs/checkpoints.md, "Unaligned
+ *    checkpoints"; the config's checkpoint_unaligned).  An upstream
+ *    instance that snapshots n writes BARRIER n in-band as always, then
+ *    announces n on each output ring (ring.h note 9).  This instance
+ *    learns n when it reads an announcement (sl_snapshot_announced), when
+ *    it reads BARRIER n in-band and checkpoints are unaligned from their
+ *    start, or when its alignment of n outlasts
+ *    checkpoint_aligned_timeout_ms (sl_snapshot_alignment_timeout).  It
+ *    acts only between entries, never inside a callback.  On learning n
+ *    (every unsettled id above last_snapshot_id up to n, in order:
+ *    learn_upto) sl_snapshot_unaligned takes the synchronous snapshot
+ *    without enqueuing the ack, forwards BARRIER n with its announcement,
+ *    and starts capturing channel state for n, per input channel c:
+ *      DONE at once   c delivered a barrier >= n in-band, or ended;
+ *      copy, DONE     an announcement (n, pos) is visible on c: the
+ *                     entries in [read position, pos) are copied out of
+ *                     the ring (copy_overtaken; PAD and other barriers
+ *                     skipped);
+ *      LOGGING        otherwise: each entry read from c (records,
+ *                     watermarks, idle) is appended (capture_entry) and
+ *                     processed as usual, until an announcement of n
+ *                     (copy the rest, DONE), a barrier >= n in-band or
+ *                     END (DONE; END is not logged).
+ *    The blocked channels of an alignment it replaces are unblocked:
+ *    nothing blocks while a checkpoint is unaligned.  When every channel
+ *    is DONE the ack goes out carrying the channel state
+ *    (maybe_ack_unaligned).  Acks go out in id order: a capture finishes
+ *    no later than a newer one (whatever finishes n+1 on a channel
+ *    finishes n), and only the oldest capture's ack is sent.  Records
+ *    processed after the snapshot are in the channel state and change
+ *    the state after the snapshot: consistent, since a restore starts
+ *    from the snapshot's state and the upstream from its own snapshot,
+ *    after BARRIER n.  A capture whose checkpoint settles (an abort) is
+ *    dropped with its ack (drop_capture).  The stop checkpoint of a
+ *    stop with a savepoint stays aligned: while a stop is pending no
+ *    barrier is taken unaligned and no alignment times out
+ *    (unaligned_now).  A source announces when checkpoints are
+ *    unaligned from their start.  Besides between entries, the instance
+ *    also acts between two slices of records inside an entry
+ *    (sl_snapshot_between_records, runtime.c records_loop): a backpressured
+ *    operator may need a whole entry's time (up to output_batch_records
+ *    emits, each waiting for room) to reach the next entry.  Then the
+ *    rest of that entry is the channel's first channel state (a RECORDS
+ *    entry of the records not yet processed: append_partial), and a copy
+ *    of that channel starts after the entry (partial_channel).
+ * 13. On restore each channel's channel state (restore.c) is replayed
+ *    before its ring is read (runtime.c replay_channel_state), as if it
+ *    had been read from the ring.
+ *
+ * Capture of n on one channel (sl_capture, channels[c]):
+ *
+ *                 sl_snapshot_unaligned
+ *   (none) ------+-----------------------------------------> DONE
+ *                |   [delivered >= n, ended, or announced: copy_overtaken]
+ *                v
+ *             LOGGING --[capture_entry]--> LOGGING
+ *                | [announced: copy_overtaken; barrier >= n; END]
+ *                v
+ *              DONE  --(all channels)--[maybe_ack_unaligned]--> acked
+ *   any --[n settles: drop_capture]--> dropped
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -236,9 +296,12 @@ static void release_rows(sl_instance *inst, uint64_t completed) {
   assert((cp->row_batch_count == 0) == (cp->rows_head == 0));
 }
 
-/* The synchronous part (note 4).  id is 0 for the final snapshot. */
-static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
-                         uint64_t barrier_ns, uint64_t alignment_ns) {
+/* The synchronous part (note 4), the ack not yet enqueued: *out.  id is
+ * 0 for the final snapshot.  On error nothing is frozen and *out is
+ * untouched. */
+static int build_snapshot(sl_instance *inst, uint64_t id, bool final,
+                          uint64_t barrier_ns, uint64_t alignment_ns,
+                          sl_ack **out) {
   uint64_t t0 = sl_now_ns();
   /* Allocated after the previous snapshot, so that this one, which holds
    * up the barrier, does not wait for the allocator. */
@@ -300,9 +363,23 @@ static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
   ack->sync_us = (sl_now_ns() - t0) / 1000u;
   if (!final)
     cp->last_snapshot_id = id;
+  *out = ack;
+  return 0;
+}
+
+/* The synchronous part (note 4), its ack enqueued. */
+static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
+                         uint64_t barrier_ns, uint64_t alignment_ns) {
+  sl_ack *ack = 0;
+  int rc = build_snapshot(inst, id, final, barrier_ns, alignment_ns, &ack);
+  if (rc)
+    return rc;
+  /* Note 12: acks in id order; an aligned snapshot comes only once every
+   * channel delivered its barrier, which finished every older capture. */
+  assert(inst->cp.capture_count == 0);
   sl_checkpointer_ack(inst->job, ack);
   if (!final)
-    cp->next_ack = calloc(1, sizeof *ack); /* NULL: allocated next time */
+    inst->cp.next_ack = calloc(1, sizeof *ack); /* NULL: next time */
   return 0;
 }
 
@@ -332,6 +409,399 @@ static int maybe_complete_alignment(sl_instance *inst) {
   return rc;
 }
 
+/* ------------------------------------------ unaligned checkpoints (12) */
+
+static bool unaligned_on(const sl_job *job) {
+  return job->config.checkpoint_unaligned != 0;
+}
+
+/* Note 12: no stop with a savepoint is pending (its checkpoint stays
+ * aligned).  The request is stored before its checkpoint is triggered,
+ * and every barrier of that checkpoint comes after the trigger (acquire
+ * chains through the rings), so a relaxed look suffices. */
+static bool no_stop_pending(const sl_job *job) {
+  return atomic_load_explicit(&job->stop_request, memory_order_relaxed) ==
+         SL_STOP_REQUEST_NONE;
+}
+
+/* Note 12: a barrier read now is taken unaligned at once. */
+static bool unaligned_now(const sl_job *job) {
+  return unaligned_on(job) && job->config.checkpoint_aligned_timeout_ms == 0 &&
+         no_stop_pending(job);
+}
+
+static __attribute__((unused)) bool capture_check(const sl_instance *inst) {
+  const sl_instance_checkpoint *cp = &inst->cp;
+  if (cp->capture_count < 0 || cp->capture_count > SL_CAPTURES_MAX)
+    return false;
+  for (int k = 0; k < cp->capture_count; k++) {
+    const sl_capture *cap = &cp->captures[k];
+    if (cap->id > cp->last_snapshot_id || !cap->ack)
+      return false;
+    if (k > 0 && cap->id <= cp->captures[k - 1].id)
+      return false; /* oldest first, one capture per id */
+    int done = 0;
+    for (int c = 0; c < inst->channel_count && cap->channels; c++)
+      done += cap->channels[c].done;
+    if (cap->channels && done != cap->channels_done)
+      return false;
+  }
+  for (int c = 0; c < inst->channel_count; c++) {
+    int n = 0;
+    for (int k = 0; k < cp->capture_count; k++)
+      n += cp->captures[k].channels && !cp->captures[k].channels[c].done;
+    if (n != inst->channels[c].logging)
+      return false;
+  }
+  return true;
+}
+
+/* Append bytes to a channel state; false when out of memory. */
+static bool state_append(sl_channel_state *st, const void *data,
+                         uint64_t bytes) {
+  if (st->bytes + bytes > st->capacity) {
+    uint64_t want = st->capacity ? st->capacity * 2 : 4096;
+    while (want < st->bytes + bytes)
+      want *= 2;
+    void *grown = realloc(st->data, want);
+    if (!grown)
+      return false;
+    st->data = grown;
+    st->capacity = want;
+  }
+  memcpy(st->data + st->bytes, data, bytes);
+  st->bytes += bytes;
+  return true;
+}
+
+static void channel_done(sl_instance *inst, sl_capture *cap, int c) {
+  if (!cap->channels || cap->channels[c].done)
+    return;
+  cap->channels[c].done = true;
+  cap->channels_done++;
+  assert(inst->channels[c].logging > 0);
+  inst->channels[c].logging--;
+}
+
+/* Note 12, copy: the entries of channel c in [its read position, pos)
+ * into the channel state of cap, then c is DONE.  The producer published
+ * them before it announced (ring.h note 9) and cannot overwrite them:
+ * this instance has not released them. */
+static void copy_overtaken(sl_instance *inst, sl_capture *cap, int c,
+                           uint64_t pos) {
+  sl_ring *r = inst->channels[c].ring;
+  uint64_t at = r->consumer_position;
+  /* Mid-entry: the rest of the entry at the read position is in the
+   * capture already (append_partial, or logged when it began). */
+  if (inst->cp.partial_channel == &inst->channels[c])
+    at += sl_entry_bytes(inst->cp.partial_entry);
+  assert(at <= pos);
+  sl_channel_state *st = &cap->channels[c];
+  while (at < pos) {
+    const sl_entry *e = (const sl_entry *)(r->buffer + (at & r->mask));
+    uint64_t bytes = e->kind == SL_ENTRY_PAD ? e->record_bytes
+                                             : sl_entry_bytes(e);
+    assert(e->kind != SL_ENTRY_END); /* END is the last entry, after pos */
+    if ((e->kind == SL_ENTRY_RECORDS || e->kind == SL_ENTRY_WATERMARK ||
+         e->kind == SL_ENTRY_IDLE) &&
+        !state_append(st, e, bytes))
+      cap->status = ENOMEM;
+    at += bytes;
+  }
+  assert(at == pos);
+  channel_done(inst, cap, c);
+}
+
+/* Note 12, mid-entry: the records of the entry being processed on
+ * channel c that are not processed yet, as one RECORDS entry, into cap
+ * (they will be processed after the snapshot). */
+static void append_partial(sl_instance *inst, sl_capture *cap, int c) {
+  const sl_instance_checkpoint *cp = &inst->cp;
+  if (cp->partial_channel != &inst->channels[c])
+    return;
+  const sl_entry *e = cp->partial_entry;
+  assert(e->kind == SL_ENTRY_RECORDS && cp->partial_next < e->count);
+  uint32_t stride = sl_record_stride(e->record_bytes, e->flags);
+  sl_entry head = *e;
+  head.count = (uint16_t)(e->count - cp->partial_next);
+  const uint8_t *rest = (const uint8_t *)e + 8 + (size_t)cp->partial_next *
+                                                     stride;
+  if (!state_append(&cap->channels[c], &head, sizeof head) ||
+      !state_append(&cap->channels[c], rest, (uint64_t)head.count * stride))
+    cap->status = ENOMEM;
+}
+
+/* Note 12, LOGGING: one entry read from ch (RECORDS, WATERMARK or IDLE)
+ * goes into every capture logging ch. */
+static int capture_entry(sl_instance *inst, sl_channel *ch, const void *entry,
+                         uint64_t bytes) {
+  int c = (int)(ch - inst->channels);
+  for (int k = 0; k < inst->cp.capture_count; k++) {
+    sl_capture *cap = &inst->cp.captures[k];
+    if (cap->channels && !cap->channels[c].done &&
+        !state_append(&cap->channels[c], entry, bytes))
+      cap->status = ENOMEM; /* the ack will fail the checkpoint */
+  }
+  return 0;
+}
+
+int sl_snapshot_capture_entry(sl_instance *inst, sl_channel *ch,
+                              const void *entry, uint64_t bytes) {
+  assert(ch->logging > 0);
+  return capture_entry(inst, ch, entry, bytes);
+}
+
+static void free_capture(sl_capture *cap, int channel_count) {
+  if (cap->channels)
+    for (int c = 0; c < channel_count; c++)
+      free(cap->channels[c].data);
+  free(cap->channels);
+  memset(cap, 0, sizeof *cap);
+}
+
+/* Note 12: forget capture k (its checkpoint settled, or the table is
+ * full), its ack with it: the deltas it lists stay frozen for the next
+ * snapshot, as after any aborted checkpoint. */
+static void drop_capture(sl_instance *inst, int k) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  sl_capture *cap = &cp->captures[k];
+  for (int c = 0; c < inst->channel_count; c++)
+    channel_done(inst, cap, c);
+  sl_ack_free(cap->ack);
+  free_capture(cap, inst->channel_count);
+  memmove(cp->captures + k, cp->captures + k + 1,
+          sizeof cp->captures[0] * (size_t)(cp->capture_count - k - 1));
+  cp->capture_count--;
+  memset(&cp->captures[cp->capture_count], 0, sizeof cp->captures[0]);
+}
+
+/* The channel state of cap as the ack carries it (checkpoint_writer.c
+ * note 6): per channel with entries, in index order, u32 channel, u32 0,
+ * u64 bytes, then the entries.  0 or ENOMEM. */
+static int serialize_capture(const sl_instance *inst, const sl_capture *cap,
+                             sl_ack *ack) {
+  uint64_t total = 0;
+  for (int c = 0; c < inst->channel_count; c++)
+    if (cap->channels[c].bytes)
+      total += 16 + cap->channels[c].bytes;
+  if (total == 0)
+    return 0;
+  uint8_t *out = malloc(total);
+  if (!out)
+    return ENOMEM;
+  uint64_t at = 0;
+  for (int c = 0; c < inst->channel_count; c++) {
+    const sl_channel_state *st = &cap->channels[c];
+    if (!st->bytes)
+      continue;
+    uint32_t head[2] = {(uint32_t)c, 0};
+    memcpy(out + at, head, 8);
+    memcpy(out + at + 8, &st->bytes, 8);
+    memcpy(out + at + 16, st->data, st->bytes);
+    at += 16 + st->bytes;
+  }
+  assert(at == total);
+  ack->channel_state = out;
+  ack->channel_state_bytes = total;
+  return 0;
+}
+
+/* Note 12: enqueue the acks of the oldest captures that are complete, in
+ * id order. */
+static void maybe_ack_unaligned(sl_instance *inst) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  while (cp->capture_count > 0 &&
+         (!cp->captures[0].channels ||
+          cp->captures[0].channels_done == inst->channel_count)) {
+    sl_capture *cap = &cp->captures[0];
+    sl_ack *ack = cap->ack;
+    int rc = cap->status;
+    if (rc == 0 && cap->channels)
+      rc = serialize_capture(inst, cap, ack);
+    if (rc && ack->status == 0) {
+      ack->status = rc;
+      snprintf(ack->cause, sizeof ack->cause,
+               "capturing the channel state of checkpoint %" PRIu64
+               " (%s)", cap->id, sl_strerror(rc));
+    }
+    cap->ack = 0;
+    drop_capture(inst, 0); /* nothing logs any more */
+    sl_checkpointer_ack(inst->job, ack);
+  }
+  assert(capture_check(inst));
+}
+
+/* Note 12, steps 1-5 for id (above last_snapshot_id, unsettled). */
+int sl_snapshot_unaligned(sl_instance *inst, uint64_t id) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  assert(id > cp->last_snapshot_id);
+  assert(unaligned_on(inst->job));
+  if (cp->capture_count == SL_CAPTURES_MAX)
+    drop_capture(inst, 0); /* aborted long ago, not yet seen settled */
+  uint64_t now = sl_now_ns();
+  bool was_aligning = cp->aligning_id == id;
+  sl_ack *ack = 0;
+  int rc = build_snapshot(inst, id, false,
+                          was_aligning ? cp->align_start_ns : now,
+                          was_aligning ? now - cp->align_start_ns : 0, &ack);
+  if (rc)
+    return rc;
+  ack->unaligned = true;
+  inst->cp.next_ack = calloc(1, sizeof *ack); /* NULL: next time */
+  sl_capture *cap = &cp->captures[cp->capture_count++];
+  cap->id = id;
+  cap->ack = ack;
+  cap->channels = calloc((size_t)(inst->channel_count ? inst->channel_count
+                                                       : 1),
+                         sizeof *cap->channels);
+  if (!cap->channels)
+    cap->status = ENOMEM; /* counts as done everywhere; the ack fails */
+  for (int c = 0; c < inst->channel_count && cap->channels; c++)
+    inst->channels[c].logging++;
+  /* Step 2: downstream learns n at once, ahead of the queued records. */
+  rc = sl_instance_write_barrier_announced(inst, id);
+  /* Step 3, per channel. */
+  for (int c = 0; c < inst->channel_count && cap->channels; c++) {
+    sl_channel *ch = &inst->channels[c];
+    uint64_t pos;
+    if (ch->ended || ch->barrier_in >= id) {
+      channel_done(inst, cap, c);
+      continue;
+    }
+    append_partial(inst, cap, c); /* mid-entry: the rest comes later */
+    if (sl_ring_announced_consumer(ch->ring, id, &pos))
+      copy_overtaken(inst, cap, c, pos);
+  }
+  /* Step 4: an alignment this replaces (or an older one) ends. */
+  if (cp->aligning_id && cp->aligning_id <= id)
+    unblock_all(inst);
+  assert(aligner_check(inst));
+  maybe_ack_unaligned(inst); /* step 5 */
+  return rc;
+}
+
+/* Note 12: learn every unsettled id above the newest snapshot up to n.
+ * An id below a barrier some channel already delivered in-band is
+ * skipped: that channel may have delivered records after the id's own
+ * barrier (or an upstream instance skipped the id, taking only a newer
+ * trigger), so a snapshot now would hold them; such an id was abandoned
+ * here (note 5) and cannot complete anyway. */
+static int learn_upto(sl_instance *inst, uint64_t n) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  uint64_t settled =
+      atomic_load_explicit(&inst->job->cp_settled_id, memory_order_relaxed);
+  uint64_t from = (cp->last_snapshot_id > settled ? cp->last_snapshot_id
+                                                  : settled) + 1;
+  if (n >= from && n - from >= SL_CAPTURES_MAX)
+    from = n - SL_CAPTURES_MAX + 1; /* older ones cannot be in flight */
+  if (n > cp->max_seen_id)
+    cp->max_seen_id = n;
+  uint64_t delivered = 0; /* the newest barrier read in-band anywhere */
+  for (int c = 0; c < inst->channel_count; c++)
+    if (inst->channels[c].barrier_in > delivered)
+      delivered = inst->channels[c].barrier_in;
+  for (uint64_t k = from; k <= n; k++) {
+    if (k < delivered)
+      continue;
+    int rc = sl_snapshot_unaligned(inst, k);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* Note 12: ch delivered BARRIER id in-band: every capture up to id is
+ * DONE there. */
+static void captures_delivered(sl_instance *inst, sl_channel *ch,
+                               uint64_t id) {
+  int c = (int)(ch - inst->channels);
+  for (int k = 0; k < inst->cp.capture_count; k++)
+    if (inst->cp.captures[k].id <= id)
+      channel_done(inst, &inst->cp.captures[k], c);
+  maybe_ack_unaligned(inst);
+}
+
+int sl_snapshot_announced(sl_instance *inst) {
+  sl_job *job = inst->job;
+  sl_instance_checkpoint *cp = &inst->cp;
+  /* Acquire: pairs with the producers' bumps; the slots are read after. */
+  cp->announce_seen =
+      atomic_load_explicit(&cp->announce_seq, memory_order_acquire);
+  if (!job->cp || !unaligned_on(job) || cp->restored_finished)
+    return 0;
+  uint64_t newest = 0;
+  for (int c = 0; c < inst->channel_count; c++) {
+    uint64_t id = sl_ring_announced_max_consumer(inst->channels[c].ring);
+    if (!inst->channels[c].ended && id > newest)
+      newest = id;
+  }
+  uint64_t settled =
+      atomic_load_explicit(&job->cp_settled_id, memory_order_relaxed);
+  if (newest > cp->last_snapshot_id && newest > settled) {
+    int rc = learn_upto(inst, newest); /* new captures copy what they can */
+    if (rc)
+      return rc;
+  }
+  /* Captures taken before: announcements that finish their LOGGING. */
+  for (int k = 0; k < cp->capture_count; k++) {
+    sl_capture *cap = &cp->captures[k];
+    for (int c = 0; c < inst->channel_count && cap->channels; c++) {
+      uint64_t pos;
+      if (!cap->channels[c].done &&
+          sl_ring_announced_consumer(inst->channels[c].ring, cap->id, &pos))
+        copy_overtaken(inst, cap, c, pos);
+    }
+  }
+  maybe_ack_unaligned(inst);
+  return 0;
+}
+
+bool sl_snapshot_alignment_timed_out(const sl_instance *inst,
+                                     uint64_t now_ns) {
+  const sl_job *job = inst->job;
+  uint32_t ms = job->config.checkpoint_aligned_timeout_ms;
+  return inst->cp.aligning_id != 0 && ms != 0 && no_stop_pending(job) &&
+         now_ns - inst->cp.align_start_ns >= (uint64_t)ms * 1000000u;
+}
+
+uint64_t sl_snapshot_alignment_wait_ns(const sl_instance *inst) {
+  uint32_t ms = inst->job->config.checkpoint_aligned_timeout_ms;
+  if (inst->cp.aligning_id == 0 || ms == 0)
+    return UINT64_MAX;
+  uint64_t waited = sl_now_ns() - inst->cp.align_start_ns;
+  uint64_t limit = (uint64_t)ms * 1000000u;
+  return waited >= limit ? 0 : limit - waited;
+}
+
+/* Note 12: the alignment being made outlasted the timeout: switch it
+ * (and any older unsettled id) to unaligned. */
+int sl_snapshot_alignment_timeout(sl_instance *inst) {
+  if (!sl_snapshot_alignment_timed_out(inst, sl_now_ns()))
+    return 0;
+  return learn_upto(inst, inst->cp.aligning_id);
+}
+
+/* Note 12: between two slices of the records of entry (the ring's entry
+ * at the read position of inst->current_channel), next the index of the
+ * next record to process: act on announcements and the aligned timeout
+ * now rather than after the whole entry. */
+int sl_snapshot_between_records(sl_instance *inst, const void *entry,
+                                uint32_t next) {
+  sl_instance_checkpoint *cp = &inst->cp;
+  if (cp->replaying || !inst->current_channel)
+    return 0; /* replayed entries are not in a ring */
+  cp->partial_channel = inst->current_channel;
+  cp->partial_entry = entry;
+  cp->partial_next = next;
+  int rc = sl_snapshot_announced(inst);
+  if (rc == 0 && cp->aligning_id != 0 &&
+      inst->job->config.checkpoint_aligned_timeout_ms != 0)
+    rc = sl_snapshot_alignment_timeout(inst);
+  cp->partial_channel = 0;
+  cp->partial_entry = 0;
+  return rc;
+}
+
 int sl_snapshot_barrier(sl_instance *inst, sl_channel *ch, uint64_t id,
                         bool *block) {
   *block = false;
@@ -341,9 +811,15 @@ int sl_snapshot_barrier(sl_instance *inst, sl_channel *ch, uint64_t id,
     return 0;
   if (id > cp->max_seen_id)
     cp->max_seen_id = id;
+  if (id > ch->barrier_in)
+    ch->barrier_in = id;
+  if (unlikely(cp->capture_count != 0))
+    captures_delivered(inst, ch, id); /* note 12 */
   if (id <= cp->last_snapshot_id ||
       id <= atomic_load_explicit(&job->cp_settled_id, memory_order_relaxed))
     return 0; /* note 5 */
+  if (unaligned_now(job))
+    return learn_upto(inst, id); /* note 12 */
   if (cp->aligning_id != id) {
     if (cp->aligning_id > id)
       return 0; /* older than the one being aligned: forgotten */
@@ -362,8 +838,17 @@ int sl_snapshot_barrier(sl_instance *inst, sl_channel *ch, uint64_t id,
   return maybe_complete_alignment(inst);
 }
 
-int sl_snapshot_channel_ended(sl_instance *inst) {
-  return inst->job->cp ? maybe_complete_alignment(inst) : 0;
+int sl_snapshot_channel_ended(sl_instance *inst, sl_channel *ch) {
+  if (!inst->job->cp)
+    return 0;
+  if (unlikely(inst->cp.capture_count != 0)) {
+    /* Note 12: END finishes every capture on ch (END is not logged: a
+     * restored upstream that had finished writes it again itself). */
+    for (int k = 0; k < inst->cp.capture_count; k++)
+      channel_done(inst, &inst->cp.captures[k], (int)(ch - inst->channels));
+    maybe_ack_unaligned(inst);
+  }
+  return maybe_complete_alignment(inst);
 }
 
 int sl_snapshot_source_poll(sl_instance *inst) {
@@ -379,12 +864,18 @@ int sl_snapshot_source_poll(sl_instance *inst) {
       id <= atomic_load_explicit(&job->cp_settled_id, memory_order_relaxed))
     return 0;
   int rc = take_snapshot(inst, id, false, sl_now_ns(), 0);
-  return rc ? rc : sl_instance_write_barrier(inst, id);
+  if (rc)
+    return rc;
+  /* Note 12: a source's barrier overtakes what waits in its rings. */
+  return unaligned_now(job) ? sl_instance_write_barrier_announced(inst, id)
+                            : sl_instance_write_barrier(inst, id);
 }
 
 int sl_snapshot_final(sl_instance *inst) {
   if (!inst->job->cp)
     return 0;
+  /* Note 12: every channel ended, so every capture was acked. */
+  assert(inst->cp.capture_count == 0);
   int rc = take_snapshot(inst, 0, true, sl_now_ns(), 0);
   inst->cp.final_acked = rc == 0;
   return rc;
@@ -462,6 +953,8 @@ int sl_snapshot_notifications(sl_instance *inst) {
     cp->seen_settled = settled;
     if (cp->aligning_id && cp->aligning_id <= settled)
       unblock_all(inst); /* note 5: it was aborted */
+    while (cp->capture_count > 0 && cp->captures[0].id <= settled)
+      drop_capture(inst, 0); /* note 12: it was aborted */
   }
   if (cp->maintain_pending)
     cp->maintain_pending = sl_cow_map_maintain(cp->keyed, SL_MAINTAIN_BUDGET);
@@ -500,6 +993,13 @@ int sl_snapshot_restore_hook(sl_instance *inst) {
 }
 
 void sl_snapshot_instance_free(sl_instance *inst) {
+  while (inst->cp.capture_count > 0)
+    drop_capture(inst, 0);
+  if (inst->cp.replay) {
+    for (int c = 0; c < inst->channel_count; c++)
+      free(inst->cp.replay[c].data);
+    free(inst->cp.replay);
+  }
   release_rows(inst, UINT64_MAX); /* note 10: the writer has stopped */
   free(inst->cp.next_ack);
   sl_cow_map_destroy(inst->cp.keyed);

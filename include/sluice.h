@@ -412,6 +412,24 @@ typedef struct sl_job_config {
    * default "sluice" (the CLI passes its job's name).  Added after the
    * first version: a program built before sees the default. */
   const char *name;
+  /** Unaligned checkpoints (docs/checkpoints.md, "Unaligned
+   * checkpoints"), exactly-once mode only: 1 makes a barrier overtake the
+   * records in flight, which become part of the checkpoint as channel
+   * state and are replayed on restore.  Savepoints copied by a stop
+   * (sl_job_stop_with_savepoint) and the final checkpoint stay aligned.
+   * With checkpoint.mode SL_AT_LEAST_ONCE, or a value other than 0 or 1,
+   * sl_job_create returns EINVAL with an ERROR line saying why.
+   * These two fields belong to checkpointing but sit here, at the end:
+   * a field added inside `checkpoint` would move every field after it,
+   * and programs built against the older header would read them wrongly
+   * (sluice.h, ABI).  Added after the first version: default 0. */
+  int checkpoint_unaligned;
+  /** With checkpoint_unaligned: 0 (default) makes every checkpoint
+   * unaligned from its start; more makes a checkpoint start aligned and
+   * switch to unaligned at an instance whose alignment lasted this many
+   * milliseconds (Flink's aligned-checkpoint-timeout).  Nonzero without
+   * checkpoint_unaligned is EINVAL. */
+  uint32_t checkpoint_aligned_timeout_ms;
 } sl_job_config;
 
 enum sl_restart_strategy {

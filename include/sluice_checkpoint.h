@@ -141,6 +141,12 @@ typedef struct sl_checkpoint_stats {
   uint64_t entries_persisted; /* keyed-state puts and deletes */
   int instance_count;
   char cause[128];          /* why it was aborted */
+  /* Unaligned checkpoints (docs/checkpoints.md): 1 if any instance took
+   * its snapshot unaligned (from the start, or switched by the aligned
+   * checkpoint timeout); the bytes of channel state (records in flight)
+   * it holds, summed over the instances. */
+  int unaligned;
+  uint64_t channel_bytes;
 } sl_checkpoint_stats;
 /* Once a job has ended (sl_job_wait returned) no checkpoint is
  * IN_PROGRESS: those in flight at a stop or a failure that is not

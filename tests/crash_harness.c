@@ -4,7 +4,7 @@
  *
  *   crash_harness --sluice PATH [--cycles K | --minutes M] [--seed S]
  *                 [--parallelism P] [--records N] [--keys K] [--window W]
- *                 [--faults] [--at-least-once] [--keep]
+ *                 [--faults] [--at-least-once | --unaligned] [--keep]
  *
  * 1. A reference run without interruptions gives the expected committed
  *    lines (and how long a run takes, T).
@@ -23,7 +23,10 @@
  * Exactly-once: the committed lines must equal the reference's, no
  * uncommitted part may be left, and the CLI's own verdict must pass.  With
  * --at-least-once every reference line must be present (duplicates are
- * allowed).  Exit status 0 when every comparison passed. */
+ * allowed).  --unaligned runs every run with unaligned checkpoints
+ * (docs/checkpoints.md): kills then land while channel state is captured
+ * and written, and resumes replay it.  Exit status 0 when every
+ * comparison passed. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +50,7 @@ typedef struct harness {
   uint64_t seed;
   int parallelism;
   uint64_t records, keys, window;
-  bool faults, at_least_once, keep;
+  bool faults, at_least_once, unaligned, keep;
   char work[256];
   uint64_t rng;
   double run_seconds; /* the reference run's duration */
@@ -250,6 +253,8 @@ static pid_t start_run(harness *h, const char *state, const char *out,
     argv[a++] = how == RUN_RESUME ? "--resume" : "--fresh";
   if (h->at_least_once)
     argv[a++] = "--at-least-once";
+  if (h->unaligned)
+    argv[a++] = "--unaligned";
   if (fault && fault[0]) {
     argv[a++] = "--fault";
     argv[a++] = fault;
@@ -359,7 +364,7 @@ static void reference_run(harness *h) {
 static void usage(void) {
   fprintf(stderr, "usage: crash_harness --sluice PATH [--cycles K | --minutes M] "
           "[--seed S] [--parallelism P] [--records N] [--keys K] [--window W] "
-          "[--faults] [--at-least-once] [--keep]\n");
+          "[--faults] [--at-least-once | --unaligned] [--keep]\n");
   exit(2);
 }
 
@@ -399,12 +404,15 @@ int main(int argc, char **argv) {
       h.faults = true;
     else if (strcmp(a, "--at-least-once") == 0)
       h.at_least_once = true;
+    else if (strcmp(a, "--unaligned") == 0)
+      h.unaligned = true;
     else if (strcmp(a, "--keep") == 0)
       h.keep = true;
     else
       usage();
   }
-  if (!h.sluice || (h.cycles == 0) == (h.minutes <= 0))
+  if (!h.sluice || (h.cycles == 0) == (h.minutes <= 0) ||
+      (h.unaligned && h.at_least_once))
     usage();
   /* Sanitizer builds set SLUICE_TEST_SCALE (tests/meson.build). */
   const char *scale = getenv("SLUICE_TEST_SCALE");
@@ -416,7 +424,9 @@ int main(int argc, char **argv) {
     die("mkdtemp: %s", strerror(errno));
   printf("[harness] seed %" PRIu64 ", %s, parallelism %d, %" PRIu64
          " records, %" PRIu64 " keys, window %" PRIu64 "%s, in %s\n",
-         h.seed, h.at_least_once ? "at-least-once" : "exactly-once",
+         h.seed, h.at_least_once ? "at-least-once"
+                 : h.unaligned   ? "exactly-once, unaligned"
+                                 : "exactly-once",
          h.parallelism, h.records, h.keys, h.window,
          h.faults ? ", random injected faults" : "", h.work);
   reference_run(&h);
