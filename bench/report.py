@@ -565,10 +565,10 @@ class Report:
             self.out("_Alignment under a skewed join: not in this run._", "")
             return
         self.out("### Barrier alignment in a two-input join", "",
-                 table(["case", "checkpoints", "alignment ms p50 / p99 / max",
+                 table(["case", "mode", "checkpoints", "alignment ms p50 / p99 / max",
                         "start delay ms p50 / p99 / max", "duration ms p50 / p99",
                         "M rec/s"],
-                       [[c["case"], c.get("checkpoints", "-"),
+                       [[c["case"], c.get("mode", "aligned"), c.get("checkpoints", "-"),
                          " / ".join(num(c.get("alignment_ms", {}).get(k), 2)
                                     for k in ("p50", "p99", "max")),
                          " / ".join(num(c.get("start_delay_ms", {}).get(k), 2)
@@ -579,7 +579,9 @@ class Report:
         rows = []
         for c in cases:
             for k, inst in enumerate(c.get("alignment_ms_by_instance", [])):
-                rows.append([c["case"], k, " / ".join(num(inst.get(x), 2)
+                label = c["case"] + (f" ({c['mode']})" if c.get("mode", "aligned")
+                                     != "aligned" else "")
+                rows.append([label, k, " / ".join(num(inst.get(x), 2)
                                                       for x in ("p50", "p99", "max"))])
         if rows:
             self.out("Alignment by instance of the join (ms p50 / p99 / max); "
@@ -587,8 +589,37 @@ class Report:
                                  f"{num(c.get('b_share', 0) * 100, 1)}% of the records"
                                  for c in cases if "b_share" in c) + ":", "",
                      table(["case", "instance", "alignment ms p50 / p99 / max"], rows), "")
+        self.backpressured([c for c in cases if c.get("case") == "backpressured"])
         if self.r.get("checkpoint_bench", {}).get("alignment_note"):
             self.out(self.r["checkpoint_bench"]["alignment_note"], "")
+
+    def backpressured(self, modes):
+        """Issue 22's case: the join whose sink runs at half the sources'
+        rate, aligned against unaligned in the same run, and its target."""
+        t = self.r.get("checkpoint_bench", {}).get("backpressured_target")
+        if not modes:
+            return
+        self.out("Backpressured join (issue 22; sink at half the sources' rate, "
+                 "rounds of aligned and unaligned in turns, samples pooled per mode):", "",
+                 table(["mode", "checkpoints", "unaligned", "duration ms p50 / p99 / max",
+                        "write ms p50 / p99", "channel KiB p50 / max",
+                        "last start delay ms p99", "M rec/s"],
+                       [[c.get("mode", "-"), c.get("checkpoints", "-"),
+                         c.get("unaligned_checkpoints", "-"),
+                         " / ".join(num(c.get("duration_ms", {}).get(k), 1)
+                                    for k in ("p50", "p99", "max")),
+                         " / ".join(num(c.get("write_ms", {}).get(k), 1)
+                                    for k in ("p50", "p99")),
+                         " / ".join(num(c.get("channel_bytes_per_checkpoint", {})
+                                        .get(k, 0) / 1024, 1) for k in ("p50", "max")),
+                         num(c.get("last_start_delay_ms", {}).get("p99"), 1),
+                         num(c.get("records_per_second", 0) / 1e6, 3)] for c in modes]), "")
+        if t:
+            self.target("issue 22", "backpressured join: unaligned checkpoint "
+                        f"duration p99 <= {num(t.get('ratio_max'), 2)} of aligned",
+                        f"{num(t.get('unaligned_duration_ms_p99'), 1)} / "
+                        f"{num(t.get('aligned_duration_ms_p99'), 1)} ms = "
+                        f"{num(t.get('ratio'), 3)}", t.get("met"))
 
     # ---- recovery
     def recovery(self):
