@@ -223,6 +223,11 @@ static int mock_main(int argc, char **argv) {
       kafka_usage(stdout);
       return 0;
     }
+    /* The name first: a wrong flag is named as unknown, not as short of
+     * a value. */
+    if (strcmp(a, "--brokers") != 0 && strcmp(a, "--port") != 0 &&
+        strcmp(a, "--topic") != 0)
+      die_usage("kafka mock: unknown option '%s'", a);
     if (!v)
       die_usage("kafka mock: %s needs a value", a);
     i++;
@@ -236,8 +241,6 @@ static int mock_main(int argc, char **argv) {
       if (topic_count == (int)(sizeof topics / sizeof *topics))
         die_usage("kafka mock: more than 64 --topic");
       topics[topic_count++] = v;
-    } else {
-      die_usage("kafka mock: unknown option '%s'", a);
     }
   }
   /* SIGTERM and SIGINT come through a signalfd: blocked before the

@@ -586,6 +586,13 @@ typedef struct sl_kafka_source_config {
    * offsets, committed offsets); 0: 30000.  Running out fails the job,
    * naming what was waited for. */
   uint32_t timeout_ms;
+  /** NULL: a bad record fails the job.  Else the dead-letter file: a bad
+   * record is appended to it as one line "topic T partition P<TAB>OFFSET
+   * <TAB>REASON<TAB>VALUE" (the value's bytes as they came) and skipped,
+   * as the file sources do (sluice_io.h).  With parallelism P > 1,
+   * instance i writes PATH.i.  Exact as theirs: synced at each checkpoint,
+   * cut back on a restore, emptied by a start that restores nothing. */
+  const char *dead_letter_path;
 } sl_kafka_source_config;
 
 /** A source of parallelism instances reading cfg->topic (cfg is copied).
@@ -595,11 +602,12 @@ typedef struct sl_kafka_source_config {
  * source and the partitions' watermarks) and a restore seeks there.  It
  * reads with isolation.level=read_committed.  A bad record (no value, over
  * max_record_bytes, no usable time) fails the job naming the topic,
- * partition and offset.  The partition list of a restore must be the one
+ * partition and offset, or goes to cfg->dead_letter_path.  The partition list of a restore must be the one
  * checkpointed: a partition an instance saved and no longer reads fails
  * the restore; one it reads and did not save starts as cfg->start says.
  * Errors: EINVAL (cfg, bootstrap or topic NULL, a bad partition list or
- * start, the reason in sl_job_error()), ENOMEM, as the builders. */
+ * start, a dead_letter_path empty or of 4096 bytes or more, the reason in
+ * sl_job_error()), ENOMEM, as the builders. */
 int sl_source_kafka(sl_job *job, const char *name, int parallelism,
                     const sl_kafka_source_config *cfg, sl_op **op);
 

@@ -56,9 +56,20 @@
  *    length, magic, version, topic hash, partition ids (each assigned to
  *    this instance, none twice) and offsets are checked before use; a bad
  *    one fails the restore with SL_ECORRUPT naming the checkpoint.
+ * 8. Dead letters, as the file sources' (io_reader.c note 5, file_source.c
+ *    note 5): with dead_letter_path, a bad record is appended to the
+ *    instance's dead-letter file as "topic T partition P", its offset, the
+ *    reason and the value as it came, and is consumed (its offset is
+ *    passed) instead of failing the job.  Instance i of P > 1 writes
+ *    PATH.i, so no two threads share a file.  The file is synced at each
+ *    snapshot and its length saved with the offsets; a restore cuts it
+ *    back to that length (the replay writes the later entries again) and a
+ *    start that restores nothing empties it.  Only a bad record goes
+ *    there: a failed emit or a broker error still fails the job.
  *
  * Saved state (operator state), 64-bit words in native order:
  *   KAFKA_MAGIC, KAFKA_VERSION, hash of the topic name, partition count n,
+ *   length of the dead-letter file (0 without one, note 8),
  *   then n times: partition id, next offset, end offset (-1 unbounded),
  *   largest time read (SL_NO_TIMESTAMP before the first).
  */
@@ -72,6 +83,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "internal.h"
+#include "io_internal.h"
 #include "kafka_internal.h"
 #include "log.h"
 #include "op_util.h"
@@ -79,17 +91,18 @@
 #include "time_check.h"
 
 #define KAFKA_MAGIC UINT64_C(0x414b4c53) /* "SLKA" */
-#define KAFKA_VERSION 1u
-#define KAFKA_HEAD_WORDS 4u
+#define KAFKA_VERSION 2u /* 2: the dead-letter length (note 8) */
+#define KAFKA_HEAD_WORDS 5u
 #define KAFKA_PARTITION_WORDS 4u
 #define KAFKA_POLL_MS 50 /* first poll of a next() call (note 4) */
 #define KAFKA_RECORDS_PER_CALL 1024u
 #define KAFKA_COMMIT_RING 8u /* note 6 */
 #define KAFKA_CLOSE_COMMIT_MS 2000 /* note 6: the last commits, at close */
+#define KAFKA_PATH_BYTES 4096 /* a dead-letter path with its NUL (note 8) */
 
 typedef struct kafka_source {
   sl_kafka_source_config cfg; /* strings point into this struct's copies */
-  char *bootstrap, *topic, *group_id, *partitions;
+  char *bootstrap, *topic, *group_id, *partitions, *dead_letter_path;
   kafka_properties properties;
 } kafka_source;
 
@@ -119,6 +132,8 @@ typedef struct kafka_instance {
   kafka_commit commits[KAFKA_COMMIT_RING];
   rd_kafka_queue_t *commit_results; /* note 6 */
   uint32_t commits_in_flight;
+  io_dead_letter dead; /* note 8; dead.path NULL: bad records fail */
+  char dead_path[KAFKA_PATH_BYTES + 16];
 } kafka_instance;
 
 /* ------------------------------------------------------------ checker */
@@ -410,7 +425,25 @@ static int message_time(const kafka_instance *k, const rd_kafka_message_t *m,
   return 0;
 }
 
-/* One message of partition p: emit it, or fail naming where it is. */
+/* Note 8: bad message m of partition p into the dead letters, consumed.
+ * Returns 0 or the write's error (the instance failed). */
+static int dead_letter(sl_ctx *ctx, kafka_instance *k, kafka_partition *p,
+                       const rd_kafka_message_t *m, const char *why) {
+  char where[300];
+  snprintf(where, sizeof where, "topic %s partition %" PRId32, k->src->topic,
+           p->id);
+  int rc = io_dead_letter_write(ctx, &k->dead, where, (uint64_t)m->offset,
+                                why, m->payload ? m->payload : "",
+                                m->payload ? m->len : 0);
+  if (rc)
+    return rc;
+  sl_ctx_count(ctx, SL_COUNT_DEAD_LETTER, 1);
+  p->next_offset = m->offset + 1;
+  return 0;
+}
+
+/* One message of partition p: emit it; a bad one goes to the dead letters
+ * (note 8) or fails the job naming where it is. */
 static int take_message(sl_ctx *ctx, kafka_instance *k, kafka_partition *p,
                         const rd_kafka_message_t *m) {
   char why[256] = "";
@@ -423,6 +456,8 @@ static int take_message(sl_ctx *ctx, kafka_instance *k, kafka_partition *p,
                               "max_record_bytes", m->len);
   else
     rc = message_time(k, m, &time, why, sizeof why);
+  if (rc && k->dead.path) /* bad, not a failed emit */
+    return dead_letter(ctx, k, p, m, why[0] ? why : sl_strerror(rc));
   if (rc == 0)
     rc = sl_emit_ts(ctx, m->payload, (uint32_t)m->len, time);
   if (rc == 0) {
@@ -507,13 +542,31 @@ static int watermark_tick(sl_ctx *ctx, kafka_instance *k) {
 
 static void kafka_close(sl_ctx *ctx, void *state);
 
+/* Note 8: PATH, or PATH.i for instance i of more than one; emptied unless
+ * a checkpoint is restored (kafka_restore cuts it back then).  Returns 0
+ * or the open's error (the instance failed). */
+static int dead_letters_open(sl_ctx *ctx, kafka_instance *k) {
+  const char *path = k->src->dead_letter_path;
+  if (!path)
+    return 0;
+  if (sl_ctx_parallelism(ctx) > 1)
+    snprintf(k->dead_path, sizeof k->dead_path, "%s.%d", path,
+             sl_ctx_instance(ctx));
+  else
+    snprintf(k->dead_path, sizeof k->dead_path, "%s", path);
+  k->dead.path = k->dead_path;
+  return io_dead_letter_open(ctx, &k->dead, ctx->cp.restored_from == 0);
+}
+
 static int kafka_open(sl_ctx *ctx, void *user, void **state) {
   kafka_instance *k = calloc(1, sizeof *k);
   if (!k)
     return ENOMEM;
   k->src = user;
   *state = k;
-  int rc = consumer_new(ctx, k);
+  int rc = dead_letters_open(ctx, k);
+  if (rc == 0)
+    rc = consumer_new(ctx, k);
   if (rc == 0)
     rc = topic_partitions(ctx, k, wait_ms(k));
   if (rc == 0)
@@ -581,6 +634,11 @@ static int kafka_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
     if (rc)
       return rc;
   }
+  /* Note 8: the entries before the barrier are durable before the
+   * checkpoint that counts them can complete. */
+  int synced = io_dead_letter_sync(ctx, &k->dead);
+  if (synced)
+    return synced;
   uint32_t words = KAFKA_HEAD_WORDS + KAFKA_PARTITION_WORDS * k->part_count;
   uint64_t *data = malloc(words * sizeof *data);
   if (!data)
@@ -589,6 +647,7 @@ static int kafka_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   data[1] = KAFKA_VERSION;
   data[2] = sl_hash_bytes(k->src->topic, strlen(k->src->topic));
   data[3] = k->part_count;
+  data[4] = k->dead.path ? k->dead.bytes : 0;
   for (uint32_t i = 0; i < k->part_count; i++) {
     uint64_t *at = data + KAFKA_HEAD_WORDS + KAFKA_PARTITION_WORDS * i;
     at[0] = (uint64_t)k->parts[i].id;
@@ -674,8 +733,8 @@ static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
   const void *data;
   uint32_t bytes;
   int rc = sl_operator_state_get(ctx, &data, &bytes);
-  if (rc == SL_ENOTFOUND)
-    return 0;
+  if (rc == SL_ENOTFOUND) /* nothing saved: no dead letter either */
+    return io_dead_letter_truncate(ctx, &k->dead, id, 0);
   if (rc)
     return rc;
   const char *wrong = NULL;
@@ -684,7 +743,7 @@ static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
     wrong = "its length is not that of a Kafka position";
   else if (memcpy(head, data, sizeof head), head[0] != KAFKA_MAGIC ||
            head[1] != KAFKA_VERSION)
-    wrong = "it is not a Kafka source position of version 1";
+    wrong = "it is not a Kafka source position of version 2";
   else if (head[2] != sl_hash_bytes(k->src->topic, strlen(k->src->topic)))
     wrong = "it was saved for another topic";
   else if (head[3] > bytes / 8 ||
@@ -711,8 +770,8 @@ static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
                              .end_offset = end, .max_time = (int64_t)w[3],
                              .last_message_ns = sl_now_ns(), .restored = true};
   }
-  if (!wrong)
-    return 0;
+  if (!wrong) /* note 8: the replay writes the later entries again */
+    return io_dead_letter_truncate(ctx, &k->dead, id, head[4]);
   sl_ctx_fail(ctx, "%s: checkpoint %" PRIu64 ": the saved position of Kafka "
               "topic %s is damaged: %s", ctx->job->config.checkpoint.state_dir,
               id, k->src->topic, wrong);
@@ -732,6 +791,7 @@ static void kafka_close(sl_ctx *ctx, void *state) {
   }
   for (uint32_t i = 0; i < KAFKA_COMMIT_RING; i++)
     free(k->commits[i].offsets);
+  io_dead_letter_close(&k->dead);
   free(k->parts);
   free(k->index_of);
   free(k);
@@ -747,6 +807,7 @@ static void source_free(void *user) {
   free(src->topic);
   free(src->group_id);
   free(src->partitions);
+  free(src->dead_letter_path);
   kafka_properties_free(&src->properties);
   free(src);
 }
@@ -763,6 +824,11 @@ static int source_copy(sl_job *job, const char *name,
                      "sl_kafka_start", cfg->start);
   if (cfg->out_of_orderness < 0)
     return op_errorf(EINVAL, why, why_bytes, "out_of_orderness is negative");
+  if (cfg->dead_letter_path && (!cfg->dead_letter_path[0] ||
+                                strlen(cfg->dead_letter_path) >=
+                                    KAFKA_PATH_BYTES))
+    return op_errorf(EINVAL, why, why_bytes, "dead_letter_path is empty or "
+                     "longer than %d bytes", KAFKA_PATH_BYTES - 1);
   int64_t max_id;
   int rc = partition_list_check(cfg->partitions, &max_id, why, why_bytes);
   if (rc)
@@ -784,7 +850,10 @@ static int source_copy(sl_job *job, const char *name,
   src->topic = strdup(cfg->topic);
   src->group_id = strdup(cfg->group_id ? cfg->group_id : group);
   src->partitions = strdup(cfg->partitions ? cfg->partitions : "");
-  if (!src->bootstrap || !src->topic || !src->group_id || !src->partitions) {
+  if (cfg->dead_letter_path)
+    src->dead_letter_path = strdup(cfg->dead_letter_path);
+  if (!src->bootstrap || !src->topic || !src->group_id || !src->partitions ||
+      (cfg->dead_letter_path && !src->dead_letter_path)) {
     source_free(src);
     return ENOMEM;
   }
@@ -792,6 +861,7 @@ static int source_copy(sl_job *job, const char *name,
   src->cfg.topic = src->topic;
   src->cfg.group_id = src->group_id;
   src->cfg.partitions = src->partitions;
+  src->cfg.dead_letter_path = src->dead_letter_path;
   src->cfg.properties = NULL; /* src->properties holds them */
   *out = src;
   return 0;

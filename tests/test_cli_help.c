@@ -3,7 +3,8 @@
  * prints that command's usage and exits 0, a wrong flag is still a usage
  * error (exit 2, naming the flag), the help describes `--at-least-once`
  * for what it does, and `sluice --version` prints the library's
- * sl_version(). */
+ * sl_version().  `sluice kafka`, its mock and dump subcommands are
+ * covered the same way. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +38,10 @@ Test(cli_help, help_after_each_subcommand_exits_0) {
       {"nexmark", "gen", "-h", NULL},
       {"checkpoints", "--help", NULL},
       {"checkpoints", "-h", NULL},
+      {"kafka", "--help", NULL},
+      {"kafka", "-h", NULL},
+      {"kafka", "mock", "--help", NULL},
+      {"kafka", "dump", "-h", NULL},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *text = NULL;
@@ -56,10 +61,21 @@ Test(cli_help, wrong_flags_still_exit_2) {
       {"run", "window", "--bogus", NULL},
       {"nexmark", "run", "--bogus", NULL},
       {"checkpoints", "--bogus", NULL},
+      {"kafka", NULL},
+      {"kafka", "bogus", NULL},
+      {"kafka", "mock", "--bogus", NULL},
+      {"kafka", "dump", "--bogus", NULL},
+      {"kafka", "dump", NULL},
   };
   static const char *const says[] = {
       "run needs a job name", "unknown option '--bogus'",
-      "unknown option '--bogus'", "unknown option '--bogus'"};
+      "unknown option '--bogus'", "unknown option '--bogus'",
+      "usage: sluice kafka", "kafka: unknown command 'bogus'",
+      "kafka mock: unknown option '--bogus'",
+      "kafka dump: unexpected '--bogus'", "kafka dump needs BOOTSTRAP/TOPIC"};
+  _Static_assert(sizeof says / sizeof says[0] ==
+                     sizeof cases / sizeof cases[0],
+                 "one message per case");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *text = NULL;
     int status = run_sluice(cases[i], &text);

@@ -1,8 +1,9 @@
 /* test_kafka_source.c — the Kafka source (operators/kafka_source.c)
  * against `sluice kafka mock` in a child process (kafka_fixture.h):
  * offsets restored after a failover give exactly-once results, a bad
- * record names its topic, partition and offset, and an idle partition
- * does not hold the watermark back. */
+ * record names its topic, partition and offset (or lands once in the
+ * dead letters with them), and an idle partition does not hold the
+ * watermark back. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -258,6 +259,75 @@ Test(kafka_source, committed_offsets_start_the_next_job) {
   produce_tuples(&m, "c", 20, 6, 3);
   uint64_t second = run_committed(&m, dir, SL_KAFKA_COMMITTED);
   cr_expect_eq(second, 20, "the second job read %" PRIu64, second);
+  sl_test_remove_tree(dir);
+  kafka_mock_stop(&m);
+}
+
+/* Dead letters (kafka_source.c note 8): 3000 tuples with a bad record in
+ * the middle of partition 1 (after the 500 tuples of that partition among
+ * the first 1500), and a failover at the source's second checkpoint
+ * completion.  The job does not fail on the record; instance 1 (partition
+ * 1 % 2) writes it, with its topic, partition and offset, exactly once into
+ * PATH.1 however the failover fell; instance 0's PATH.0 stays empty; the
+ * verifying sink finds every tuple once. */
+Test(kafka_source, bad_record_goes_to_the_dead_letters_once) {
+  const uint32_t count = 3000, half = 1500;
+  const uint64_t keys = 30;
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"events:3", NULL});
+  sl_tuple *tuples = calloc(count, sizeof *tuples);
+  const void **values = calloc(count + 1, sizeof *values);
+  uint32_t *sizes = calloc(count + 1, sizeof *sizes);
+  int32_t *parts = calloc(count + 1, sizeof *parts);
+  cr_assert(tuples && values && sizes && parts);
+  for (uint32_t i = 0, at = 0; i < count; i++, at++) {
+    if (i == half) { /* the bad record, between the two halves */
+      values[at] = "oops", sizes[at] = 4, parts[at] = 1;
+      at++;
+    }
+    tuples[i] = (sl_tuple){.key = i % keys, .value = i};
+    values[at] = &tuples[i];
+    sizes[at] = sizeof tuples[i];
+    parts[at] = (int32_t)(tuples[i].key % 3);
+  }
+  kafka_produce(&m, "events", count + 1, values, sizes, parts, NULL);
+  free(tuples), free(values), free(sizes), free(parts);
+  char *dir = sl_test_temp_dir("kafka-dead");
+  char *dead = sl_test_path_in(dir, "dead.tsv");
+  sl_job_config config = sl_fixture_config(dir, 10);
+  config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
+  config.restart.attempts = 2;
+  config.restart.delay_ms = 10;
+  config.faults = "complete:op=source,nth=2; slow:op=verify,delay_us=100";
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = m.bootstrap, .topic = "events",
+                               .bounded = 1, .timestamp_fn = tuple_time,
+                               .dead_letter_path = dead};
+  sl_op *src, *verify;
+  cr_assert_eq(sl_source_kafka(job, "source", 2, &kc, &src), 0, "%s",
+               sl_job_error(job));
+  cr_assert_eq(sl_sink_verify(job, "verify", src, 2, count, keys, &verify), 0);
+  int rc = run_to_end(job, "kafka dead-letter job");
+  cr_expect_eq(rc, 0, "job failed: %s", sl_job_error(job));
+  cr_expect_eq(sl_job_restarts(job), 1);
+  sl_verify_counts v;
+  cr_assert_eq(sl_verify_result(verify, &v), 0);
+  cr_expect(v.complete);
+  cr_expect_eq(v.records, count);
+  cr_expect_eq(v.lost + v.duplicates + v.out_of_order, 0);
+  sl_job_destroy(job);
+  char path[4200];
+  snprintf(path, sizeof path, "%s.1", dead);
+  char *text = sl_test_slurp(path);
+  cr_expect_str_eq(text, "topic events partition 1\t500\texpected a 16-byte "
+                         "tuple, got 4 bytes\toops\n");
+  free(text);
+  snprintf(path, sizeof path, "%s.0", dead);
+  text = sl_test_slurp(path);
+  cr_expect_str_eq(text, "");
+  free(text);
+  free(dead);
   sl_test_remove_tree(dir);
   kafka_mock_stop(&m);
 }
