@@ -12,10 +12,17 @@
  *    restart's reset finishes a final checkpoint that failed before.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "checkpoint_internal.h"
+
+/* The public struct keeps the size and layout it had before its unaligned
+ * fields (sluice_checkpoint.h): 192 bytes, cause at 60. */
+_Static_assert(sizeof(sl_checkpoint_stats) == 192 &&
+                   offsetof(sl_checkpoint_stats, cause) == 60,
+               "sl_checkpoint_stats changed size or layout (ABI)");
 
 static sl_checkpoint_stats *history_at(sl_checkpointer *cp, int slot) {
   return &cp->history[slot % SL_CHECKPOINT_HISTORY];

@@ -306,6 +306,8 @@ static void reset_instance(sl_instance *inst) {
     ch->ended = false;
     ch->blocked = false;
     ch->barrier_seen = false;
+    ch->logging = 0;    /* the captures went with the snapshot state */
+    ch->barrier_in = 0; /* learn_upto and "done at once" read it */
   }
   inst->channels_ended = 0;
   for (int o = 0; o < inst->output_count; o++)

@@ -160,6 +160,10 @@ static int stop_hold(sl_job *job, uint64_t *id, char *err,
     if (job_over(job)) {
       rc = job_over_error(job, err, err_bytes);
     } else if (atomic_load(&job->cp_settled_id) >= n) {
+      /* Completed is stored before settled (coordinator.c), but both may
+       * have moved since the loop's test: read completed again. */
+      if (atomic_load(&job->cp_completed_id) >= n)
+        break;
       char cause[200];
       abort_cause(job, n, cause, sizeof cause);
       rc = sl_say_err(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "

@@ -140,7 +140,12 @@ typedef struct sl_checkpoint_stats {
   uint64_t bytes_persisted;
   uint64_t entries_persisted; /* keyed-state puts and deletes */
   int instance_count;
-  char cause[128];          /* why it was aborted */
+  /* Why it was aborted.  128 bytes before unaligned checkpoints; the
+   * two fields after it took its last 12 (and the padding after it), so
+   * that the struct and sl_metrics, which embeds it, keep their size and
+   * layout for programs built against the older header (they read a
+   * string that ends within the first 116 bytes). */
+  char cause[116];
   /* Unaligned checkpoints (docs/checkpoints.md): 1 if any instance took
    * its snapshot unaligned (from the start, or switched by the aligned
    * checkpoint timeout); the bytes of channel state (records in flight)
