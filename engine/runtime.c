@@ -55,18 +55,27 @@
  *    not yet seen, so exactly-once sinks commit up to the stop
  *    checkpoint.
  * 10. Unaligned checkpoints (snapshot.c notes 12, 13).  announce_seq is
- *    compared with what the instance saw (one relaxed load of its own
- *    line, which nobody writes unless checkpoints are unaligned) before
+ *    compared with what the instance saw (one relaxed load of a line that
+ *    only a source's triggers write unless checkpoints are unaligned) before
  *    each entry in drain_channel, between passes in run_inputs, and in
  *    the wait for input (any_input_readable, which also ends at the
  *    aligned-checkpoint timeout; wait_loop bounds its sleep by it).  The
  *    wait for room on a full output does not look: it runs inside an
- *    operator callback, where no snapshot may be taken, and it ends as
- *    soon as downstream reads one record (downstream never waits for a
- *    checkpoint while it is unaligned), so the instance acts at its next
- *    entry.  Logging channels hand each entry to the captures before it
- *    is processed.  A restored instance replays its channel state before
- *    it reads any ring (replay_channel_state).
+ *    operator callback, where no snapshot may be taken, and it ends once
+ *    downstream has freed a quarter of the ring (ring.h note 8), which
+ *    it does as it reads (note 11) and without waiting for a checkpoint
+ *    while it is unaligned; the instance then acts at its next entry.  Logging channels hand each entry
+ *    to the captures before it is processed.  A restored instance replays
+ *    its channel state before it reads any ring (replay_channel_state).
+ * 11. A pass reads at most an eighth of a ring before it returns that
+ *    space (sl_ring_release_consumer, whose unforced wake check runs at
+ *    that step).  Reading everything readable first meant that a slow
+ *    consumer of a full 4 MiB ring kept its producer parked until the
+ *    whole ring was processed (a second or more behind a slow sink); the
+ *    producer was then late for everything, the barriers and
+ *    announcements it forwards included.  Passes are cheap (a few loads),
+ *    and between them the instance also looks at its timers and
+ *    notifications, and the other inputs take their turn sooner.
  *
  * Thread states (function making the transition in brackets):
  *
@@ -780,6 +789,9 @@ static int run_inputs(sl_instance *inst) {
       uint64_t available = sl_ring_readable_consumer(ch->ring);
       if (!available)
         continue;
+      /* Note 11: at most an eighth of the ring before its space goes back. */
+      if (available > ch->ring->wake_threshold_bytes / 2)
+        available = ch->ring->wake_threshold_bytes / 2;
       int rc = drain_channel(inst, ch, available);
       sl_ring_release_consumer(ch->ring, false);
       if (unlikely(rc))
