@@ -57,12 +57,11 @@
  * 7. Mutants (-DMUT_*, run.sh --mutants) each break one rule of the
  *    protocol; each must make Spin report an error.
  *
- * Comments name the C function that does each step; the unaligned names
- * are those of the lead's specification (engine/snapshot.c
+ * Comments name the C function that does each step (engine/snapshot.c
  * sl_snapshot_announced, sl_snapshot_unaligned, capture_entry,
  * copy_overtaken, maybe_ack_unaligned; engine/ring.h
  * sl_ring_announce_producer, sl_ring_announced_consumer; engine/restore.c
- * sl_restore_channel_state).
+ * sl_restore_channel_state, engine/runtime.c replay_channel_state).
  */
 
 #ifndef MODE

@@ -433,8 +433,10 @@ restart:
       :: k < 2 * (NCP + 1) -> cap[k] = CAP_NONE; k++
       :: else -> break
       od;
-    /* sl_restore_channel_state: each channel's captured records go
-     * through the operator, in order, before anything read from its ring */
+    /* sl_restore_channel_state (restore.c) reads it back and
+     * replay_channel_state (runtime.c) hands each channel's captured
+     * records to the operator, in order, before anything read from its
+     * ring */
     c = 0;
     do
 #ifdef MUT_NO_REPLAY /* mutant: the channel state is not replayed */
