@@ -14,7 +14,11 @@
  *    returns and snapshots run between next() calls, so the saved offsets
  *    are exactly after the records before the barrier; a restore assigns
  *    the partitions at them.  Offsets are those of the messages read with
- *    isolation.level=read_committed.
+ *    isolation.level=read_committed.  When the consumer reports a
+ *    partition's end (PARTITION_EOF) its offset becomes the position
+ *    (never past a bounded end): it can lie after commit markers that are
+ *    never delivered, and it turns the "earliest" of an empty partition
+ *    into a number, so a bounded partition finishes there.
  * 3. Starting offsets are resolved into numbers at the first start
  *    (resolve_starts, from the first next() or the first snapshot, which
  *    can come before it) and only then saved, except "earliest", which
@@ -446,9 +450,15 @@ static int take_event(sl_ctx *ctx, kafka_instance *k,
                                k->index_of[id] >= 0
                            ? &k->parts[k->index_of[id]]
                            : NULL;
-  if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-    if (p)
-      p->at_end = true;
+  if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) { /* note 2 */
+    if (!p)
+      return 0;
+    p->at_end = true;
+    int64_t eof = m->offset;
+    if (p->end_offset >= 0 && eof > p->end_offset)
+      eof = p->end_offset; /* messages from the end on are not read */
+    if (eof > p->next_offset)
+      p->next_offset = eof;
     return 0;
   }
   switch (m->err) {

@@ -157,8 +157,7 @@ Test(kafka_source, message_without_value_is_a_bad_record) {
 /* Per-partition watermarks: partition 0 has times 1000 .. 1009, partition
  * 1 nothing.  Once partition 1 is idle (at its end, quiet for 20 ms) the
  * source's watermark is partition 0's, 1009 - 1: the sink sees it while
- * the (unbounded) source still runs.  Partition 1 alone (partitions = "1")
- * is the next job: no watermark from an empty, idle partition. */
+ * the (unbounded) source still runs. */
 static _Atomic int64_t g_watermark = SL_WATERMARK_MIN;
 
 static int watermark_seen(sl_ctx *ctx, void *state, int64_t watermark) {
@@ -259,5 +258,61 @@ Test(kafka_source, committed_offsets_start_the_next_job) {
   uint64_t second = run_committed(&m, dir, SL_KAFKA_COMMITTED);
   cr_expect_eq(second, 20, "the second job read %" PRIu64, second);
   sl_test_remove_tree(dir);
+  kafka_mock_stop(&m);
+}
+
+/* A bounded source over a partition with nothing in it ends: partition 1
+ * of "e" is empty, so its position stays "earliest" until the consumer
+ * reports the partition's end (its EOF offset becomes the position).
+ * Then a job over partition 1 alone ends with no record. */
+static uint64_t run_bounded(const kafka_mock *m, const char *topic,
+                            const char *partitions, int *rc) {
+  sl_job *job;
+  cr_assert_eq(sl_job_create(NULL, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = m->bootstrap, .topic = topic,
+                               .bounded = 1, .partitions = partitions,
+                               .timeout_ms = 3000};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_kafka(job, "source", 1, &kc, &src), 0);
+  static sl_fixture_collector collector = {.record_bytes = 16};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sl_fixture_collector_ops,
+                          &collector, &sink), 0);
+  *rc = run_to_end(job, "bounded job");
+  if (*rc)
+    cr_expect(sl_job_error(job)[0], "the job failed without an error text");
+  sl_job_destroy(job);
+  uint64_t n;
+  free(sl_fixture_collector_gather(&collector, compare_bytes16, &n));
+  return n;
+}
+
+Test(kafka_source, empty_partition_ends_a_bounded_source) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"e:2", NULL});
+  sl_tuple t[5];
+  const void *values[5];
+  uint32_t sizes[5];
+  int32_t parts[5];
+  for (int i = 0; i < 5; i++) {
+    t[i] = (sl_tuple){.key = 1, .value = (uint64_t)i};
+    values[i] = &t[i], sizes[i] = 16, parts[i] = 0;
+  }
+  kafka_produce(&m, "e", 5, values, sizes, parts, NULL);
+  int rc;
+  cr_expect_eq(run_bounded(&m, "e", NULL, &rc), 5);
+  cr_expect_eq(rc, 0);
+  cr_expect_eq(run_bounded(&m, "e", "1", &rc), 0);
+  cr_expect_eq(rc, 0);
+  kafka_mock_stop(&m);
+}
+
+/* A topic that does not exist: the mock makes it on the metadata request,
+ * with empty partitions; the bounded job ends (or fails with a reason)
+ * rather than waiting for ever. */
+Test(kafka_source, missing_topic_does_not_hang_a_bounded_source) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"other:1", NULL});
+  int rc;
+  cr_expect_eq(run_bounded(&m, "nosuch", NULL, &rc), 0);
   kafka_mock_stop(&m);
 }
