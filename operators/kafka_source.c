@@ -780,7 +780,12 @@ static int source_copy(sl_job *job, const char *name,
   kafka_source *src = calloc(1, sizeof *src);
   if (!src)
     return ENOMEM;
-  rc = kafka_properties_copy(cfg->properties, &src->properties, why,
+  /* Note 2 (read_committed offsets, the EOF position), note 6 (commits
+   * only by the source) and consumer_new's auto.offset.reset=error. */
+  static const char *const reserved[] = {
+      "isolation.level", "auto.offset.reset", "enable.auto.commit",
+      "enable.auto.offset.store", "enable.partition.eof", NULL};
+  rc = kafka_properties_copy(cfg->properties, reserved, &src->properties, why,
                              why_bytes);
   if (rc) {
     free(src);

@@ -221,6 +221,30 @@ Test(kafka_source, bad_partition_list_is_refused) {
   sl_job_destroy(job);
 }
 
+/* A property that would undo a setting the source's guarantees rely on is
+ * refused, naming it; another librdkafka setting is taken. */
+Test(kafka_source, reserved_property_is_refused) {
+  sl_job *job;
+  cr_assert_eq(sl_job_create(NULL, &job), 0);
+  sl_kafka_source_config kc = {
+      .bootstrap = "127.0.0.1:1", .topic = "t",
+      .properties = (const char *const[]){"socket.timeout.ms=5000",
+                                          "isolation.level=read_uncommitted",
+                                          NULL}};
+  sl_op *src;
+  cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), EINVAL);
+  cr_expect(strstr(sl_job_error(job), "isolation.level is set by the "
+                                      "operator"), "%s", sl_job_error(job));
+  kc.properties = (const char *const[]){"enable.auto.commit=true", NULL};
+  cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), EINVAL);
+  cr_expect(strstr(sl_job_error(job), "enable.auto.commit"), "%s",
+            sl_job_error(job));
+  kc.properties = (const char *const[]){"socket.timeout.ms=5000", NULL};
+  cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), 0, "%s",
+               sl_job_error(job));
+  sl_job_destroy(job);
+}
+
 /* Offsets committed back on checkpoint completion (commit_offsets) are
  * where a second job starting at SL_KAFKA_COMMITTED begins: after the
  * first job read all 60 messages, the second reads none of them; the 20
