@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "fixtures.h"
 #include "kafka_fixture.h"
 #include "sluice.h"
@@ -272,12 +274,43 @@ static uint64_t run_committed(const kafka_mock *m, const char *dir,
   return n;
 }
 
+/* Wait (a condition, at most 30 s) until group committed-test's offsets
+ * of topic c's three partitions are 20 each: the first job's final
+ * asynchronous commit has landed. */
+static void await_committed_ends(const kafka_mock *m) {
+  char err[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", m->bootstrap,
+                                 err, sizeof err), RD_KAFKA_CONF_OK);
+  cr_assert_eq(rd_kafka_conf_set(conf, "group.id", "committed-test", err,
+                                 sizeof err), RD_KAFKA_CONF_OK);
+  rd_kafka_conf_set(conf, "log_level", "3", err, sizeof err);
+  rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+  cr_assert(c, "consumer: %s", err);
+  bool landed = false;
+  for (int i = 0; i < 300 && !landed; i++) { /* 300 x (<= 100 ms + 0.1 s) */
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new(3);
+    for (int32_t p = 0; p < 3; p++)
+      rd_kafka_topic_partition_list_add(list, "c", p);
+    landed = rd_kafka_committed(c, list, 100) == 0;
+    for (int p = 0; landed && p < 3; p++)
+      landed = list->elems[p].err == 0 && list->elems[p].offset == 20;
+    rd_kafka_topic_partition_list_destroy(list);
+    if (!landed)
+      sl_test_sleep_us(100000);
+  }
+  rd_kafka_destroy(c);
+  cr_assert(landed, "the first job's offsets were not committed");
+}
+
 Test(kafka_source, committed_offsets_start_the_next_job) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"c:3", NULL});
   produce_tuples(&m, "c", 60, 6, 3);
   char *dir = sl_test_temp_dir("kafka-commit");
   cr_expect_eq(run_committed(&m, dir, SL_KAFKA_EARLIEST), 60);
+  await_committed_ends(&m);
   produce_tuples(&m, "c", 20, 6, 3);
   uint64_t second = run_committed(&m, dir, SL_KAFKA_COMMITTED);
   cr_expect_eq(second, 20, "the second job read %" PRIu64, second);
