@@ -58,8 +58,10 @@
  *    source restores from.
  * 7. Nothing read back is trusted (DESIGN.md invariant 9): the state's
  *    length, magic, version, topic hash, partition ids (each assigned to
- *    this instance, none twice) and offsets are checked before use; a bad
- *    one fails the restore with SL_ECORRUPT naming the checkpoint.
+ *    this instance, none twice), offsets (next <= end when there is an
+ *    end) and largest times (none, or within the valid range) are checked
+ *    before use; a bad one fails the restore with SL_ECORRUPT naming the
+ *    state directory and the checkpoint.
  *
  * Saved state (operator state), 64-bit words in native order:
  *   KAFKA_MAGIC, KAFKA_VERSION, hash of the topic name, partition count n,
@@ -360,7 +362,10 @@ static int settle_ends(sl_ctx *ctx, kafka_instance *k) {
                   k->src->topic, p->id, rd_kafka_err2str(err));
       return EIO;
     }
-    p->next_offset = high;
+    /* A bounded end resolved before: never start past it (note 7). */
+    p->next_offset = p->end_offset >= 0 && high > p->end_offset
+                         ? p->end_offset
+                         : high;
   }
   return 0;
 }
@@ -678,6 +683,12 @@ static void kafka_complete(sl_ctx *ctx, void *state, uint64_t id) {
   commit_results(ctx, k, 0);
 }
 
+/* The state directory for an error text (never NULL). */
+static const char *state_dir_name(const sl_ctx *ctx) {
+  const char *dir = ctx->job->config.checkpoint.state_dir;
+  return dir ? dir : "(no state directory)";
+}
+
 /* Note 7. */
 static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
   kafka_instance *k = state;
@@ -705,27 +716,34 @@ static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
     memcpy(w, (const uint8_t *)data + 8 * (KAFKA_HEAD_WORDS +
                                            KAFKA_PARTITION_WORDS * i), sizeof w);
     int64_t pid = (int64_t)w[0], next = (int64_t)w[1], end = (int64_t)w[2];
+    int64_t max_time = (int64_t)w[3];
     if (pid < 0 || pid >= k->topic_partitions || k->index_of[pid] < 0) {
-      sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": topic %s partition %" PRId64
-                  " was read by this instance and is not any more (the "
-                  "partition list or the parallelism changed)", id,
+      /* Either the saved id is damaged or the list or parallelism
+       * changed: nothing read back is trusted (note 7). */
+      sl_ctx_fail(ctx, "%s: checkpoint %" PRIu64 ": topic %s partition %"
+                  PRId64 " is saved for this instance, which does not read "
+                  "it (a damaged position, or the partition list or the "
+                  "parallelism changed)", state_dir_name(ctx), id,
                   k->src->topic, pid);
-      return EINVAL;
+      return SL_ECORRUPT;
     }
     kafka_partition *p = &k->parts[k->index_of[pid]];
     if (p->restored || (next < 0 && next != RD_KAFKA_OFFSET_BEGINNING) ||
-        end < -1)
+        end < -1 || (end >= 0 && next > end))
       wrong = "a partition is saved twice or with a bad offset";
+    else if (max_time != SL_NO_TIMESTAMP &&
+             (max_time < SL_TIME_MIN_VALID || max_time > SL_TIME_MAX_VALID))
+      wrong = "a partition's largest time is outside the valid range";
     else
       *p = (kafka_partition){.id = p->id, .next_offset = next,
-                             .end_offset = end, .max_time = (int64_t)w[3],
+                             .end_offset = end, .max_time = max_time,
                              .last_message_ns = sl_now_ns(), .restored = true};
   }
   if (!wrong)
     return 0;
   sl_ctx_fail(ctx, "%s: checkpoint %" PRIu64 ": the saved position of Kafka "
-              "topic %s is damaged: %s", ctx->job->config.checkpoint.state_dir,
-              id, k->src->topic, wrong);
+              "topic %s is damaged: %s", state_dir_name(ctx), id,
+              k->src->topic, wrong);
   return SL_ECORRUPT;
 }
 
