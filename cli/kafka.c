@@ -277,8 +277,11 @@ static int mock_main(int argc, char **argv) {
     char name[256];
     unsigned long long partitions = 0;
     const char *colon = strrchr(topics[t], ':');
+    char *end = NULL;
+    if (colon && colon[1] >= '0' && colon[1] <= '9') /* digits only */
+      partitions = strtoull(colon + 1, &end, 10);
     if (!colon || colon == topics[t] || (size_t)(colon - topics[t]) >= sizeof name ||
-        sscanf(colon + 1, "%llu", &partitions) != 1) {
+        !end || *end != '\0') {
       fprintf(stderr, "sluice kafka mock: --topic %s: expected "
                       "NAME:PARTITIONS\n", topics[t]);
       rc = 2;
@@ -433,8 +436,9 @@ static int dump_main(int argc, char **argv) {
       return 1;
     }
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
-  if (!rk) {
+  if (!rk) { /* rd_kafka_new takes conf only on success */
     fprintf(stderr, "sluice kafka dump: %s\n", err);
+    rd_kafka_conf_destroy(conf);
     return 1;
   }
   int64_t deadline_ms = now_ms() + timeout_ms;
@@ -479,7 +483,9 @@ static int gen_topic_partitions(const char *bootstrap, const char *topic,
   }
   const struct rd_kafka_metadata *md = NULL;
   rd_kafka_topic_t *handle = rd_kafka_topic_new(rk, topic, NULL);
-  rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, handle, &md, GEN_WAIT_MS);
+  rd_kafka_resp_err_t e = handle ? rd_kafka_metadata(rk, 0, handle, &md,
+                                                     GEN_WAIT_MS)
+                                 : rd_kafka_last_error();
   int rc = 0;
   *partitions = 0;
   if (e) {
@@ -491,7 +497,8 @@ static int gen_topic_partitions(const char *bootstrap, const char *topic,
   }
   if (md)
     rd_kafka_metadata_destroy(md);
-  rd_kafka_topic_destroy(handle);
+  if (handle)
+    rd_kafka_topic_destroy(handle);
   rd_kafka_destroy(rk);
   return rc;
 }

@@ -580,7 +580,9 @@ typedef struct sl_kafka_source_config {
    * when every partition reached it.  0: it runs until stopped. */
   int bounded;
   /** Extra librdkafka settings, "name=value" each, NULL-terminated (NULL:
-   * none), applied after the source's own (see docs/kafka.md). */
+   * none), applied after the source's own; one of isolation.level,
+   * auto.offset.reset, enable.auto.commit, enable.auto.offset.store or
+   * enable.partition.eof is refused with EINVAL (see docs/kafka.md). */
   const char *const *properties;
   /** Bound, in ms, of each wait on the cluster at start (metadata, end
    * offsets, committed offsets); 0: 30000.  Running out fails the job,
@@ -642,7 +644,8 @@ typedef struct sl_kafka_sink_config {
   sl_kafka_partition_fn partition_fn; /* NULL: by the key */
   void *partition_user;
   /** Extra librdkafka producer settings, "name=value" each,
-   * NULL-terminated (NULL: none), applied after the sink's own. */
+   * NULL-terminated (NULL: none), applied after the sink's own; acks,
+   * request.required.acks or enable.idempotence is refused with EINVAL. */
   const char *const *properties;
   /** Bound, in ms, of every wait for the cluster: the acknowledgement of
    * a checkpoint's messages, room in a full producer queue; 0: 30000.

@@ -7,14 +7,24 @@
 #include "kafka_internal.h"
 #include "op_util.h"
 
-int kafka_properties_copy(const char *const *list, kafka_properties *out,
+int kafka_properties_copy(const char *const *list,
+                          const char *const *reserved, kafka_properties *out,
                           char *why, size_t why_bytes) {
   *out = (kafka_properties){0};
   uint32_t count = 0;
-  for (; list && list[count]; count++) /* the user's NULL ends it */
-    if (!strchr(list[count], '='))
+  for (; list && list[count]; count++) { /* the user's NULL ends it */
+    const char *eq = strchr(list[count], '=');
+    if (!eq)
       return op_errorf(EINVAL, why, why_bytes, "property '%s' is not "
                        "name=value", list[count]);
+    size_t bytes = (size_t)(eq - list[count]);
+    for (uint32_t r = 0; reserved && reserved[r]; r++)
+      if (strlen(reserved[r]) == bytes &&
+          strncmp(reserved[r], list[count], bytes) == 0)
+        return op_errorf(EINVAL, why, why_bytes, "property '%s': %s is set "
+                         "by the operator itself (its guarantees rely on it)",
+                         list[count], reserved[r]);
+  }
   out->items = calloc(count + 1, sizeof *out->items);
   if (!out->items)
     return ENOMEM;

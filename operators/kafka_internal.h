@@ -17,10 +17,13 @@ typedef struct kafka_properties {
   uint32_t count;
 } kafka_properties;
 
-/* Copy the NULL-terminated list (NULL: none) into *out.  Returns 0,
- * EINVAL (an item without '='; why says which) or ENOMEM; *out is empty
- * on error. */
-int kafka_properties_copy(const char *const *list, kafka_properties *out,
+/* Copy the NULL-terminated list (NULL: none) into *out.  reserved
+ * (NULL-terminated) names the settings the operator's guarantees rely on:
+ * a property setting one is refused.  Returns 0, EINVAL (an item without
+ * '=' or a reserved setting; why says which) or ENOMEM; *out is empty on
+ * error. */
+int kafka_properties_copy(const char *const *list,
+                          const char *const *reserved, kafka_properties *out,
                           char *why, size_t why_bytes);
 void kafka_properties_free(kafka_properties *p);
 

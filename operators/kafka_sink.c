@@ -347,8 +347,12 @@ SL_EXPORT int sl_sink_kafka(sl_job *job, const char *name, sl_op *input,
   if (!k)
     return ENOMEM;
   char why[256];
-  int rc = kafka_properties_copy(cfg->properties, &k->properties, why,
-                                 sizeof why);
+  /* acks=all and the idempotent producer (sink_open) are what the
+   * at-least-once guarantee rests on. */
+  static const char *const reserved[] = {
+      "acks", "request.required.acks", "enable.idempotence", NULL};
+  int rc = kafka_properties_copy(cfg->properties, reserved, &k->properties,
+                                 why, sizeof why);
   if (rc == EINVAL)
     sl_job_set_error(job, "kafka sink '%s': %s", label, why);
   k->cfg = *cfg;

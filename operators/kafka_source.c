@@ -14,7 +14,11 @@
  *    returns and snapshots run between next() calls, so the saved offsets
  *    are exactly after the records before the barrier; a restore assigns
  *    the partitions at them.  Offsets are those of the messages read with
- *    isolation.level=read_committed.
+ *    isolation.level=read_committed.  When the consumer reports a
+ *    partition's end (PARTITION_EOF) its offset becomes the position
+ *    (never past a bounded end): it can lie after commit markers that are
+ *    never delivered, and it turns the "earliest" of an empty partition
+ *    into a number, so a bounded partition finishes there.
  * 3. Starting offsets are resolved into numbers at the first start
  *    (resolve_starts, from the first next() or the first snapshot, which
  *    can come before it) and only then saved, except "earliest", which
@@ -54,8 +58,10 @@
  *    source restores from.
  * 7. Nothing read back is trusted (DESIGN.md invariant 9): the state's
  *    length, magic, version, topic hash, partition ids (each assigned to
- *    this instance, none twice) and offsets are checked before use; a bad
- *    one fails the restore with SL_ECORRUPT naming the checkpoint.
+ *    this instance, none twice), offsets (next <= end when there is an
+ *    end) and largest times (none, or within the valid range) are checked
+ *    before use; a bad one fails the restore with SL_ECORRUPT naming the
+ *    state directory and the checkpoint.
  * 8. Dead letters, as the file sources' (io_reader.c note 5, file_source.c
  *    note 5): with dead_letter_path, a bad record is appended to the
  *    instance's dead-letter file as "topic T partition P", its offset, the
@@ -371,7 +377,10 @@ static int settle_ends(sl_ctx *ctx, kafka_instance *k) {
                   k->src->topic, p->id, rd_kafka_err2str(err));
       return EIO;
     }
-    p->next_offset = high;
+    /* A bounded end resolved before: never start past it (note 7). */
+    p->next_offset = p->end_offset >= 0 && high > p->end_offset
+                         ? p->end_offset
+                         : high;
   }
   return 0;
 }
@@ -481,9 +490,15 @@ static int take_event(sl_ctx *ctx, kafka_instance *k,
                                k->index_of[id] >= 0
                            ? &k->parts[k->index_of[id]]
                            : NULL;
-  if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-    if (p)
-      p->at_end = true;
+  if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) { /* note 2 */
+    if (!p)
+      return 0;
+    p->at_end = true;
+    int64_t eof = m->offset;
+    if (p->end_offset >= 0 && eof > p->end_offset)
+      eof = p->end_offset; /* messages from the end on are not read */
+    if (eof > p->next_offset)
+      p->next_offset = eof;
     return 0;
   }
   switch (m->err) {
@@ -727,6 +742,12 @@ static void kafka_complete(sl_ctx *ctx, void *state, uint64_t id) {
   commit_results(ctx, k, 0);
 }
 
+/* The state directory for an error text (never NULL). */
+static const char *state_dir_name(const sl_ctx *ctx) {
+  const char *dir = ctx->job->config.checkpoint.state_dir;
+  return dir ? dir : "(no state directory)";
+}
+
 /* Note 7. */
 static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
   kafka_instance *k = state;
@@ -754,27 +775,34 @@ static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
     memcpy(w, (const uint8_t *)data + 8 * (KAFKA_HEAD_WORDS +
                                            KAFKA_PARTITION_WORDS * i), sizeof w);
     int64_t pid = (int64_t)w[0], next = (int64_t)w[1], end = (int64_t)w[2];
+    int64_t max_time = (int64_t)w[3];
     if (pid < 0 || pid >= k->topic_partitions || k->index_of[pid] < 0) {
-      sl_ctx_fail(ctx, "checkpoint %" PRIu64 ": topic %s partition %" PRId64
-                  " was read by this instance and is not any more (the "
-                  "partition list or the parallelism changed)", id,
+      /* Either the saved id is damaged or the list or parallelism
+       * changed: nothing read back is trusted (note 7). */
+      sl_ctx_fail(ctx, "%s: checkpoint %" PRIu64 ": topic %s partition %"
+                  PRId64 " is saved for this instance, which does not read "
+                  "it (a damaged position, or the partition list or the "
+                  "parallelism changed)", state_dir_name(ctx), id,
                   k->src->topic, pid);
-      return EINVAL;
+      return SL_ECORRUPT;
     }
     kafka_partition *p = &k->parts[k->index_of[pid]];
     if (p->restored || (next < 0 && next != RD_KAFKA_OFFSET_BEGINNING) ||
-        end < -1)
+        end < -1 || (end >= 0 && next > end))
       wrong = "a partition is saved twice or with a bad offset";
+    else if (max_time != SL_NO_TIMESTAMP &&
+             (max_time < SL_TIME_MIN_VALID || max_time > SL_TIME_MAX_VALID))
+      wrong = "a partition's largest time is outside the valid range";
     else
       *p = (kafka_partition){.id = p->id, .next_offset = next,
-                             .end_offset = end, .max_time = (int64_t)w[3],
+                             .end_offset = end, .max_time = max_time,
                              .last_message_ns = sl_now_ns(), .restored = true};
   }
   if (!wrong) /* note 8: the replay writes the later entries again */
     return io_dead_letter_truncate(ctx, &k->dead, id, head[4]);
   sl_ctx_fail(ctx, "%s: checkpoint %" PRIu64 ": the saved position of Kafka "
-              "topic %s is damaged: %s", ctx->job->config.checkpoint.state_dir,
-              id, k->src->topic, wrong);
+              "topic %s is damaged: %s", state_dir_name(ctx), id,
+              k->src->topic, wrong);
   return SL_ECORRUPT;
 }
 
@@ -836,7 +864,12 @@ static int source_copy(sl_job *job, const char *name,
   kafka_source *src = calloc(1, sizeof *src);
   if (!src)
     return ENOMEM;
-  rc = kafka_properties_copy(cfg->properties, &src->properties, why,
+  /* Note 2 (read_committed offsets, the EOF position), note 6 (commits
+   * only by the source) and consumer_new's auto.offset.reset=error. */
+  static const char *const reserved[] = {
+      "isolation.level", "auto.offset.reset", "enable.auto.commit",
+      "enable.auto.offset.store", "enable.partition.eof", NULL};
+  rc = kafka_properties_copy(cfg->properties, reserved, &src->properties, why,
                              why_bytes);
   if (rc) {
     free(src);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,9 +59,14 @@ void kafka_mock_start(kafka_mock *m, const char *const *topics) {
   int in[2], out[2];
   cr_assert_eq(pipe(in), 0);
   cr_assert_eq(pipe(out), 0);
+  pid_t parent = getpid();
   pid_t pid = fork();
   cr_assert(pid >= 0, "fork: %s", strerror(errno));
   if (pid == 0) {
+    /* A test killed (a timeout, SIGKILL) takes its mock with it. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) /* it died before the prctl */
+      _exit(127);
     dup2(in[0], 0);
     dup2(out[1], 1);
     close(in[1]);

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "fixtures.h"
 #include "kafka_fixture.h"
 #include "sluice.h"
@@ -158,8 +160,7 @@ Test(kafka_source, message_without_value_is_a_bad_record) {
 /* Per-partition watermarks: partition 0 has times 1000 .. 1009, partition
  * 1 nothing.  Once partition 1 is idle (at its end, quiet for 20 ms) the
  * source's watermark is partition 0's, 1009 - 1: the sink sees it while
- * the (unbounded) source still runs.  Partition 1 alone (partitions = "1")
- * is the next job: no watermark from an empty, idle partition. */
+ * the (unbounded) source still runs. */
 static _Atomic int64_t g_watermark = SL_WATERMARK_MIN;
 
 static int watermark_seen(sl_ctx *ctx, void *state, int64_t watermark) {
@@ -223,6 +224,30 @@ Test(kafka_source, bad_partition_list_is_refused) {
   sl_job_destroy(job);
 }
 
+/* A property that would undo a setting the source's guarantees rely on is
+ * refused, naming it; another librdkafka setting is taken. */
+Test(kafka_source, reserved_property_is_refused) {
+  sl_job *job;
+  cr_assert_eq(sl_job_create(NULL, &job), 0);
+  sl_kafka_source_config kc = {
+      .bootstrap = "127.0.0.1:1", .topic = "t",
+      .properties = (const char *const[]){"socket.timeout.ms=5000",
+                                          "isolation.level=read_uncommitted",
+                                          NULL}};
+  sl_op *src;
+  cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), EINVAL);
+  cr_expect(strstr(sl_job_error(job), "isolation.level is set by the "
+                                      "operator"), "%s", sl_job_error(job));
+  kc.properties = (const char *const[]){"enable.auto.commit=true", NULL};
+  cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), EINVAL);
+  cr_expect(strstr(sl_job_error(job), "enable.auto.commit"), "%s",
+            sl_job_error(job));
+  kc.properties = (const char *const[]){"socket.timeout.ms=5000", NULL};
+  cr_expect_eq(sl_source_kafka(job, "source", 1, &kc, &src), 0, "%s",
+               sl_job_error(job));
+  sl_job_destroy(job);
+}
+
 /* Offsets committed back on checkpoint completion (commit_offsets) are
  * where a second job starting at SL_KAFKA_COMMITTED begins: after the
  * first job read all 60 messages, the second reads none of them; the 20
@@ -250,12 +275,43 @@ static uint64_t run_committed(const kafka_mock *m, const char *dir,
   return n;
 }
 
+/* Wait (a condition, at most 30 s) until group committed-test's offsets
+ * of topic c's three partitions are 20 each: the first job's final
+ * asynchronous commit has landed. */
+static void await_committed_ends(const kafka_mock *m) {
+  char err[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", m->bootstrap,
+                                 err, sizeof err), RD_KAFKA_CONF_OK);
+  cr_assert_eq(rd_kafka_conf_set(conf, "group.id", "committed-test", err,
+                                 sizeof err), RD_KAFKA_CONF_OK);
+  rd_kafka_conf_set(conf, "log_level", "3", err, sizeof err);
+  rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+  cr_assert(c, "consumer: %s", err);
+  bool landed = false;
+  for (int i = 0; i < 300 && !landed; i++) { /* 300 x (<= 100 ms + 0.1 s) */
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new(3);
+    for (int32_t p = 0; p < 3; p++)
+      rd_kafka_topic_partition_list_add(list, "c", p);
+    landed = rd_kafka_committed(c, list, 100) == 0;
+    for (int p = 0; landed && p < 3; p++)
+      landed = list->elems[p].err == 0 && list->elems[p].offset == 20;
+    rd_kafka_topic_partition_list_destroy(list);
+    if (!landed)
+      sl_test_sleep_us(100000);
+  }
+  rd_kafka_destroy(c);
+  cr_assert(landed, "the first job's offsets were not committed");
+}
+
 Test(kafka_source, committed_offsets_start_the_next_job) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"c:3", NULL});
   produce_tuples(&m, "c", 60, 6, 3);
   char *dir = sl_test_temp_dir("kafka-commit");
   cr_expect_eq(run_committed(&m, dir, SL_KAFKA_EARLIEST), 60);
+  await_committed_ends(&m);
   produce_tuples(&m, "c", 20, 6, 3);
   uint64_t second = run_committed(&m, dir, SL_KAFKA_COMMITTED);
   cr_expect_eq(second, 20, "the second job read %" PRIu64, second);
@@ -329,5 +385,61 @@ Test(kafka_source, bad_record_goes_to_the_dead_letters_once) {
   free(text);
   free(dead);
   sl_test_remove_tree(dir);
+  kafka_mock_stop(&m);
+}
+
+/* A bounded source over a partition with nothing in it ends: partition 1
+ * of "e" is empty, so its position stays "earliest" until the consumer
+ * reports the partition's end (its EOF offset becomes the position).
+ * Then a job over partition 1 alone ends with no record. */
+static uint64_t run_bounded(const kafka_mock *m, const char *topic,
+                            const char *partitions, int *rc) {
+  sl_job *job;
+  cr_assert_eq(sl_job_create(NULL, &job), 0);
+  sl_kafka_source_config kc = {.bootstrap = m->bootstrap, .topic = topic,
+                               .bounded = 1, .partitions = partitions,
+                               .timeout_ms = 3000};
+  sl_op *src, *sink;
+  cr_assert_eq(sl_source_kafka(job, "source", 1, &kc, &src), 0);
+  static sl_fixture_collector collector = {.record_bytes = 16};
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sl_fixture_collector_ops,
+                          &collector, &sink), 0);
+  *rc = run_to_end(job, "bounded job");
+  if (*rc)
+    cr_expect(sl_job_error(job)[0], "the job failed without an error text");
+  sl_job_destroy(job);
+  uint64_t n;
+  free(sl_fixture_collector_gather(&collector, compare_bytes16, &n));
+  return n;
+}
+
+Test(kafka_source, empty_partition_ends_a_bounded_source) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"e:2", NULL});
+  sl_tuple t[5];
+  const void *values[5];
+  uint32_t sizes[5];
+  int32_t parts[5];
+  for (int i = 0; i < 5; i++) {
+    t[i] = (sl_tuple){.key = 1, .value = (uint64_t)i};
+    values[i] = &t[i], sizes[i] = 16, parts[i] = 0;
+  }
+  kafka_produce(&m, "e", 5, values, sizes, parts, NULL);
+  int rc;
+  cr_expect_eq(run_bounded(&m, "e", NULL, &rc), 5);
+  cr_expect_eq(rc, 0);
+  cr_expect_eq(run_bounded(&m, "e", "1", &rc), 0);
+  cr_expect_eq(rc, 0);
+  kafka_mock_stop(&m);
+}
+
+/* A topic that does not exist: the mock makes it on the metadata request,
+ * with empty partitions; the bounded job ends (or fails with a reason)
+ * rather than waiting for ever. */
+Test(kafka_source, missing_topic_does_not_hang_a_bounded_source) {
+  kafka_mock m;
+  kafka_mock_start(&m, (const char *const[]){"other:1", NULL});
+  int rc;
+  cr_expect_eq(run_bounded(&m, "nosuch", NULL, &rc), 0);
   kafka_mock_stop(&m);
 }
