@@ -396,10 +396,11 @@ static inline void sl_ring_announce_producer(sl_ring *r, uint64_t id,
   assert(pos + 16 <= r->producer_published); /* the barrier is visible */
   sl_ring_announce *slot = &r->announce[id % SL_RING_ANNOUNCE_SLOTS];
   /* A seqlock write: a reader that sees the new id sees the new pos, and
-   * one that read the old id and then our pos rereads the id as 0. */
+   * one that read the old id and then our pos rereads the id as 0 (the
+   * release store of pos orders the id's clearing before it).  No fence:
+   * the orders sit on the accesses, which ThreadSanitizer can follow. */
   atomic_store_explicit(&slot->id, 0, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
-  atomic_store_explicit(&slot->pos, pos, memory_order_relaxed);
+  atomic_store_explicit(&slot->pos, pos, memory_order_release);
   atomic_store_explicit(&slot->id, id, memory_order_release);
   if (r->consumer_announce_seq)
     atomic_fetch_add_explicit(r->consumer_announce_seq, 1,
@@ -422,8 +423,9 @@ static inline bool sl_ring_announced_consumer(const sl_ring *r, uint64_t id,
    * publication of the barrier (so the bytes below pos are visible). */
   if (atomic_load_explicit(&slot->id, memory_order_acquire) != id)
     return false;
-  uint64_t p = atomic_load_explicit(&slot->pos, memory_order_relaxed);
-  atomic_thread_fence(memory_order_acquire);
+  /* Acquire: the reread below stays after it, and a pos of a newer
+   * announcement brings the producer's clearing of id with it. */
+  uint64_t p = atomic_load_explicit(&slot->pos, memory_order_acquire);
   if (atomic_load_explicit(&slot->id, memory_order_relaxed) != id)
     return false; /* overwritten meanwhile */
   *pos = p;
