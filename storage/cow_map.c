@@ -157,6 +157,7 @@
  *    (cow_map_rollback.c, notes 1-2).
  */
 #include "cow_map.h"
+#include "key_order.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -1093,16 +1094,6 @@ static sl_cow_entry *const *bucket_of(const sl_cow_map *m, int t,
   return &table->buckets[hash & (table->size - 1)];
 }
 
-/* 8 bytes as a big-endian number: comparing two compares the bytes. */
-static inline uint64_t load_be64(const void *p) {
-  uint64_t v;
-  memcpy(&v, p, sizeof v);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  v = __builtin_bswap64(v);
-#endif
-  return v;
-}
-
 /* Whether (key_group, key) sorts after the entry added before it: key
  * groups ascending, then keys as LMDB's default comparison orders them
  * (bytes over the shorter length, then the shorter first).  The previous
@@ -1114,15 +1105,7 @@ static bool load_follows(const sl_cow_map *m, uint32_t key_group,
     return true;
   if (key_group != m->load_previous_group)
     return key_group > m->load_previous_group;
-  uint32_t common = key_bytes < previous->key_bytes ? key_bytes
-                                                    : previous->key_bytes;
-  if (common >= 8) { /* mostly decided here, without a call of memcmp */
-    uint64_t x = load_be64(key), y = load_be64(previous->data);
-    if (x != y)
-      return x > y;
-  }
-  int order = common ? memcmp(key, previous->data, common) : 0;
-  return order > 0 || (order == 0 && key_bytes > previous->key_bytes);
+  return key_compare(key, key_bytes, previous->data, previous->key_bytes) > 0;
 }
 
 /* Link the oldest version of the ring into the table as sl_cow_map_load()

@@ -31,6 +31,7 @@
 #include <sys/types.h>
 
 #include "chunk.h"
+#include "key_order.h"
 #include "store.h"
 
 /* Readers at once (open_env): a job's instances restore in parallel. */
@@ -243,42 +244,6 @@ static inline uint64_t get_le64(const uint8_t *p) {
   for (int i = 7; i >= 0; i--)
     v = v << 8 | p[i];
   return v;
-}
-
-/* 8 bytes as a big-endian number: comparing two of them compares the
- * bytes as memcmp does. */
-static inline uint64_t load_be64(const uint8_t *p) {
-  uint64_t v;
-  memcpy(&v, p, sizeof v);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  v = __builtin_bswap64(v);
-#endif
-  return v;
-}
-
-/* LMDB's default key order: memcmp, then the shorter key first.  Inline
- * and 8 bytes a step, as the merged view compares every key (store_view.c note
- * 1): the last step reads the final 8 bytes, overlapping bytes already equal.
- */
-static inline int key_compare(const uint8_t *a, size_t a_bytes,
-                              const uint8_t *b, size_t b_bytes) {
-  size_t common = a_bytes < b_bytes ? a_bytes : b_bytes;
-  if (common >= 8) {
-    for (size_t at = 0;; at += 8) { /* common / 8 + 1 steps at most */
-      if (at + 8 > common)
-        at = common - 8;
-      uint64_t x = load_be64(a + at), y = load_be64(b + at);
-      if (x != y)
-        return x < y ? -1 : 1;
-      if (at + 8 == common)
-        break;
-    }
-  } else {
-    int diff = memcmp(a, b, common);
-    if (diff != 0)
-      return diff;
-  }
-  return (a_bytes > b_bytes) - (a_bytes < b_bytes);
 }
 
 /* The key of meta value name. */
