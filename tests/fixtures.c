@@ -5,9 +5,11 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 uint64_t sl_fixture_tuple_key(void *user, const sl_record *in) {
   (void)user;
@@ -46,6 +48,104 @@ int sl_fixture_count_process(sl_ctx *ctx, void *state, int input,
   sl_tuple out = {.key = t.key, .value = count};
   return sl_emit(ctx, &out, sizeof out);
 }
+
+int sl_fixture_count_with_record(sl_ctx *ctx, void *state, int input,
+                                 const sl_record *in) {
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  uint64_t n;
+  int rc = sl_fixture_state_add(ctx, 1, &n);
+  if (rc)
+    return rc;
+  sl_fixture_counted out = {t.key, t.value, n};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
+int sl_fixture_format_counted(void *user, const sl_record *in, char *buffer,
+                              uint32_t buffer_bytes) {
+  (void)user;
+  sl_fixture_counted c;
+  memcpy(&c, in->data, sizeof c);
+  int n = snprintf(buffer, buffer_bytes, "%" PRIu64 ",%" PRIu64 ",%" PRIu64,
+                   c.key, c.value, c.count);
+  return (uint32_t)n < buffer_bytes ? n : n + 1; /* as format_tuple */
+}
+
+/* ------------------------------------------------------------ sources */
+
+typedef struct gated_instance {
+  const sl_fixture_gated_source *src;
+  uint64_t first, step, owned, emitted;
+  bool completed; /* a checkpoint completed since this attempt began */
+} gated_instance;
+
+static int gated_open(sl_ctx *ctx, void *user, void **state) {
+  gated_instance *s = calloc(1, sizeof *s);
+  if (!s)
+    return ENOMEM;
+  s->src = user;
+  s->first = s->src->parts ? s->src->part : (uint64_t)sl_ctx_instance(ctx);
+  s->step = s->src->parts ? s->src->parts : (uint64_t)sl_ctx_parallelism(ctx);
+  s->owned = s->src->keys > s->first
+                 ? (s->src->keys - s->first + s->step - 1) / s->step
+                 : 0;
+  *state = s;
+  return 0;
+}
+
+static int gated_next(sl_ctx *ctx, void *state) {
+  gated_instance *s = state;
+  for (int n = 0; n < 256; n++) {
+    if (s->src->gate && !s->completed && s->emitted >= s->src->gate) {
+      struct timespec pause = {0, 200000}; /* until a checkpoint completes */
+      nanosleep(&pause, 0);
+      return 0;
+    }
+    uint64_t j = s->emitted;
+    uint64_t i = s->owned ? j / s->owned * s->src->keys + s->first +
+                                j % s->owned * s->step
+                          : UINT64_MAX;
+    if (i >= s->src->count)
+      return SL_SOURCE_END;
+    sl_tuple t = {.key = i % s->src->keys, .value = i};
+    int rc = sl_emit(ctx, &t, sizeof t);
+    if (rc)
+      return rc;
+    s->emitted++;
+  }
+  return 0;
+}
+
+static int gated_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  return sl_fixture_save_position(ctx, &((gated_instance *)state)->emitted);
+}
+
+static int gated_restore(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)id;
+  return sl_fixture_load_position(ctx, &((gated_instance *)state)->emitted);
+}
+
+static void gated_complete(sl_ctx *ctx, void *state, uint64_t id) {
+  (void)ctx;
+  (void)id;
+  ((gated_instance *)state)->completed = true;
+}
+
+static void gated_close(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  free(state);
+}
+
+const sl_source_ops sl_fixture_gated_ops = {.open = gated_open,
+                                            .next = gated_next,
+                                            .close = gated_close,
+                                            .snapshot = gated_snapshot,
+                                            .restore = gated_restore,
+                                            .checkpoint_complete =
+                                                gated_complete};
 
 int sl_fixture_format_tuple(void *user, const sl_record *in, char *buffer,
                             uint32_t buffer_bytes) {

@@ -40,7 +40,37 @@ int sl_fixture_state_add(sl_ctx *ctx, uint64_t delta, uint64_t *total);
 int sl_fixture_count_process(sl_ctx *ctx, void *state, int input,
                              const sl_record *in);
 
+/* The keyed running count with the record: for each sl_tuple {key,
+ * value} it emits an sl_fixture_counted {key, value, count}, count being
+ * the key's running count in keyed state (sl_fixture_state_add). */
+typedef struct sl_fixture_counted {
+  uint64_t key, value, count;
+} sl_fixture_counted;
+int sl_fixture_count_with_record(sl_ctx *ctx, void *state, int input,
+                                 const sl_record *in);
+
+/* ------------------------------------------------------------ sources */
+
+/* The gated keyed source: record i = {key = i % keys, value = i};
+ * instance k of p emits the keys with key % p == k, in order (as
+ * sl_source_keyed), or, with parts > 0, this source operator (of
+ * parallelism 1) emits the keys with key % parts == part, so several
+ * source operators share the keys.  Until a checkpoint completed in the
+ * current attempt an instance stops after `gate` records (0: no gate), so
+ * a failover test has a checkpoint to restore from.  Its position is its
+ * operator state.  user: a sl_fixture_gated_source that outlives the job. */
+typedef struct sl_fixture_gated_source {
+  uint64_t count, keys, gate;
+  uint64_t part, parts;
+} sl_fixture_gated_source;
+extern const sl_source_ops sl_fixture_gated_ops;
+
 /* ------------------------------------------------------------ output */
+
+/* "key,value,count" of an sl_fixture_counted: a format callback for file
+ * sinks, as sl_fixture_format_tuple. */
+int sl_fixture_format_counted(void *user, const sl_record *in, char *buffer,
+                              uint32_t buffer_bytes);
 
 /* "key,value" of an sl_tuple: a format callback for file sinks.  Returns
  * the line's length, or more than buffer_bytes when it does not fit (the

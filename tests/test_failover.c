@@ -37,103 +37,6 @@ static int thread_count(void) {
   return n;
 }
 
-/* The source: record i = {key = i % keys, value = i}; instance k of p emits
- * the records with key % p == k, in order (as sl_source_keyed).  Until a
- * checkpoint completed in the current attempt, an instance stops after
- * `gate` records, so every test run has a checkpoint to restore from. */
-typedef struct gated_source {
-  uint64_t count, keys, gate;
-} gated_source;
-
-typedef struct gated_instance {
-  const gated_source *src;
-  uint64_t first, step, owned, emitted;
-  bool completed; /* a checkpoint completed since this attempt began */
-} gated_instance;
-
-static int gated_open(sl_ctx *ctx, void *user, void **state) {
-  gated_instance *s = calloc(1, sizeof *s);
-  s->src = user;
-  s->first = (uint64_t)sl_ctx_instance(ctx);
-  s->step = (uint64_t)sl_ctx_parallelism(ctx);
-  s->owned = s->src->keys > s->first
-                 ? (s->src->keys - s->first + s->step - 1) / s->step
-                 : 0;
-  *state = s;
-  return 0;
-}
-
-static int gated_next(sl_ctx *ctx, void *state) {
-  gated_instance *s = state;
-  for (int n = 0; n < 256; n++) {
-    if (!s->completed && s->emitted >= s->src->gate) {
-      sl_test_sleep_us(200); /* hold back until a checkpoint completes */
-      return 0;
-    }
-    uint64_t j = s->emitted;
-    uint64_t i = s->owned ? j / s->owned * s->src->keys + s->first +
-                                j % s->owned * s->step
-                          : UINT64_MAX;
-    if (i >= s->src->count)
-      return SL_SOURCE_END;
-    sl_tuple t = {.key = i % s->src->keys, .value = i};
-    int rc = sl_emit(ctx, &t, sizeof t);
-    if (rc)
-      return rc;
-    s->emitted++;
-  }
-  return 0;
-}
-
-static int gated_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
-  return sl_fixture_save_position(ctx, &((gated_instance *)state)->emitted);
-}
-
-static int gated_restore(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
-  return sl_fixture_load_position(ctx, &((gated_instance *)state)->emitted);
-}
-
-static void gated_complete(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)ctx;
-  (void)id;
-  ((gated_instance *)state)->completed = true;
-}
-
-static void gated_close(sl_ctx *ctx, void *state) {
-  (void)ctx;
-  free(state);
-}
-
-typedef struct counted {
-  uint64_t key, value, count;
-} counted;
-
-static int count_process(sl_ctx *ctx, void *state, int input,
-                         const sl_record *in) {
-  (void)state;
-  (void)input;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  uint64_t n;
-  int rc = sl_fixture_state_add(ctx, 1, &n);
-  if (rc)
-    return rc;
-  counted out = {t.key, t.value, n};
-  return sl_emit(ctx, &out, sizeof out);
-}
-
-static int format_counted(void *user, const sl_record *in, char *buffer,
-                          uint32_t buffer_bytes) {
-  (void)user;
-  counted c;
-  memcpy(&c, in->data, sizeof c);
-  int n = snprintf(buffer, buffer_bytes, "%" PRIu64 ",%" PRIu64 ",%" PRIu64,
-                   c.key, c.value, c.count);
-  return (uint32_t)n < buffer_bytes ? n : n + 1;
-}
-
 typedef struct run_spec {
   uint64_t records, keys, gate;
   int parallelism;
@@ -159,7 +62,7 @@ typedef struct run_result {
   sl_recovery_stats recovery; /* the newest, if restarts */
 } run_result;
 
-static gated_source g_source;
+static sl_fixture_gated_source g_source;
 
 static sl_job *build(const run_spec *s, sl_op **verify) {
   sl_job_config config =
@@ -172,27 +75,21 @@ static sl_job *build(const run_spec *s, sl_op **verify) {
   config.faults = s->faults;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
-  g_source = (gated_source){.count = s->records, .keys = s->keys,
+  g_source = (sl_fixture_gated_source){.count = s->records, .keys = s->keys,
                             .gate = s->gate ? s->gate : s->records / 4 / (uint64_t)s->parallelism};
-  static const sl_source_ops source_ops = {.open = gated_open,
-                                           .next = gated_next,
-                                           .close = gated_close,
-                                           .snapshot = gated_snapshot,
-                                           .restore = gated_restore,
-                                           .checkpoint_complete = gated_complete};
   sl_op *src, *by, *count, *file;
-  cr_assert_eq(sl_op_source(job, "source", s->parallelism, &source_ops,
+  cr_assert_eq(sl_op_source(job, "source", s->parallelism, &sl_fixture_gated_ops,
                             &g_source, &src), 0);
   cr_assert_eq(sl_op_key_by(job, "by-key", src, sl_fixture_tuple_key, 0, &by),
                0);
-  static const sl_process_ops count_ops = {.process = count_process};
+  static const sl_process_ops count_ops = {.process = sl_fixture_count_with_record};
   cr_assert_eq(sl_op_process(job, "count", &by, 1, s->parallelism,
                              &count_ops, 0, &count), 0);
   cr_assert_eq(sl_sink_verify(job, "verify", count, s->parallelism,
                               s->records, s->keys, verify), 0);
   sl_file_sink_config fc = {.dir = s->out_dir,
                             .exactly_once = s->mode == SL_EXACTLY_ONCE,
-                            .format = format_counted,
+                            .format = sl_fixture_format_counted,
                             .suffix = ".csv"};
   cr_assert_eq(sl_sink_file(job, "files", count, s->parallelism, &fc, &file),
                0);

@@ -28,114 +28,6 @@
 
 /* ------------------------------------------------------------ the job */
 
-/* Record i = {key = i % keys, value = i}; instance k of p emits the keys
- * with key % p == k, in order.  Until a checkpoint completed in the
- * current attempt an instance stops after `gate` records (0: no gate). */
-typedef struct keyed_source {
-  uint64_t count, keys, gate;
-  /* parts > 0: this source operator (parallelism 1) emits the keys with
-   * key % parts == part, so several source operators share the keys. */
-  uint64_t part, parts;
-} keyed_source;
-
-typedef struct keyed_instance {
-  keyed_source *src;
-  uint64_t first, step, owned, emitted;
-  bool completed;
-} keyed_instance;
-
-static int keyed_open(sl_ctx *ctx, void *user, void **state) {
-  keyed_instance *s = calloc(1, sizeof *s);
-  if (!s)
-    return ENOMEM;
-  s->src = user;
-  s->first = s->src->parts ? s->src->part : (uint64_t)sl_ctx_instance(ctx);
-  s->step = s->src->parts ? s->src->parts : (uint64_t)sl_ctx_parallelism(ctx);
-  s->owned = s->src->keys > s->first
-                 ? (s->src->keys - s->first + s->step - 1) / s->step
-                 : 0;
-  *state = s;
-  return 0;
-}
-
-static int keyed_next(sl_ctx *ctx, void *state) {
-  keyed_instance *s = state;
-  for (int n = 0; n < 256; n++) {
-    if (s->src->gate && !s->completed && s->emitted >= s->src->gate) {
-      sl_test_sleep_us(200);
-      return 0;
-    }
-    uint64_t j = s->emitted;
-    uint64_t i = s->owned ? j / s->owned * s->src->keys + s->first +
-                                j % s->owned * s->step
-                          : UINT64_MAX;
-    if (i >= s->src->count)
-      return SL_SOURCE_END;
-    sl_tuple t = {.key = i % s->src->keys, .value = i};
-    int rc = sl_emit(ctx, &t, sizeof t);
-    if (rc)
-      return rc;
-    s->emitted++;
-  }
-  return 0;
-}
-
-static int keyed_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
-  return sl_fixture_save_position(ctx, &((keyed_instance *)state)->emitted);
-}
-
-static int keyed_restore(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)id;
-  return sl_fixture_load_position(ctx, &((keyed_instance *)state)->emitted);
-}
-
-static void keyed_complete(sl_ctx *ctx, void *state, uint64_t id) {
-  (void)ctx;
-  (void)id;
-  ((keyed_instance *)state)->completed = true;
-}
-
-static void keyed_close(sl_ctx *ctx, void *state) {
-  (void)ctx;
-  free(state);
-}
-
-static const sl_source_ops keyed_ops = {.open = keyed_open,
-                                        .next = keyed_next,
-                                        .close = keyed_close,
-                                        .snapshot = keyed_snapshot,
-                                        .restore = keyed_restore,
-                                        .checkpoint_complete = keyed_complete};
-
-typedef struct counted {
-  uint64_t key, value, count;
-} counted;
-
-static int count_process(sl_ctx *ctx, void *state, int input,
-                         const sl_record *in) {
-  (void)state;
-  (void)input;
-  sl_tuple t;
-  memcpy(&t, in->data, sizeof t);
-  uint64_t n;
-  int rc = sl_fixture_state_add(ctx, 1, &n);
-  if (rc)
-    return rc;
-  counted out = {t.key, t.value, n};
-  return sl_emit(ctx, &out, sizeof out);
-}
-
-static int format_counted(void *user, const sl_record *in, char *buffer,
-                          uint32_t buffer_bytes) {
-  (void)user;
-  counted c;
-  memcpy(&c, in->data, sizeof c);
-  int n = snprintf(buffer, buffer_bytes, "%" PRIu64 ",%" PRIu64 ",%" PRIu64,
-                   c.key, c.value, c.count);
-  return (uint32_t)n < buffer_bytes ? n : n + 1;
-}
-
 typedef struct spec {
   uint64_t records, keys, gate;
   int parallelism;
@@ -169,7 +61,7 @@ typedef struct result {
   uint64_t unaligned_before_timeout;
 } result;
 
-static keyed_source g_source, g_left, g_right;
+static sl_fixture_gated_source g_source, g_left, g_right;
 
 static sl_job *build_job(const spec *s, sl_op **verify) {
   sl_job_config config =
@@ -191,22 +83,22 @@ static sl_job *build_job(const spec *s, sl_op **verify) {
   g_source.keys = s->keys;
   g_source.gate = s->gate;
   sl_op *src, *by[2], *count, *file;
-  static const sl_process_ops count_ops = {.process = count_process};
+  static const sl_process_ops count_ops = {.process = sl_fixture_count_with_record};
   if (s->two_inputs) {
     /* A two-input operator (as a join): even keys on input 0, odd on 1. */
-    g_left = (keyed_source){.count = s->records, .keys = s->keys,
+    g_left = (sl_fixture_gated_source){.count = s->records, .keys = s->keys,
                             .gate = s->gate, .part = 0, .parts = 2};
     g_right = g_left;
     g_right.part = 1;
-    cr_assert_eq(sl_op_source(job, "left", 1, &keyed_ops, &g_left, &src), 0);
+    cr_assert_eq(sl_op_source(job, "left", 1, &sl_fixture_gated_ops, &g_left, &src), 0);
     cr_assert_eq(sl_op_key_by(job, "by-left", src, sl_fixture_tuple_key, 0,
                               &by[0]), 0);
-    cr_assert_eq(sl_op_source(job, "right", 1, &keyed_ops, &g_right, &src),
+    cr_assert_eq(sl_op_source(job, "right", 1, &sl_fixture_gated_ops, &g_right, &src),
                  0);
     cr_assert_eq(sl_op_key_by(job, "by-right", src, sl_fixture_tuple_key, 0,
                               &by[1]), 0);
   } else {
-    cr_assert_eq(sl_op_source(job, "source", s->parallelism, &keyed_ops,
+    cr_assert_eq(sl_op_source(job, "source", s->parallelism, &sl_fixture_gated_ops,
                               &g_source, &src), 0);
     cr_assert_eq(sl_op_key_by(job, "by-key", src, sl_fixture_tuple_key, 0,
                               &by[0]), 0);
@@ -218,7 +110,7 @@ static sl_job *build_job(const spec *s, sl_op **verify) {
   cr_assert_eq(sl_sink_verify(job, "verify", count, s->parallelism,
                               s->records, s->keys, verify), 0);
   sl_file_sink_config fc = {.dir = s->out_dir, .exactly_once = 1,
-                            .format = format_counted, .suffix = ".csv"};
+                            .format = sl_fixture_format_counted, .suffix = ".csv"};
   cr_assert_eq(sl_sink_file(job, "files", count, s->parallelism, &fc, &file),
                0);
   return job;
