@@ -776,9 +776,11 @@ static int checkpoints_in_flight(const sl_job *job, uint64_t *newest_id) {
   return n;
 }
 
-static void expect_in_flight_limit(uint32_t interval_ms,
-                                   uint32_t min_pause_ms, int limit) {
-  char *state = sl_test_temp_dir("cp");
+/* A trickling source into the sink `process`, checkpointing into state
+ * at interval_ms (min_pause_ms), the automatic in-flight limit. */
+static sl_job *trickle_job(const char *state, uint32_t interval_ms,
+                           uint32_t min_pause_ms,
+                           const sl_process_ops *sink_ops) {
   sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = interval_ms;
@@ -790,10 +792,17 @@ static void expect_in_flight_limit(uint32_t interval_ms,
                                         .close = branch_close,
                                         .next = trickle_next,
                                         .snapshot = a_snapshot};
-  static const sl_process_ops sink_ops = {.process = held_process};
   sl_op *src, *sink;
   cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, 0, &src), 0);
-  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sink_ops, 0, &sink), 0);
+  cr_assert_eq(sl_op_sink(job, "sink", src, 1, sink_ops, 0, &sink), 0);
+  return job;
+}
+
+static void expect_in_flight_limit(uint32_t interval_ms,
+                                   uint32_t min_pause_ms, int limit) {
+  char *state = sl_test_temp_dir("cp");
+  static const sl_process_ops sink_ops = {.process = held_process};
+  sl_job *job = trickle_job(state, interval_ms, min_pause_ms, &sink_ops);
   atomic_store(&sink_held, true);
   cr_assert_eq(sl_job_start(job), 0);
   /* Periodic triggers fill the slots (bounded at 60 s, whatever the
@@ -852,20 +861,8 @@ static int held_or_failing_process(sl_ctx *ctx, void *state, int input,
 
 static void end_with_checkpoints_in_flight(bool fail) {
   char *state = sl_test_temp_dir("cp");
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = state;
-  config.checkpoint.interval_ms = 10;
-  config.checkpoint.no_sync = 1;
-  sl_job *job;
-  cr_assert_eq(sl_job_create(&config, &job), 0);
-  static const sl_source_ops src_ops = {.open = branch_open,
-                                        .close = branch_close,
-                                        .next = trickle_next,
-                                        .snapshot = a_snapshot};
   static const sl_process_ops sink_ops = {.process = held_or_failing_process};
-  sl_op *src, *sink;
-  cr_assert_eq(sl_op_source(job, "src", 1, &src_ops, 0, &src), 0);
-  cr_assert_eq(sl_op_sink(job, "sink", src, 1, &sink_ops, 0, &sink), 0);
+  sl_job *job = trickle_job(state, 10, 0, &sink_ops);
   atomic_store(&sink_held, true);
   atomic_store(&sink_fails, fail);
   cr_assert_eq(sl_job_start(job), 0);
