@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+
+#include "sluice.h" /* sl_tuple */
 #include <time.h>
 #include <unistd.h>
 
@@ -151,4 +153,24 @@ void kafka_produce(const kafka_mock *m, const char *topic, uint32_t count,
                "the mock did not acknowledge the messages in time");
   rd_kafka_destroy(p);
   cr_assert_eq(failures, 0, "%u messages were refused", failures);
+}
+
+void kafka_produce_tuples(const kafka_mock *m, const char *topic,
+                          uint32_t count, uint64_t keys, int partitions) {
+  sl_tuple *tuples = calloc(count, sizeof *tuples);
+  const void **values = calloc(count, sizeof *values);
+  uint32_t *sizes = calloc(count, sizeof *sizes);
+  int32_t *parts = calloc(count, sizeof *parts);
+  cr_assert(tuples && values && sizes && parts);
+  for (uint32_t i = 0; i < count; i++) {
+    tuples[i] = (sl_tuple){.key = i % keys, .value = i};
+    values[i] = &tuples[i];
+    sizes[i] = sizeof tuples[i];
+    parts[i] = (int32_t)(tuples[i].key % (uint64_t)partitions);
+  }
+  kafka_produce(m, topic, count, values, sizes, parts, NULL);
+  free(tuples);
+  free(values);
+  free(sizes);
+  free(parts);
 }

@@ -36,4 +36,10 @@ void kafka_produce(const kafka_mock *m, const char *topic, uint32_t count,
                    const void *const *values, const uint32_t *sizes,
                    const int32_t *partitions, const int64_t *timestamps_ms);
 
+/* Produce count sl_tuple messages {key = i % keys, value = i}, key k into
+ * partition k % partitions: each key's records are in one partition, in
+ * order, as sl_sink_verify expects them. */
+void kafka_produce_tuples(const kafka_mock *m, const char *topic,
+                          uint32_t count, uint64_t keys, int partitions);
+
 #endif

@@ -32,28 +32,6 @@
 #define KEYS 40u
 #define WAIT_LOOPS 60000 /* of 1 ms: a condition that never comes fails */
 
-/* COUNT tuples {key = i % KEYS, value = i}, key k into partition k % 3, so
- * each key's records stay in order, as sl_sink_verify expects. */
-static void produce_tuples(const kafka_mock *m, const char *topic,
-                           uint32_t count) {
-  sl_tuple *tuples = calloc(count, sizeof *tuples);
-  const void **values = calloc(count, sizeof *values);
-  uint32_t *sizes = calloc(count, sizeof *sizes);
-  int32_t *parts = calloc(count, sizeof *parts);
-  cr_assert(tuples && values && sizes && parts);
-  for (uint32_t i = 0; i < count; i++) {
-    tuples[i] = (sl_tuple){.key = i % KEYS, .value = i};
-    values[i] = &tuples[i];
-    sizes[i] = sizeof tuples[i];
-    parts[i] = (int32_t)(tuples[i].key % 3);
-  }
-  kafka_produce(m, topic, count, values, sizes, parts, NULL);
-  free(tuples);
-  free(values);
-  free(sizes);
-  free(parts);
-}
-
 static uint64_t completed_checkpoints(const sl_job *job) {
   sl_metrics metrics;
   cr_assert_eq(sl_job_metrics(job, 0, &metrics), 0);
@@ -149,7 +127,7 @@ static uint32_t run_with_faults(kafka_mock *m, const char *dir,
 Test(kafka_faults, retriable_fetch_errors_are_retried) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"in:3", NULL});
-  produce_tuples(&m, "in", COUNT);
+  kafka_produce_tuples(&m, "in", COUNT, KEYS, 3);
   char *dir = sl_test_temp_dir("kafka-faults");
   fault_run run = {.count = COUNT,
                    .at_quarter = (const char *const[]){"errors 1 5 6", NULL}};
@@ -166,7 +144,7 @@ Test(kafka_faults, retriable_fetch_errors_are_retried) {
 Test(kafka_faults, out_of_range_fetches_stay_exactly_once) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"in:3", NULL});
-  produce_tuples(&m, "in", COUNT);
+  kafka_produce_tuples(&m, "in", COUNT, KEYS, 3);
   char *dir = sl_test_temp_dir("kafka-faults");
   fault_run run = {.count = COUNT,
                    .at_quarter = (const char *const[]){"errors 1 3 1", NULL}};
@@ -180,7 +158,7 @@ Test(kafka_faults, out_of_range_fetches_stay_exactly_once) {
 Test(kafka_faults, refused_offset_commits_are_only_warnings) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"in:3", NULL});
-  produce_tuples(&m, "in", COUNT);
+  kafka_produce_tuples(&m, "in", COUNT, KEYS, 3);
   char *dir = sl_test_temp_dir("kafka-faults");
   fault_run run = {.group_id = "faults", .count = COUNT,
                    .at_quarter = (const char *const[]){"errors 8 3 15", NULL}};
@@ -194,7 +172,7 @@ Test(kafka_faults, refused_offset_commits_are_only_warnings) {
 Test(kafka_faults, broker_down_then_up_is_waited_for) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"in:3", NULL});
-  produce_tuples(&m, "in", COUNT);
+  kafka_produce_tuples(&m, "in", COUNT, KEYS, 3);
   char *dir = sl_test_temp_dir("kafka-faults");
   fault_run run = {.count = COUNT, .down_up = 1};
   cr_expect_eq(run_with_faults(&m, dir, &run), 0);

@@ -19,20 +19,6 @@
 #define COUNT 3000u
 #define KEYS 30u
 
-static void produce_tuples(const kafka_mock *m, const char *topic) {
-  static sl_tuple tuples[COUNT];
-  static const void *values[COUNT];
-  static uint32_t sizes[COUNT];
-  static int32_t parts[COUNT];
-  for (uint32_t i = 0; i < COUNT; i++) {
-    tuples[i] = (sl_tuple){.key = i % KEYS, .value = i};
-    values[i] = &tuples[i];
-    sizes[i] = sizeof tuples[i];
-    parts[i] = (int32_t)(tuples[i].key % 3);
-  }
-  kafka_produce(m, topic, COUNT, values, sizes, parts, NULL);
-}
-
 /* source -> key_by -> running count -> Kafka sink "out", checkpointed,
  * restarted on failure.  Returns the job's status; *restarts gets its
  * restarts. */
@@ -108,7 +94,7 @@ static uint64_t check_rows(const kafka_mock *m, const char *dir) {
 Test(kafka_sink, rows_reach_the_topic) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"in:3", "out:2", NULL});
-  produce_tuples(&m, "in");
+  kafka_produce_tuples(&m, "in", COUNT, KEYS, 3);
   char *dir = sl_test_temp_dir("kafka-sink");
   uint32_t restarts;
   cr_expect_eq(run_count(&m, dir, &restarts), 0);
@@ -125,7 +111,7 @@ Test(kafka_sink, rows_reach_the_topic) {
 Test(kafka_sink, produce_errors_fail_over_and_lose_nothing) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"in:3", "out:2", NULL});
-  produce_tuples(&m, "in");
+  kafka_produce_tuples(&m, "in", COUNT, KEYS, 3);
   kafka_mock_command(&m, "errors 0 3 6");
   kafka_mock_command(&m, "errors 0 1 10");
   char *dir = sl_test_temp_dir("kafka-sink");

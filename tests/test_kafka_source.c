@@ -20,29 +20,6 @@
 #include "test_dirs.h"
 #include "test_util.h"
 
-/* Fill topic with count sl_tuple records {key = i % keys, value = i}, key
- * k into partition k % partitions: each key's records are in one
- * partition, in order, as sl_sink_verify expects them. */
-static void produce_tuples(const kafka_mock *m, const char *topic,
-                           uint32_t count, uint64_t keys, int partitions) {
-  sl_tuple *tuples = calloc(count, sizeof *tuples);
-  const void **values = calloc(count, sizeof *values);
-  uint32_t *sizes = calloc(count, sizeof *sizes);
-  int32_t *parts = calloc(count, sizeof *parts);
-  cr_assert(tuples && values && sizes && parts);
-  for (uint32_t i = 0; i < count; i++) {
-    tuples[i] = (sl_tuple){.key = i % keys, .value = i};
-    values[i] = &tuples[i];
-    sizes[i] = sizeof tuples[i];
-    parts[i] = (int32_t)(tuples[i].key % (uint64_t)partitions);
-  }
-  kafka_produce(m, topic, count, values, sizes, parts, NULL);
-  free(tuples);
-  free(values);
-  free(sizes);
-  free(parts);
-}
-
 /* The time of a tuple: its value; anything else is a bad record. */
 static int tuple_time(void *user, const void *value, uint32_t value_bytes,
                       int64_t kafka_timestamp_ms, int64_t *timestamp,
@@ -79,7 +56,7 @@ Test(kafka_source, offsets_restored_after_failover_give_exactly_once) {
   const uint64_t keys = 30;
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"events:3", NULL});
-  produce_tuples(&m, "events", count, keys, 3);
+  kafka_produce_tuples(&m, "events", count, keys, 3);
   char *dir = sl_test_temp_dir("kafka-src");
   sl_job_config config = sl_fixture_config(dir, 10);
   config.restart = sl_restart_defaults(SL_RESTART_FIXED_DELAY);
@@ -308,11 +285,11 @@ static void await_committed_ends(const kafka_mock *m) {
 Test(kafka_source, committed_offsets_start_the_next_job) {
   kafka_mock m;
   kafka_mock_start(&m, (const char *const[]){"c:3", NULL});
-  produce_tuples(&m, "c", 60, 6, 3);
+  kafka_produce_tuples(&m, "c", 60, 6, 3);
   char *dir = sl_test_temp_dir("kafka-commit");
   cr_expect_eq(run_committed(&m, dir, SL_KAFKA_EARLIEST), 60);
   await_committed_ends(&m);
-  produce_tuples(&m, "c", 20, 6, 3);
+  kafka_produce_tuples(&m, "c", 20, 6, 3);
   uint64_t second = run_committed(&m, dir, SL_KAFKA_COMMITTED);
   cr_expect_eq(second, 20, "the second job read %" PRIu64, second);
   sl_test_remove_tree(dir);
