@@ -319,3 +319,15 @@ bool cli_stopper_finish(cli_stopper *s) {
   free(s);
   return stopped;
 }
+
+int parse_chaining(const char *flag, const char *text) {
+  if (text && strcmp(text, "auto") == 0)
+    return SL_CHAINING_AUTO;
+  if (text && strcmp(text, "always") == 0)
+    return SL_CHAINING_ALWAYS;
+  if (text && strcmp(text, "never") == 0)
+    return SL_CHAINING_NEVER;
+  die_usage("%s takes auto, always or never (got %s%s%s)", flag,
+            text ? "'" : "", text ? text : "nothing", text ? "'" : "");
+  return SL_CHAINING_AUTO; /* not reached */
+}

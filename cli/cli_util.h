@@ -17,6 +17,10 @@
 void die_usage(const char *fmt, ...)
     __attribute__((format(printf, 1, 2), noreturn));
 
+/** --chaining's value (auto, always or never) as enum sl_chaining, or
+ * die_usage() naming the values. */
+int parse_chaining(const char *flag, const char *text);
+
 /** The value of flag as a whole number in min..max, or die_usage(). */
 uint64_t parse_u64(const char *flag, const char *text, uint64_t min,
                    uint64_t max);

@@ -160,6 +160,7 @@ void nexmark_usage(FILE *out) {
           "                         docs/failover-and-faults.md)\n"
           "  --restart STRATEGY     as for sluice run\n"
           "  --cpus LIST, --no-pin  pinning, as for sluice run\n"
+          "  --chaining MODE        auto, always or never, as for sluice run\n"
           "  --quiet                no live status line\n"
           "  --log-level LEVEL      error, warn, info (default; SLUICE_LOG_LEVEL\n"
           "                         sets it too) or debug\n"
@@ -278,6 +279,8 @@ static bool run_option(const char *a, const char *v, nexmark_options *o) {
     parse_log_level(a, v);
   else if (strcmp(a, "--cpus") == 0)
     o->config.cpu_count = parse_cpus(v, o->cpus), o->config.cpus = o->cpus;
+  else if (strcmp(a, "--chaining") == 0)
+    o->config.chaining = parse_chaining(a, v);
   else
     return false;
   return true;

@@ -45,6 +45,9 @@ void run_usage(FILE *out) {
           "  --cpus LIST          CPUs to pin to, e.g. 0,1 (default: all allowed)\n"
           "  --pin-round-robin    pin instances round-robin in creation order\n"
           "  --no-pin             do not pin threads\n"
+          "  --chaining MODE      auto (default: when instances outnumber CPUs),\n"
+          "                       always or never: run an instance whose only\n"
+          "                       input is one upstream instance in its thread\n"
           "  --state-dir DIR      take checkpoints into the LMDB store in DIR\n"
           "  --resume             resume from DIR's newest checkpoint (or refuse)\n"
           "  --fresh              delete DIR's checkpoints (and --output's parts)\n"
@@ -136,6 +139,8 @@ void run_parse_options(int argc, char **argv, int first, options *o) {
       o->config.pin_policy = SL_PIN_ROUND_ROBIN;
     else if (strcmp(a, "--no-pin") == 0)
       o->config.no_pinning = 1;
+    else if (strcmp(a, "--chaining") == 0)
+      o->config.chaining = parse_chaining(a, v), i++;
     else if (strcmp(a, "--state-dir") == 0) {
       if (!v)
         die_usage("%s needs a value", a);

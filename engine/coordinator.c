@@ -174,7 +174,7 @@ uint64_t sl_now_ns(void) {
 
 static void wake_instances(sl_job *job) {
   for (int i = 0; i < job->instance_count; i++)
-    sl_parker_wake(&job->instances[i]->parker);
+    sl_parker_wake(sl_instance_parker(job->instances[i]));
 }
 
 sl_store *sl_checkpointer_store(const sl_job *job) {
@@ -454,7 +454,7 @@ static void trigger(sl_checkpointer *cp) {
       continue;
     /* Release: pairs with the source's acquire of trigger_id. */
     atomic_store_explicit(&inst->cp.trigger_id, p->id, memory_order_release);
-    sl_parker_wake(&inst->parker);
+    sl_parker_wake(sl_instance_parker(inst));
   }
 }
 

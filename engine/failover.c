@@ -320,6 +320,8 @@ static void reset_instance(sl_instance *inst) {
   inst->emit_closed = false;
   inst->cause[0] = 0;
   inst->current_channel = 0;
+  inst->chain_phase = 0; /* runtime.c note 12: members start again */
+  inst->chain_rc = 0;
   /* The parker stays as it is: sl_job_stop() may wake it at any time, and
    * a stale wake only makes one sleep return at once. */
 }

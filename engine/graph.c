@@ -98,6 +98,13 @@ static int config_resolve_rest(sl_job_config *c) {
     return EINVAL;
   if (c->pin_policy != SL_PIN_CHAINS && c->pin_policy != SL_PIN_ROUND_ROBIN)
     return EINVAL;
+  if (c->chaining != SL_CHAINING_AUTO && c->chaining != SL_CHAINING_ALWAYS &&
+      c->chaining != SL_CHAINING_NEVER) {
+    sl_log(SL_LOG_ERROR, "sl_job_create: sl_job_config.chaining is %d; it "
+           "takes SL_CHAINING_AUTO (0), SL_CHAINING_ALWAYS (1) or "
+           "SL_CHAINING_NEVER (2)", c->chaining);
+    return EINVAL;
+  }
   for (int i = 0; i < c->cpu_count; i++)
     if (c->cpus[i] < 0 || c->cpus[i] >= CPU_SETSIZE)
       return EINVAL;
@@ -526,6 +533,15 @@ SL_EXPORT int sl_op_set_user_free(sl_op *op, void (*free_fn)(void *user)) {
   return 0;
 }
 
+SL_EXPORT int sl_op_disable_chaining(sl_op *op) {
+  if (!op || !op->job || sl_op_kind_is_virtual(op->kind))
+    return EINVAL;
+  if (atomic_load(&op->job->state) != SL_JOB_BUILDING)
+    return SL_EUSAGE;
+  op->no_chaining = true;
+  return 0;
+}
+
 SL_EXPORT int sl_op_add_input(sl_job *job, sl_op *consumer, sl_op *input) {
   if (!job)
     return EINVAL;
@@ -813,6 +829,7 @@ static int instances_create(sl_job *job) {
       inst->op = op;
       inst->index = k;
       inst->cpu = -1;
+      inst->runner = inst; /* its own thread until plan_chains */
       inst->in_sink = op->kind == SL_OP_SINK;
       sl_parker_init(&inst->parker);
       sl_event_reset(inst);
@@ -859,7 +876,7 @@ static void resolve_spin(sl_job *job) {
     job->spin_iterations = job->config.spin_iterations;
     return;
   }
-  job->spin_iterations = job->instance_count > job->usable_cpus
+  job->spin_iterations = job->thread_count > job->usable_cpus
                              ? SL_SPIN_OVERSUBSCRIBED
                              : SL_SPIN_DEDICATED;
 }
@@ -872,9 +889,7 @@ static void resolve_spin(sl_job *job) {
  * without a cpuset sees them all), piling them onto CPU 0..n-1, while
  * the kernel spreads unpinned threads and the quota still holds. */
 static int assign_cpus(sl_job *job) {
-  int rc = resolve_usable_cpus(job);
-  if (rc)
-    return rc;
+  int rc = 0;
   resolve_spin(job);
   if (job->config.no_pinning)
     return 0;
@@ -891,9 +906,13 @@ static int assign_cpus(sl_job *job) {
     }
     cpus = owned;
   }
+  /* Threads get CPUs; an instance chained into another's thread
+   * (runtime.c note 12) takes its runner's. */
   if (job->config.pin_policy == SL_PIN_ROUND_ROBIN) {
+    int position = 0;
     for (int i = 0; i < job->instance_count; i++)
-      job->instances[i]->cpu = cpus[i % count];
+      if (job->instances[i]->runner == job->instances[i])
+        job->instances[i]->cpu = cpus[position++ % count];
   } else {
     /* Chain order: instance k of every operator before instance k+1. */
     int max_parallelism = 1;
@@ -904,17 +923,115 @@ static int assign_cpus(sl_job *job) {
     for (int k = 0; k < max_parallelism; k++)
       for (int i = 0; i < job->physical_count; i++) {
         sl_op *op = job->physical[i];
-        if (k >= op->parallelism)
+        if (k >= op->parallelism || op->instances[k].runner != &op->instances[k])
           continue;
         /* Contiguous blocks: position p of N goes to CPU p * n / N. */
-        int block = (int)((int64_t)position * count / job->instance_count);
+        int block = (int)((int64_t)position * count / job->thread_count);
         op->instances[k].cpu = cpus[block];
         position++;
       }
-    assert(position == job->instance_count);
+    assert(position == job->thread_count);
   }
+  for (int i = 0; i < job->instance_count; i++)
+    job->instances[i]->cpu = job->instances[i]->runner->cpu;
   free(owned);
   return 0;
+}
+
+/* Chained rings (runtime.c note 12) are read in their producer's thread
+ * right after it publishes, so they need not absorb a consumer's delay:
+ * this size keeps them in the caches, unless a record needs more. */
+#define SL_CHAIN_RING_BYTES (64u << 10)
+
+static bool chaining_wanted(const sl_job *job) {
+  if (job->config.chaining == SL_CHAINING_NEVER)
+    return false;
+  if (job->config.chaining == SL_CHAINING_ALWAYS)
+    return true;
+  return job->instance_count > job->usable_cpus; /* SL_CHAINING_AUTO */
+}
+
+/* runtime.c note 12: which instances run in another's thread.  An
+ * instance is chained to its upstream instance when its only channel is
+ * that instance's only ring on one output (a forward edge, or an edge
+ * between two operators of parallelism 1) and neither operator opted
+ * out.  Then every instance gets its runner, the end of its chain
+ * upstream, every runner the list of its members, and every ring the
+ * parkers of the threads at its ends.  O(instances x outputs). */
+static int plan_chains(sl_job *job) {
+  job->thread_count = job->instance_count;
+  if (!chaining_wanted(job))
+    return 0;
+  sl_instance **up = calloc((size_t)job->instance_count, sizeof *up);
+  if (!up)
+    return ENOMEM;
+  uint64_t chain_bytes = round_up_pow2(
+      4 * ((uint64_t)job->config.max_record_bytes + 16));
+  if (chain_bytes < SL_CHAIN_RING_BYTES)
+    chain_bytes = SL_CHAIN_RING_BYTES;
+  int rc = 0;
+  for (int i = 0; i < job->instance_count && rc == 0; i++) {
+    sl_instance *c = job->instances[i];
+    if (c->channel_count != 1 || c->op->no_chaining)
+      continue;
+    sl_ring *ring = c->channels[0].ring;
+    for (int j = 0; j < job->instance_count && !up[i]; j++) {
+      sl_instance *p = job->instances[j];
+      if (p->op->no_chaining)
+        continue;
+      for (int o = 0; o < p->output_count; o++) {
+        sl_output *out = &p->outputs[o];
+        if (out->ring_count != 1 || out->rings[0] != ring)
+          continue;
+        out->chained = c;
+        p->chained_outputs++;
+        up[i] = p;
+        sl_ring_destroy(ring);
+        rc = sl_ring_init(ring, chain_bytes, &c->parker, &p->parker,
+                          job->config.output_batch_records);
+        ring->consumer_announce_seq = &c->cp.announce_seq;
+        break;
+      }
+    }
+  }
+  /* Runners: up the chain to an instance that is chained to none.  The
+   * graph has no cycle (sl_job_start refuses one), so this ends. */
+  for (bool changed = rc == 0; changed;) {
+    changed = false;
+    for (int i = 0; i < job->instance_count; i++)
+      if (up[i] && job->instances[i]->runner != up[i]->runner) {
+        job->instances[i]->runner = up[i]->runner;
+        changed = true;
+      }
+  }
+  free(up);
+  job->thread_count = 0;
+  for (int i = 0; i < job->instance_count && rc == 0; i++) {
+    sl_instance *inst = job->instances[i];
+    if (inst->runner == inst) {
+      job->thread_count++;
+      continue;
+    }
+    sl_instance *r = inst->runner;
+    sl_instance **grown =
+        realloc(r->members, sizeof *grown * (size_t)(r->member_count + 1));
+    if (!grown) {
+      rc = ENOMEM;
+      break;
+    }
+    r->members = grown;
+    r->members[r->member_count++] = inst;
+  }
+  /* Every ring end sleeps on its thread's parker. */
+  for (int i = 0; i < job->instance_count && rc == 0; i++) {
+    sl_instance *inst = job->instances[i];
+    for (int c = 0; c < inst->channel_count; c++)
+      inst->channels[c].ring->consumer_parker = sl_instance_parker(inst);
+    for (int o = 0; o < inst->output_count; o++)
+      for (int k = 0; k < inst->outputs[o].ring_count; k++)
+        inst->outputs[o].rings[k]->producer_parker = sl_instance_parker(inst);
+  }
+  return rc;
 }
 
 /* Allocate channel and output arrays, then wire every ring of every edge. */
@@ -1056,7 +1173,7 @@ static __attribute__((unused)) bool instance_check(const sl_job *job,
   for (int c = 0; c < inst->channel_count; c++) {
     const sl_channel *ch = &inst->channels[c];
     if (ch->ring < first || ch->ring >= end ||
-        ch->ring->consumer_parker != &inst->parker ||
+        ch->ring->consumer_parker != sl_instance_parker((sl_instance *)inst) ||
         ch->input < 0 || ch->input >= op->input_count)
       return false;
   }
@@ -1073,7 +1190,8 @@ static __attribute__((unused)) bool instance_check(const sl_job *job,
       return false;
     for (int r = 0; r < out->ring_count; r++)
       if (out->rings[r] < first || out->rings[r] >= end ||
-          out->rings[r]->producer_parker != &inst->parker)
+          out->rings[r]->producer_parker !=
+              sl_instance_parker((sl_instance *)inst))
         return false;
     *output_rings += out->ring_count;
   }
@@ -1156,9 +1274,13 @@ int sl_job_compile(sl_job *job) {
   if (rc == 0)
     rc = instances_create(job);
   if (rc == 0)
-    rc = assign_cpus(job);
+    rc = resolve_usable_cpus(job);
   if (rc == 0)
     rc = wire_edges(job, &list);
+  if (rc == 0)
+    rc = plan_chains(job);
+  if (rc == 0)
+    rc = assign_cpus(job);
   assert(rc != 0 || edges_check(job, &list));
   free(list.edges);
   if (rc)
@@ -1216,6 +1338,7 @@ void sl_job_free_compiled(sl_job *job) {
     }
     free(inst->outputs);
     free(inst->channels);
+    free(inst->members);
     free(inst->scratch);
     sl_event_free(inst);
   }

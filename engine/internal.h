@@ -62,6 +62,7 @@ struct sl_op {
   uint32_t out_max_bytes; /* map only */
   int port;               /* side output: the port of inputs[0] */
   bool has_watermarks;    /* source: sl_op_watermarks was called */
+  bool no_chaining;       /* sl_op_disable_chaining (runtime.c note 12) */
   sl_watermark_config watermarks;
   struct sl_ctx *instances;
 };
@@ -93,6 +94,9 @@ typedef struct sl_output {
   uint32_t next;   /* rebalance cursor */
   uint16_t *group_instance; /* HASH: key group -> consumer instance */
   int port; /* 0: main output; else a side output port */
+  /* The one consumer instance, when it runs in this instance's thread
+   * (runtime.c note 12); ring_count is then 1. */
+  struct sl_ctx *chained;
 } sl_output;
 
 /* What an instance is waiting for (metrics.c note 3). */
@@ -125,6 +129,17 @@ struct sl_ctx {
   pthread_t thread;
   bool thread_started;
   sl_parker parker;
+  /* Chaining (runtime.c note 12).  runner: the instance whose thread runs
+   * this one, itself when it has its own; every waker wakes the runner's
+   * parker.  A runner lists the instances it runs besides itself, in
+   * start order (upstream first); chain_phase is a member's place in its
+   * life (enum in runtime.c). */
+  struct sl_ctx *runner;
+  struct sl_ctx **members;
+  int member_count;
+  int chained_outputs; /* outputs whose consumer runs in this thread */
+  int chain_phase;
+  int chain_rc;        /* a member's result, for its end (runtime.c) */
 
   sl_channel *channels;
   int channel_count;
@@ -176,6 +191,12 @@ struct sl_ctx {
 };
 typedef struct sl_ctx sl_instance;
 
+/* The parker the instance's thread sleeps on: its runner's (chaining,
+ * runtime.c note 12).  Whoever wakes an instance wakes this one. */
+static inline sl_parker *sl_instance_parker(sl_instance *inst) {
+  return &inst->runner->parker;
+}
+
 /* What a stop with a savepoint asks of the sources (stop.c note 1). */
 enum sl_stop_request {
   SL_STOP_REQUEST_NONE = 0,  /* run as usual */
@@ -203,6 +224,7 @@ struct sl_job {
 
   sl_instance **instances; /* all instances, start order */
   int instance_count;
+  int thread_count; /* instances that run in a thread of their own */
   sl_ring *rings;
   int ring_count;
 

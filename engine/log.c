@@ -173,7 +173,8 @@ bool sl_log_enabled(int level) {
          level <= sl_log_get_level();
 }
 
-/* The calling thread's name as a line shows it (log.h). */
+/* The calling thread's name as a line shows it (log.h): an instance run
+ * in another's thread (runtime.c note 12) logs under that thread's name. */
 static void thread_label(char *out, size_t out_bytes) {
   char name[32] = "";
   if (pthread_getname_np(pthread_self(), name, sizeof name) != 0 || !name[0])

@@ -76,6 +76,31 @@
  *    announcements it forwards included.  Passes are cheap (a few loads),
  *    and between them the instance also looks at its timers and
  *    notifications, and the other inputs take their turn sooner.
+ * 12. Chaining (sl_job_config.chaining; graph.c plan_chains).  An
+ *    instance whose only channel is the only ring of one output of one
+ *    upstream instance (a forward edge, or an edge between operators of
+ *    parallelism 1) may run as a member of that instance's thread, its
+ *    runner; by default when the job's instances outnumber its CPUs,
+ *    where threads would otherwise queue for cores (a p99 of one
+ *    scheduler tick).  The ring stays, small (64 KiB unless a record
+ *    needs more), and so do the member's code paths: whenever the
+ *    producer publishes (flush_outputs, after every ring is published),
+ *    after each pass of run_inputs and while it waits (wait_loop), the
+ *    member takes a turn (member_turn): it drains the ring with
+ *    drain_channel, so barriers, watermarks and END reach it in order
+ *    and at once, fires its timers, acts on notifications, then flushes
+ *    its own outputs, which gives its own members their turn.  A
+ *    producer that finds the chained ring full flushes, which empties it.
+ *    A member's waits (room on a ring of another thread, the final
+ *    checkpoint) are the thread's: every ring end and waker of a member
+ *    uses its runner's parker (sl_instance_parker).  Its barrier is read
+ *    in write_control_all, so it needs no announcement.  Members start
+ *    after their runner's own start (open and restore), upstream first,
+ *    and end after it (members_start, members_end); a member that fails
+ *    fails the job at once, and its runner leaves on the stop.  A member
+ *    never waits for input, so a callback that blocks until another
+ *    operator of its chain acts waits for ever: such an operator opts
+ *    out (sl_op_disable_chaining).
  *
  * Thread states (function making the transition in brackets):
  *
@@ -145,6 +170,8 @@ SL_EXPORT uint64_t sl_hash_bytes(const void *data, size_t size_bytes) {
 
 /* ----------------------------------------------------------- flushing */
 
+static void run_chain(sl_instance *inst, bool force);
+
 static void flush_outputs(sl_instance *inst, bool force) {
   /* bytes_out is summed here, from the rings' per-entry counts, rather
    * than added per record: this loop touches each ring's producer line
@@ -158,6 +185,11 @@ static void flush_outputs(sl_instance *inst, bool force) {
     }
   }
   inst->bytes_out = bytes_out;
+  /* Note 12: every ring is published before a chained consumer runs, so
+   * the other threads never wait for what this one holds back while it
+   * runs its members. */
+  if (unlikely(inst->chained_outputs))
+    run_chain(inst, force);
 }
 
 static void release_inputs(sl_instance *inst, bool force) {
@@ -234,27 +266,41 @@ static bool wait_until(sl_instance *inst, enum sl_wait_kind kind,
   return ok;
 }
 
+static bool chain_attention(sl_instance *inst);
+static uint64_t chain_wait_ns(sl_instance *inst);
+
 static bool wait_loop(sl_instance *inst, bool (*ready)(sl_instance *, void *),
                       void *arg) {
   sl_job *job = inst->job;
   uint32_t spin_limit = job->spin_iterations;
+  sl_parker *parker = sl_instance_parker(inst); /* its thread's: note 12 */
   for (uint32_t spins = 0;; spins++) {
     if (ready(inst, arg))
       return true;
     if (job_stopping(job))
       return false;
+    /* Note 12: the instances this thread runs for this one keep their
+     * timers and notifications while it waits. */
+    if (unlikely(inst->chained_outputs) && chain_attention(inst)) {
+      run_chain(inst, true);
+      continue;
+    }
     if (spins < spin_limit) {
       sl_cpu_relax();
       continue;
     }
-    sl_parker_prepare(&inst->parker);
+    sl_parker_prepare(parker);
     if (ready(inst, arg)) {
-      sl_parker_cancel(&inst->parker);
+      sl_parker_cancel(parker);
       return true;
     }
     if (job_stopping(job)) {
-      sl_parker_cancel(&inst->parker);
+      sl_parker_cancel(parker);
       return false;
+    }
+    if (unlikely(inst->chained_outputs) && chain_attention(inst)) {
+      sl_parker_cancel(parker);
+      continue;
     }
     /* A pending processing-time timer bounds a wait for input (timer.c);
      * a wait for room on an output cannot fire it anyway. */
@@ -262,6 +308,11 @@ static bool wait_loop(sl_instance *inst, bool (*ready)(sl_instance *, void *),
                                   ready == any_input_readable
                               ? sl_event_processing_wait_ns(inst)
                               : UINT64_MAX;
+    if (unlikely(inst->chained_outputs)) {
+      uint64_t chain_ns = chain_wait_ns(inst);
+      if (chain_ns < timeout_ns)
+        timeout_ns = chain_ns;
+    }
     /* snapshot.c note 12: the aligned-checkpoint timeout ends a wait for
      * input too (no input may come while channels are blocked). */
     if (alignment_may_time_out(inst) && ready == any_input_readable) {
@@ -270,9 +321,9 @@ static bool wait_loop(sl_instance *inst, bool (*ready)(sl_instance *, void *),
         timeout_ns = align_ns;
     }
     if (timeout_ns == UINT64_MAX)
-      sl_parker_sleep(&inst->parker);
+      sl_parker_sleep(parker);
     else
-      sl_parker_sleep_ns(&inst->parker, timeout_ns ? timeout_ns : 1);
+      sl_parker_sleep_ns(parker, timeout_ns ? timeout_ns : 1);
   }
 }
 
@@ -292,6 +343,8 @@ static bool any_input_readable(sl_instance *inst, void *arg) {
       (alignment_may_time_out(inst) &&
        sl_snapshot_alignment_timed_out(inst, sl_now_ns())))
     return true;
+  if (unlikely(inst->chained_outputs) && chain_attention(inst))
+    return true; /* note 12: run_inputs runs the chain after its pass */
   return sl_snapshot_notification_pending(inst);
 }
 
@@ -798,6 +851,10 @@ static int run_inputs(sl_instance *inst) {
         return rc;
       progressed = true;
     }
+    /* Note 12: what this pass emitted to chained consumers is theirs now
+     * (and their own timers and notifications are looked at). */
+    if (unlikely(inst->chained_outputs))
+      run_chain(inst, false);
     publish_counters(inst);
     if (unlikely(job_stopping(job)))
       return SL_ESTOPPED;
@@ -1055,6 +1112,8 @@ int sl_instance_write_barrier_announced(sl_instance *inst, uint64_t id) {
    * before their announcements (ring.h note 9). */
   for (int o = 0; o < inst->output_count; o++) {
     sl_output *out = &inst->outputs[o];
+    if (out->chained)
+      continue; /* note 12: it read the barrier in write_control_all */
     for (int k = 0; k < out->ring_count; k++)
       sl_ring_announce_producer(out->rings[k], id,
                                 out->rings[k]->barrier_position);
@@ -1130,7 +1189,7 @@ SL_EXPORT int sl_ctx_stopping(const sl_ctx *ctx) {
 
 /* ----------------------------------------------------------- threads */
 
-static void set_thread_name(sl_instance *inst) {
+static void set_thread_name(sl_instance *inst, pthread_t thread) {
   /* "sl:NAME[i]" within the kernel's 16 bytes: the operator name is cut
    * so that the instance number always shows. */
   char index[16];
@@ -1142,7 +1201,7 @@ static void set_thread_name(sl_instance *inst) {
   memcpy(name + used, inst->op->name, op_len);
   used += op_len;
   memcpy(name + used, index, (size_t)index_len + 1);
-  pthread_setname_np(pthread_self(), name);
+  pthread_setname_np(thread, name);
 }
 
 static int instance_open(sl_instance *inst) {
@@ -1171,18 +1230,23 @@ static void instance_run(sl_instance *inst);
 
 static void *instance_main(void *arg) {
   sl_instance *inst = arg;
-  set_thread_name(inst);
+  /* Named by itself before open runs, and by its creator too (start_
+   * thread), so the name is there when sl_job_start returns. */
+  set_thread_name(inst, pthread_self());
   sl_times_thread_start(inst);
+  for (int i = 0; i < inst->member_count; i++)
+    sl_times_thread_start(inst->members[i]); /* note 12: its thread's */
   instance_run(inst);
+  for (int i = 0; i < inst->member_count; i++)
+    sl_times_thread_exit(inst->members[i]);
   sl_times_thread_exit(inst);
   return 0;
 }
 
-/* Run the instance to its end of input, finish, take the final snapshot
- * and write END. */
-static int instance_finish(sl_instance *inst) {
+/* After the end of input (rc 0) or a failure: the timers the end fires,
+ * finish, the final snapshot and END. */
+static int instance_finish_input(sl_instance *inst, int rc) {
   sl_op *op = inst->op;
-  int rc = op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
   /* running --[inputs ended]--> finishing: every channel delivered END. */
   assert(rc != 0 || inst->channels_ended == inst->channel_count);
   assert(instance_check(inst));
@@ -1202,6 +1266,13 @@ static int instance_finish(sl_instance *inst) {
   return rc == 0 ? send_end(inst) : rc;
 }
 
+/* Run the instance to its end of input, finish, take the final snapshot
+ * and write END. */
+static int instance_finish(sl_instance *inst) {
+  int rc = inst->op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
+  return instance_finish_input(inst, rc);
+}
+
 /* Note 7: an instance restored as finished: its restored state as its
  * final snapshot, END, then its inputs up to their END. */
 static int instance_refinish(sl_instance *inst) {
@@ -1212,28 +1283,36 @@ static int instance_refinish(sl_instance *inst) {
   int rc = sl_snapshot_final_restored(inst);
   if (rc == 0)
     rc = send_end(inst);
-  return rc == 0 ? run_finished(inst) : rc;
+  return rc;
 }
 
-/* The whole life of an instance: open, restore, run, finish, close. */
-static void instance_run(sl_instance *inst) {
-  /* created --[open]--> running: nothing read, nothing closed yet. */
+/* What instance_start leaves to do. */
+enum start_result {
+  START_RUN,  /* opened and restored: run it */
+  START_END,  /* opened, then a restore hook failed: end it with rc */
+  START_GONE, /* it failed and is over (its open failed, or its restore,
+                 which closed it): nothing more */
+};
+
+/* created --[open]--> running: open, restore and the restore hooks. */
+static enum start_result instance_start(sl_instance *inst, int *rc_out) {
   assert(instance_check(inst));
   assert(!inst->emit_closed && !inst->stopped_early);
   assert(inst->current == 0);
   int rc = instance_open(inst);
+  *rc_out = rc;
   if (rc) {
     if (!inst->cause[0])
       sl_ctx_fail(inst, "open callback returned %d", rc);
     sl_instance_fail(inst, rc);
     sl_checkpointer_restore_skip(inst); /* it will not restore */
-    return;
+    return START_GONE;
   }
   rc = sl_checkpointer_restore_instance(inst); /* fails the job itself */
   if (rc) {
     inst->emit_closed = true;
     instance_close(inst);
-    return;
+    return START_GONE;
   }
   if (inst->cp.restored_from && unlikely(inst->job->faults != 0)) {
     rc = sl_inject_occurrence(inst->job, inst, SL_FAULT_RESTORE, -1,
@@ -1253,10 +1332,14 @@ static void instance_run(sl_instance *inst) {
                 inst->cp.restored_from);
   if (rc == 0 && inst->cp.restored_from && unlikely(inst->job->faults != 0))
     sl_inject_crash_point(inst->job, SL_CRASH_AFTER_RESTORE);
-  if (rc == 0 && inst->cp.restored_finished)
-    rc = instance_refinish(inst); /* note 7: never finished twice */
-  else if (rc == 0)
-    rc = instance_finish(inst);
+  *rc_out = rc;
+  return rc ? START_END : START_RUN;
+}
+
+/* The end of an instance's life after rc (0: it finished): the wait for
+ * the final checkpoint, then nothing more emitted, the failure or stop
+ * told, and the close callback. */
+static void instance_end(sl_instance *inst, int rc) {
   if (rc == 0 && inst->cp.final_acked) {
     /* Sinks commit only once the final checkpoint is durable. */
     if (!wait_until(inst, SL_WAIT_IDLE, final_done, 0))
@@ -1283,6 +1366,232 @@ static void instance_run(sl_instance *inst) {
   if (rc == SL_ESTOPPED && atomic_load(&inst->job->stopped_with_savepoint))
     (void)sl_snapshot_notifications(inst);
   instance_close(inst);
+}
+
+/* ----------------------------------------------------------- chaining */
+
+/* Where a member (an instance run in another's thread, note 12) is in its
+ * life; an instance with a thread of its own stays at CHAIN_NONE. */
+enum chain_phase {
+  CHAIN_NONE = 0,  /* not started, or over without an end to run */
+  CHAIN_STARTED,   /* restored as finished, END not yet sent */
+  CHAIN_RUNNING,   /* reads its channel */
+  CHAIN_SKIPPING,  /* restored as finished: its input up to END (note 7) */
+  CHAIN_FINISHED,  /* END sent; notifications only */
+  CHAIN_OVER,      /* failed or stopped (chain_rc): its end is left */
+};
+
+/* One turn of member m: everything readable on its one channel, its
+ * timers, notifications and announcements, then its own outputs (which
+ * runs its own members).  At END it finishes like instance_finish. */
+static int member_turn(sl_instance *m, bool force) {
+  sl_channel *ch = &m->channels[0];
+  assert(m->channel_count == 1 && m->runner != m);
+  if (unlikely(m->cp.replay != 0) && m->chain_phase == CHAIN_RUNNING) {
+    int rc = replay_channel_state(m); /* snapshot.c note 13 */
+    if (rc)
+      return rc;
+  }
+  for (int turn = 0; turn < 4; turn++) {
+    bool again = false;
+    if (m->chain_phase == CHAIN_RUNNING) {
+      uint64_t available;
+      while (!ch->ended && !ch->blocked &&
+             (available = sl_ring_readable_consumer(ch->ring)) > 0) {
+        int rc = drain_channel(m, ch, available);
+        sl_ring_release_consumer(ch->ring, false);
+        if (unlikely(rc))
+          return rc;
+      }
+    } else if (m->chain_phase == CHAIN_SKIPPING) {
+      bool progressed = false;
+      int rc = ch->ended ? 0 : skip_to_end(m, ch, &progressed);
+      if (rc)
+        return rc;
+      if (ch->ended)
+        m->chain_phase = CHAIN_FINISHED;
+    }
+    if (unlikely(job_stopping(m->job)))
+      return SL_ESTOPPED;
+    if (m->chain_phase == CHAIN_RUNNING) {
+      if (unlikely(m->cp.keyed != 0) && !m->job->cp)
+        reclaim_unversioned(m);
+      if (unlikely(m->timers != 0) && sl_event_processing_due(m)) {
+        int rc = sl_event_fire_processing(m);
+        if (rc)
+          return rc;
+      }
+    }
+    if (unlikely(sl_snapshot_notification_pending(m))) {
+      int rc = sl_snapshot_notifications(m);
+      if (rc)
+        return rc;
+      again = true; /* an abort may have unblocked the channel */
+    }
+    if (unlikely(announcement_pending(m))) {
+      /* Only a ring of another thread announces (sl_instance_write_
+       * barrier_announced), so this is rare; a finished member has no
+       * snapshot to take (run_finished). */
+      int rc = sl_snapshot_announced(m);
+      if (rc && m->chain_phase == CHAIN_RUNNING)
+        return rc;
+      again = true;
+    }
+    if (!again)
+      break;
+  }
+  publish_counters(m);
+  if (m->chain_phase == CHAIN_RUNNING &&
+      m->channels_ended == m->channel_count) {
+    m->chain_phase = CHAIN_FINISHED;
+    return instance_finish_input(m, 0);
+  }
+  flush_outputs(m, force); /* and so its own members */
+  return 0;
+}
+
+/* Note 12: publish every chained output of inst and give each of their
+ * consumers a turn.  A member that fails fails the job at once (the
+ * thread's other instances then see the stop); its end comes with its
+ * runner's. */
+static void run_chain(sl_instance *inst, bool force) {
+  for (int o = 0; o < inst->output_count; o++) {
+    sl_instance *m = inst->outputs[o].chained;
+    if (!m)
+      continue;
+    if (m->chain_phase == CHAIN_NONE || m->chain_phase == CHAIN_OVER ||
+        m->chain_phase == CHAIN_STARTED)
+      continue;
+    int rc = member_turn(m, force);
+    if (unlikely(rc)) {
+      m->chain_rc = rc;
+      m->chain_phase = CHAIN_OVER;
+      if (rc != SL_ESTOPPED)
+        sl_instance_fail(m, rc);
+    }
+  }
+}
+
+/* Whether a member downstream of inst in this thread has something to do
+ * that no publish of inst will bring: input left over (a blocked channel
+ * freed by an abort), a due timer, a notification or an announcement. */
+static bool chain_attention(sl_instance *inst) {
+  for (int o = 0; o < inst->output_count; o++) {
+    sl_instance *m = inst->outputs[o].chained;
+    if (!m || m->chain_phase == CHAIN_NONE || m->chain_phase == CHAIN_OVER ||
+        m->chain_phase == CHAIN_STARTED)
+      continue;
+    if (m->chain_phase == CHAIN_RUNNING && m->cp.replay)
+      return true;
+    const sl_channel *ch = &m->channels[0];
+    if (m->chain_phase != CHAIN_FINISHED && !ch->ended && !ch->blocked &&
+        sl_ring_readable_consumer(ch->ring) > 0)
+      return true;
+    if (m->chain_phase == CHAIN_RUNNING && unlikely(m->timers != 0) &&
+        sl_event_processing_due(m))
+      return true;
+    if (sl_snapshot_notification_pending(m) || announcement_pending(m))
+      return true;
+    if (m->chained_outputs && chain_attention(m))
+      return true;
+  }
+  return false;
+}
+
+/* The nearest processing-time timer of the members downstream of inst:
+ * it bounds inst's sleep (wait_loop). */
+static uint64_t chain_wait_ns(sl_instance *inst) {
+  uint64_t wait_ns = UINT64_MAX;
+  for (int o = 0; o < inst->output_count; o++) {
+    sl_instance *m = inst->outputs[o].chained;
+    if (!m || m->chain_phase != CHAIN_RUNNING)
+      continue;
+    if (m->timers) {
+      uint64_t ns = sl_event_processing_wait_ns(m);
+      if (ns < wait_ns)
+        wait_ns = ns;
+    }
+    if (m->chained_outputs) {
+      uint64_t ns = chain_wait_ns(m);
+      if (ns < wait_ns)
+        wait_ns = ns;
+    }
+  }
+  return wait_ns;
+}
+
+/* Start the members of runner inst (note 12), before inst reads or emits
+ * anything: open and restore each, upstream first; then those restored as
+ * finished take their final snapshot and send END (note 7).  A member's
+ * channel state is replayed at its first turn (member_turn), before it
+ * reads its ring, whatever order the turns come in. */
+static void members_start(sl_instance *inst) {
+  for (int i = 0; i < inst->member_count; i++) {
+    sl_instance *m = inst->members[i];
+    int rc = 0;
+    enum start_result start = instance_start(m, &rc);
+    m->chain_rc = rc;
+    m->chain_phase = start == START_END ? CHAIN_OVER
+                     : start == START_GONE ? CHAIN_NONE
+                     : m->cp.restored_finished ? CHAIN_STARTED
+                                               : CHAIN_RUNNING;
+    /* A restore hook failed: the job fails now, as it would in the
+     * member's own thread (its end, with this status, comes later). */
+    if (start == START_END && rc != SL_ESTOPPED)
+      sl_instance_fail(m, rc);
+  }
+  for (int i = 0; i < inst->member_count; i++) {
+    sl_instance *m = inst->members[i];
+    if (m->chain_phase != CHAIN_STARTED)
+      continue;
+    m->chain_phase = CHAIN_SKIPPING; /* its input up to END, from now */
+    int rc = instance_refinish(m);
+    if (rc) {
+      m->chain_rc = rc;
+      m->chain_phase = CHAIN_OVER;
+      if (rc != SL_ESTOPPED)
+        sl_instance_fail(m, rc);
+    }
+  }
+}
+
+/* The members' ends, after their runner's, in start order.  A member that
+ * did not finish ends stopped (or with its failure). */
+static void members_end(sl_instance *inst) {
+  for (int i = 0; i < inst->member_count; i++) {
+    sl_instance *m = inst->members[i];
+    if (m->chain_phase == CHAIN_NONE)
+      continue; /* over already (instance_start) */
+    int rc = m->chain_phase == CHAIN_FINISHED ? 0
+             : m->chain_rc                   ? m->chain_rc
+                                             : SL_ESTOPPED;
+    m->chain_phase = CHAIN_NONE;
+    instance_end(m, rc);
+  }
+}
+
+/* The whole life of an instance: open, restore, run, finish, close; and
+ * of the members its thread runs (note 12). */
+static void instance_run(sl_instance *inst) {
+  int rc = 0;
+  enum start_result start = instance_start(inst, &rc);
+  /* Members open and close whatever happened to their runner, as they
+   * would in threads of their own (a failed start stops them at once). */
+  if (inst->member_count)
+    members_start(inst);
+  if (start == START_RUN) {
+    if (inst->cp.restored_finished) {
+      rc = instance_refinish(inst); /* note 7: never finished twice */
+      if (rc == 0)
+        rc = run_finished(inst);
+    } else {
+      rc = instance_finish(inst);
+    }
+  }
+  if (start != START_GONE)
+    instance_end(inst, rc);
+  if (inst->member_count)
+    members_end(inst);
 }
 
 /* ----------------------------------------------------------- job control */
@@ -1312,11 +1621,16 @@ static int start_thread(sl_instance *inst) {
     rc = pthread_create(&inst->thread, &attr, instance_main, inst);
   pthread_attr_destroy(&attr);
   inst->thread_started = rc == 0;
+  /* Named here, so it has its name once sl_job_start returns. */
+  if (rc == 0)
+    set_thread_name(inst, inst->thread);
   return rc;
 }
 
 int sl_job_start_threads(sl_job *job) {
   for (int i = 0; i < job->instance_count; i++) {
+    if (job->instances[i]->runner != job->instances[i])
+      continue; /* note 12: run by another instance's thread */
     int rc = start_thread(job->instances[i]);
     if (rc) {
       sl_instance *inst = job->instances[i];
@@ -1344,5 +1658,5 @@ void sl_job_stop_internal(sl_job *job) {
   /* running --[stop]--> stopping: every instance exists to be woken. */
   assert(job->instances || job->instance_count == 0);
   for (int i = 0; i < job->instance_count; i++)
-    sl_parker_wake(&job->instances[i]->parker);
+    sl_parker_wake(sl_instance_parker(job->instances[i]));
 }

@@ -66,7 +66,7 @@ static void pause_briefly(void) {
 static void wake_sources(sl_job *job) {
   for (int i = 0; i < job->instance_count; i++)
     if (job->instances[i]->op->kind == SL_OP_SOURCE)
-      sl_parker_wake(&job->instances[i]->parker);
+      sl_parker_wake(sl_instance_parker(job->instances[i]));
 }
 
 /* Note 2: the stop is withdrawn.  The sources go on, and the

@@ -430,7 +430,25 @@ typedef struct sl_job_config {
    * milliseconds (Flink's aligned-checkpoint-timeout).  Nonzero without
    * checkpoint_unaligned is EINVAL. */
   uint32_t checkpoint_aligned_timeout_ms;
+  /** Operator chaining (enum sl_chaining; docs/DESIGN.md, "Chaining"):
+   * an instance whose only input is one ring from one upstream instance
+   * (a forward edge, or any edge between two operators of parallelism 1)
+   * runs in its upstream's thread, which hands it each batch as it
+   * publishes it, instead of in a thread of its own.  Default
+   * SL_CHAINING_AUTO: chain when the job's instances outnumber the CPUs it
+   * may use, so that threads do not queue for cores.  A callback that
+   * blocks until another operator of its chain does something would then
+   * wait for ever: such an operator calls sl_op_disable_chaining.  Other
+   * values are EINVAL.  Added after the first version: default 0. */
+  int chaining;
 } sl_job_config;
+
+/** sl_job_config.chaining. */
+enum sl_chaining {
+  SL_CHAINING_AUTO = 0,   /* when instances outnumber the usable CPUs */
+  SL_CHAINING_ALWAYS = 1, /* every edge that can be chained */
+  SL_CHAINING_NEVER = 2,  /* a thread per instance */
+};
 
 enum sl_restart_strategy {
   SL_RESTART_NONE = 0,
@@ -668,6 +686,13 @@ int sl_op_add_input(sl_job *job, sl_op *consumer, sl_op *input);
  * Errors: EINVAL (op NULL, or a key_by, union or side output),
  * SL_EUSAGE (a built-in operator that already frees its own data). */
 int sl_op_set_user_free(sl_op *op, void (*free_fn)(void *user));
+/** Keep op out of every chain (sl_job_config.chaining): its instances run
+ * in threads of their own, and neither its upstream nor its downstream
+ * instances run in theirs.  For an operator whose callbacks block on what
+ * a neighbour does (Flink's disableChaining).  Before sl_job_start; EINVAL
+ * for NULL or a virtual operator (key_by, union, side output), SL_EUSAGE
+ * once the job started. */
+int sl_op_disable_chaining(sl_op *op);
 
 /** Check the whole graph: at least one source, no cycle, every operator's
  * output consumed (a dangling stream is almost always a mistake), keyed

@@ -363,6 +363,9 @@ typedef struct cpu_report {
 static void child_cpu_report(const char *state_dir, cpu_report *r) {
   static probe p;
   sl_job_config c = sl_fixture_config(state_dir, 20);
+  /* A thread per instance: this is about how threads meet the mask and
+   * the quota (chained on one CPU, they would be one thread). */
+  c.chaining = SL_CHAINING_NEVER;
   CPU_ZERO(&p.mask);
   sched_getaffinity(0, sizeof p.mask, &p.mask);
   r->mask_count = CPU_COUNT(&p.mask);
