@@ -21,6 +21,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+
+#include "sluice.h" /* enum sl_chaining */
 #include <time.h>
 #include <unistd.h>
 
@@ -533,6 +535,19 @@ static inline void bench_json_series_begin(bench_json *json, const char *name,
       bench_json_u64(json, 0, checkpoints[r]);
     bench_json_end_array(json);
   }
+}
+
+/* --chaining's value: auto, always or never as enum sl_chaining, or -1. */
+static inline int bench_parse_chaining(const char *v) {
+  if (!v)
+    return -1;
+  if (strcmp(v, "auto") == 0)
+    return SL_CHAINING_AUTO;
+  if (strcmp(v, "always") == 0)
+    return SL_CHAINING_ALWAYS;
+  if (strcmp(v, "never") == 0)
+    return SL_CHAINING_NEVER;
+  return -1;
 }
 
 #endif /* SL_BENCH_UTIL_H */

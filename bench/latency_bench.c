@@ -4,10 +4,13 @@
  *
  *   latency_bench [--quick] [--repeat R] [--seconds D] [--keys K]
  *                 [--json PATH] [--only max|load|timeline] [--no-pinning]
+ *                 [--chaining auto|always|never]
  *
  * --no-pinning (a diagnostic) runs the jobs with sl_job_config.no_pinning:
  * by default, on 2 CPUs, the engine pins source and count to one CPU and
- * the sink to the other.
+ * the sink to the other.  --chaining (a diagnostic) sets
+ * sl_job_config.chaining (default auto: on 2 CPUs the three instances run
+ * as two threads, the source and the count chained with the sink).
  *
  * THE JOB
  *
@@ -503,6 +506,7 @@ typedef struct run_plan {
   double rate_per_s;      /* 0: unpaced */
   bool checkpoints;       /* every CHECKPOINT_INTERVAL_MS */
   bool no_pinning;        /* sl_job_config.no_pinning */
+  int chaining;           /* sl_job_config.chaining */
   double fail_at_s;       /* > 0: inject the failure then (and restart) */
   double timeline_s;      /* > 0: bucket by 100 ms over this long */
   double cut_s;           /* > 0: the source ends then (else see cut) */
@@ -611,6 +615,7 @@ static int supervise(sl_job *job, waiter *w, latency_run *run,
 static sl_job_config job_config(const run_plan *plan, const char *dir) {
   sl_job_config config = SL_JOB_CONFIG_INIT;
   config.no_pinning = plan->no_pinning;
+  config.chaining = plan->chaining;
   if (plan->checkpoints) {
     config.checkpoint.state_dir = dir;
     config.checkpoint.interval_ms = CHECKPOINT_INTERVAL_MS;
@@ -757,6 +762,7 @@ typedef struct options {
   const char *json_path;
   const char *only; /* NULL, "max", "load" or "timeline" */
   bool no_pinning;
+  int chaining; /* --chaining (a diagnostic): enum sl_chaining */
 } options;
 
 /* One run's figures. */
@@ -807,6 +813,7 @@ static int measure_max(const options *o, bench_json *json,
                        double *max_per_s) {
   run_plan plan = {.keys = o->keys,
                    .no_pinning = o->no_pinning,
+                   .chaining = o->chaining,
                    .records = MAX_RECORDS,
                    .cut_s = o->quick ? MAX_SECONDS_QUICK : MAX_SECONDS};
   double rates[MAX_REPEAT];
@@ -868,6 +875,7 @@ static int measure_loads(const options *o, double max_per_s,
         double rate = loads[l] * max_per_s;
         run_plan plan = {.keys = o->keys,
                          .no_pinning = o->no_pinning,
+                         .chaining = o->chaining,
                          .records = (uint64_t)(rate * o->seconds),
                          .rate_per_s = rate,
                          .checkpoints = on};
@@ -1197,6 +1205,7 @@ static int measure_timeline(const options *o, bench_json *json,
   double rate = TIMELINE_LOAD * max_per_s;
   run_plan plan = {.keys = o->keys,
                    .no_pinning = o->no_pinning,
+                   .chaining = o->chaining,
                    .records = (uint64_t)(rate * seconds),
                    .rate_per_s = rate,
                    .checkpoints = true,
@@ -1222,7 +1231,7 @@ static int measure_timeline(const options *o, bench_json *json,
 static void usage(void) {
   fprintf(stderr, "usage: latency_bench [--quick] [--repeat R] [--seconds D] "
                   "[--keys K] [--json PATH] [--only max|load|timeline] "
-                  "[--no-pinning]\n");
+                  "[--no-pinning] [--chaining auto|always|never]\n");
 }
 
 /* Returns 0, or 2 after printing usage. */
@@ -1237,6 +1246,8 @@ static int parse_options(int argc, char **argv, options *o) {
       o->quick = true;
     else if (strcmp(a, "--no-pinning") == 0)
       o->no_pinning = true;
+    else if (strcmp(a, "--chaining") == 0 && bench_parse_chaining(v) >= 0)
+      o->chaining = bench_parse_chaining(v), i++;
     else if (strcmp(a, "--repeat") == 0 && v)
       repeat = atoi(v), i++;
     else if (strcmp(a, "--seconds") == 0 && v)
@@ -1309,6 +1320,10 @@ int main(int argc, char **argv) {
   bench_json_double(&json, "seconds", o.seconds);
   bench_json_u64(&json, "keys", o.keys);
   bench_json_bool(&json, "no_pinning", o.no_pinning);
+  bench_json_string(&json, "chaining",
+                 o.chaining == SL_CHAINING_ALWAYS  ? "always"
+                 : o.chaining == SL_CHAINING_NEVER ? "never"
+                                                   : "auto");
   rc = run_phases(&o, &json);
   bench_json_end_object(&json);
   if (bench_json_close(&json) != 0 && rc == 0) {

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "fixtures.h"
 #include "sluice.h"
 #include "sluice_testing.h" /* unstable test helpers */
@@ -190,10 +191,13 @@ int main(int argc, char **argv) {
       config.output_batch_records = (uint32_t)strtoul(v, 0, 10), i++;
     } else if (strcmp(a, "--spin") == 0 && v) {
       config.spin_iterations = (uint32_t)strtoul(v, 0, 10), i++;
+    } else if (strcmp(a, "--chaining") == 0 && bench_parse_chaining(v) >= 0) {
+      config.chaining = bench_parse_chaining(v), i++;
     } else {
       fprintf(stderr,
               "usage: pipeline_p1 [--records N] [--repeat R] [--quick] "
-              "[--json PATH] [--ring-bytes B] [--batch N] [--spin N]\n");
+              "[--json PATH] [--ring-bytes B] [--batch N] [--spin N] "
+              "[--chaining auto|always|never]\n");
       return 2;
     }
   }

@@ -146,6 +146,8 @@ static inline int pipeline_parse_args(int argc, char **argv,
       o->json = v;
     else if (strcmp(a, "--series") == 0 && v)
       list = v;
+    else if (strcmp(a, "--chaining") == 0 && bench_parse_chaining(v) >= 0)
+      o->config.chaining = bench_parse_chaining(v);
     else if (!has_value || !pipeline_apply_count(o, a, n))
       return fputs(usage, stderr), -1;
     i++;

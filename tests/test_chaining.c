@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -123,13 +124,17 @@ typedef struct pipeline {
   sl_checksum sum;
 } pipeline;
 
-/* source -> map -> filter -> checksum sink, parallelism 1 each. */
-static void pipeline_build(pipeline *p, int chaining, bool map_opts_out) {
+/* source -> map -> filter -> checksum sink, parallelism 1 each, on the
+ * cpu_count CPUs of cpus (0: all the process may use). */
+static void pipeline_build_on(pipeline *p, int chaining, bool map_opts_out,
+                              int *cpus, int cpu_count) {
   memset(p, 0, sizeof *p);
   p->gate.count = 20000;
   p->gate.gate = 1000;
   sl_job_config config = {.struct_bytes = sizeof config,
-                          .chaining = chaining};
+                          .chaining = chaining,
+                          .cpus = cpus,
+                          .cpu_count = cpu_count};
   cr_assert_eq(sl_job_create(&config, &p->job), 0);
   cr_assert_eq(sl_op_source(p->job, "gsrc", 1, &gate_ops, &p->gate,
                             &p->source), 0);
@@ -141,6 +146,10 @@ static void pipeline_build(pipeline *p, int chaining, bool map_opts_out) {
                             &p->filter), 0);
   cr_assert_eq(sl_sink_checksum(p->job, "gsink", p->filter, 1, &p->sum,
                                 &p->sink), 0);
+}
+
+static void pipeline_build(pipeline *p, int chaining, bool map_opts_out) {
+  pipeline_build_on(p, chaining, map_opts_out, 0, 0);
 }
 
 /* The checksum of what the pipeline's sink must get. */
@@ -192,6 +201,29 @@ Test(plan, never_gives_each_instance_a_thread) {
 Test(plan, an_operator_that_opts_out_breaks_the_chain_on_both_sides) {
   pipeline p;
   pipeline_build(&p, SL_CHAINING_ALWAYS, true);
+  cr_expect_eq(pipeline_threads(&p), 3);
+}
+
+/* Automatic: chained when the 4 instances outnumber the CPUs, and cut in
+ * the middle until the threads are as many as the CPUs. */
+Test(plan, auto_runs_as_many_threads_as_cpus) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  cr_assert_eq(sched_getaffinity(0, sizeof mask, &mask), 0);
+  int cpus[3], count = 0;
+  for (int c = 0; c < CPU_SETSIZE && count < 3; c++)
+    if (CPU_ISSET(c, &mask))
+      cpus[count++] = c;
+  pipeline p;
+  pipeline_build_on(&p, SL_CHAINING_AUTO, false, cpus, 1);
+  cr_expect_eq(pipeline_threads(&p), 1);
+  if (count < 2)
+    cr_skip_test("one CPU in this process's mask: the cut is not seen");
+  pipeline_build_on(&p, SL_CHAINING_AUTO, false, cpus, 2);
+  cr_expect_eq(pipeline_threads(&p), 2);
+  if (count < 3)
+    return;
+  pipeline_build_on(&p, SL_CHAINING_AUTO, false, cpus, 3);
   cr_expect_eq(pipeline_threads(&p), 3);
 }
 
