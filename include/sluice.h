@@ -415,8 +415,8 @@ typedef struct sl_job_config {
   /** Unaligned checkpoints (docs/checkpoints.md, "Unaligned
    * checkpoints"), exactly-once mode only: 1 makes a barrier overtake the
    * records in flight, which become part of the checkpoint as channel
-   * state and are replayed on restore.  Savepoints copied by a stop
-   * (sl_job_stop_with_savepoint) and the final checkpoint stay aligned.
+   * state and are replayed on restore.  Savepoints (sl_job_savepoint,
+   * sl_job_stop_with_savepoint) and the final checkpoint stay aligned.
    * With checkpoint.mode SL_AT_LEAST_ONCE, or a value other than 0 or 1,
    * sl_job_create returns EINVAL with an ERROR line saying why.
    * These two fields belong to checkpointing but sit here, at the end:
