@@ -390,9 +390,18 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
   assert(p->write_status == 0);
   assert(p->id > atomic_load(&job->cp_completed_id));
   sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
-  sl_log(SL_LOG_DEBUG, "sluice: checkpoint %" PRIu64 " complete%s in %.1f ms",
+  /* The history entry just written says whether it was unaligned (the
+   * tests that kill a run wait for one with channel state). */
+  pthread_mutex_lock(&cp->history_lock);
+  char channels[80] = "";
+  if (cp->latest_completed.id == p->id && cp->latest_completed.unaligned)
+    snprintf(channels, sizeof channels,
+             ", unaligned: %" PRIu64 " bytes of channel state",
+             cp->latest_completed.channel_bytes);
+  pthread_mutex_unlock(&cp->history_lock);
+  sl_log(SL_LOG_DEBUG, "sluice: checkpoint %" PRIu64 " complete%s in %.1f ms%s",
          p->id, p->final ? " (final)" : "",
-         (double)(sl_now_ns() - p->trigger_ns) / 1e6);
+         (double)(sl_now_ns() - p->trigger_ns) / 1e6, channels);
   cp->consecutive_failures = 0;
   cp->last_end_ns = sl_now_ns();
   uint64_t id = p->id;
