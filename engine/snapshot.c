@@ -102,8 +102,8 @@
  *    stop with a savepoint, and the checkpoint a savepoint copies, stay
  *    aligned: while a stop is pending or a savepoint holds the
  *    checkpointer (coordinator.c note 13) no barrier is taken unaligned
- *    and no alignment times out (aligned_required).  A source announces when checkpoints are
- *    unaligned from their start.  Besides between entries, the instance
+ *    and no alignment times out (aligned_required).  A source announces
+ *    when checkpoints are unaligned from their start.  Besides between entries, the instance
  *    also acts between two slices of records inside an entry
  *    (sl_snapshot_between_records, runtime.c records_loop): a backpressured
  *    operator may need a whole entry's time (up to output_batch_records

@@ -167,7 +167,9 @@
  *   sl_operator_state_set/get  only inside snapshot() / restore() (and open)
  *   sl_job_trigger_checkpoint  any thread while the job runs
  *   sl_job_savepoint           any thread from sl_job_start to
- *                              sl_job_destroy (one at a time)
+ *                              sl_job_destroy (one at a time); with
+ *                              unaligned checkpoints not from a callback
+ *                              (it waits for a checkpoint)
  *   sl_job_stop_with_savepoint any thread while the job runs, not from a
  *                              callback (it waits for them); one at a time
  *   sl_job_checkpoint_*stats,  any thread (a consistent copy under a lock)

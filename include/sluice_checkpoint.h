@@ -49,7 +49,9 @@ int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
  * and no alignment times out), waits until it is durable (under
  * backpressure, as long as the rings take to drain) and copies it (or a
  * newer one, aligned too).  Otherwise the newest complete checkpoint is
- * copied as it is.  The copy is read back before its manifest is written;
+ * copied as it is.  Not from an operator callback in such a job: the
+ * checkpoint it waits for needs that callback to return.  The copy is
+ * read back before its manifest is written;
  * if its checkpoint is unaligned (the newest of an unaligned job that no
  * longer runs or fails over, or of a job resumed from an unaligned
  * checkpoint before its own first one completes), the call fails with
