@@ -251,6 +251,12 @@ void sl_checkpointer_wake(struct sl_job *job);
 /* The job's open store (table reads), or NULL: no checkpointing, or not
  * started.  Valid until sl_job_destroy. */
 sl_store *sl_checkpointer_store(const struct sl_job *job);
+/* Note 13 of coordinator.c: a savepoint holds (hold true) and lets go
+ * (false) of "every barrier aligned"; holds nest.  Checkpointing is on.
+ * Any thread. */
+void sl_checkpointer_hold_aligned(struct sl_job *job, bool hold);
+/* Some hold is on (false without checkpointing).  Any thread. */
+bool sl_checkpointer_aligned_held(const struct sl_job *job);
 
 /* graph.c: the fingerprint a job's store carries (every physical operator's id,
  * kind, name and parallelism, and max_parallelism), malloc'd; NULL: no
@@ -268,6 +274,20 @@ int sl_savepoint_install(struct sl_job *job, const char *fingerprint);
  * value, with a message naming dir in err (may be NULL).  Creates
  * nothing: stop.c checks before it stops anything. */
 int sl_savepoint_dir_check(const char *dir, char *err, size_t err_bytes);
+/* savepoint.c: sl_job_savepoint's copy of the newest complete
+ * checkpoint (savepoint.c note 1), without the aligned checkpoint it
+ * takes first in a job with unaligned checkpoints (note 6): a stop's own
+ * checkpoint is aligned already.  Errors as sl_job_savepoint's. */
+int sl_savepoint_copy(struct sl_job *job, const char *dir,
+                      uint64_t *checkpoint_id, char *err, size_t err_bytes);
+/* stop.c: request a checkpoint (retried while max_concurrent are in
+ * flight) and wait until it settles (stop.c notes 2, 7).  0 once it
+ * completed, *id its id; else a status and a message in err beginning
+ * with what ("stop with a savepoint", "savepoint DIR"): EBUSY (none could
+ * start), SL_ECHECKPOINT (it aborted, or did not settle in time), or,
+ * if the job ended meanwhile, SL_ESTOPPED or its failure status. */
+int sl_checkpoint_request_settled(struct sl_job *job, const char *what,
+                                  uint64_t *id, char *err, size_t err_bytes);
 /* A message into err (NULL or err_bytes 0: none); returns rc (savepoint.c,
  * used by the savepoint and stop calls). */
 __attribute__((format(printf, 4, 5))) int

@@ -112,6 +112,9 @@ struct sl_checkpointer {
   _Atomic uint64_t manual_requested;
   _Atomic uint64_t manual_served;
   _Atomic uint64_t manual_served_id;
+  /* Savepoints waiting for an aligned checkpoint (coordinator.c note
+   * 13): while nonzero, every barrier is taken aligned. */
+  _Atomic int aligned_holds;
 
   /* Writer-only: per instance, the newest cow-map epoch and the newest
    * row batch seq durably written

@@ -117,6 +117,13 @@
  *    a min_pause_ms (a pause after each checkpoint's end) implies one, as
  *    in Flink.  With several in flight, consecutive failures (note 7) are
  *    counted as they happen: n+1 may fail before n completes.
+ * 13. Savepoints stay aligned, as in Flink (savepoint.c note 6).  A
+ *    savepoint of a job with unaligned checkpoints holds the checkpointer
+ *    (sl_checkpointer_hold_aligned) while it requests a checkpoint, waits
+ *    for it and copies it: while any hold is on, no barrier is taken
+ *    unaligned and no alignment times out (snapshot.c note 12, as while a
+ *    stop is pending), so every checkpoint triggered after the hold began
+ *    is aligned.  Periodic checkpoints go on meanwhile, aligned.
  *
  * States of a checkpoint slot (enum cp_state; the function making each
  * transition in brackets).  cp_edge lists exactly these edges; every
@@ -179,6 +186,22 @@ static void wake_instances(sl_job *job) {
 
 sl_store *sl_checkpointer_store(const sl_job *job) {
   return job && job->cp ? job->cp->store : 0;
+}
+
+void sl_checkpointer_hold_aligned(sl_job *job, bool hold) {
+  assert(job->cp);
+  /* Sequentially consistent, and before the savepoint's request
+   * (sl_job_trigger_checkpoint's fetch_add, read by the coordinator before
+   * it triggers): every barrier of a checkpoint requested after the hold
+   * comes after it, so the instances' relaxed loads see it (note 13). */
+  int before = atomic_fetch_add(&job->cp->aligned_holds, hold ? 1 : -1);
+  assert(hold ? before >= 0 : before > 0);
+  (void)before;
+}
+
+bool sl_checkpointer_aligned_held(const sl_job *job) {
+  return job->cp && atomic_load_explicit(&job->cp->aligned_holds,
+                                         memory_order_relaxed) != 0;
 }
 
 void sl_checkpointer_wake(sl_job *job) {
@@ -367,9 +390,18 @@ static void complete_checkpoint(sl_checkpointer *cp, pending *p) {
   assert(p->write_status == 0);
   assert(p->id > atomic_load(&job->cp_completed_id));
   sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_COMPLETED, 0);
-  sl_log(SL_LOG_DEBUG, "sluice: checkpoint %" PRIu64 " complete%s in %.1f ms",
+  /* The history entry just written says whether it was unaligned (the
+   * tests that kill a run wait for one with channel state). */
+  pthread_mutex_lock(&cp->history_lock);
+  char channels[80] = "";
+  if (cp->latest_completed.id == p->id && cp->latest_completed.unaligned)
+    snprintf(channels, sizeof channels,
+             ", unaligned: %" PRIu64 " bytes of channel state",
+             cp->latest_completed.channel_bytes);
+  pthread_mutex_unlock(&cp->history_lock);
+  sl_log(SL_LOG_DEBUG, "sluice: checkpoint %" PRIu64 " complete%s in %.1f ms%s",
          p->id, p->final ? " (final)" : "",
-         (double)(sl_now_ns() - p->trigger_ns) / 1e6);
+         (double)(sl_now_ns() - p->trigger_ns) / 1e6, channels);
   cp->consecutive_failures = 0;
   cp->last_end_ns = sl_now_ns();
   uint64_t id = p->id;

@@ -42,9 +42,27 @@
  *    directory's store (sl_store_install), so a crash leaves either no
  *    store or one that opens like any other: resumes, failover restarts
  *    and later savepoints need nothing more.
+ * 6. Savepoints stay aligned, as in Flink: a savepoint never holds channel
+ *    state (snapshot.c note 12), so it starts a job at any parallelism
+ *    (note 4).  In a job with unaligned checkpoints that can take a
+ *    checkpoint now (it runs, no failover under way, its input not at its
+ *    end), sl_job_savepoint holds the checkpointer aligned (coordinator.c
+ *    note 13), requests a checkpoint and waits until it settles (stop.c
+ *    note 7), copies the newest complete checkpoint (that one, or a newer
+ *    one started under the hold, aligned too) and lets go.  If it aborts,
+ *    the error is returned (SL_ECHECKPOINT) and the job goes on.  Otherwise
+ *    (a job with aligned checkpoints, one that ended or fails over, and a
+ *    stop with a savepoint, whose checkpoint is aligned: sl_savepoint_copy)
+ *    the newest is copied as it is.  Every copy is read back before its
+ *    manifest is written (copy_check): a checkpoint whose record says
+ *    unaligned, or whose blobs hold channel state, is refused
+ *    (SL_ECHECKPOINT) and the copy removed.  That happens only to the
+ *    newest checkpoint of an unaligned job that no longer runs (or fails
+ *    over), or of a job resumed from one before its own first checkpoint.
  *
- *   taking:   read "latest" -> prepare dir -> sl_store_copy -> manifest
- *             (tmp, fsync, rename, fsync dir) -> savepoints.jsonl line
+ *   taking:   [unaligned job: hold, request, wait] -> read "latest" ->
+ *             prepare dir -> sl_store_copy -> copy_check -> manifest (tmp,
+ *             fsync, rename, fsync dir) -> savepoints.jsonl line [-> let go]
  *   starting: manifest_read (checks of note 3) -> sl_store_install(copy,
  *             rescale_edit (note 4), fingerprint) -> sl_store_open
  */
@@ -62,6 +80,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "inspect.h"
 #include "internal.h"
 
 #define SAVEPOINT_FORMAT "sluice-savepoint"
@@ -310,6 +329,50 @@ static int journal_append(const sl_job *job, const char *dir, uint64_t id,
   return 0;
 }
 
+/* Note 6: why a savepoint of an unaligned checkpoint is refused. */
+static int unaligned_refusal(const sl_job *job, const char *dir, uint64_t id,
+                             uint64_t channel_bytes, char *err,
+                             size_t err_bytes) {
+  return sl_say_err(err, err_bytes, SL_ECHECKPOINT, "savepoint %s: checkpoint %"
+             PRIu64 " is unaligned (its channel state, %" PRIu64 " bytes, "
+             "holds records in flight) and a savepoint is copied from an "
+             "aligned checkpoint only; %s", dir, id, channel_bytes,
+             job->config.checkpoint_unaligned
+                 ? "the job cannot take one now (it does not run, or fails "
+                   "over): resume from its state directory instead, or try "
+                   "again while it runs"
+                 : "try again once the job has completed a checkpoint of "
+                   "its own (it was resumed from an unaligned one)");
+}
+
+/* Note 6: the checkpoint id copied into dir, read back from the copy, is
+ * aligned: its record says so and no blob of it holds channel state. */
+static int copy_check(const sl_job *job, const char *dir, uint64_t id,
+                      char *err, size_t err_bytes) {
+  char message[MESSAGE_BYTES];
+  sl_state_dir *sd = 0;
+  int rc = sl_state_dir_open(dir, SL_STATE_DIR_NO_LOCK_FILE, &sd, message,
+                             sizeof message);
+  sl_inspect_checkpoint record;
+  if (rc == 0)
+    rc = sl_state_dir_checkpoint(sd, id, &record, message, sizeof message);
+  if (rc) {
+    sl_state_dir_close(sd);
+    return sl_say_err(err, err_bytes, rc, "savepoint %s: the copy cannot be "
+               "read back: %s", dir, message);
+  }
+  const sl_state_dir_info *info = sl_state_dir_info_get(sd);
+  assert(info->latest == id); /* the copy holds one checkpoint */
+  bool unaligned = record.unaligned != 0;
+  uint64_t channel_bytes = record.unaligned ? record.channel_bytes : 0;
+  for (int i = 0; i < info->blob_count; i++)
+    unaligned = unaligned || info->blobs[i].channel_bytes != 0;
+  sl_state_dir_close(sd);
+  return unaligned ? unaligned_refusal(job, dir, id, channel_bytes, err,
+                                       err_bytes)
+                   : 0;
+}
+
 /* Under savepoint_lock: the steps of note 1. */
 static int savepoint_locked(sl_job *job, sl_store *store, const char *dir,
                             uint64_t *checkpoint_id, char *err,
@@ -331,6 +394,8 @@ static int savepoint_locked(sl_job *job, sl_store *store, const char *dir,
   rc = sl_store_copy(store, dir, &id, &bytes, message, sizeof message);
   if (rc)
     sl_say_err(err, err_bytes, rc, "savepoint %s: %s", dir, message);
+  if (rc == 0)
+    rc = copy_check(job, dir, id, err, err_bytes); /* note 6 */
   int64_t created_ms = wall_ms();
   if (rc == 0)
     rc = manifest_write(job, dir, id, created_ms, bytes, err, err_bytes);
@@ -349,6 +414,52 @@ static int savepoint_locked(sl_job *job, sl_store *store, const char *dir,
   return journal_append(job, dir, id, created_ms, bytes, err, err_bytes);
 }
 
+/* Note 6: the job can take a checkpoint now. */
+static bool can_checkpoint(sl_job *job) {
+  return atomic_load(&job->state) == SL_JOB_RUNNING &&
+         !atomic_load(&job->stopping) && !atomic_load(&job->cp_final_done);
+}
+
+/* Note 6, under savepoint_lock: an aligned checkpoint, then the copy. */
+static int savepoint_aligned(sl_job *job, sl_store *store, const char *dir,
+                             uint64_t *checkpoint_id, char *err,
+                             size_t err_bytes) {
+  char what[PATH_MAX + 16];
+  snprintf(what, sizeof what, "savepoint %s", dir);
+  sl_checkpointer_hold_aligned(job, true);
+  uint64_t n = 0;
+  int rc = sl_checkpoint_request_settled(job, what, &n, err, err_bytes);
+  if (rc && atomic_load(&job->cp_final_done)) {
+    /* The end of input came first: the final checkpoint is aligned
+     * (every input had ended) and the newest; copy_check says so. */
+    rc = 0;
+    if (err && err_bytes > 0)
+      err[0] = 0;
+  }
+  if (rc == 0)
+    rc = savepoint_locked(job, store, dir, checkpoint_id, err, err_bytes);
+  /* The copy is n or newer ("latest" only grows). */
+  assert(rc != 0 || !checkpoint_id || *checkpoint_id >= n);
+  sl_checkpointer_hold_aligned(job, false);
+  return rc;
+}
+
+/* The checks of sl_job_savepoint: 0 and *store, or the error. */
+static int savepoint_check(sl_job *job, const char *dir, sl_store **store,
+                           char *err, size_t err_bytes) {
+  if (!job || !dir || !dir[0])
+    return sl_say_err(err, err_bytes, EINVAL, "savepoint: %s",
+               !job ? "the job is NULL" : "no directory given");
+  if (!job->config.checkpoint.state_dir)
+    return sl_say_err(err, err_bytes, SL_EUSAGE, "savepoint %s: the job takes no "
+               "checkpoints (no checkpoint.state_dir)", dir);
+  *store = sl_checkpointer_store(job);
+  if (!*store)
+    return sl_say_err(err, err_bytes, SL_ENOTSTARTED, "savepoint %s: the job has "
+               "not been started", dir);
+  return 0;
+}
+
 SL_EXPORT int sl_job_savepoint(sl_job *job, const char *dir,
                                uint64_t *checkpoint_id, char *err,
                                size_t err_bytes) {
@@ -356,18 +467,34 @@ SL_EXPORT int sl_job_savepoint(sl_job *job, const char *dir,
     *checkpoint_id = 0;
   if (err && err_bytes > 0)
     err[0] = 0;
-  if (!job || !dir || !dir[0])
-    return sl_say_err(err, err_bytes, EINVAL, "savepoint: %s",
-               !job ? "the job is NULL" : "no directory given");
-  if (!job->config.checkpoint.state_dir)
-    return sl_say_err(err, err_bytes, SL_EUSAGE, "savepoint %s: the job takes no "
-               "checkpoints (no checkpoint.state_dir)", dir);
-  sl_store *store = sl_checkpointer_store(job);
-  if (!store)
-    return sl_say_err(err, err_bytes, SL_ENOTSTARTED, "savepoint %s: the job has "
-               "not been started", dir);
+  sl_store *store = 0;
+  int rc = savepoint_check(job, dir, &store, err, err_bytes);
+  if (rc)
+    return rc;
+  /* Note 6: a directory that cannot take the savepoint is refused
+   * before a checkpoint is taken for it. */
+  bool aligned_first = job->config.checkpoint_unaligned && can_checkpoint(job);
+  if (aligned_first && (rc = sl_savepoint_dir_check(dir, err, err_bytes)))
+    return rc;
   pthread_mutex_lock(&savepoint_lock);
-  int rc = savepoint_locked(job, store, dir, checkpoint_id, err, err_bytes);
+  rc = aligned_first
+           ? savepoint_aligned(job, store, dir, checkpoint_id, err, err_bytes)
+           : savepoint_locked(job, store, dir, checkpoint_id, err, err_bytes);
+  pthread_mutex_unlock(&savepoint_lock);
+  return rc;
+}
+
+/* checkpoint.h: note 6, the copy of a stop with a savepoint. */
+int sl_savepoint_copy(sl_job *job, const char *dir, uint64_t *checkpoint_id,
+                      char *err, size_t err_bytes) {
+  if (checkpoint_id)
+    *checkpoint_id = 0;
+  sl_store *store = 0;
+  int rc = savepoint_check(job, dir, &store, err, err_bytes);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&savepoint_lock);
+  rc = savepoint_locked(job, store, dir, checkpoint_id, err, err_bytes);
   pthread_mutex_unlock(&savepoint_lock);
   return rc;
 }

@@ -99,10 +99,11 @@
  *    from the snapshot's state and the upstream from its own snapshot,
  *    after BARRIER n.  A capture whose checkpoint settles (an abort) is
  *    dropped with its ack (drop_capture).  The stop checkpoint of a
- *    stop with a savepoint stays aligned: while a stop is pending no
- *    barrier is taken unaligned and no alignment times out
- *    (unaligned_now).  A source announces when checkpoints are
- *    unaligned from their start.  Besides between entries, the instance
+ *    stop with a savepoint, and the checkpoint a savepoint copies, stay
+ *    aligned: while a stop is pending or a savepoint holds the
+ *    checkpointer (coordinator.c note 13) no barrier is taken unaligned
+ *    and no alignment times out (aligned_required).  A source announces
+ *    when checkpoints are unaligned from their start.  Besides between entries, the instance
  *    also acts between two slices of records inside an entry
  *    (sl_snapshot_between_records, runtime.c records_loop): a backpressured
  *    operator may need a whole entry's time (up to output_batch_records
@@ -415,19 +416,21 @@ static bool unaligned_on(const sl_job *job) {
   return job->config.checkpoint_unaligned != 0;
 }
 
-/* Note 12: no stop with a savepoint is pending (its checkpoint stays
- * aligned).  The request is stored before its checkpoint is triggered,
- * and every barrier of that checkpoint comes after the trigger (acquire
- * chains through the rings), so a relaxed look suffices. */
-static bool no_stop_pending(const sl_job *job) {
-  return atomic_load_explicit(&job->stop_request, memory_order_relaxed) ==
-         SL_STOP_REQUEST_NONE;
+/* Note 12: a stop with a savepoint is pending, or a savepoint holds the
+ * checkpointer: their checkpoints stay aligned.  The request and the
+ * hold are stored before their checkpoint is triggered, and every
+ * barrier of that checkpoint comes after the trigger (acquire chains
+ * through the rings), so relaxed looks suffice. */
+static bool aligned_required(const sl_job *job) {
+  return atomic_load_explicit(&job->stop_request, memory_order_relaxed) !=
+             SL_STOP_REQUEST_NONE ||
+         sl_checkpointer_aligned_held(job);
 }
 
 /* Note 12: a barrier read now is taken unaligned at once. */
 static bool unaligned_now(const sl_job *job) {
   return unaligned_on(job) && job->config.checkpoint_aligned_timeout_ms == 0 &&
-         no_stop_pending(job);
+         !aligned_required(job);
 }
 
 static __attribute__((unused)) bool capture_check(const sl_instance *inst) {
@@ -760,13 +763,15 @@ bool sl_snapshot_alignment_timed_out(const sl_instance *inst,
                                      uint64_t now_ns) {
   const sl_job *job = inst->job;
   uint32_t ms = job->config.checkpoint_aligned_timeout_ms;
-  return inst->cp.aligning_id != 0 && ms != 0 && no_stop_pending(job) &&
+  return inst->cp.aligning_id != 0 && ms != 0 && !aligned_required(job) &&
          now_ns - inst->cp.align_start_ns >= (uint64_t)ms * 1000000u;
 }
 
 uint64_t sl_snapshot_alignment_wait_ns(const sl_instance *inst) {
   uint32_t ms = inst->job->config.checkpoint_aligned_timeout_ms;
-  if (inst->cp.aligning_id == 0 || ms == 0)
+  /* While aligned is required nothing times out: a wait for input parks
+   * rather than waking every nanosecond once the timeout has passed. */
+  if (inst->cp.aligning_id == 0 || ms == 0 || aligned_required(inst->job))
     return UINT64_MAX;
   uint64_t waited = sl_now_ns() - inst->cp.align_start_ns;
   uint64_t limit = (uint64_t)ms * 1000000u;

@@ -40,6 +40,11 @@
  * 6. The caller's waits poll every STOP_POLL_NS, as
  *    sl_job_trigger_checkpoint's does: the coordinator wakes no caller
  *    thread, and a stop is rare.
+ * 7. The request and wait of note 2 (sl_checkpoint_request_settled) also
+ *    serve sl_job_savepoint, which takes an aligned checkpoint first in a
+ *    job with unaligned checkpoints (savepoint.c note 6); their messages
+ *    begin with what the caller names.  The stop copies its checkpoint
+ *    with sl_savepoint_copy: it is aligned already (snapshot.c note 12).
  */
 #include <assert.h>
 #include <errno.h>
@@ -89,20 +94,21 @@ static bool job_over(sl_job *job) {
 
 /* The failure's status and message, once its thread published them
  * (internal.h sl_job_failure): that follows its claim of `failed` at
- * once, so the wait is short; STOP_PUBLISH_ROUNDS bounds it. */
-static int job_over_error(sl_job *job, char *err, size_t err_bytes) {
+ * once, so the wait is short; STOP_PUBLISH_ROUNDS bounds it.  what
+ * begins the message (note 7). */
+static int job_over_error(sl_job *job, const char *what, char *err,
+                          size_t err_bytes) {
   if (!atomic_load(&job->failed))
     return sl_say_err(err, err_bytes, SL_ESTOPPED,
-               "stop with a savepoint: the job was stopped meanwhile");
+                      "%s: the job was stopped meanwhile", what);
   int status = SL_ECALLBACK;
   for (int round = 0; round < STOP_PUBLISH_ROUNDS; round++) {
     if (sl_job_failure(job, &status))
-      return sl_say_err(err, err_bytes, status,
-                 "stop with a savepoint: the job failed: %s", job->error);
+      return sl_say_err(err, err_bytes, status, "%s: the job failed: %s",
+                        what, job->error);
     pause_briefly();
   }
-  return sl_say_err(err, err_bytes, status,
-             "stop with a savepoint: the job failed");
+  return sl_say_err(err, err_bytes, status, "%s: the job failed", what);
 }
 
 /* Note 2: the recorded cause of checkpoint id's abort. */
@@ -135,30 +141,29 @@ static int request_checkpoint(sl_job *job, uint64_t deadline_ns,
   return rc;
 }
 
-/* Note 2: hold the sources and wait for a stop checkpoint to complete.
- * On success the sources still hold (the caller copies, then stops the
- * job); on failure the request is withdrawn. */
-static int stop_hold(sl_job *job, uint64_t *id, char *err,
-                     size_t err_bytes) {
-  atomic_store(&job->stop_request, SL_STOP_REQUEST_HOLD);
-  wake_sources(job);
+/* checkpoint.h: notes 2 and 7. */
+int sl_checkpoint_request_settled(sl_job *job, const char *what,
+                                  uint64_t *id, char *err,
+                                  size_t err_bytes) {
   uint64_t deadline_ns = sl_now_ns() + timeout_ns(job) + STOP_MARGIN_NS;
   uint64_t n = 0;
   int rc = request_checkpoint(job, deadline_ns, &n);
   if (rc) {
-    rc = job_over(job) ? job_over_error(job, err, err_bytes)
-                       : sl_say_err(err, err_bytes, rc, "stop with a savepoint: "
-                             "no checkpoint could start (%s)",
-                             atomic_load(&job->cp_final_done)
-                                 ? "the job reached the end of its input"
-                                 : "the checkpoints in flight did not end");
+    rc = job_over(job) ? job_over_error(job, what, err, err_bytes)
+                       : sl_say_err(err, err_bytes, rc, "%s: no checkpoint "
+                                    "could start (%s)", what,
+                                    atomic_load(&job->cp_final_done)
+                                        ? "the job reached the end of its "
+                                          "input"
+                                        : "the checkpoints in flight did "
+                                          "not end");
   }
   deadline_ns = sl_now_ns() + timeout_ns(job) + STOP_MARGIN_NS;
   /* Polls (note 6) until n settles or the job is over; bounded by the
    * deadline (note 2). */
   while (rc == 0 && atomic_load(&job->cp_completed_id) < n) {
     if (job_over(job)) {
-      rc = job_over_error(job, err, err_bytes);
+      rc = job_over_error(job, what, err, err_bytes);
     } else if (atomic_load(&job->cp_settled_id) >= n) {
       /* Completed is stored before settled (coordinator.c), but both may
        * have moved since the loop's test: read completed again. */
@@ -166,17 +171,32 @@ static int stop_hold(sl_job *job, uint64_t *id, char *err,
         break;
       char cause[200];
       abort_cause(job, n, cause, sizeof cause);
-      rc = sl_say_err(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "
-               "checkpoint %" PRIu64 " failed (%s); the job goes on", n,
-               cause);
+      rc = sl_say_err(err, err_bytes, SL_ECHECKPOINT, "%s: checkpoint %"
+                      PRIu64 " failed (%s); the job goes on", what, n,
+                      cause);
     } else if (sl_now_ns() > deadline_ns) {
-      rc = sl_say_err(err, err_bytes, SL_ECHECKPOINT, "stop with a savepoint: "
-               "checkpoint %" PRIu64 " did not settle in time; the job "
-               "goes on", n);
+      rc = sl_say_err(err, err_bytes, SL_ECHECKPOINT, "%s: checkpoint %"
+                      PRIu64 " did not settle in time; the job goes on",
+                      what, n);
     } else {
       pause_briefly();
     }
   }
+  if (rc == 0)
+    *id = n;
+  return rc;
+}
+
+/* Note 2: hold the sources and wait for a stop checkpoint to complete.
+ * On success the sources still hold (the caller copies, then stops the
+ * job); on failure the request is withdrawn. */
+static int stop_hold(sl_job *job, uint64_t *id, char *err,
+                     size_t err_bytes) {
+  atomic_store(&job->stop_request, SL_STOP_REQUEST_HOLD);
+  wake_sources(job);
+  uint64_t n = 0;
+  int rc = sl_checkpoint_request_settled(job, "stop with a savepoint", &n,
+                                         err, err_bytes);
   if (rc) {
     withdraw(job);
     return rc;
@@ -184,6 +204,7 @@ static int stop_hold(sl_job *job, uint64_t *id, char *err,
   /* A manual trigger by someone else may have completed after n: the
    * sources emitted nothing since n either, so it is as good. */
   *id = atomic_load(&job->cp_completed_id);
+  assert(*id >= n);
   return 0;
 }
 
@@ -200,7 +221,7 @@ static int stop_drain(sl_job *job, uint64_t *id, char *err,
    * good ends the loop. */
   while (!atomic_load(&job->cp_final_done)) {
     if (job_over(job))
-      return job_over_error(job, err, err_bytes);
+      return job_over_error(job, "stop with a savepoint", err, err_bytes);
     pause_briefly();
   }
   *id = atomic_load(&job->cp_completed_id);
@@ -257,7 +278,7 @@ SL_EXPORT int sl_job_stop_with_savepoint(sl_job *job, const char *dir,
   assert(rc != 0 || id != 0);
   uint64_t copied = id;
   if (rc == 0 && dir)
-    rc = sl_job_savepoint(job, dir, &copied, err, err_bytes);
+    rc = sl_savepoint_copy(job, dir, &copied, err, err_bytes); /* note 7 */
   /* Without drain, copied is id unless someone else's requested
    * checkpoint completed after it: also one with no record after it. */
   assert(rc != 0 || copied >= id);

@@ -167,7 +167,9 @@
  *   sl_operator_state_set/get  only inside snapshot() / restore() (and open)
  *   sl_job_trigger_checkpoint  any thread while the job runs
  *   sl_job_savepoint           any thread from sl_job_start to
- *                              sl_job_destroy (one at a time)
+ *                              sl_job_destroy (one at a time); with
+ *                              unaligned checkpoints not from a callback
+ *                              (it waits for a checkpoint)
  *   sl_job_stop_with_savepoint any thread while the job runs, not from a
  *                              callback (it waits for them); one at a time
  *   sl_job_checkpoint_*stats,  any thread (a consistent copy under a lock)
@@ -415,8 +417,8 @@ typedef struct sl_job_config {
   /** Unaligned checkpoints (docs/checkpoints.md, "Unaligned
    * checkpoints"), exactly-once mode only: 1 makes a barrier overtake the
    * records in flight, which become part of the checkpoint as channel
-   * state and are replayed on restore.  Savepoints copied by a stop
-   * (sl_job_stop_with_savepoint) and the final checkpoint stay aligned.
+   * state and are replayed on restore.  Savepoints (sl_job_savepoint,
+   * sl_job_stop_with_savepoint) and the final checkpoint stay aligned.
    * With checkpoint.mode SL_AT_LEAST_ONCE, or a value other than 0 or 1,
    * sl_job_create returns EINVAL with an ERROR line saying why.
    * These two fields belong to checkpointing but sit here, at the end:

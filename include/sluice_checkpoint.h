@@ -42,6 +42,21 @@ int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
  * *checkpoint_id (may be NULL) receives the id of the checkpoint copied.
  * err (may be NULL) receives a message naming dir and the problem.
  *
+ * Savepoints stay aligned, as in Flink: a savepoint never holds channel
+ * state, so it starts a job at any parallelism.  In a job with
+ * checkpoint_unaligned that runs, the call first requests a checkpoint
+ * taken aligned (while it waits, no barrier of the job is taken unaligned
+ * and no alignment times out), waits until it is durable (under
+ * backpressure, as long as the rings take to drain) and copies it (or a
+ * newer one, aligned too).  Otherwise the newest complete checkpoint is
+ * copied as it is.  Not from an operator callback in such a job: the
+ * checkpoint it waits for needs that callback to return.  The copy is
+ * read back before its manifest is written;
+ * if its checkpoint is unaligned (the newest of an unaligned job that no
+ * longer runs or fails over, or of a job resumed from an unaligned
+ * checkpoint before its own first one completes), the call fails with
+ * SL_ECHECKPOINT.
+ *
  * Any thread may call it, at any time from the return of sl_job_start
  * (0) until sl_job_destroy, also while the job runs, fails over, or after
  * sl_job_wait: the store stays open until sl_job_destroy.  Savepoints of
@@ -64,7 +79,11 @@ int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
  * Errors: EINVAL (job or dir NULL or empty), SL_EUSAGE (checkpointing
  * off), SL_ENOTSTARTED, SL_ENOTFOUND (no checkpoint is complete yet),
  * EEXIST (dir is not empty), ENOMEM, errno values of the file system,
- * SL_ECORRUPT and LMDB codes (the copy). */
+ * SL_ECORRUPT and LMDB codes (the copy); with unaligned checkpoints also
+ * SL_ECHECKPOINT (the aligned checkpoint aborted or did not settle in
+ * time, and the job goes on; or the checkpoint copied is unaligned),
+ * EBUSY (no checkpoint could start) and the job's failure status, or
+ * SL_ESTOPPED, if the job ends while the call waits. */
 int sl_job_savepoint(sl_job *job, const char *dir, uint64_t *checkpoint_id,
                      char *err, size_t err_bytes);
 

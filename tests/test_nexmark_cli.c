@@ -1,6 +1,8 @@
 /* test_nexmark_cli.c — `sluice nexmark` as a user runs it: a run killed
  * with SIGKILL at random moments and resumed with --resume writes exactly
- * the file an uninterrupted run writes; event files written by `gen` give
+ * the file an uninterrupted run writes, also with unaligned checkpoints
+ * (killed while checkpoints hold channel state, resumed from them);
+ * event files written by `gen` give
  * the same rows as the generator; bad flags and bad files give a clear
  * error and the documented exit status.
  *
@@ -154,6 +156,202 @@ Test(nexmark_cli, killed_and_resumed_q3_writes_the_uninterrupted_file,
 Test(nexmark_cli, killed_and_resumed_q11_writes_the_uninterrupted_file,
      .timeout = 240) {
   kill_and_resume("q11", "2", 11);
+}
+
+/* ------------------------------------------------------------ unaligned */
+
+/* Non-final checkpoints completed in the log since byte from (the
+ * coordinator's debug line "checkpoint N complete in ... ms[, unaligned:
+ * B bytes of channel state]"), and the index (1-based, 0: none) of the
+ * first of them that held channel state (B > 0). */
+static void completed_since(const char *log, size_t from, int *count,
+                            int *first_with_channels) {
+  *count = 0;
+  *first_with_channels = 0;
+  size_t n = 0;
+  char *data = sl_test_read_file(log, &n);
+  if (!data || from > n) {
+    free(data);
+    return;
+  }
+  const char *channels = ", unaligned: ";
+  for (char *at = strstr(data + from, " complete in "); at;
+       at = strstr(at + 1, " complete in ")) {
+    ++*count;
+    char *end = strchr(at, '\n');
+    char *u = strstr(at, channels);
+    if (*first_with_channels == 0 && u && (!end || u < end) &&
+        strtoull(u + strlen(channels), NULL, 10) > 0)
+      *first_with_channels = *count;
+  }
+  free(data);
+}
+
+/* Wait until the run pid (its log from byte from on) has completed a
+ * checkpoint holding channel state and then `more` checkpoints, and
+ * kill it with SIGKILL; or until it exits by itself.  Polls every 2 ms:
+ * it waits for what the run logs, not for a time.  True if killed. */
+static bool kill_after_channel_state(pid_t pid, const char *log, size_t from,
+                                     int more) {
+  for (;;) {
+    int count, first;
+    completed_since(log, from, &count, &first);
+    if (first > 0 && count >= first + more) {
+      kill(pid, SIGKILL);
+      return true;
+    }
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      /* Reaped here (so the caller must not reap it again): a run that
+       * ends by itself must have finished cleanly. */
+      cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "the run ended with status %d before a checkpoint with "
+                "channel state and %d more (see %s)", status, more, log);
+      return false;
+    }
+    struct timespec t = {0, 2000000L};
+    nanosleep(&t, NULL);
+  }
+}
+
+/* `sluice checkpoints state`: the newest complete checkpoint (the one a
+ * resume restores) holds channel state. */
+static bool newest_holds_channel_state(const char *state, const char *log) {
+  const char *args[] = {"checkpoints", state, "--limit", "1", NULL};
+  size_t before = log_size(log);
+  cr_assert_eq(sl_test_run_sluice(log, args), 0, "sluice checkpoints %s "
+               "(see %s)", state, log);
+  size_t n = 0;
+  char *data = sl_test_read_file(log, &n);
+  cr_assert(data && before <= n);
+  const char *field = "unaligned: ";
+  char *at = strstr(data + before, field);
+  bool held = at && strtoull(at + strlen(field), NULL, 10) > 0;
+  free(data);
+  return held;
+}
+
+/* Kill an unaligned run of query at parallelism 3 (mode: "--unaligned",
+ * or with an --aligned-timeout-ms) three times, each once a checkpoint
+ * with channel state has completed and then 0 or 1 more (seeded), resume
+ * until it finishes, and compare with expected, an uninterrupted run's
+ * file.  slow_op sleeps delay_us for its first 10000 records of each
+ * start (a `slow` fault; scaled as the events are), so the rings before
+ * it fill: the checkpoints taken meanwhile hold channel state, and at
+ * least one kill leaves one as the newest, which the resume replays. */
+static void kill_unaligned_and_resume(const char *dir, const char *query,
+                                      const char *slow_op,
+                                      unsigned delay_us,
+                                      const char *const *mode,
+                                      const char *expected, unsigned seed) {
+  char *got = sl_test_path_in(dir, "got.csv");
+  char *state = sl_test_path_in(dir, "state");
+  char *log = sl_test_path_in(dir, "unaligned.log");
+  char *inspect_log = sl_test_path_in(dir, "checkpoints.log");
+  char events[32], limit[32], rate[32], slow[200];
+  snprintf(events, sizeof events, "%u", 300000 / scale());
+  snprintf(rate, sizeof rate, "%u", 2000 / scale());
+  /* About a second a run at parallelism 3: checkpoints every 50 ms, some
+   * of them taking a few hundred (a source blocked on a full ring sees
+   * its trigger only once downstream made room, runtime.c note 11). */
+  snprintf(limit, sizeof limit, "%u", 100000 / scale());
+  /* Scaled down, each slow record takes scale times longer: the slow
+   * operator keeps the same share of the input behind it. */
+  snprintf(slow, sizeof slow, "slow:op=%s,delay_us=%u,records=%u", slow_op,
+           delay_us * scale(), 10000 / scale());
+  const char *args[40] = {"nexmark", "run", "--query", query, "--events",
+                          events, "--rate", rate, "--out-of-order-ms",
+                          "2000", "--parallelism", "3", "--quiet",
+                          "--output", got, "--state-dir", state,
+                          "--checkpoint-interval", "50", "--rate-limit",
+                          limit, "--fault", slow, "--log-level", "debug"};
+  size_t n = 0;
+  while (args[n])
+    n++;
+  for (size_t k = 0; mode[k]; k++)
+    args[n++] = mode[k];
+  const char **how = &args[n++];
+  *how = "--fresh";
+  args[n] = NULL;
+  srand(seed);
+  int kills = 0, rc = -1, channel_resumes = 0;
+  for (int attempt = 0; attempt < 8 && rc != 0; attempt++) {
+    if (attempt > 0)
+      *how = "--resume"; /* each kill came after a complete checkpoint */
+    size_t before = log_size(log);
+    pid_t pid = sl_test_spawn(log, args);
+    if (attempt < 3 && !kill_after_channel_state(pid, log, before,
+                                                 rand() % 2)) {
+      rc = 0; /* it finished by itself, reaped above */
+      break;
+    }
+    rc = sl_test_reap(pid);
+    if (rc == 128 + SIGKILL) {
+      kills++;
+      channel_resumes += newest_holds_channel_state(state, inspect_log);
+    }
+  }
+  cr_assert_eq(rc, 0, "the resumed run did not finish (see %s)", log);
+  cr_assert_geq(kills, 1, "no run was killed mid-way");
+  cr_assert_geq(channel_resumes, 1, "no kill left a checkpoint with "
+                "channel state to resume from (%d kills; see %s)", kills,
+                log);
+  assert_same_file(expected, got, 20);
+  free(got), free(state), free(log), free(inspect_log);
+}
+
+/* An uninterrupted run of query at parallelism 3, then the unaligned
+ * runs killed and resumed, from the start and switched by a 1 ms
+ * aligned-checkpoint timeout, in directories of their own. */
+static void unaligned_kills(const char *query, const char *slow_op,
+                            unsigned delay_us, unsigned seed) {
+  char *dir = sl_test_temp_dir("nexmark-cli");
+  char *expected = sl_test_path_in(dir, "expected.csv");
+  char *log = sl_test_path_in(dir, "log");
+  char events[32], rate[32];
+  snprintf(events, sizeof events, "%u", 300000 / scale());
+  snprintf(rate, sizeof rate, "%u", 2000 / scale());
+  const char *plain[] = {"nexmark", "run", "--query", query, "--events",
+                         events, "--rate", rate, "--out-of-order-ms", "2000",
+                         "--parallelism", "3", "--quiet", "--output",
+                         expected, NULL};
+  cr_assert_eq(sl_test_run_sluice(log, plain), 0, "uninterrupted run failed");
+  static const char *const from_start[] = {"--unaligned", NULL};
+  static const char *const switched[] = {"--unaligned",
+                                         "--aligned-timeout-ms", "1", NULL};
+  const char *const *modes[] = {from_start, switched};
+  for (int m = 0; m < 2; m++) {
+    char name[24];
+    snprintf(name, sizeof name, "mode-%d", m);
+    char *mode_dir = sl_test_path_in(dir, name);
+    cr_assert_eq(mkdir(mode_dir, 0755), 0);
+    kill_unaligned_and_resume(mode_dir, query, slow_op, delay_us, modes[m],
+                              expected, seed + (unsigned)m);
+    free(mode_dir);
+  }
+  sl_test_remove_tree(dir);
+  free(expected), free(log);
+}
+
+Test(nexmark_cli, unaligned_q3_killed_and_resumed_writes_the_uninterrupted_file,
+     .timeout = 300) {
+  unaligned_kills("q3", "q3.join", 200, 303);
+}
+
+Test(nexmark_cli, unaligned_q5_killed_and_resumed_writes_the_uninterrupted_file,
+     .timeout = 300) {
+  unaligned_kills("q5", "q5.count_buckets", 20, 505);
+}
+
+Test(nexmark_cli, unaligned_q8_killed_and_resumed_writes_the_uninterrupted_file,
+     .timeout = 300) {
+  unaligned_kills("q8", "q8.join", 150, 808);
+}
+
+Test(nexmark_cli,
+     unaligned_q11_killed_and_resumed_writes_the_uninterrupted_file,
+     .timeout = 300) {
+  unaligned_kills("q11", "q11.sessions", 20, 1111);
 }
 
 /* Events written by gen and read back with --input give the rows the

@@ -11,14 +11,19 @@
  * completed, so a failover has one to restore) -> key_by -> "count"
  * (running count per key in keyed state) -> a verifying sink, which a
  * slow fault makes the bottleneck (the rings fill: backpressure), and an
- * exactly-once file sink.  Real threads, LMDB and files. */
+ * exactly-once file sink.  Real threads, LMDB and files.  Savepoints of
+ * such a job stay aligned and rescale; one holding channel state (made
+ * by hand, as older builds took them) cannot be rescaled. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "sluice_testing.h" /* unstable test helpers */
 #include "inspect.h"         /* reading a state directory (internal) */
@@ -171,8 +176,9 @@ static result run_job(const spec *s) {
   return r;
 }
 
-static void expect_exactly_once(const result *r, uint64_t records,
-                                const char *what) {
+/* The job finished and its verifying sink saw every record once, in
+ * order. */
+static void expect_sink_exactly_once(const result *r, const char *what) {
   cr_expect_eq(r->rc, 0, "%s: job failed: %s", what, r->error);
   cr_expect(r->sink.complete, "%s: the verifying sink did not finish", what);
   cr_expect_eq(r->sink.lost, 0, "%s: sink lost %" PRIu64, what, r->sink.lost);
@@ -180,6 +186,11 @@ static void expect_exactly_once(const result *r, uint64_t records,
                r->sink.duplicates);
   cr_expect_eq(r->sink.out_of_order, 0, "%s: sink out of order %" PRIu64,
                what, r->sink.out_of_order);
+}
+
+static void expect_exactly_once(const result *r, uint64_t records,
+                                const char *what) {
+  expect_sink_exactly_once(r, what);
   cr_expect_eq(r->files.lost, 0, "%s: files lost %" PRIu64, what,
                r->files.lost);
   cr_expect_eq(r->files.duplicates, 0, "%s: files duplicates %" PRIu64, what,
@@ -187,6 +198,55 @@ static void expect_exactly_once(const result *r, uint64_t records,
   cr_expect_eq(r->files.out_of_order, 0, "%s: files out of order", what);
   cr_expect_eq(r->files.records, records, "%s: file lines", what);
   cr_expect_eq(r->files.pending_files, 0, "%s: uncommitted parts left", what);
+}
+
+/* The committed files in out hold every value below records exactly once,
+ * each with its key's running count (value / keys + 1), and no part is
+ * left uncommitted: the output of an uninterrupted run, in whatever order
+ * the files of a rescaled job hold it (sl_verify_output_dir reads them
+ * instance by instance, which a key that moved between instances
+ * breaks). */
+static void expect_files_exactly(const char *out, uint64_t records,
+                                 uint64_t keys) {
+  uint8_t *seen = calloc(records, 1);
+  cr_assert(seen);
+  uint64_t foreign = 0, wrong_count = 0, pending = 0;
+  DIR *d = opendir(out);
+  cr_assert(d, "%s: %s", out, strerror(errno));
+  for (struct dirent *e; (e = readdir(d)) != 0;) {
+    pending += strncmp(e->d_name, ".part-", 6) == 0;
+    if (strncmp(e->d_name, "part-", 5) != 0)
+      continue;
+    char *path = sl_test_path_in(out, e->d_name);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s: %s", path, strerror(errno));
+    uint64_t key, value, count;
+    while (fscanf(f, "%" SCNu64 ",%" SCNu64 ",%" SCNu64 "\n", &key, &value,
+                  &count) == 3) {
+      if (value >= records || value % keys != key) {
+        foreign++;
+        continue;
+      }
+      seen[value] += seen[value] < UINT8_MAX;
+      wrong_count += count != value / keys + 1;
+    }
+    cr_assert(feof(f), "%s: a line is not KEY,VALUE,COUNT", path);
+    fclose(f);
+    free(path);
+  }
+  closedir(d);
+  uint64_t lost = 0, duplicates = 0;
+  for (uint64_t v = 0; v < records; v++) {
+    lost += seen[v] == 0;
+    duplicates += seen[v] > 1 ? seen[v] - 1u : 0;
+  }
+  free(seen);
+  cr_expect_eq(lost, 0, "%" PRIu64 " values lost", lost);
+  cr_expect_eq(duplicates, 0, "%" PRIu64 " duplicates", duplicates);
+  cr_expect_eq(foreign, 0, "%" PRIu64 " values not of the source", foreign);
+  cr_expect_eq(wrong_count, 0, "%" PRIu64 " lines with a wrong count",
+               wrong_count);
+  cr_expect_eq(pending, 0, "%" PRIu64 " uncommitted parts", pending);
 }
 
 static struct sl_restart_config fixed(uint32_t attempts) {
@@ -357,13 +417,37 @@ Test(unaligned, aligned_timeout_switches, .timeout = 300) {
 
 /* ------------------------------------------------------------ stores */
 
+/* The statistics of checkpoint id, polled until it settles (bounded by
+ * the job's checkpoint timeout). */
+static sl_checkpoint_stats settled_stats(sl_job *job, uint64_t id) {
+  for (;;) {
+    sl_checkpoint_stats cs = {0};
+    bool found = false;
+    for (int k = 0; !found && sl_job_checkpoint_stats(job, k, &cs) == 0; k++)
+      found = cs.id == id;
+    if (found && cs.status != SL_CHECKPOINT_IN_PROGRESS)
+      return cs;
+    sl_test_sleep_us(1000);
+  }
+}
+
+/* What backpressured_store does once a checkpoint with channel state
+ * completed (each NULL: not done). */
+typedef struct store_then {
+  const char *template_dir;  /* sl_job_savepoint at the start */
+  const char *savepoint_dir; /* sl_job_savepoint while it runs */
+  uint64_t savepoint_id;     /* out: its checkpoint */
+  const char *refused_dir;   /* sl_job_savepoint once it stopped */
+} store_then;
+
 /* A state directory whose newest checkpoint is unaligned with channel
  * state: the job runs behind a slow sink with no periodic checkpoint;
  * checkpoints are triggered one at a time until one completes holding
- * channel state; then (savepoint_dir not NULL) a savepoint is copied
- * from it, and the job is stopped. */
+ * channel state.  Then (then not NULL) a savepoint is taken while the
+ * job still runs, behind the same full rings; the job is stopped; and a
+ * savepoint of the stopped job is tried. */
 static void backpressured_store(const char *state, const char *out,
-                                const char *savepoint_dir) {
+                                store_then *then) {
   uint64_t records = 400000; /* far more than the sink gets through */
   spec s = {.records = records, .keys = 31, .parallelism = 2,
             .unaligned = true, .interval_ms = 3600000,
@@ -372,6 +456,12 @@ static void backpressured_store(const char *state, const char *out,
   sl_op *verify;
   sl_job *job = build_job(&s, &verify);
   cr_assert_eq(sl_job_start(job), 0);
+  char err[512];
+  if (then && then->template_dir) {
+    uint64_t id;
+    cr_assert_eq(sl_job_savepoint(job, then->template_dir, &id, err,
+                                  sizeof err), 0, "%s", err);
+  }
   bool held = false;
   /* Bounded: each try waits for its checkpoint to settle. */
   for (int attempt = 0; attempt < 50 && !held; attempt++) {
@@ -380,28 +470,56 @@ static void backpressured_store(const char *state, const char *out,
     cr_assert(rc == 0 || rc == EBUSY, "trigger: %d", rc);
     if (rc)
       continue;
-    for (;;) { /* polls until checkpoint id settles (the job's timeout) */
-      sl_checkpoint_stats cs = {0};
-      bool found = false;
-      for (int k = 0; !found && sl_job_checkpoint_stats(job, k, &cs) == 0; k++)
-        found = cs.id == id;
-      if (found && cs.status != SL_CHECKPOINT_IN_PROGRESS) {
-        held = cs.status == SL_CHECKPOINT_COMPLETED && cs.channel_bytes > 0;
-        break;
-      }
-      sl_test_sleep_us(1000);
-    }
+    sl_checkpoint_stats cs = settled_stats(job, id);
+    held = cs.status == SL_CHECKPOINT_COMPLETED && cs.channel_bytes > 0;
   }
   cr_assert(held, "no checkpoint held channel state");
-  if (savepoint_dir) {
-    char err[512];
-    uint64_t id;
-    cr_assert_eq(sl_job_savepoint(job, savepoint_dir, &id, err, sizeof err),
+  if (then && then->savepoint_dir) {
+    /* The savepoint takes an aligned checkpoint of its own (savepoint.c
+     * note 6), behind the rings the slow sink keeps full. */
+    cr_assert_eq(sl_job_savepoint(job, then->savepoint_dir,
+                                  &then->savepoint_id, err, sizeof err),
                  0, "%s", err);
+    sl_checkpoint_stats cs = settled_stats(job, then->savepoint_id);
+    cr_expect_eq(cs.status, SL_CHECKPOINT_COMPLETED);
+    cr_expect_eq(cs.unaligned, 0, "the savepoint's checkpoint %" PRIu64
+                 " was unaligned", then->savepoint_id);
+    cr_expect_eq(cs.channel_bytes, 0);
   }
   sl_job_stop(job);
   (void)sl_job_wait(job);
+  if (then && then->refused_dir) {
+    /* Stopped, its newest checkpoint unaligned: no aligned one can be
+     * taken, so the savepoint is refused and leaves nothing. */
+    uint64_t id = 7;
+    int rc = sl_job_savepoint(job, then->refused_dir, &id, err, sizeof err);
+    cr_expect_eq(rc, SL_ECHECKPOINT, "savepoint of the stopped job: %d (%s)",
+                 rc, err);
+    cr_expect(strstr(err, "unaligned") != 0, "'%s'", err);
+    cr_expect_eq(id, 0);
+    cr_expect_eq(access(then->refused_dir, F_OK), -1,
+                 "the refused savepoint left %s", then->refused_dir);
+  }
   sl_job_destroy(job);
+}
+
+/* The record of the newest checkpoint in dir (a state directory, or a
+ * savepoint: no lock file made) and the channel bytes of its blobs. */
+static sl_inspect_checkpoint newest_record(const char *dir, unsigned flags,
+                                           uint64_t *blob_channel_bytes) {
+  sl_state_dir *sd;
+  char err[512];
+  cr_assert_eq(sl_state_dir_open(dir, flags, &sd, err, sizeof err), 0, "%s",
+               err);
+  const sl_state_dir_info *info = sl_state_dir_info_get(sd);
+  sl_inspect_checkpoint rec;
+  cr_assert_eq(sl_state_dir_checkpoint(sd, info->latest, &rec, err,
+                                       sizeof err), 0, "%s", err);
+  *blob_channel_bytes = 0;
+  for (int i = 0; i < info->blob_count; i++)
+    *blob_channel_bytes += info->blobs[i].channel_bytes;
+  sl_state_dir_close(sd);
+  return rec;
 }
 
 /* Damage the channel section of the first blob that has one: set its
@@ -470,34 +588,108 @@ Test(unaligned, damaged_channel_state_is_corrupt, .timeout = 300) {
   }
 }
 
-/* A savepoint of an unaligned checkpoint with channel state: rescaling
- * from it is refused, saying why; at the parallelism it was taken with,
- * the job resumes from it and its output is exact. */
-Test(unaligned, rescaling_channel_state_is_refused, .timeout = 300) {
+/* Savepoints stay aligned (savepoint.c note 6).  In an unaligned job
+ * under backpressure whose newest checkpoint holds channel state, a
+ * savepoint takes an aligned checkpoint and holds no channel state; a
+ * job started from it with "count" rescaled 2 -> 3 writes exactly the
+ * output of an uninterrupted run. */
+Test(unaligned, savepoint_under_backpressure_is_aligned_and_rescales,
+     .timeout = 300) {
   char *state = sl_test_temp_dir("ua"), *out = sl_test_temp_dir("ua");
-  char *sp = sl_test_temp_dir("ua"); /* empty: a savepoint may go there */
-  char *state2 = sl_test_temp_dir("ua"), *state3 = sl_test_temp_dir("ua");
-  backpressured_store(state, out, sp);
-  /* `sluice checkpoints` reads it: the record says unaligned, and some
-   * blob holds channel state. */
-  sl_state_dir *sd;
+  char *sp = sl_test_temp_dir("ua");
+  char *sp_dir = sl_test_path_in(sp, "savepoint"); /* missing */
+  char *state2 = sl_test_temp_dir("ua");
+  store_then then = {.savepoint_dir = sp_dir};
+  backpressured_store(state, out, &then);
+  uint64_t blob_bytes = 0;
+  sl_inspect_checkpoint rec =
+      newest_record(sp_dir, SL_STATE_DIR_NO_LOCK_FILE, &blob_bytes);
+  cr_expect_eq(rec.id, then.savepoint_id);
+  cr_expect(!rec.unaligned && rec.record_version == 2, "the savepoint's "
+            "record: version %" PRIu32 ", unaligned %d", rec.record_version,
+            rec.unaligned);
+  cr_expect_eq(blob_bytes, 0, "the savepoint's blobs hold %" PRIu64
+               " bytes of channel state", blob_bytes);
+  spec s = {.records = 400000, .keys = 31, .parallelism = 2,
+            .count_parallelism = 3, .unaligned = true, .interval_ms = 10,
+            .from_savepoint = sp_dir, .state_dir = state2, .out_dir = out};
+  result r = run_job(&s);
+  expect_sink_exactly_once(&r, "rescaled from the savepoint");
+  expect_files_exactly(out, s.records, s.keys);
+  sl_test_remove_tree(state);
+  sl_test_remove_tree(out);
+  sl_test_remove_tree(sp);
+  sl_test_remove_tree(state2);
+  free(sp_dir);
+}
+
+/* A savepoint holding an unaligned checkpoint with channel state, as
+ * builds before savepoints stayed aligned took them, made in root: the
+ * store of a backpressured_store copied (sl_store_copy) under the
+ * manifest of an aligned savepoint of the same job, its checkpoint_id
+ * replaced.  Returns its path (malloc'd). */
+static char *unaligned_savepoint(const char *root, const char *state,
+                                 const char *out) {
+  char *template = sl_test_path_in(root, "template");
+  char *sp = sl_test_path_in(root, "unaligned");
+  char *refused = sl_test_path_in(root, "refused"); /* missing */
+  store_then then = {.template_dir = template, .refused_dir = refused};
+  backpressured_store(state, out, &then);
+  sl_store_info info;
   char err[512];
-  cr_assert_eq(sl_state_dir_open(state, 0, &sd, err, sizeof err), 0, "%s",
+  cr_assert_eq(sl_store_inspect(state, &info, err, sizeof err), 0, "%s", err);
+  sl_store_options options = {.graph_fingerprint = info.graph, .no_sync = 1};
+  sl_store *st;
+  cr_assert_eq(sl_store_open(state, &options, &st, err, sizeof err), 0,
+               "%s", err);
+  cr_assert_eq(mkdir(sp, 0755), 0, "%s: %s", sp, strerror(errno));
+  uint64_t id = 0, bytes = 0;
+  cr_assert_eq(sl_store_copy(st, sp, &id, &bytes, err, sizeof err), 0, "%s",
                err);
-  const sl_state_dir_info *info = sl_state_dir_info_get(sd);
-  sl_inspect_checkpoint rec;
-  cr_assert_eq(sl_state_dir_checkpoint(sd, info->latest, &rec, err,
-                                       sizeof err), 0, "%s", err);
-  cr_expect(rec.unaligned && rec.channel_bytes > 0 &&
+  sl_store_close(st);
+  free(info.graph);
+  char *path = sl_test_path_in(template, "manifest.json");
+  char *manifest = sl_test_read_file(path, NULL);
+  cr_assert(manifest, "no %s", path);
+  const char *field = "\"checkpoint_id\": ";
+  char *at = strstr(manifest, field);
+  cr_assert(at, "no checkpoint_id in %s", path);
+  at += strlen(field);
+  char *rest = at + strspn(at, "0123456789");
+  char *text = malloc(strlen(manifest) + 32);
+  cr_assert(text);
+  snprintf(text, strlen(manifest) + 32, "%.*s%" PRIu64 "%s",
+           (int)(at - manifest), manifest, id, rest);
+  free(path);
+  path = sl_test_path_in(sp, "manifest.json");
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "%s: %s", path, strerror(errno));
+  cr_assert_eq(fputs(text, f) >= 0 && fclose(f) == 0, true);
+  free(path), free(text), free(manifest), free(template), free(refused);
+  /* It holds channel state (`sluice checkpoints` reads it so). */
+  uint64_t blob_bytes = 0;
+  sl_inspect_checkpoint rec =
+      newest_record(sp, SL_STATE_DIR_NO_LOCK_FILE, &blob_bytes);
+  cr_assert(rec.unaligned && rec.channel_bytes > 0 &&
             rec.record_version == 3, "record version %" PRIu32
             ", unaligned %d, %" PRIu64 " channel bytes", rec.record_version,
             rec.unaligned, rec.channel_bytes);
-  uint64_t blob_channel_bytes = 0;
-  for (int i = 0; i < info->blob_count; i++)
-    blob_channel_bytes += info->blobs[i].channel_bytes;
-  cr_expect_eq(blob_channel_bytes, rec.channel_bytes,
+  cr_expect_eq(blob_bytes, rec.channel_bytes,
                "the blobs' channel state against the record's");
-  sl_state_dir_close(sd);
+  return sp;
+}
+
+/* A savepoint of an unaligned checkpoint with channel state (as builds
+ * before savepoints stayed aligned wrote them; made here by copying the
+ * store under an aligned savepoint's manifest): rescaling from it is
+ * refused, saying why; at the parallelism it was taken with, the job
+ * resumes from it.  A savepoint of the stopped job, whose newest
+ * checkpoint is that unaligned one, is refused (backpressured_store). */
+Test(unaligned, rescaling_channel_state_is_refused, .timeout = 300) {
+  char *state = sl_test_temp_dir("ua"), *out = sl_test_temp_dir("ua");
+  char *state2 = sl_test_temp_dir("ua"), *state3 = sl_test_temp_dir("ua");
+  char *root = sl_test_temp_dir("ua");
+  char *sp = unaligned_savepoint(root, state, out);
   spec s = {.records = 400000, .keys = 31, .parallelism = 2,
             .count_parallelism = 3, .unaligned = true, .interval_ms = 10,
             .from_savepoint = sp, .state_dir = state2, .out_dir = out};
@@ -516,9 +708,10 @@ Test(unaligned, rescaling_channel_state_is_refused, .timeout = 300) {
   expect_exactly_once(&r, s.records, "from the savepoint");
   sl_test_remove_tree(state);
   sl_test_remove_tree(out);
-  sl_test_remove_tree(sp);
+  sl_test_remove_tree(root);
   sl_test_remove_tree(state2);
   sl_test_remove_tree(state3);
+  free(sp);
 }
 
 /* The settings are checked where they enter (sl_job_create). */
