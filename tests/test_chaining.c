@@ -306,7 +306,13 @@ static void exactly_once_through_faults(int chaining, const char *faults,
   sl_job *job = 0;
   sl_op *src, *map, *sink;
   cr_assert_eq(sl_job_create(&config, &job), 0);
-  cr_assert_eq(sl_source_keyed(job, "src", 1, count, keys, &src), 0);
+  /* Gated: 20,000 records until a checkpoint completed, so the fault at
+   * 50,000 always has one to restore (and the restore fault fires). */
+  static sl_fixture_gated_source gated;
+  gated = (sl_fixture_gated_source){.count = count, .keys = keys,
+                                    .gate = 20000};
+  cr_assert_eq(sl_op_source(job, "src", 1, &sl_fixture_gated_ops, &gated,
+                            &src), 0);
   cr_assert_eq(sl_op_map(job, "map", src, 1, sizeof(sl_tuple), same, 0,
                          &map), 0);
   cr_assert_eq(sl_sink_verify(job, "verify", map, 1, count, keys, &sink), 0);
