@@ -59,13 +59,20 @@
  *    close waits at most KAFKA_CLOSE_COMMIT_MS for the commit in flight
  *    and the last one (so a bounded run's final offsets usually land),
  *    then librdkafka's own close, which waits for commits still in
- *    flight, at most session.timeout.ms (librdkafka's documented bound
- *    of rd_kafka_consumer_close): the source joins no group (note 1), so
- *    that setting means nothing else here, and it is set to
- *    KAFKA_CLOSE_GROUP_MS.  Its default, 45 s, made a stop with the
- *    broker down take about 47 s.  A failed or lost commit loses nothing
- *    (a warning says so): the checkpoints hold the offsets the source
- *    restores from.
+ *    flight: usually at most session.timeout.ms (the bound librdkafka
+ *    documents for rd_kafka_consumer_close; the source joins no group,
+ *    note 1, so that setting means nothing else here, and it is set to
+ *    KAFKA_SESSION_MS; its default, 45 s, made a stop with the broker
+ *    down take about 47 s), but a commit still waiting for a group
+ *    coordinator when the close starts was seen to hold it without end
+ *    (librdkafka 2.0.2, about 1 stop in 10 under ASan).  So the close is
+ *    asynchronous (consumer_close_bounded): the instance waits at most
+ *    KAFKA_CLOSE_GROUP_MS for it, and a consumer not closed by then is
+ *    destroyed by a detached thread of its own, which ends when librdkafka
+ *    lets it (the commit answered or failed) or with the process.  That
+ *    late commit may still land, after a newer job's: monitoring only.
+ *    A failed or lost commit loses nothing (a warning says so): the
+ *    checkpoints hold the offsets the source restores from.
  * 7. Nothing read back is trusted (DESIGN.md invariant 9): the state's
  *    length, magic, version, topic hash, partition ids (each assigned to
  *    this instance, none twice), offsets (next <= end when there is an
@@ -92,6 +99,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +123,11 @@
 #define KAFKA_COMMIT_RING 8u /* note 6 */
 #define KAFKA_CLOSE_COMMIT_MS 2000 /* note 6: the last commits, at close */
 #define KAFKA_CLOSE_GROUP_MS 1000  /* note 6: librdkafka's close */
+/* Note 6: session.timeout.ms, under KAFKA_CLOSE_GROUP_MS so that the
+ * usual close ends within the wait and the thread is the exception. */
+#define KAFKA_SESSION_MS 500
+_Static_assert(KAFKA_SESSION_MS < KAFKA_CLOSE_GROUP_MS,
+               "librdkafka's usual close must fit in the source's wait");
 #define KAFKA_PATH_BYTES 4096 /* a dead-letter path with its NUL (note 8) */
 
 typedef struct kafka_source {
@@ -283,7 +296,7 @@ static int consumer_new(sl_ctx *ctx, kafka_instance *k) {
    * (retention) fails the job instead of skipping data silently.
    * session.timeout.ms bounds the close (note 6). */
   char close_ms[16];
-  snprintf(close_ms, sizeof close_ms, "%d", KAFKA_CLOSE_GROUP_MS);
+  snprintf(close_ms, sizeof close_ms, "%d", KAFKA_SESSION_MS);
   const char *const settings[][2] = {{"bootstrap.servers", src->bootstrap},
                                      {"group.id", src->group_id},
                                      {"session.timeout.ms", close_ms},
@@ -787,7 +800,7 @@ static void commit_last(sl_ctx *ctx, kafka_instance *k) {
   if (k->in_flight_id)
     sl_log(SL_LOG_WARN, "kafka source %s: the commit of the offsets of "
            "checkpoint %" PRIu64 " to group %s had no answer within %d ms of "
-           "the close; librdkafka's close waits at most %d ms more "
+           "the close; the consumer's close waits at most %d ms more "
            "(monitoring only)", sl_ctx_name(ctx), k->in_flight_id,
            k->src->group_id, KAFKA_CLOSE_COMMIT_MS, KAFKA_CLOSE_GROUP_MS);
 }
@@ -856,18 +869,62 @@ static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
   return SL_ECORRUPT;
 }
 
+static void *consumer_destroy_main(void *consumer) {
+  rd_kafka_destroy_flags(consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+  return NULL;
+}
+
+/* Note 6: close the consumer, waiting at most KAFKA_CLOSE_GROUP_MS; one
+ * not closed by then is destroyed by a detached thread.  The consumer is
+ * gone (or going) on return. */
+static void consumer_close_bounded(sl_ctx *ctx, kafka_instance *k) {
+  rd_kafka_queue_t *events = rd_kafka_queue_new(k->consumer);
+  rd_kafka_error_t *error =
+      events ? rd_kafka_consumer_close_queue(k->consumer, events) : NULL;
+  if (!events || error) { /* cannot close asynchronously: librdkafka's way */
+    if (error)
+      rd_kafka_error_destroy(error);
+    if (events)
+      rd_kafka_queue_destroy(events);
+    rd_kafka_destroy(k->consumer);
+    return;
+  }
+  uint64_t deadline_ns =
+      sl_now_ns() + KAFKA_CLOSE_GROUP_MS * UINT64_C(1000000);
+  while (!rd_kafka_consumer_closed(k->consumer) &&
+         sl_now_ns() < deadline_ns) { /* bounded by the deadline */
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(events, 10);
+    if (ev) /* no group, so no rebalance: nothing to act on */
+      rd_kafka_event_destroy(ev);
+  }
+  bool closed = rd_kafka_consumer_closed(k->consumer);
+  rd_kafka_queue_destroy(events);
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (closed || pthread_attr_init(&attr) != 0) {
+    rd_kafka_destroy_flags(k->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    return;
+  }
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, consumer_destroy_main, k->consumer);
+  pthread_attr_destroy(&attr);
+  sl_log(SL_LOG_WARN, "kafka source %s: the consumer of topic %s did not "
+         "close within %d ms (an offset commit without an answer); %s",
+         sl_ctx_name(ctx), k->src->topic, KAFKA_CLOSE_GROUP_MS,
+         rc == 0 ? "a thread of its own destroys it when librdkafka lets it"
+                 : "waiting for librdkafka (no thread could be made)");
+  if (rc != 0)
+    rd_kafka_destroy_flags(k->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+}
+
 static void kafka_close(sl_ctx *ctx, void *state) {
   kafka_instance *k = state;
   if (k->commit_results) {
     commit_last(ctx, k);
     rd_kafka_queue_destroy(k->commit_results);
   }
-  if (k->consumer) {
-    /* No group was joined (note 1): close ends the fetchers and waits for
-     * commits still in flight, at most session.timeout.ms (note 6). */
-    rd_kafka_consumer_close(k->consumer);
-    rd_kafka_destroy(k->consumer);
-  }
+  if (k->consumer) /* no group was joined (note 1) */
+    consumer_close_bounded(ctx, k);
   for (uint32_t i = 0; i < KAFKA_COMMIT_RING; i++)
     free(k->commits[i].offsets);
   io_dead_letter_close(&k->dead);
