@@ -47,15 +47,32 @@
  *    largest times are checkpointed with the offsets.
  * 6. Committing offsets back is monitoring only: each snapshot keeps its
  *    offsets in a ring of KAFKA_COMMIT_RING entries; the completion of
- *    checkpoint c commits, asynchronously, the newest entry with an id <=
- *    c, and forgets the older ones (the final snapshot's entry takes the
- *    id after every barrier seen, as in wal_sink.c note 5, at most that of
- *    the checkpoint completing it).  Results come back on a
- *    queue of the instance's, polled without waiting at each completion
- *    and for at most KAFKA_CLOSE_COMMIT_MS at close, so the last commit
- *    of a bounded run usually lands.  A failed or lost commit loses
- *    nothing (a warning says so): the checkpoints hold the offsets the
- *    source restores from.
+ *    checkpoint c makes the newest entry with an id <= c the next to
+ *    commit, asynchronously, and forgets the older ones (the final
+ *    snapshot's entry takes the id after every barrier seen, as in
+ *    wal_sink.c note 5, at most that of the checkpoint completing it).
+ *    At most one commit is in flight (commit_next): while one is, later
+ *    completions only move the entry to commit next, so a cluster that
+ *    does not answer holds one request, not one per checkpoint.  Results
+ *    come back on a queue of the instance's, polled without waiting at
+ *    each completion.  A stop is bounded whatever the cluster does:
+ *    close waits at most KAFKA_CLOSE_COMMIT_MS for the commit in flight
+ *    and the last one (so a bounded run's final offsets usually land),
+ *    then librdkafka's own close, which waits for commits still in
+ *    flight: usually at most session.timeout.ms (the bound librdkafka
+ *    documents for rd_kafka_consumer_close; the source joins no group,
+ *    note 1, so that setting means nothing else here, and it is set to
+ *    KAFKA_SESSION_MS; its default, 45 s, made a stop with the broker
+ *    down take about 47 s), but a commit still waiting for a group
+ *    coordinator when the close starts was seen to hold it without end
+ *    (librdkafka 2.0.2, about 1 stop in 10 under ASan).  So the close is
+ *    asynchronous (consumer_close_bounded): the instance waits at most
+ *    KAFKA_CLOSE_GROUP_MS for it, and a consumer not closed by then is
+ *    destroyed by a detached thread of its own, which ends when librdkafka
+ *    lets it (the commit answered or failed) or with the process.  That
+ *    late commit may still land, after a newer job's: monitoring only.
+ *    A failed or lost commit loses nothing (a warning says so): the
+ *    checkpoints hold the offsets the source restores from.
  * 7. Nothing read back is trusted (DESIGN.md invariant 9): the state's
  *    length, magic, version, topic hash, partition ids (each assigned to
  *    this instance, none twice), offsets (next <= end when there is an
@@ -82,6 +99,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +122,12 @@
 #define KAFKA_RECORDS_PER_CALL 1024u
 #define KAFKA_COMMIT_RING 8u /* note 6 */
 #define KAFKA_CLOSE_COMMIT_MS 2000 /* note 6: the last commits, at close */
+#define KAFKA_CLOSE_GROUP_MS 1000  /* note 6: librdkafka's close */
+/* Note 6: session.timeout.ms, under KAFKA_CLOSE_GROUP_MS so that the
+ * usual close ends within the wait and the thread is the exception. */
+#define KAFKA_SESSION_MS 500
+_Static_assert(KAFKA_SESSION_MS < KAFKA_CLOSE_GROUP_MS,
+               "librdkafka's usual close must fit in the source's wait");
 #define KAFKA_PATH_BYTES 4096 /* a dead-letter path with its NUL (note 8) */
 
 typedef struct kafka_source {
@@ -137,7 +161,8 @@ typedef struct kafka_instance {
   bool assigned; /* the first next() resolved starts and assigned */
   kafka_commit commits[KAFKA_COMMIT_RING];
   rd_kafka_queue_t *commit_results; /* note 6 */
-  uint32_t commits_in_flight;
+  uint64_t completed_id;   /* the newest checkpoint completed (note 6) */
+  uint64_t in_flight_id;   /* the checkpoint of the commit in flight; 0: none */
   io_dead_letter dead; /* note 8; dead.path NULL: bad records fail */
   char dead_path[KAFKA_PATH_BYTES + 16];
 } kafka_instance;
@@ -268,9 +293,13 @@ static int assign_partitions(sl_ctx *ctx, kafka_instance *k) {
 static int consumer_new(sl_ctx *ctx, kafka_instance *k) {
   const kafka_source *src = k->src;
   /* auto.offset.reset=error: an offset the topic no longer holds
-   * (retention) fails the job instead of skipping data silently. */
+   * (retention) fails the job instead of skipping data silently.
+   * session.timeout.ms bounds the close (note 6). */
+  char close_ms[16];
+  snprintf(close_ms, sizeof close_ms, "%d", KAFKA_SESSION_MS);
   const char *const settings[][2] = {{"bootstrap.servers", src->bootstrap},
                                      {"group.id", src->group_id},
+                                     {"session.timeout.ms", close_ms},
                                      {"enable.auto.commit", "false"},
                                      {"enable.auto.offset.store", "false"},
                                      {"enable.partition.eof", "true"},
@@ -687,41 +716,47 @@ static int kafka_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   return 0;
 }
 
-/* Note 6: take the commit results that came, waiting at most wait_ms in
- * all for the outstanding ones. */
-static void commit_results(sl_ctx *ctx, kafka_instance *k, int wait_ms) {
-  int64_t waited_ms = 0;
-  while (k->commits_in_flight > 0) { /* bounded by wait_ms */
-    rd_kafka_event_t *ev = rd_kafka_queue_poll(
-        k->commit_results, waited_ms < wait_ms ? 100 : 0);
-    if (!ev) {
-      waited_ms += 100;
-      if (waited_ms >= wait_ms)
-        break;
-      continue;
-    }
+/* Note 6: take the result of the commit in flight if it comes within
+ * wait_ms (0: only look).  Returns whether no commit is in flight now. */
+static bool commit_result(sl_ctx *ctx, kafka_instance *k, int wait_ms) {
+  uint64_t deadline_ns = sl_now_ns() + (uint64_t)wait_ms * 1000000u;
+  while (k->in_flight_id) { /* bounded by the deadline */
+    uint64_t now_ns = sl_now_ns();
+    int left_ms = now_ns < deadline_ns
+                      ? (int)((deadline_ns - now_ns + 999999u) / 1000000u)
+                      : 0;
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(k->commit_results, left_ms);
+    if (!ev)
+      return false;
     if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_OFFSET_COMMIT) {
-      k->commits_in_flight--;
       if (rd_kafka_event_error(ev))
-        sl_log(SL_LOG_WARN, "kafka source %s: committing offsets of topic %s "
-               "to group %s: %s (monitoring only)", sl_ctx_name(ctx),
+        sl_log(SL_LOG_WARN, "kafka source %s: committing the offsets of "
+               "checkpoint %" PRIu64 " of topic %s to group %s: %s "
+               "(monitoring only)", sl_ctx_name(ctx), k->in_flight_id,
                k->src->topic, k->src->group_id,
                rd_kafka_event_error_string(ev));
+      k->in_flight_id = 0;
     }
     rd_kafka_event_destroy(ev);
   }
+  return true;
 }
 
-static void kafka_complete(sl_ctx *ctx, void *state, uint64_t id) {
-  kafka_instance *k = state;
+/* Note 6: unless a commit is in flight, commit the newest entry of a
+ * completed checkpoint, asynchronously, and forget it and the older
+ * ones.  A refused request loses nothing: the next completion tries its
+ * own entry. */
+static void commit_next(kafka_instance *k) {
+  if (k->in_flight_id || !k->commit_results)
+    return;
   kafka_commit *best = NULL;
   for (uint32_t i = 0; i < KAFKA_COMMIT_RING; i++) {
     kafka_commit *c = &k->commits[i];
-    if (c->checkpoint_id && c->checkpoint_id <= id &&
+    if (c->checkpoint_id && c->checkpoint_id <= k->completed_id &&
         (!best || c->checkpoint_id > best->checkpoint_id))
       best = c;
   }
-  if (!best || !k->commit_results)
+  if (!best)
     return;
   rd_kafka_topic_partition_list_t *list =
       rd_kafka_topic_partition_list_new((int)k->part_count);
@@ -733,13 +768,41 @@ static void kafka_complete(sl_ctx *ctx, void *state, uint64_t id) {
   if (list->cnt &&
       rd_kafka_commit_queue(k->consumer, list, k->commit_results, NULL,
                             NULL) == 0)
-    k->commits_in_flight++;
+    k->in_flight_id = best->checkpoint_id;
   rd_kafka_topic_partition_list_destroy(list);
   uint64_t done = best->checkpoint_id;
   for (uint32_t i = 0; i < KAFKA_COMMIT_RING; i++)
     if (k->commits[i].checkpoint_id <= done)
       k->commits[i].checkpoint_id = 0;
-  commit_results(ctx, k, 0);
+}
+
+static void kafka_complete(sl_ctx *ctx, void *state, uint64_t id) {
+  kafka_instance *k = state;
+  if (!k->commit_results)
+    return;
+  if (id > k->completed_id)
+    k->completed_id = id;
+  commit_result(ctx, k, 0);
+  commit_next(k);
+}
+
+/* Note 6: at close, at most KAFKA_CLOSE_COMMIT_MS for the commit in
+ * flight and the one after it. */
+static void commit_last(sl_ctx *ctx, kafka_instance *k) {
+  uint64_t deadline_ns = sl_now_ns() + KAFKA_CLOSE_COMMIT_MS * UINT64_C(1000000);
+  for (;;) { /* bounded by the deadline; each pass takes a result */
+    commit_next(k);
+    uint64_t now_ns = sl_now_ns();
+    if (!k->in_flight_id || now_ns >= deadline_ns)
+      break;
+    commit_result(ctx, k, (int)((deadline_ns - now_ns) / 1000000u));
+  }
+  if (k->in_flight_id)
+    sl_log(SL_LOG_WARN, "kafka source %s: the commit of the offsets of "
+           "checkpoint %" PRIu64 " to group %s had no answer within %d ms of "
+           "the close; the consumer's close waits at most %d ms more "
+           "(monitoring only)", sl_ctx_name(ctx), k->in_flight_id,
+           k->src->group_id, KAFKA_CLOSE_COMMIT_MS, KAFKA_CLOSE_GROUP_MS);
 }
 
 /* The state directory for an error text (never NULL). */
@@ -806,17 +869,62 @@ static int kafka_restore(sl_ctx *ctx, void *state, uint64_t id) {
   return SL_ECORRUPT;
 }
 
+static void *consumer_destroy_main(void *consumer) {
+  rd_kafka_destroy_flags(consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+  return NULL;
+}
+
+/* Note 6: close the consumer, waiting at most KAFKA_CLOSE_GROUP_MS; one
+ * not closed by then is destroyed by a detached thread.  The consumer is
+ * gone (or going) on return. */
+static void consumer_close_bounded(sl_ctx *ctx, kafka_instance *k) {
+  rd_kafka_queue_t *events = rd_kafka_queue_new(k->consumer);
+  rd_kafka_error_t *error =
+      events ? rd_kafka_consumer_close_queue(k->consumer, events) : NULL;
+  if (!events || error) { /* cannot close asynchronously: librdkafka's way */
+    if (error)
+      rd_kafka_error_destroy(error);
+    if (events)
+      rd_kafka_queue_destroy(events);
+    rd_kafka_destroy(k->consumer);
+    return;
+  }
+  uint64_t deadline_ns =
+      sl_now_ns() + KAFKA_CLOSE_GROUP_MS * UINT64_C(1000000);
+  while (!rd_kafka_consumer_closed(k->consumer) &&
+         sl_now_ns() < deadline_ns) { /* bounded by the deadline */
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(events, 10);
+    if (ev) /* no group, so no rebalance: nothing to act on */
+      rd_kafka_event_destroy(ev);
+  }
+  bool closed = rd_kafka_consumer_closed(k->consumer);
+  rd_kafka_queue_destroy(events);
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (closed || pthread_attr_init(&attr) != 0) {
+    rd_kafka_destroy_flags(k->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    return;
+  }
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, consumer_destroy_main, k->consumer);
+  pthread_attr_destroy(&attr);
+  sl_log(SL_LOG_WARN, "kafka source %s: the consumer of topic %s did not "
+         "close within %d ms (an offset commit without an answer); %s",
+         sl_ctx_name(ctx), k->src->topic, KAFKA_CLOSE_GROUP_MS,
+         rc == 0 ? "a thread of its own destroys it when librdkafka lets it"
+                 : "waiting for librdkafka (no thread could be made)");
+  if (rc != 0)
+    rd_kafka_destroy_flags(k->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+}
+
 static void kafka_close(sl_ctx *ctx, void *state) {
   kafka_instance *k = state;
   if (k->commit_results) {
-    commit_results(ctx, k, KAFKA_CLOSE_COMMIT_MS);
+    commit_last(ctx, k);
     rd_kafka_queue_destroy(k->commit_results);
   }
-  if (k->consumer) {
-    /* No group was joined (note 1): close only ends the fetchers. */
-    rd_kafka_consumer_close(k->consumer);
-    rd_kafka_destroy(k->consumer);
-  }
+  if (k->consumer) /* no group was joined (note 1) */
+    consumer_close_bounded(ctx, k);
   for (uint32_t i = 0; i < KAFKA_COMMIT_RING; i++)
     free(k->commits[i].offsets);
   io_dead_letter_close(&k->dead);
