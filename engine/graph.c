@@ -951,55 +951,11 @@ static bool chaining_wanted(const sl_job *job) {
   return job->instance_count > job->usable_cpus; /* SL_CHAINING_AUTO */
 }
 
-/* A chain's segment that starts at instance `head` (index into
- * job->instances): its length along single chained links. */
-static int segment_length(const int *down, const int *downs, int head) {
-  int n = 1;
-  for (int i = head; downs[i] == 1; i = down[i])
-    n++;
-  return n;
-}
-
-/* SL_CHAINING_AUTO with fewer threads than CPUs left: cut the longest
- * linear segments in their middles, one cut a CPU, so the job's threads
- * match its CPUs (a pipeline of 4 on 2 CPUs runs as 2 threads of 2:
- * both cores work, and neither switches between threads).  A segment
- * that branches (an instance feeding two chained consumers) is left
- * whole. */
-static void cut_chains(const sl_job *job, int *up, int *down, int *downs,
-                       int threads) {
-  int n = job->instance_count;
-  while (threads < job->usable_cpus) {
-    int best = -1, best_length = 1;
-    for (int i = 0; i < n; i++) {
-      if (up[i] >= 0)
-        continue; /* not a segment's head */
-      bool linear = true;
-      for (int k = i; downs[k] > 0 && linear; k = down[k])
-        linear = downs[k] == 1;
-      int length = segment_length(down, downs, i);
-      if (linear && length > best_length) {
-        best = i;
-        best_length = length;
-      }
-    }
-    if (best < 0)
-      return; /* every segment is one instance, or branches */
-    int cut = best;
-    for (int k = 0; k < best_length / 2; k++)
-      cut = down[cut];
-    downs[up[cut]] = 0;
-    up[cut] = -1;
-    threads++;
-  }
-}
-
 /* runtime.c note 12: which instances run in another's thread.  An
  * instance is chained to its upstream instance when its only channel is
  * that instance's only ring on one output (a forward edge, or an edge
  * between two operators of parallelism 1) and neither operator opted
- * out; in automatic mode the chains are then cut until the threads are
- * as many as the CPUs (cut_chains).  Then every instance gets its runner,
+ * out.  Then every instance gets its runner,
  * the end of its chain upstream, every runner the list of its members,
  * and every ring the parkers of the threads at its ends.
  * O(instances x outputs). */
@@ -1008,16 +964,13 @@ static int plan_chains(sl_job *job) {
   if (!chaining_wanted(job))
     return 0;
   int n = job->instance_count;
-  /* up[i]: the instance i is chained to (-1: none), by output up_out[i];
-   * down[p]: one instance chained to p, downs[p]: how many. */
-  int *links = malloc(sizeof(int) * 4 * (size_t)n);
+  /* up[i]: the instance i is chained to (-1: none), by output up_out[i]. */
+  int *links = malloc(sizeof(int) * 2 * (size_t)n);
   if (!links)
     return ENOMEM;
-  int *up = links, *up_out = links + n, *down = links + 2 * n,
-      *downs = links + 3 * n;
+  int *up = links, *up_out = links + n;
   for (int i = 0; i < n; i++)
-    up[i] = up_out[i] = down[i] = -1, downs[i] = 0;
-  int threads = n;
+    up[i] = up_out[i] = -1;
   for (int i = 0; i < n; i++) {
     sl_instance *c = job->instances[i];
     if (c->channel_count != 1 || c->op->no_chaining)
@@ -1032,16 +985,11 @@ static int plan_chains(sl_job *job) {
         if (out->ring_count == 1 && out->rings[0] == ring) {
           up[i] = j;
           up_out[i] = o;
-          down[j] = i;
-          downs[j]++;
-          threads--;
           break;
         }
       }
     }
   }
-  if (job->config.chaining == SL_CHAINING_AUTO)
-    cut_chains(job, up, down, downs, threads);
   uint64_t chain_bytes = round_up_pow2(
       4 * ((uint64_t)job->config.max_record_bytes + 16));
   if (chain_bytes < SL_CHAIN_RING_BYTES)

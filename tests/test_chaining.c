@@ -204,27 +204,27 @@ Test(plan, an_operator_that_opts_out_breaks_the_chain_on_both_sides) {
   cr_expect_eq(pipeline_threads(&p), 3);
 }
 
-/* Automatic: chained when the 4 instances outnumber the CPUs, and cut in
- * the middle until the threads are as many as the CPUs. */
-Test(plan, auto_runs_as_many_threads_as_cpus) {
+/* Automatic: chained when the 4 instances outnumber the CPUs the job may
+ * use, a thread each when they do not. */
+Test(plan, auto_chains_when_instances_outnumber_cpus) {
   cpu_set_t mask;
   CPU_ZERO(&mask);
   cr_assert_eq(sched_getaffinity(0, sizeof mask, &mask), 0);
-  int cpus[3], count = 0;
-  for (int c = 0; c < CPU_SETSIZE && count < 3; c++)
+  int cpus[4], count = 0;
+  for (int c = 0; c < CPU_SETSIZE && count < 4; c++)
     if (CPU_ISSET(c, &mask))
       cpus[count++] = c;
   pipeline p;
   pipeline_build_on(&p, SL_CHAINING_AUTO, false, cpus, 1);
   cr_expect_eq(pipeline_threads(&p), 1);
   if (count < 2)
-    cr_skip_test("one CPU in this process's mask: the cut is not seen");
+    cr_skip_test("one CPU in this process's mask");
   pipeline_build_on(&p, SL_CHAINING_AUTO, false, cpus, 2);
-  cr_expect_eq(pipeline_threads(&p), 2);
-  if (count < 3)
-    return;
-  pipeline_build_on(&p, SL_CHAINING_AUTO, false, cpus, 3);
-  cr_expect_eq(pipeline_threads(&p), 3);
+  cr_expect_eq(pipeline_threads(&p), 1);
+  if (count < 4)
+    return; /* four CPUs for four instances: not on this machine */
+  pipeline_build_on(&p, SL_CHAINING_AUTO, false, cpus, 4);
+  cr_expect_eq(pipeline_threads(&p), 4);
 }
 
 /* A keyed edge from one source instance to two count instances fans out
