@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include "sluice.h" /* sl_tuple */
+#include "sluice_testing.h" /* sl_verify_result */
 #include <time.h>
 #include <unistd.h>
 
@@ -173,4 +174,14 @@ void kafka_produce_tuples(const kafka_mock *m, const char *topic,
   free(values);
   free(sizes);
   free(parts);
+}
+
+void kafka_expect_exactly_once(const struct sl_op *verify, uint64_t count) {
+  sl_verify_counts v;
+  cr_assert_eq(sl_verify_result(verify, &v), 0);
+  cr_expect(v.complete, "the verifying sink did not reach its end");
+  cr_expect_eq(v.records, count);
+  cr_expect_eq(v.lost, 0);
+  cr_expect_eq(v.duplicates, 0);
+  cr_expect_eq(v.out_of_order, 0);
 }

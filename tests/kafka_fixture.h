@@ -42,4 +42,9 @@ void kafka_produce(const kafka_mock *m, const char *topic, uint32_t count,
 void kafka_produce_tuples(const kafka_mock *m, const char *topic,
                           uint32_t count, uint64_t keys, int partitions);
 
+/* Expect a verifying sink (sl_sink_verify) to have reached its end with
+ * count records, each exactly once and in its key's order. */
+struct sl_op;
+void kafka_expect_exactly_once(const struct sl_op *verify, uint64_t count);
+
 #endif

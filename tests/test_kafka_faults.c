@@ -114,13 +114,7 @@ static uint32_t run_with_faults(kafka_mock *m, const char *dir,
   int rc = sl_job_wait(job);
   cr_assert_not(sl_test_watchdog_disarm(&w), "the job hung");
   cr_expect_eq(rc, 0, "job failed: %s", sl_job_error(job));
-  sl_verify_counts v;
-  cr_assert_eq(sl_verify_result(verify, &v), 0);
-  cr_expect(v.complete);
-  cr_expect_eq(v.records, run->count);
-  cr_expect_eq(v.lost, 0);
-  cr_expect_eq(v.duplicates, 0);
-  cr_expect_eq(v.out_of_order, 0);
+  kafka_expect_exactly_once(verify, run->count);
   uint32_t restarts = sl_job_restarts(job);
   sl_job_destroy(job);
   return restarts;
@@ -259,13 +253,7 @@ Test(kafka_faults, stop_with_the_broker_down_returns_and_resumes) {
   sl_job_last_checkpoint(job, &restored_from);
   cr_expect_eq(restored_from, last, "the resume did not restore the "
                "stopped job's last checkpoint");
-  sl_verify_counts v;
-  cr_assert_eq(sl_verify_result(verify, &v), 0);
-  cr_expect(v.complete);
-  cr_expect_eq(v.records, COUNT);
-  cr_expect_eq(v.lost, 0);
-  cr_expect_eq(v.duplicates, 0);
-  cr_expect_eq(v.out_of_order, 0);
+  kafka_expect_exactly_once(verify, COUNT);
   sl_job_destroy(job);
   sl_test_remove_tree(dir);
   kafka_mock_stop(&m);
