@@ -955,10 +955,10 @@ static bool chaining_wanted(const sl_job *job) {
  * instance is chained to its upstream instance when its only channel is
  * that instance's only ring on one output (a forward edge, or an edge
  * between two operators of parallelism 1) and neither operator opted
- * out.  Then every instance gets its runner,
- * the end of its chain upstream, every runner the list of its members,
- * and every ring the parkers of the threads at its ends.
- * O(instances x outputs). */
+ * out.  Then every instance gets its runner, the end of its chain
+ * upstream, every runner the list of its members, and every ring the
+ * parkers of the threads at its ends.  O(instances^2 x outputs), once at
+ * compile time. */
 static int plan_chains(sl_job *job) {
   job->thread_count = job->instance_count;
   if (!chaining_wanted(job))
