@@ -1422,6 +1422,13 @@ static int member_turn(sl_instance *m, bool force) {
           return rc;
       }
     }
+    /* Finished, a member leaves its notifications to its end, after the
+     * final checkpoint (instance_end), as an instance of its own thread
+     * does: a sink that saw the final checkpoint's completion before
+     * cp_final_done was set would take it for an ordinary one and leave
+     * its final output uncommitted. */
+    if (m->chain_phase == CHAIN_FINISHED)
+      break;
     if (unlikely(sl_snapshot_notification_pending(m))) {
       int rc = sl_snapshot_notifications(m);
       if (rc)
@@ -1490,7 +1497,8 @@ static bool chain_attention(sl_instance *inst) {
     if (m->chain_phase == CHAIN_RUNNING && unlikely(m->timers != 0) &&
         sl_event_processing_due(m))
       return true;
-    if (sl_snapshot_notification_pending(m) || announcement_pending(m))
+    if (m->chain_phase != CHAIN_FINISHED && /* member_turn: at its end */
+        (sl_snapshot_notification_pending(m) || announcement_pending(m)))
       return true;
     if (m->chained_outputs && chain_attention(m))
       return true;
