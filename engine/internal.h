@@ -140,6 +140,8 @@ struct sl_ctx {
   int chained_outputs; /* outputs whose consumer runs in this thread */
   int chain_phase;
   int chain_rc;        /* a member's result, for its end (runtime.c) */
+  bool in_turn;        /* a member inside member_turn (asserts note 12's
+                          "never re-entered") */
 
   sl_channel *channels;
   int channel_count;

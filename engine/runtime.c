@@ -1384,7 +1384,7 @@ enum chain_phase {
 /* One turn of member m: everything readable on its one channel, its
  * timers, notifications and announcements, then its own outputs (which
  * runs its own members).  At END it finishes like instance_finish. */
-static int member_turn(sl_instance *m, bool force) {
+static int member_turn_body(sl_instance *m, bool force) {
   sl_channel *ch = &m->channels[0];
   assert(m->channel_count == 1 && m->runner != m);
   if (unlikely(m->cp.replay != 0) && m->chain_phase == CHAIN_RUNNING) {
@@ -1455,6 +1455,17 @@ static int member_turn(sl_instance *m, bool force) {
   }
   flush_outputs(m, force); /* and so its own members */
   return 0;
+}
+
+/* Note 12: a member is never re-entered.  Its turn runs only from its
+ * runner's publishes and waits, and nothing a member does calls upstream;
+ * this checks that argument in debug builds. */
+static int member_turn(sl_instance *m, bool force) {
+  assert(!m->in_turn && "a chained member re-entered (runtime.c note 12)");
+  m->in_turn = true;
+  int rc = member_turn_body(m, force);
+  m->in_turn = false;
+  return rc;
 }
 
 /* Note 12: publish every chained output of inst and give each of their
