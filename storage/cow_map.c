@@ -133,7 +133,9 @@
  *    part of the stable state once its epoch is released — is marked
  *    RETIRED_UNDO and appended to the undo list, linked through chain_next
  *    (free once a version leaves the table), so dirty_next still serves
- *    its epoch's list.  A version is displaced once (it leaves the table),
+ *    its epoch's list, and to the undo list's index, an array of the same
+ *    versions by append number that the rollback reads instead of the
+ *    list (cow_map_rollback.c note 4).  A version is displaced once (it leaves the table),
  *    so it is on the undo list at most once.  Each pending slot records
  *    the undo list's append count and last version at its freeze
  *    (undo_mark, undo_last); releasing epoch e makes the appends up to e's
@@ -422,6 +424,67 @@ static void index_append(sl_cow_map *m, sl_cow_entry *e) {
   block->versions[block->count++] = e;
 }
 
+void cow_map_undo_index_clear(sl_cow_map *m) {
+  sl_cow_index_block *block = m->undo_index_head;
+  while (block) {
+    sl_cow_index_block *next = block->next;
+    assert(m->memory_bytes >= sizeof *block);
+    m->memory_bytes -= sizeof *block;
+    sl_alloc_free(&m->alloc, block, sizeof *block);
+    block = next;
+  }
+  m->undo_index_head = m->undo_index_tail = 0;
+  m->undo_index_dropped = false;
+}
+
+/* Append v, the undo list's version number undo_pushed, to the undo
+ * list's index (cow_map_rollback.c note 4).  Without a block the index is
+ * dropped until the undo list is empty again; the write goes on. */
+static void undo_index_append(sl_cow_map *m, sl_cow_entry *v) {
+  if (m->undo_index_dropped)
+    return;
+  sl_cow_index_block *block = m->undo_index_tail;
+  if (!block || block->count == SL_COW_INDEX_BLOCK) {
+    sl_cow_index_block *fresh = sl_alloc_bytes(&m->alloc, sizeof *fresh);
+    if (!fresh) {
+      cow_map_undo_index_clear(m);
+      m->undo_index_dropped = true;
+      return;
+    }
+    m->memory_bytes += sizeof *fresh;
+    fresh->next = 0;
+    fresh->count = 0;
+    if (block) {
+      block->next = fresh;
+    } else {
+      m->undo_index_head = fresh;
+      m->undo_index_base = m->undo_pushed;
+    }
+    m->undo_index_tail = block = fresh;
+  }
+  block->versions[block->count++] = v;
+}
+
+/* After a release: free the undo index's blocks whose versions are all
+ * below undo_releasable (off the undo list), and end a dropped index once
+ * the undo list is empty (cow_map_rollback.c note 4). */
+static void undo_index_trim(sl_cow_map *m) {
+  sl_cow_index_block *block = m->undo_index_head;
+  while (block && m->undo_index_base + block->count <= m->undo_releasable) {
+    sl_cow_index_block *next = block->next;
+    m->undo_index_base += block->count;
+    assert(m->memory_bytes >= sizeof *block);
+    m->memory_bytes -= sizeof *block;
+    sl_alloc_free(&m->alloc, block, sizeof *block);
+    block = next;
+  }
+  m->undo_index_head = block;
+  if (!block)
+    m->undo_index_tail = 0;
+  if (m->undo_index_dropped && m->undo_releasable == m->undo_pushed)
+    m->undo_index_dropped = false;
+}
+
 /* Append to the current dirty list (the version is CURRENT from now on). */
 static void dirty_append(sl_cow_map *m, sl_cow_entry *e) {
   assert(e->epoch == m->epoch);
@@ -469,6 +532,7 @@ static void retire_displaced(sl_cow_map *m, sl_cow_entry *old) {
   else
     m->undo_head = old;
   m->undo_tail = old;
+  undo_index_append(m, old);
   m->undo_pushed++;
 }
 
@@ -764,6 +828,7 @@ static void destroy_walk(sl_cow_map *m) {
   }
   free_retired_on_list(m, m->dirty_head, m->dirty_entries);
   cow_map_free_index(m, m->index_head, m->dirty_entries);
+  cow_map_undo_index_clear(m);
   for (uint32_t i = 0; i < m->pending_count; i++) {
     free_retired_on_list(m, m->pending[i].head, m->pending[i].entries);
     cow_map_free_index(m, m->pending[i].index, m->pending[i].entries);
@@ -1322,8 +1387,10 @@ void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
   uint32_t stable = epoch < m->epoch ? epoch : m->epoch - 1;
   if (stable > m->stable_epoch)
     m->stable_epoch = stable;
-  if (n > 0)
+  if (n > 0) {
     undo_release(m, &m->pending_tails[n - 1]);
+    undo_index_trim(m);
+  }
   m->pending_count -= n;
   memmove(m->pending, m->pending + n, m->pending_count * sizeof *m->pending);
   memmove(m->pending_tails, m->pending_tails + n,

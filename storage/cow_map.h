@@ -80,7 +80,8 @@
  *
  * Memory: one allocation per entry version written: the header below (40
  * bytes) plus key and value, plus one bucket pointer per entry at most,
- * plus 8 bytes per version on a dirty list (note 11).
+ * plus 8 bytes per version on a dirty list (note 11), and with rollback 8
+ * bytes per version on the undo list (cow_map_rollback.c note 4).
  * Loaded versions (up to 64 KiB each; larger ones are malloc'd) are carved
  * out of 4 MiB chunks instead; a chunk goes back to the allocator when its
  * last version is freed, so the arena never holds more than the restored

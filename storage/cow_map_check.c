@@ -143,6 +143,40 @@ static bool check_undo_list(const sl_cow_map *m, const sl_cow_entry *head,
   return true;
 }
 
+/* The undo list's index (cow_map_rollback.c note 4): blocks, all full but
+ * the last, whose slots from append number undo_releasable on are the undo
+ * list in order; none wholly below undo_releasable (freed at release);
+ * none while dropped.  Its blocks count as the map's memory. */
+static bool check_undo_index(const sl_cow_map *m, check_tally *tally) {
+  const sl_cow_index_block *block = m->undo_index_head, *last = 0;
+  CHECK(!m->undo_index_dropped || !block);
+  uint64_t waiting = m->undo_pushed - m->undo_releasable;
+  if (!block) {
+    CHECK(m->undo_index_dropped || waiting == 0);
+    CHECK(!m->undo_index_tail);
+    return true;
+  }
+  CHECK(m->undo_index_base <= m->undo_releasable);
+  uint64_t number = m->undo_index_base;
+  const sl_cow_entry *u = m->undo_head;
+  for (; block; last = block, block = block->next) {
+    CHECK(block->count <= SL_COW_INDEX_BLOCK);
+    CHECK(!block->next || block->count == SL_COW_INDEX_BLOCK);
+    CHECK(number + block->count > m->undo_releasable);
+    for (uint64_t k = 0; k < block->count; k++, number++) {
+      if (number < m->undo_releasable)
+        continue; /* released: may be freed already */
+      CHECK(u && block->versions[k] == u);
+      u = u->chain_next;
+    }
+    tally->bytes += sizeof *block;
+  }
+  CHECK(last == m->undo_index_tail);
+  CHECK(number == m->undo_pushed);
+  CHECK(u == 0);
+  return true;
+}
+
 /* The undo lists (note 12): every version on them once, each on exactly
  * one of them or the epoch lists' undo versions. */
 static bool check_undo(const sl_cow_map *m, check_tally *tally) {
@@ -157,6 +191,8 @@ static bool check_undo(const sl_cow_map *m, check_tally *tally) {
                        m->undo_pushed - m->undo_releasable, &clean, tally))
     return false;
   CHECK(clean + tally->undo_on_lists == m->undo_pushed - m->undo_popped);
+  if (!check_undo_index(m, tally))
+    return false;
   uint64_t mark = m->undo_releasable; /* pending marks: not decreasing */
   for (uint32_t i = 0; i < m->pending_count; i++) {
     CHECK(m->pending[i].epoch > m->stable_epoch);

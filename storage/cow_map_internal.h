@@ -113,6 +113,16 @@ struct sl_cow_map {
   uint64_t undo_pushed;
   uint64_t undo_popped;
   uint64_t undo_releasable;
+  /* The undo list's index (cow_map_rollback.c note 4): its versions by
+   * append number, in blocks of the dirty index's kind; slot 0 of the
+   * first block holds append number undo_index_base.  Blocks wholly below
+   * undo_releasable are freed at release.  NULL when empty; dropped (no
+   * block, the rollback follows the list) if a block could not be had,
+   * until the undo list is empty again. */
+  sl_cow_index_block *undo_index_head;
+  sl_cow_index_block *undo_index_tail;
+  uint64_t undo_index_base;
+  bool undo_index_dropped;
   uint64_t rollbacks; /* for tests */
   uint64_t rollback_visits; /* versions rollbacks handled, for tests */
 };
@@ -151,6 +161,11 @@ void cow_map_free_version(sl_cow_map *m, sl_cow_entry *e);
  * given its first block (NULL: none). */
 void cow_map_free_index(sl_cow_map *m, const sl_cow_index_block *index,
                         uint64_t entries);
+/* Free every block of the undo list's index and start it again empty
+ * (cow_map_rollback.c note 4): after a rollback emptied the undo list, or
+ * when the map is destroyed. */
+void cow_map_undo_index_clear(sl_cow_map *m);
+
 /* Pop released undo versions (note 12), at most budget; true if some
  * remain. */
 bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget);

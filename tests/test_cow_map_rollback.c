@@ -288,6 +288,64 @@ static uint64_t rollback_visits_after_writes(uint64_t keys, uint64_t written) {
   return visits;
 }
 
+/* cow_map_rollback.c note 4: the undo list's index.  More displacements
+ * than one index block holds in each of two epochs; the first epoch's
+ * checkpoint completes while the second's is pending, so the undo list
+ * then starts in the middle of a block, and a block wholly released is
+ * freed.  Writes in the current epoch follow.  The rollback, which reads
+ * the index from there, returns to the first checkpoint; afterwards the
+ * index is empty (its memory back: sl_cow_map_check counts it) and works
+ * again for the next rollback. */
+Test(cow_map_rollback, the_undo_index_spans_blocks_and_partial_releases) {
+  uint64_t block = SL_COW_INDEX_BLOCK;
+  uint64_t keys = 3 * block + 100;
+  sl_cow_map *map = rollback_map();
+  model *stable = model_new(keys);
+  for (uint64_t id = 0; id < keys; id++) {
+    put_value(map, id, 8, id);
+    model_set(stable, id, 8, id);
+  }
+  checkpoint(map);
+  maintain_all(map); /* every version CLEAN */
+  uint64_t steady = sl_cow_map_memory_bytes(map);
+  uint64_t first = block + block / 4; /* epoch A: over one block */
+  for (uint64_t id = 0; id < first; id++) {
+    update_id(map, id, 8, 10000 + id);
+    model_set(stable, id, 8, 10000 + id);
+  }
+  sl_cow_delta a = sl_cow_map_freeze(map);
+  for (uint64_t id = first; id < keys; id++) /* epoch B: two blocks more */
+    update_id(map, id, 8, 20000 + id);
+  sl_cow_map_freeze(map);
+  cr_assert(sl_cow_map_check(map));
+  sl_cow_map_release(map, a.epoch); /* A's checkpoint completes; B's not */
+  cr_assert_eq(sl_cow_map_stable_epoch(map), a.epoch);
+  cr_assert_eq(sl_cow_map_undo_entries(map), keys); /* A's until reclaimed */
+  cr_assert(sl_cow_map_check(map));
+  for (uint64_t id = 0; id < keys; id += 3) /* the current epoch */
+    update_id(map, id, 8, 30000 + id);
+  for (uint64_t id = 1; id < keys; id += 97)
+    cr_assert_eq(delete_id(map, id), 0);
+  cr_assert(sl_cow_map_check(map));
+  expect_rollback_to(map, stable);
+  maintain_all(map);
+  cr_assert_eq(sl_cow_map_undo_entries(map), 0);
+  cr_assert(sl_cow_map_check(map));
+
+  /* Again from the restored map: writes over two blocks, a rollback. */
+  for (int round = 0; round < 2; round++)
+    for (uint64_t id = 0; id < keys; id += 1 + (uint64_t)round)
+      update_id(map, id, 8, 40000 + id);
+  expect_rollback_to(map, stable);
+  maintain_all(map);
+  checkpoint(map);
+  maintain_all(map);
+  cr_assert(sl_cow_map_check(map));
+  cr_assert_eq(sl_cow_map_memory_bytes(map), steady);
+  model_free(stable);
+  sl_cow_map_destroy(map);
+}
+
 /* cow_map.h note 10: a rollback's work is in the writes since the stable
  * epoch, not in the size of the state.  The same writes into a state 64
  * times larger visit exactly the same versions, and as many as the
