@@ -16,7 +16,7 @@
  *         the map, which stays put while the transaction is open.
  *      b. read each run's chunks in order, a chunk's checksum checked when
  *         the run reaches it (store_value_open) and its entries decoded
- *         with every length checked (chunk.c); entries outside the range
+ *         with every length checked (chunk.h); entries outside the range
  *         (the first and last chunk may hold others) are skipped;
  *      c. merge the runs: with one run (a compacted store, the common
  *         restore) its entries go straight out; with two (a base and one
@@ -46,7 +46,7 @@
  *         that match marked h.
  *      e. across a run's chunks the order is checked too: the first entry
  *         of a chunk must come after the run's last entry before it
- *         (within a chunk, chunk.c checks it), so a damaged run is
+ *         (within a chunk, chunk.h checks it), so a damaged run is
  *         SL_ECORRUPT rather than a key emitted twice or out of order.
  *    A compaction writes only into the other base while it merges, so the
  *    pages the references point to are not touched.
