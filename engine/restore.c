@@ -81,16 +81,23 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
    * and 1M), and every bucket is a page the kernel zeroes (a table sized
    * for the sum was 32 of the 96 MB a 1M-key restore faulted in).  It
    * covers every operator and key group; this instance gets its share of
-   * key groups, with a margin for uneven groups.  A guess too small only
-   * means some rehashing, which starts once the keys outnumber the
-   * buckets and then moves a few buckets per load (cow_map.c note 6). */
+   * key groups, with a margin for uneven groups when it holds only some
+   * of them.  An instance that holds every group needs no margin: the
+   * table is then the size a map that grew to those keys has (the next
+   * power of two, load 0.5 to 1), where a quarter more doubled it at 1M
+   * keys (2M buckets, 16 of the 80 MB a 1M-key restore faulted in; the
+   * 8 MB saved are fresh pages the kernel no longer zeroes).  A guess too
+   * small only means some rehashing, which starts once the keys
+   * outnumber the buckets and then moves a few buckets per load (cow_map.c
+   * note 6). */
   uint64_t base_entries = 0, log_entries = 0;
   int rc = sl_store_entry_counts(cp->store, &base_entries, &log_entries);
   uint64_t entries = base_entries > log_entries ? base_entries : log_entries;
   if (rc == 0) {
     uint64_t groups = (uint64_t)(inst->cp.group_last - inst->cp.group_first) + 1;
     uint64_t share = entries * groups / job->config.max_parallelism;
-    rc = sl_cow_map_reserve(inst->cp.keyed, share + share / 4);
+    uint64_t margin = groups < job->config.max_parallelism ? share / 4 : 0;
+    rc = sl_cow_map_reserve(inst->cp.keyed, share + margin);
   }
   bool read = rc == 0;
   if (read)

@@ -16,18 +16,23 @@
  *         the map, which stays put while the transaction is open.
  *      b. read each run's chunks in order, a chunk's checksum checked when
  *         the run reaches it (store_value_open) and its entries decoded
- *         with every length checked (chunk.c); entries outside the range
+ *         with every length checked (chunk.h); entries outside the range
  *         (the first and last chunk may hold others) are skipped;
  *      c. merge the runs: with one run (a compacted store, the common
- *         restore) its entries go straight out; with more, a tournament
- *         (loser) tree over the runs' head entries: a match puts the
- *         smaller key first and, on equal keys, the newer run (the base is
- *         the oldest, log runs by (seq, run)).  Each internal node keeps
- *         the loser of its last match, the root's winner is the newest
- *         version of the smallest key left, and after it is taken only
- *         the matches on its run's path are played again: ceil(log2 k)
- *         comparisons an entry for k runs, where a binary heap took up
- *         to twice that plus one more to find the older versions.
+ *         restore) its entries go straight out; with two (a base and one
+ *         log run: a checkpoint since the last compaction) a plain
+ *         two-way merge, one comparison a step, a key in both runs one
+ *         step (merge_two: reading a 1M-key store of 1M + 1M entries
+ *         took 33 ms of CPU, 39 ms through the tree); with more, a
+ *         tournament (loser) tree over the runs' head entries: a match
+ *         puts the smaller key first and, on equal keys, the newer run
+ *         (the base is the oldest, log runs by (seq, run)).  Each internal
+ *         node keeps the loser of its last match, the root's winner is the
+ *         newest version of the smallest key left, and after it is taken
+ *         only the matches on its run's path are played again:
+ *         ceil(log2 k) comparisons an entry for k runs, where a binary
+ *         heap took up to twice that plus one more to find the older
+ *         versions.
  *      d. older versions: a match between two equal keys marks the older
  *         head stale (a newer version of its key exists); a stale head
  *         that wins is skipped, and a tombstone that wins emits nothing.
@@ -41,7 +46,7 @@
  *         that match marked h.
  *      e. across a run's chunks the order is checked too: the first entry
  *         of a chunk must come after the run's last entry before it
- *         (within a chunk, chunk.c checks it), so a damaged run is
+ *         (within a chunk, chunk.h checks it), so a damaged run is
  *         SL_ECORRUPT rather than a key emitted twice or out of order.
  *    A compaction writes only into the other base while it merges, so the
  *    pages the references point to are not touched.
@@ -451,6 +456,38 @@ static int merge_one(view *v, store_merged_fn fn, void *arg) {
                     "chunks can hold");
 }
 
+/* Note 1c with two runs: runs[0] the older.  Each step takes the smaller
+ * head, or on equal keys the newer one and drops the older (note 1d), so
+ * a key in both runs costs one comparison, where the tree played two
+ * matches for it (each of its versions' replays). */
+static int merge_two(view *v, store_merged_fn fn, void *arg) {
+  run_cursor *older = &v->runs[0], *newer = &v->runs[1];
+  bool has_older, has_newer;
+  int rc = run_advance(v, older, &has_older);
+  if (rc == 0)
+    rc = run_advance(v, newer, &has_newer);
+  for (size_t step = 0; rc == 0 && step <= v->bound; step++) {
+    if (!has_older && !has_newer)
+      return 0;
+    /* < 0: the older run's head first; > 0: the newer's; 0: same key. */
+    int order = !has_older   ? 1
+                : !has_newer ? -1
+                             : entry_compare(&older->head, &newer->head);
+    const chunk_entry *taken = order < 0 ? &older->head : &newer->head;
+    if (taken->kind == CHUNK_PUT) {
+      int stop = fn(arg, taken);
+      if (stop != 0)
+        return stop;
+    }
+    if (order <= 0)
+      rc = run_advance(v, older, &has_older);
+    if (rc == 0 && order >= 0)
+      rc = run_advance(v, newer, &has_newer);
+  }
+  return rc ? rc : store_fail(v->s, SL_ECORRUPT, "read state: more entries "
+                              "than the chunks can hold");
+}
+
 /* Notes 1c and 1d with several runs. */
 static int merge_many(view *v, store_merged_fn fn, void *arg) {
   size_t leaves = 1;
@@ -505,7 +542,9 @@ int store_merged_view(sl_store *s, MDB_txn *txn, int base_db,
     rc = choose_log(&v, txn, upto_seq);
   if (rc == 0 && v.run_count == 1)
     rc = merge_one(&v, fn, arg);
-  else if (rc == 0 && v.run_count > 1)
+  else if (rc == 0 && v.run_count == 2)
+    rc = merge_two(&v, fn, arg);
+  else if (rc == 0 && v.run_count > 2)
     rc = merge_many(&v, fn, arg);
   free(v.refs);
   free(v.runs);

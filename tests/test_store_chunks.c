@@ -749,11 +749,11 @@ static void check_merge(sl_store *st, uint32_t runs, uint16_t first,
                "not %u", runs, first, last, s.entries, expected);
 }
 
-/* store_view.c notes 1c and 1d: the tournament of 2 to 9 runs (a base and
- * log runs, or log runs only), each holding most keys, so that equal keys
- * meet in every match of the tree, at every power of two and between;
- * the newest version wins, older ones and tombstones emit nothing, and a
- * range of groups reads only its keys. */
+/* store_view.c notes 1c and 1d: 2 to 9 runs (a base and log runs, or log
+ * runs only), each holding most keys: two in the two-way merge, more in
+ * the tournament, where equal keys meet in every match of the tree, at
+ * every power of two and between; the newest version wins, older ones and
+ * tombstones emit nothing, and a range of groups reads only its keys. */
 Test(store_chunks, merges_of_many_overlapping_runs) {
   sl_store_options o = writer_options(FINGERPRINT);
   o.no_sync = 1;
@@ -775,6 +775,66 @@ Test(store_chunks, merges_of_many_overlapping_runs) {
     check_merge(st, runs, 0, UINT16_MAX);
     check_merge(st, runs, 1, 2);
     check_merge(st, runs, 3, 3);
+    sl_store_close(st);
+  }
+}
+
+/* Stops the read after 10 entries, returning 77. */
+static int stop_after_ten(void *arg, uint16_t key_group, const void *key,
+                          uint32_t key_bytes, const void *value,
+                          uint32_t value_bytes) {
+  uint32_t *entries = arg;
+  count_entry(arg, key_group, key, key_bytes, value, value_bytes);
+  return *entries == 10 ? 77 : 0;
+}
+
+/* store_view.c note 1c's two-way merge, in the shape a restore after one
+ * checkpoint past a compaction reads: a base and one log run.  Newest wins
+ * and tombstones as in the model; a callback's stop comes back as is; a
+ * flipped byte in either run's chunk is SL_ECORRUPT naming it. */
+Test(store_chunks, two_runs_a_base_and_a_log_run) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  o.no_sync = 1;
+  char dir[PATH_MAX];
+  path_in_root(dir, "two");
+  sl_store *st = open_ok(dir, &o);
+  sl_store_compaction stats;
+  write_merge_run(st, 0);
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
+  write_merge_run(st, 1);
+  uint64_t base = 0, log = 0;
+  cr_assert_eq(sl_store_entry_counts(st, &base, &log), 0);
+  cr_assert_gt(base, 0);
+  cr_assert_gt(log, 0);
+  check_merge(st, 2, 0, UINT16_MAX);
+  check_merge(st, 2, 1, 2);
+  check_merge(st, 2, 3, 3);
+  uint32_t entries = 0;
+  cr_assert_eq(sl_store_read_state(st, 6, 0, UINT16_MAX, stop_after_ten,
+                                   &entries), 77);
+  cr_assert_eq(entries, 10);
+  sl_store_close(st);
+
+  /* Damage in the log run, then (another store) in the base. */
+  const char *damaged_db[2] = {"log", "state2"};
+  for (int which = 0; which < 2; which++) {
+    path_in_root(dir, damaged_db[which]);
+    st = open_ok(dir, &o);
+    write_damage_case(st, 1);
+    cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s",
+                 sl_store_error(st));
+    write_damage_case(st, 2);
+    sl_store_close(st);
+    raw_flip_first(dir, damaged_db[which], 4321);
+    st = open_ok(dir, &o);
+    char text[512] = {0};
+    cr_assert_eq(sl_store_read_state(st, 3, 0, UINT16_MAX, text_entry, text),
+                 SL_ECORRUPT, "damage in %s", damaged_db[which]);
+    char named[64];
+    snprintf(named, sizeof named, "database %s", damaged_db[which]);
+    assert_contains(sl_store_error(st), named);
+    assert_contains(sl_store_error(st), "fails its checksum");
+    expect_text_of(st, 4, "7:k=v;");
     sl_store_close(st);
   }
 }
