@@ -60,6 +60,9 @@
  *     at 10% and 50% without checkpoints p50 <= 100 us and p99 <= 1 ms,
  *     with checkpoints p99 <= 1.5x the same load's without, and at 80%
  *     p99 <= 5 ms (checkpoints off and on).
+ *     Per run with checkpoints also the CPU time of the engine's
+ *     checkpoint writer (which also compacts the store) and coordinator
+ *     threads per completed checkpoint (see CHECKPOINT THREADS' CPU).
  * (c) CDF: the histograms of all 50% runs merged, off and on; one point
  *     (latency_us, fraction at or below) per non-empty bucket, thinned to at
  *     most CDF_MAX_POINTS (the last point is always kept: fraction 1).
@@ -76,6 +79,18 @@
  *     Records replayed after the restore (those after the restored
  *     checkpoint's source position) reach the sink again and are measured
  *     again, with their latency from their original due time.
+ *
+ * CHECKPOINT THREADS' CPU
+ *
+ * Issue 20 asks what the checkpoint writer and compaction take from the
+ * hot path on 2 CPUs.  The main thread finds the threads named sl:writer
+ * and sl:coordinator in /proc/self/task and, every poll (10 ms), reads
+ * the first field of their /proc/self/task/TID/schedstat: nanoseconds on
+ * a CPU since the thread began.  The last reading, divided by the
+ * checkpoints completed, is the CPU ms per checkpoint: it includes
+ * compaction, the opening of the store, and the part of the final
+ * checkpoint done before the last poll (up to 10 ms of CPU after it are
+ * not seen).  Where they run: engine/coordinator.c note 14.
  *
  * CORRECTNESS (a failed check fails the benchmark with exit status 1)
  *
@@ -97,6 +112,9 @@
  *               "achieved_records_per_second": {median, min, max},
  *               "p50_us": {..}, "p99_us": {..}, "p999_us": {..},
  *               "max_us": {..}, "checkpoints": {..},
+ *               "writer_cpu_ms_per_checkpoint": {..},
+ *               "coordinator_cpu_ms_per_checkpoint": {..} (null
+ *               without checkpoints),
  *               "runs_cut_short": n}, ...],
  *    "ratios": [{"load": 0.1, "p999_on_over_off": x,
  *                "p99_on_over_off": y}, ...],
@@ -119,6 +137,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <math.h>
@@ -130,6 +149,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -513,8 +533,20 @@ typedef struct run_plan {
 } run_plan;
 
 /* What the main thread saw of it. */
+/* The CPU time of the engine's checkpoint threads (see CHECKPOINT
+ * THREADS' CPU), by name. */
+enum { HELPER_WRITER, HELPER_COORDINATOR, HELPER_COUNT };
+static const char *const helper_names[HELPER_COUNT] = {"sl:writer",
+                                                       "sl:coordinator"};
+
+typedef struct helper_cpu {
+  pid_t tid[HELPER_COUNT];     /* 0: not found yet */
+  uint64_t cpu_ns[HELPER_COUNT]; /* the newest reading */
+} helper_cpu;
+
 typedef struct run_outcome {
   double failure_t_s; /* when the flag was set; NAN if never */
+  helper_cpu helpers;
   sl_recovery_stats recovery;
   uint32_t restarts;
 } run_outcome;
@@ -574,6 +606,50 @@ static void sleep_ns(uint64_t ns) {
   nanosleep(&span, 0);
 }
 
+/* The thread ids of the helpers not found yet, from /proc/self/task. */
+static void find_helpers(helper_cpu *h) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], comm[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue; /* the thread exited meanwhile */
+    if (fgets(comm, sizeof comm, f)) {
+      comm[strcspn(comm, "\n")] = 0;
+      for (int k = 0; k < HELPER_COUNT; k++)
+        if (!h->tid[k] && strcmp(comm, helper_names[k]) == 0)
+          h->tid[k] = (pid_t)atoi(e->d_name);
+    }
+    fclose(f);
+  }
+  closedir(d);
+}
+
+/* Read each helper's CPU time so far (the first field of its
+ * /proc/self/task/TID/schedstat, in ns); a thread that has exited keeps
+ * its last reading. */
+static void poll_helpers(helper_cpu *h) {
+  if (!h->tid[HELPER_WRITER] || !h->tid[HELPER_COORDINATOR])
+    find_helpers(h);
+  for (int k = 0; k < HELPER_COUNT; k++) {
+    if (!h->tid[k])
+      continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)h->tid[k]);
+    FILE *f = fopen(path, "r");
+    unsigned long long ns;
+    if (f && fscanf(f, "%llu", &ns) == 1 && ns > h->cpu_ns[k])
+      h->cpu_ns[k] = ns;
+    if (f)
+      fclose(f);
+  }
+}
+
 /* While the job runs: poll checkpoints, inject the failure when due.
  * Returns 0, or 1 if the job ran RUN_SLACK_S past its schedule (it is
  * then stopped). */
@@ -603,6 +679,8 @@ static int supervise(sl_job *job, waiter *w, latency_run *run,
       out->failure_t_s = (double)(now - origin) / 1e9;
       fail_pending = false;
     }
+    if (plan->checkpoints)
+      poll_helpers(&out->helpers);
     if (origin && plan->checkpoints && now >= next_poll) {
       poll_checkpoints(job, log);
       next_poll = now + CHECKPOINT_POLL_NS;
@@ -771,11 +849,13 @@ typedef struct run_figures {
   double achieved_per_s;
   double p50_us, p99_us, p999_us, max_us;
   double checkpoints;
+  /* CPU ms of the writer and the coordinator per checkpoint completed */
+  double writer_cpu_ms, coordinator_cpu_ms;
   double cut_short; /* 1: the source ended at its time limit, 0: not */
 } run_figures;
 
 static void figures_of(const latency_run *run, const checkpoint_log *log,
-                       run_figures *f) {
+                       const run_outcome *out, run_figures *f) {
   uint64_t origin = atomic_load(&run->origin_ns);
   double span_s = (double)(run->last_ns - origin) / 1e9;
   f->rate_per_s = run->rate_per_s;
@@ -787,6 +867,10 @@ static void figures_of(const latency_run *run, const checkpoint_log *log,
   f->p999_us = (double)hist_value_at_percentile(&run->total, 99.9) / 1e3;
   f->max_us = (double)hist_max(&run->total) / 1e3;
   f->checkpoints = (double)log->completed;
+  double per = log->completed ? 1e6 * (double)log->completed : NAN;
+  f->writer_cpu_ms = (double)out->helpers.cpu_ns[HELPER_WRITER] / per;
+  f->coordinator_cpu_ms =
+      (double)out->helpers.cpu_ns[HELPER_COORDINATOR] / per;
 }
 
 /* One measured run of the load phase; merges its histogram into *merged
@@ -799,7 +883,7 @@ static int load_run(const run_plan *plan, run_figures *f, hist *merged) {
   if (rc == 0)
     rc = verify_run(run, plan, &out);
   if (rc == 0) {
-    figures_of(run, log, f);
+    figures_of(run, log, &out, f);
     if (merged)
       hist_merge(merged, &run->total);
   }
@@ -852,7 +936,11 @@ static const figure_field figure_fields[] = {
     {"p999_us", offsetof(run_figures, p999_us)},
     {"max_us", offsetof(run_figures, max_us)},
     {"checkpoints", offsetof(run_figures, checkpoints)},
+    {"writer_cpu_ms_per_checkpoint", offsetof(run_figures, writer_cpu_ms)},
+    {"coordinator_cpu_ms_per_checkpoint",
+     offsetof(run_figures, coordinator_cpu_ms)},
 };
+#define FIGURE_CHECKPOINTS 5 /* the index of "checkpoints"; CPU ms after */
 #define FIGURE_FIELDS (sizeof figure_fields / sizeof figure_fields[0])
 
 static bench_stats field_stats(const run_figures *runs, int repeat,
@@ -920,10 +1008,14 @@ static void report_series(bench_json *json, const options *o, int l, int on,
     bench_json_stats(json, figure_fields[k].json_key, s);
     if (k == 0)
       printf(" %9.3f", s.median / 1e6);
-    else if (k + 1 < FIGURE_FIELDS)
+    else if (k < FIGURE_CHECKPOINTS)
       print_stat(s, o->repeat);
-    else
+    else if (k == FIGURE_CHECKPOINTS)
       printf(" %6.0f", s.median);
+    else if (isnan(s.median))
+      printf(" %8s", "-");
+    else
+      printf(" %8.2f", s.median);
   }
   uint64_t cut = 0;
   for (int r = 0; r < o->repeat; r++)
@@ -1036,7 +1128,8 @@ static void report_loads(bench_json *json, const options *o,
          "run%s of %.0f s (first 10%% not measured)\n", o->repeat,
          o->repeat == 1 ? "" : "s", o->seconds);
   printf("  load  ckpt  rate M/s  achieved %9s %17s %9s %17s %9s %17s %9s "
-         "%17s  ckpts\n", "p50", "", "p99", "", "p99.9", "", "max", "");
+         "%17s  ckpts writer_ms coord_ms\n", "p50", "", "p99", "", "p99.9", "",
+         "max", "");
   bench_json_begin_array(json, "loads");
   for (int l = 0; l < LOAD_COUNT; l++)
     for (int on = 0; on < 2; on++)
