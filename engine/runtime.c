@@ -116,9 +116,9 @@
  *    a result.  Each record's key is handed to state.c (key_valid) instead
  *    of computed again on the first state call, and its hash with it (the
  *    memo in checkpoint.h), which state.c takes only for the (id, kind) it
- *    was computed for.  Measured on P2 (bench/README.md): 2x at 100K keys,
- *    about 3x at 1M, neither gain nor loss at 10K, where the state is in
- *    L3 and the extra work costs what the misses did.
+ *    was computed for.  Measured on P2 (bench/README.md): 2.4x the rate
+ *    at 1M keys, 1.4x at 100K, a wash at 10K, where the state is in L3
+ *    and the extra work costs about what the misses did.
  *
  * Thread states (function making the transition in brackets):
  *

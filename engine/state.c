@@ -55,7 +55,8 @@ enum state_kind { KIND_VALUE = 1, KIND_MAP = 2, KIND_LIST = 3, KIND_FOLD = 4 };
 #define KEY_HEADER_BYTES 11u
 /* Smaller keyed states are not prefetched (runtime.c note 13): they stay
  * in this machine's 512 KiB L2 cache, where the prefetch costs more than
- * the misses it hides. */
+ * the misses it hides (P2 at 100 and 1,000 keys: about 1.2x the CPU per
+ * tuple with it, 1.02x to 1.03x without, against the code before it). */
 #define SL_PREFETCH_MIN_STATE_BYTES (UINT64_C(256) << 10)
 #define KIND_BYTES 0x80u /* kind flag: a byte-string key follows */
 #define BYTE_KEY_HEADER_BYTES 15u
