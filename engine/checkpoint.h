@@ -141,6 +141,18 @@ typedef struct sl_instance_checkpoint {
   uint64_t current_key;
   bool key_valid;
   const struct sl_record *key_record; /* record current_key belongs to */
+  /* The (state id, kind) of the instance's last keyed-state call without
+   * a user key (state.c), the guess runtime.c prefetches a slice's
+   * entries with (runtime.c note 13); hint_kind 0: no such call yet. */
+  uint16_t hint_id;
+  uint8_t hint_kind;
+  /* The map hash of (memo_key, memo_id, memo_kind), computed for the
+   * prefetch and reused by the state call it guessed (state.c); always
+   * that hash while memo_kind is not 0. */
+  uint16_t memo_id;
+  uint8_t memo_kind;
+  uint64_t memo_key;
+  uint64_t memo_hash;
   /* Byte-string keys (state.c): every keyed channel is byte-keyed; then
    * current_key is the hash of the key_data_bytes bytes at key_data (a
    * copy owned by the instance, or a timer's), valid with key_valid. */

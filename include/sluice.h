@@ -549,7 +549,11 @@ typedef int (*sl_filter_fn)(void *user, const sl_record *in);
 typedef int (*sl_flat_map_fn)(void *user, const sl_record *in, sl_ctx *ctx);
 
 /** Key function for sl_op_key_by: the record's key.  Records with equal keys
- * reach the same instance.  Hash byte-string keys with sl_hash_bytes(). */
+ * reach the same instance.  Hash byte-string keys with sl_hash_bytes().
+ * The key must depend on the record alone: the function runs on the
+ * producer's thread to route the record and again on the consumer's for
+ * its keyed state, there possibly before the records ahead of it are
+ * processed (engine/runtime.c note 13). */
 typedef uint64_t (*sl_key_fn)(void *user, const sl_record *in);
 
 /** General process operator, also used for sinks and multi-input operators.

@@ -915,6 +915,37 @@ const void *sl_cow_map_find(sl_cow_map *m, const sl_cow_key *key,
   return link ? value_area(*link) : 0;
 }
 
+void sl_cow_map_prefetch(const sl_cow_map *m, const uint64_t *hashes,
+                         uint32_t count, int stage) {
+  assert(m);
+  assert(count <= SL_COW_PREFETCH_MAX);
+  assert(count == 0 || hashes);
+  if (m->loading)
+    return; /* the ring's entries are in no table yet (note 10) */
+  /* While rehashing a key is in either table (note 6): both are fetched. */
+  int tables = m->rehashing ? 2 : 1;
+  for (int t = 0; t < tables; t++) {
+    const cow_table *table = &m->tables[t];
+    uint64_t mask = table->size - 1;
+    if (stage == 0) {
+      for (uint32_t i = 0; i < count; i++)
+        PREFETCH(&table->buckets[hashes[i] & mask], 0);
+      continue;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+      const sl_cow_entry *e = table->buckets[hashes[i] & mask];
+      if (!e)
+        continue;
+      /* The header (chain_next, hash, key_bytes) and the key; then where
+       * the value of a key of 9 to 16 bytes starts, which is another line
+       * when the version straddles one.  (A hint to write made no
+       * difference.) */
+      PREFETCH(e, 0);
+      PREFETCH(e->data + sl_cow_value_offset(16), 0);
+    }
+  }
+}
+
 uint64_t sl_cow_map_dirty_entries(const sl_cow_map *m) {
   assert(m);
   return m->dirty_entries;

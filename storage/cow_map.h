@@ -242,6 +242,22 @@ const void *sl_cow_map_get(sl_cow_map *map, const void *key,
 const void *sl_cow_map_find(sl_cow_map *map, const sl_cow_key *key,
                             uint32_t *value_bytes);
 
+/* Keys a sl_cow_map_prefetch() call takes at most. */
+#define SL_COW_PREFETCH_MAX 64u
+
+/** A hint that keys with these `count` hashes (at most
+ * SL_COW_PREFETCH_MAX) are about to be looked up: start fetching what the
+ * lookups will read, so that their cache misses overlap instead of
+ * waiting one after another (a lookup of a state larger than the cache
+ * costs two misses in a row: the bucket, then the entry it points to).
+ * stage 0 fetches the buckets; stage 1 reads them (in cache by then if
+ * stage 0 ran a little earlier) and fetches the first entry of each chain,
+ * header and value (a lookup that goes on along the chain still misses
+ * there).  Changes nothing and fails never: a stale hash or a table grown
+ * since only wastes the fetch.  Owner thread (note 1). */
+void sl_cow_map_prefetch(const sl_cow_map *map, const uint64_t *hashes,
+                         uint32_t count, int stage);
+
 /** Insert or replace.  Returns a pointer to the value storage of the
  * version now in the table (value_bytes writable bytes, already holding a
  * copy of value if value is not NULL; with value NULL, the previous value's
