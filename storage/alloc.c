@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "log.h"
 
@@ -107,11 +108,25 @@ static bool pool_give(pooled p) {
   return kept;
 }
 
+/* Note 7: no decay-driven purging in arena, dirty or muzzy.  A refusal
+ * leaves jemalloc's default, which is slower but correct. */
+static void decay_off(unsigned arena) {
+  static const char *const kinds[2] = {"dirty_decay_ms", "muzzy_decay_ms"};
+  for (int k = 0; k < 2; k++) {
+    char name[64];
+    ssize_t never = -1;
+    int n = snprintf(name, sizeof name, "arena.%u.%s", arena, kinds[k]);
+    if (n > 0 && (size_t)n < sizeof name)
+      (void)mallctl(name, 0, 0, &never, sizeof never);
+  }
+}
+
 /* A new arena and tcache pair; false if jemalloc has none to give. */
 static bool pair_create(pooled *p) {
   size_t size = sizeof p->arena;
   if (mallctl("arenas.create", &p->arena, &size, 0, 0) != 0)
     return false;
+  decay_off(p->arena); /* kept while pooled: reset and purge leave it */
   size = sizeof p->tcache;
   if (mallctl("tcache.create", &p->tcache, &size, 0, 0) != 0) {
     /* The arena is empty: destroying it frees its index for reuse. */

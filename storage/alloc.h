@@ -50,6 +50,19 @@
  *    the two objects and every sl_alloc of the process uses malloc/free
  *    (the `system` flag below, note 4's fallback), whichever malloc the
  *    host has.  The answer is computed once and kept.
+ * 7. No purging on a timer.  jemalloc hands a freed extent's pages back
+ *    to the kernel a while later (its dirty and muzzy decay, 10 s by
+ *    default), and a later allocation then faults them in again, zeroed.
+ *    A map frees and allocates versions in every checkpoint cycle (copy
+ *    on write, reclaim: cow_map.h notes 1-3), so under checkpoints the
+ *    owner's thread kept zeroing pages it had used a moment before:
+ *    checkpoint_bench part 1 (1M keys, every 100 ms) spent 6% of the
+ *    keyed thread's CPU in the kernel's clear_page, none with decay
+ *    off.  So each arena is created with both decays off (-1): its
+ *    pages stay its own up to the map's high-water mark, which
+ *    memory_bench's peak measures anyway, and go back at close, whose
+ *    purge (note 3) is explicit.  Where jemalloc refuses the setting the
+ *    arena keeps the default decay; nothing else changes.
  */
 #ifndef SL_ALLOC_H
 #define SL_ALLOC_H

@@ -225,6 +225,63 @@ Test(alloc, arenas_are_reused_across_jobs) {
                jemalloc_arena_count());
 }
 
+/* The arenas a job's maps use never purge on a timer (alloc.h note 7),
+ * and still hold no pages once the maps are dropped (note 3).  Arenas
+ * with decay off are the maps': jemalloc's own have 10 s. */
+static unsigned arenas_without_decay(uint64_t *dirty_pages) {
+  mallctl_fn mallctl = find_mallctl();
+  cr_assert_not_null(mallctl);
+  uint64_t epoch = 1;
+  size_t size = sizeof epoch;
+  cr_assert_eq(mallctl("epoch", &epoch, &size, &epoch, sizeof epoch), 0);
+  unsigned found = 0;
+  *dirty_pages = 0;
+  for (unsigned a = 0; a < jemalloc_arena_count(); a++) {
+    char name[96];
+    ssize_t dirty = 0, muzzy = 0;
+    size = sizeof dirty;
+    snprintf(name, sizeof name, "arena.%u.dirty_decay_ms", a);
+    if (mallctl(name, &dirty, &size, 0, 0) != 0)
+      continue; /* an index jemalloc has not initialised */
+    size = sizeof muzzy;
+    snprintf(name, sizeof name, "arena.%u.muzzy_decay_ms", a);
+    cr_assert_eq(mallctl(name, &muzzy, &size, 0, 0), 0);
+    cr_expect_eq(dirty == -1, muzzy == -1, "arena %u: dirty %zd, muzzy %zd",
+                 a, dirty, muzzy);
+    if (dirty != -1)
+      continue;
+    found++;
+    size_t pages = 0;
+    size = sizeof pages;
+    snprintf(name, sizeof name, "stats.arenas.%u.pdirty", a);
+    cr_assert_eq(mallctl(name, &pages, &size, 0, 0), 0);
+    *dirty_pages += pages;
+  }
+  return found;
+}
+
+Test(alloc, map_arenas_do_not_purge_on_a_timer) {
+  if (!SL_TEST_JEMALLOC) {
+    sl_job_destroy(run_count_job(0)); /* nothing of jemalloc's to check */
+    return;
+  }
+  uint64_t dirty = 0;
+  cr_assert_eq(arenas_without_decay(&dirty), 0, "before any job");
+  /* Two count instances: two maps, each with an arena, alive until the
+   * job is destroyed. */
+  sl_job *job = run_count_job(0);
+  cr_assert_geq(state_bytes(job), KEYS * MIN_ENTRY_BYTES);
+  cr_expect_eq(arenas_without_decay(&dirty), 2, "one per map");
+  sl_job_destroy(job);
+  /* Pooled now: reset and purged, so no dirty pages are kept, and still
+   * without decay, which the next job's maps get with them. */
+  cr_expect_eq(arenas_without_decay(&dirty), 2);
+  cr_expect_eq(dirty, 0, "%" PRIu64 " dirty pages in pooled arenas", dirty);
+  job = run_count_job(0);
+  cr_expect_eq(arenas_without_decay(&dirty), 2, "the pooled ones reused");
+  sl_job_destroy(job);
+}
+
 Test(alloc, hook_refuses_bad_arguments) {
   sl_job *job;
   cr_assert_eq(sl_job_create(0, &job), 0);
