@@ -275,6 +275,42 @@ static bool check_index(const sl_cow_entry *head,
   return true;
 }
 
+/* The reclaim index (cow_map.c note 13): from the walk's position on,
+ * blocks (each a released list's, so any may be part full) that name the
+ * reclaim chain's versions in chain order, every one of them; the cursor
+ * ahead is in them, not behind the walk. */
+static bool check_reclaim_index(const sl_cow_map *m, check_tally *tally) {
+  const sl_cow_index_block *block = m->reclaim_index, *last = 0;
+  if (!block) {
+    CHECK(!m->reclaim_index_tail && !m->reclaim_ahead);
+    CHECK(!m->reclaim_head || m->reclaim_unindexed);
+    return true;
+  }
+  CHECK(!m->reclaim_unindexed && m->reclaim_head);
+  CHECK(m->reclaim_index_at < block->count);
+  const sl_cow_entry *e = m->reclaim_head;
+  uint64_t n = 0, at = m->reclaim_index_at;
+  bool ahead_seen = false;
+  for (; block; block = block->next, at = 0) {
+    CHECK(block->count > 0 && block->count <= SL_COW_INDEX_BLOCK);
+    if (block == m->reclaim_ahead) {
+      CHECK(m->reclaim_ahead_at >= at && m->reclaim_ahead_at <= block->count);
+      ahead_seen = true;
+    }
+    for (uint64_t i = at; i < block->count; i++, n++) {
+      CHECK(e && block->versions[i] == e);
+      e = e->dirty_next;
+    }
+    tally->bytes += sizeof *block;
+    last = block;
+    CHECK(n <= m->reclaim_entries);
+  }
+  CHECK(e == 0 && n == m->reclaim_entries);
+  CHECK(last == m->reclaim_index_tail);
+  CHECK(ahead_seen);
+  return true;
+}
+
 bool sl_cow_map_check(const sl_cow_map *m) {
   CHECK(m);
   CHECK(m->epoch >= 1);
@@ -308,6 +344,8 @@ bool sl_cow_map_check(const sl_cow_map *m) {
   uint32_t reclaim_max = m->pending_count ? m->pending[0].epoch - 1 : m->epoch - 1;
   if (!check_list(m, m->reclaim_head, m->reclaim_tail, m->reclaim_entries,
                   UINT64_MAX, 1, reclaim_max, &tally))
+    return false;
+  if (!check_reclaim_index(m, &tally))
     return false;
   /* Every live version of a non-zero epoch is on exactly one list. */
   CHECK(tally.live_on_lists == tally.dirty_live);

@@ -78,6 +78,18 @@ struct sl_cow_map {
   sl_cow_entry *reclaim_head; /* released lists, concatenated (note 1) */
   sl_cow_entry *reclaim_tail;
   uint64_t reclaim_entries;
+  /* The released lists' indexes, concatenated in the same order, kept so
+   * the reclaim walk can fetch ahead (cow_map.c note 13): the block and
+   * position of the walk's next version (NULL: no fetching), the last
+   * block, and the fetch cursor, ahead of the walk.  unindexed: a list
+   * without an index is on the chain, so there is no fetching until the
+   * chain is empty again. */
+  sl_cow_index_block *reclaim_index;
+  uint64_t reclaim_index_at;
+  sl_cow_index_block *reclaim_index_tail;
+  sl_cow_index_block *reclaim_ahead;
+  uint64_t reclaim_ahead_at;
+  bool reclaim_unindexed;
   uint64_t memory_bytes;
   uint64_t step_buckets_max; /* most buckets one rehash step visited */
   uint64_t heap_versions;     /* malloc'd versions, wherever they are */
