@@ -73,10 +73,11 @@
  *    can fetch versions ahead, where the list makes it wait for each
  *    version before it knows the next (at 1M changed keys that walk was
  *    50-100 ms of a write of about 250 ms).  It costs 8 bytes per version
- *    on a list until its epoch is released, and is freed then (or by
- *    rollback or destroy).  If a block cannot be allocated, that epoch has
- *    no index (NULL) and the writer follows the list: the index only ever
- *    saves time.
+ *    on a list until its epoch is released and the reclaim walk has
+ *    passed it (which reads it to fetch ahead, cow_map.c note 13), or
+ *    until rollback or destroy.  If a block cannot be allocated, that
+ *    epoch has no index (NULL) and the writer follows the list: the index
+ *    only ever saves time.
  *
  * Memory: one allocation per entry version written: the header below (40
  * bytes) plus key and value, plus one bucket pointer per entry at most,
