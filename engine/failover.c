@@ -374,6 +374,9 @@ static void install_kept_state(sl_job *job, int setup_rc, uint64_t latest) {
     sl_cow_map_destroy(inst->cp.keyed); /* empty: cheap */
     inst->cp.keyed = kept;
     inst->cp.keyed_rolled_back = true;
+    /* The versions the rollback set aside are freed in steps by the
+     * instance (cow_map_rollback.c note 1), also while it has no input. */
+    inst->cp.maintain_pending = true;
     f->rolled_back++;
   }
 }

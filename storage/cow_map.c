@@ -165,11 +165,14 @@
  *    key, and its mark is above S's, so the version is still on the list;
  *    any other version of the key on the list has an epoch > S.  Rollback
  *    leaves the obsolete list to the reclaim steps (walking it would cost
- *    time in the writes before S), drops every version of the current and
- *    pending lists (all of epochs > S: live ones are unlinked, all but the
- *    undo ones freed), and only then walks the undo list once, linking
- *    back those of epoch <= S and freeing the others
- *    (cow_map_rollback.c, notes 1-2).
+ *    time in the writes before S), walks the undo list once, putting each
+ *    version of epoch <= S in its key's place in the table, unlinks the
+ *    keys inserted since S only if there are some (the table holds more
+ *    than stable_live_keys, the keys live at S: each freeze records the
+ *    count in its pending slot, each release takes it from the newest
+ *    slot it releases), and sets the current and pending lists aside
+ *    whole on the dropped list, which reclaim_steps() frees in bounded
+ *    steps (cow_map_rollback.c, notes 1-2).
  */
 #include "cow_map.h"
 #include "key_order.h"
@@ -765,8 +768,9 @@ static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
     m->reclaim_unindexed = false;
   }
   assert((m->reclaim_head == 0) == (m->reclaim_entries == 0));
+  done += cow_map_dropped_free(m, budget - done); /* rollback's, note 12 */
   bool undo_left = cow_map_undo_pop(m, budget - done); /* the rest */
-  return m->reclaim_head != 0 || undo_left;
+  return m->reclaim_head != 0 || m->dropped_head != 0 || undo_left;
 }
 
 bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget) {
@@ -811,7 +815,8 @@ static void undo_release(sl_cow_map *m, const cow_pending_end *slot) {
 /* Inline, so a write with nothing to reclaim and no rehash under way pays
  * two tests and no call. */
 static inline void write_background(sl_cow_map *m) {
-  if (m->reclaim_head || m->undo_popped < m->undo_releasable)
+  if (m->reclaim_head || m->dropped_head ||
+      m->undo_popped < m->undo_releasable)
     reclaim_steps(m, RECLAIM_PER_WRITE);
   if (m->rehashing)
     rehash_step(m);
@@ -904,6 +909,7 @@ static void destroy_walk(sl_cow_map *m) {
   }
   free_retired_on_list(m, m->reclaim_head, m->reclaim_entries);
   reclaim_index_clear(m);
+  free_retired_on_list(m, m->dropped_head, m->dropped_entries); /* all */
   /* A bulk load not finished: its ring's versions are in no table. */
   for (uint32_t i = 0; i < m->load_count; i++)
     destroy_version(m, m->load_window[(m->load_first + i) &
@@ -1441,7 +1447,8 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
     m->pending[m->pending_count] = delta;
     m->pending_tails[m->pending_count] =
         (cow_pending_end){.last = m->dirty_tail, .undo_mark = m->undo_pushed,
-                          .undo_last = m->undo_tail};
+                          .undo_last = m->undo_tail,
+                          .live_keys = m->tables[0].used + m->tables[1].used};
     m->pending_count++;
   } else {
     assert(!delta.head); /* dirty_slot_ready() kept a slot for it (note 5) */
@@ -1521,6 +1528,9 @@ void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
   if (stable > m->stable_epoch)
     m->stable_epoch = stable;
   if (n > 0) {
+    /* The epochs after the newest released slot up to stable, if any,
+     * had no slot: they were empty (note 5), so the count holds. */
+    m->stable_live_keys = m->pending_tails[n - 1].live_keys;
     undo_release(m, &m->pending_tails[n - 1]);
     undo_index_trim(m);
   }
@@ -1549,6 +1559,7 @@ int sl_cow_map_enable_rollback(sl_cow_map *m) {
   if (m->dirty_head || m->pending_count)
     return EBUSY;
   m->stable_epoch = m->epoch - 1;
+  m->stable_live_keys = m->tables[0].used + m->tables[1].used;
   m->retain = true;
   return 0;
 }

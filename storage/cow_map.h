@@ -419,12 +419,14 @@ bool sl_cow_map_rollback_enabled(const sl_cow_map *map);
 uint32_t sl_cow_map_stable_epoch(const sl_cow_map *map);
 
 /** Return the map to its state as of the stable epoch, which epoch must
- * be (note 10): versions written since are freed, the versions they
- * displaced are back in the table, pending deltas are gone (so no writer
- * may still read one) and the current epoch's dirty list is empty; the
- * map is as if loaded at that epoch's checkpoint, and writes go on in the
- * current epoch.  Time and memory traffic in the versions written since
- * the stable epoch.  Returns 0; EINVAL (rollback off, a bulk load under
+ * be (note 10): versions written since are out of the table (freed
+ * later, a few by each write and by sl_cow_map_maintain()), the versions
+ * they displaced are back in the table, pending deltas are gone (so no
+ * writer may still read one) and the current epoch's dirty list is
+ * empty; the map is as if loaded at that epoch's checkpoint, and writes
+ * go on in the current epoch.  Time and memory traffic in the keys
+ * written since the stable epoch (and in the versions written since, if
+ * keys were inserted since).  Returns 0; EINVAL (rollback off, a bulk load under
  * way, or epoch not the stable one), the map unaltered. */
 int sl_cow_map_rollback(sl_cow_map *map, uint32_t epoch);
 

@@ -202,6 +202,23 @@ static bool check_undo(const sl_cow_map *m, check_tally *tally) {
   CHECK(mark <= m->undo_pushed);
   return true;
 }
+/* The dropped list (cow_map_rollback.c note 1): `entries` versions out of
+ * the table, counted here; undo ones among them are the undo list's no
+ * more, so they are not tallied as such. */
+static bool check_dropped(const sl_cow_map *m, check_tally *tally) {
+  const sl_cow_entry *e = m->dropped_head, *last = 0;
+  uint64_t n = 0;
+  for (; e && n < m->dropped_entries; last = e, e = e->dirty_next, n++) {
+    CHECK(e->retired == RETIRED_FREE || e->retired == RETIRED_UNDO);
+    CHECK(e->epoch > 0 && e->epoch <= m->epoch);
+    if (!check_version_memory(m, e, tally))
+      return false;
+  }
+  CHECK(e == 0);
+  CHECK(n == m->dropped_entries);
+  CHECK(last == m->dropped_tail);
+  return true;
+}
 
 /* The bulk load's ring: CLEAN versions in no table and on no list. */
 static bool check_load_window(const sl_cow_map *m, check_tally *tally) {
@@ -347,6 +364,12 @@ bool sl_cow_map_check(const sl_cow_map *m) {
     return false;
   if (!check_reclaim_index(m, &tally))
     return false;
+  if (!check_dropped(m, &tally))
+    return false;
+  /* The count a rollback trusts (cow_map_rollback.c note 1) can only be
+   * checked right after one: nothing written since. */
+  CHECK(!m->retain || m->dirty_head || m->pending_count ||
+        m->tables[0].used + m->tables[1].used == m->stable_live_keys);
   /* Every live version of a non-zero epoch is on exactly one list. */
   CHECK(tally.live_on_lists == tally.dirty_live);
   if (!check_undo(m, &tally))

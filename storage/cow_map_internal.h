@@ -39,6 +39,7 @@ typedef struct cow_pending_end {
   sl_cow_entry *last;
   uint64_t undo_mark;
   sl_cow_entry *undo_last; /* the undo list's last version then, or NULL */
+  uint64_t live_keys; /* keys in the table then (cow_map.c note 12) */
 } cow_pending_end;
 
 /* The header of a load arena chunk (note 9); versions follow it. */
@@ -135,6 +136,14 @@ struct sl_cow_map {
   sl_cow_index_block *undo_index_tail;
   uint64_t undo_index_base;
   bool undo_index_dropped;
+  /* Keys in the table at the stable epoch (cow_map.c note 12). */
+  uint64_t stable_live_keys;
+  /* The lists of the epochs a rollback dropped, joined by dirty_next:
+   * versions out of the table, on no other list, each freed by the
+   * reclaim steps (cow_map_rollback.c note 1). */
+  sl_cow_entry *dropped_head;
+  sl_cow_entry *dropped_tail;
+  uint64_t dropped_entries;
   uint64_t rollbacks; /* for tests */
   uint64_t rollback_visits; /* versions rollbacks handled, for tests */
 };
@@ -177,6 +186,10 @@ void cow_map_free_index(sl_cow_map *m, const sl_cow_index_block *index,
  * (cow_map_rollback.c note 4): after a rollback emptied the undo list, or
  * when the map is destroyed. */
 void cow_map_undo_index_clear(sl_cow_map *m);
+
+/* Free up to budget versions of the dropped list (cow_map_rollback.c
+ * note 1); returns how many it freed. */
+uint32_t cow_map_dropped_free(sl_cow_map *m, uint32_t budget);
 
 /* Pop released undo versions (note 12), at most budget; true if some
  * remain. */
