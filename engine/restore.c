@@ -33,6 +33,15 @@
  *    mismatch is SL_ECORRUPT naming the operator, instance, checkpoint,
  *    channel and offset (sl_restore_channel_state), never a crash.
  *
+ * 5. A large keyed state is mostly fresh memory: the restoring thread
+ *    spent over half a 10M-key restore in the kernel zeroing the pages of
+ *    the table and the load arena on their first touch.  So from
+ *    RESTORE_PREFAULT_MIN_ENTRIES on, restore_keyed starts a helper
+ *    thread (storage/prefault.h) that faults them in ahead of the load
+ *    on another CPU (cow_map.c note 13), and destroys it once the load
+ *    is finished.  A helper that cannot start (no thread, SLUICE_PREFAULT=0)
+ *    changes nothing but the time: the load then faults its own pages.
+ *
  * Entries: sl_checkpointer_setup (before threads), then per instance
  * sl_checkpointer_restore_instance or, if its open failed,
  * sl_checkpointer_restore_skip.
@@ -47,6 +56,11 @@
 #include "checkpoint_internal.h"
 #include "fault.h"
 #include "log.h"
+#include "prefault.h"
+
+/* Note 5: below this many entries (about 3.5 MiB of versions) a restore
+ * is over in milliseconds, less than a helper thread is worth. */
+#define RESTORE_PREFAULT_MIN_ENTRIES 65536u
 
 static int restore_entry(void *arg, uint16_t key_group, const void *key,
                          uint32_t key_bytes, const void *value,
@@ -93,19 +107,27 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
   uint64_t base_entries = 0, log_entries = 0;
   int rc = sl_store_entry_counts(cp->store, &base_entries, &log_entries);
   uint64_t entries = base_entries > log_entries ? base_entries : log_entries;
+  uint64_t share = 0;
   if (rc == 0) {
     uint64_t groups = (uint64_t)(inst->cp.group_last - inst->cp.group_first) + 1;
-    uint64_t share = entries * groups / job->config.max_parallelism;
+    share = entries * groups / job->config.max_parallelism;
     uint64_t margin = groups < job->config.max_parallelism ? share / 4 : 0;
     rc = sl_cow_map_reserve(inst->cp.keyed, share + margin);
   }
   bool read = rc == 0;
+  /* Note 5: a helper faults in what the load will write, if it is worth a
+   * thread and one can be had (without one the load faults as before). */
+  sl_prefault *helper = 0;
+  if (read && share >= RESTORE_PREFAULT_MIN_ENTRIES &&
+      sl_prefault_start(&helper) == 0)
+    sl_cow_map_load_prefault(inst->cp.keyed, helper, share);
   if (read)
     rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
                              inst->cp.group_last, restore_entry,
                              inst->cp.keyed);
   if (read) { /* always ends the bulk load, also after an error */
     int finished = sl_cow_map_load_finish(inst->cp.keyed);
+    sl_prefault_destroy(helper); /* stopped by the finish */
     /* The store's keys are unique: a duplicate means a damaged store. */
     if (rc == 0 && finished)
       rc = finished == EINVAL ? SL_ECORRUPT : finished;
