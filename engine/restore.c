@@ -36,7 +36,7 @@
  * 5. A large keyed state is mostly fresh memory: the restoring thread
  *    spent over half a 10M-key restore in the kernel zeroing the pages of
  *    the table and the load arena on their first touch.  So from
- *    RESTORE_PREFAULT_MIN_ENTRIES on, restore_keyed starts a helper
+ *    RESTORE_PREFAULT_MIN_ENTRIES (4M) on, restore_keyed starts a helper
  *    thread (storage/prefault.h) that faults them in ahead of the load
  *    on another CPU (cow_map.c note 13), and destroys it once the load
  *    is finished.  A helper that cannot start (no thread, SLUICE_PREFAULT=0)
@@ -58,9 +58,23 @@
 #include "log.h"
 #include "prefault.h"
 
-/* Note 5: below this many entries (about 3.5 MiB of versions) a restore
- * is over in milliseconds, less than a helper thread is worth. */
-#define RESTORE_PREFAULT_MIN_ENTRIES 65536u
+/* Note 5: the helper from this many entries on (SLUICE_PREFAULT_MIN_ENTRIES
+ * overrides it, for tests).  Interleaved restores in fresh processes
+ * (checkpoint_bench --restore-child, 2026-12-06): at 10M keys it cut the
+ * restoring thread's CPU to about 0.62 and the wall to 0.76-0.84 (three
+ * sets), but at 1M keys (a 2M-entry log) the wall was 1.04-1.32 of
+ * without (the thread's CPU 0.74-0.93), so 1M-entry states stay without. */
+#define RESTORE_PREFAULT_MIN_ENTRIES (UINT64_C(1) << 22)
+
+/* RESTORE_PREFAULT_MIN_ENTRIES, or the number SLUICE_PREFAULT_MIN_ENTRIES
+ * holds. */
+static uint64_t prefault_min_entries(void) {
+  const char *text = getenv("SLUICE_PREFAULT_MIN_ENTRIES");
+  char *end = 0;
+  unsigned long long n = text ? strtoull(text, &end, 10) : 0;
+  return text && end != text && *end == 0 ? (uint64_t)n
+                                          : RESTORE_PREFAULT_MIN_ENTRIES;
+}
 
 static int restore_entry(void *arg, uint16_t key_group, const void *key,
                          uint32_t key_bytes, const void *value,
@@ -118,7 +132,7 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
   /* Note 5: a helper faults in what the load will write, if it is worth a
    * thread and one can be had (without one the load faults as before). */
   sl_prefault *helper = 0;
-  if (read && share >= RESTORE_PREFAULT_MIN_ENTRIES &&
+  if (read && share >= prefault_min_entries() &&
       sl_prefault_start(&helper) == 0)
     sl_cow_map_load_prefault(inst->cp.keyed, helper, share);
   if (read)

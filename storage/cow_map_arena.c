@@ -60,7 +60,7 @@ static void arena_spare_add(sl_cow_map *m) {
 /* Make a new, empty chunk the one loads carve from (the previous one stays
  * until its versions are freed): the oldest spare if there is one (note
  * 1).  false on ENOMEM, nothing changed. */
-static bool arena_chunk_new(sl_cow_map *m) {
+bool cow_arena_chunk_new(sl_cow_map *m) {
   /* Aligned to its size, so chunk_of() finds it from any version in it. */
   arena_chunk *c = sl_prefault_take(m->load_prefault);
   if (c) {
@@ -85,23 +85,6 @@ static bool arena_chunk_new(sl_cow_map *m) {
   m->arena_chunk_count++;
   m->memory_bytes += ARENA_CHUNK_BYTES; /* the chunk, whole (note 7) */
   return true;
-}
-
-/* bytes (a multiple of 8, at most ARENA_VERSION_MAX_BYTES) for a version,
- * carved after the previous one.  NULL on ENOMEM. */
-sl_cow_entry *cow_arena_carve(sl_cow_map *m, uint64_t bytes) {
-  assert(bytes % 8 == 0);
-  assert(bytes <= ARENA_VERSION_MAX_BYTES);
-  arena_chunk *c = m->arena_carving;
-  if (!c || ARENA_CHUNK_BYTES - c->used_bytes < bytes) {
-    if (!arena_chunk_new(m))
-      return 0;
-    c = m->arena_carving;
-  }
-  sl_cow_entry *e = (sl_cow_entry *)((uint8_t *)c + c->used_bytes);
-  c->used_bytes += (uint32_t)bytes;
-  c->versions++;
-  return e;
 }
 
 void cow_arena_chunk_free(sl_cow_map *m, arena_chunk *c) {

@@ -159,8 +159,26 @@ static inline arena_chunk *chunk_of(const sl_cow_entry *e) {
 }
 
 /* The load arena (cow_map.c note 9, cow_map_arena.c). */
-sl_cow_entry *cow_arena_carve(sl_cow_map *m, uint64_t bytes);
+bool cow_arena_chunk_new(sl_cow_map *m);
 void cow_arena_chunk_free(sl_cow_map *m, arena_chunk *c);
+
+/* bytes (a multiple of 8, at most ARENA_VERSION_MAX_BYTES) for a version,
+ * carved after the previous one.  NULL on ENOMEM.  Inline: a restore
+ * calls it for every entry, a new chunk only every few thousand. */
+static inline sl_cow_entry *cow_arena_carve(sl_cow_map *m, uint64_t bytes) {
+  assert(bytes % 8 == 0);
+  assert(bytes <= ARENA_VERSION_MAX_BYTES);
+  arena_chunk *c = m->arena_carving;
+  if (!c || ARENA_CHUNK_BYTES - c->used_bytes < bytes) {
+    if (!cow_arena_chunk_new(m))
+      return 0;
+    c = m->arena_carving;
+  }
+  sl_cow_entry *e = (sl_cow_entry *)((uint8_t *)c + c->used_bytes);
+  c->used_bytes += (uint32_t)bytes;
+  c->versions++;
+  return e;
+}
 void cow_arena_spares_drop(sl_cow_map *m);
 
 /* cow_map.c's own operations, for cow_map_rollback.c and

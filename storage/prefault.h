@@ -35,7 +35,9 @@
  *    memory itself.
  * 6. SLUICE_PREFAULT=0 in the environment makes sl_prefault_start fail
  *    with EAGAIN, as when no thread can be created: the load then runs
- *    without a helper (and tests exercise that path this way).
+ *    without a helper (and tests exercise that path this way).  Which
+ *    restores start one at all is engine/restore.c's choice (its note 5,
+ *    SLUICE_PREFAULT_MIN_ENTRIES).
  *
  * Which calls may run concurrently: every call is the owner's (one
  * thread), except that sl_prefault_populated_bytes may be called by any

@@ -236,16 +236,19 @@ static void run_verified(const char *dir, uint64_t keys, uint64_t count) {
   sl_job_destroy(job);
 }
 
-/* A state above RESTORE_PREFAULT_MIN_ENTRIES (65536) resumed with the
- * helper, then (the job finished: resumed again) with none. */
+/* A state of 70000 keys resumed (the job finished: it resumes its final
+ * checkpoint) with the helper, its threshold lowered to 65536 entries
+ * (engine/restore.c note 5), or with none (SLUICE_PREFAULT=0). */
 static void resume_large(bool helper) {
   char *dir = sl_test_temp_dir("restore-prefault");
   const uint64_t keys = 70000;
+  cr_assert_eq(setenv("SLUICE_PREFAULT_MIN_ENTRIES", "65536", 1), 0);
   if (!helper)
     cr_assert_eq(setenv("SLUICE_PREFAULT", "0", 1), 0);
   run_verified(dir, keys, 2 * keys);  /* every key in the state */
   run_verified(dir, keys, 2 * keys);  /* restored: a finished job */
   cr_assert_eq(unsetenv("SLUICE_PREFAULT"), 0);
+  cr_assert_eq(unsetenv("SLUICE_PREFAULT_MIN_ENTRIES"), 0);
   sl_test_remove_tree(dir);
 }
 
