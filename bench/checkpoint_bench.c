@@ -65,7 +65,10 @@
  *      fills fresh pages, and again into the same pages (warm).  Also
  *      reported: the CPU time the count instance's thread had used when
  *      its restore() ran (on this shared 2-core machine the wall time
- *      includes waiting for a CPU), and what the store held when the
+ *      includes waiting for a CPU; from 4M entries on, a helper thread
+ *      faults the restore's fresh pages in on the other CPU, and its time
+ *      is not in this figure: engine/restore.c note 5), and what the
+ *      store held when the
  *      first child opened it, meta's compacted and logged entry counts
  *      (the restore merges their sum: rounds that run back to back leave
  *      a compaction unfinished, so this varies from run to run).

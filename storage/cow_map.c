@@ -91,7 +91,8 @@
  *    Only loads carve, so arena memory never exceeds what was restored
  *    (plus the ends of chunks a version did not fit in: under 1/64, as
  *    larger versions are malloc'd); it shrinks by whole chunks only, so a
- *    chunk with one surviving version keeps all 4 MiB.
+ *    chunk with one surviving version keeps all 4 MiB.  The arena's code
+ *    is in cow_map_arena.c.
  * 10. The bulk load.  Linking a loaded entry costs a cache miss on a
  *    random bucket, and the duplicate probe (find_link()) another on the
  *    entry the bucket points to, if any.  sl_cow_map_load_add() copies the
@@ -124,19 +125,6 @@
  *    dropping a failed attempt's state cheap (engine/failover.c).
  *    Otherwise (malloc builds, or no arena left) destroy walks as in note
  *    3.  The map's memory accounting (note 7) is the same either way.
- * 13. The reclaim walk fetches ahead.  It follows the chain, and each
- *    link is a miss once the state outgrows the cache: at 1M keys with
- *    a checkpoint every 100 ms, the four steps every write takes were
- *    about 8% of the keyed thread's CPU (checkpoint_bench part 1, perf:
- *    the loads of dirty_next), and a RELEASED version the walk has not
- *    reached is copied on write (note 2).  So release keeps a released
- *    list's index (header note 11) instead of freeing it, appended to
- *    the reclaim index in chain order, and each step fetches the version
- *    RECLAIM_AHEAD positions further on.  The walk itself still follows
- *    the chain (the index only says where it will go; debug builds check
- *    that it does) and frees each index block when it leaves it.  A
- *    released list without an index stops the fetching until the chain
- *    has drained: the positions would no longer match.
  * 12. Rollback (header note 10; the rollback itself is in
  *    cow_map_rollback.c, the checker in cow_map_check.c, both over
  *    cow_map_internal.h).  The stable epoch S is the newest released one.
@@ -173,6 +161,23 @@
  *    slot it releases), and sets the current and pending lists aside
  *    whole on the dropped list, which reclaim_steps() frees in bounded
  *    steps (cow_map_rollback.c, notes 1-2).
+ * 13. The reclaim walk fetches ahead.  It follows the chain, and each
+ *    link is a miss once the state outgrows the cache: at 1M keys with
+ *    a checkpoint every 100 ms, the four steps every write takes were
+ *    about 8% of the keyed thread's CPU (checkpoint_bench part 1, perf:
+ *    the loads of dirty_next), and a RELEASED version the walk has not
+ *    reached is copied on write (note 2).  So release keeps a released
+ *    list's index (header note 11) instead of freeing it, appended to
+ *    the reclaim index in chain order, and each step fetches the version
+ *    RECLAIM_AHEAD positions further on.  The walk itself still follows
+ *    the chain (the index only says where it will go; debug builds check
+ *    that it does) and frees each index block when it leaves it.  A
+ *    released list without an index stops the fetching until the chain
+ *    has drained: the positions would no longer match.
+ * 14. Pre-faulting (sl_cow_map_load_prefault, cow_map_arena.c notes 1-3):
+ *    a helper thread faults in the table and the arena chunks a bulk
+ *    load will write next, on another CPU; sl_cow_map_load_finish stops
+ *    it and frees the chunks it held ahead.
  */
 #include "cow_map.h"
 #include "key_order.h"
@@ -203,9 +208,6 @@
  * writes' worth of steps. */
 #define RECLAIM_AHEAD 16u
 #define INITIAL_PENDING 4u
-/* Larger loaded versions are malloc'd: a version that does not fit the rest
- * of a chunk wastes that rest, so this bounds the waste to 1/64. */
-#define ARENA_VERSION_MAX_BYTES (ARENA_CHUNK_BYTES / 64u)
 
 _Static_assert(sizeof(sl_cow_entry) == 40, "header size of cow_map.h's note");
 _Static_assert((INITIAL_BUCKETS & (INITIAL_BUCKETS - 1)) == 0,
@@ -291,63 +293,6 @@ static sl_cow_entry *entry_new(sl_cow_map *m, uint64_t hash, const void *key,
   return e;
 }
 
-/* ------------------------------------------------------------ arena */
-
-/* Make a new, empty chunk the one loads carve from (the previous one stays
- * until its versions are freed).  false on ENOMEM, nothing changed. */
-static bool arena_chunk_new(sl_cow_map *m) {
-  /* Aligned to its size, so chunk_of() finds it from any version in it. */
-  arena_chunk *c =
-      sl_alloc_aligned(&m->alloc, ARENA_CHUNK_BYTES, ARENA_CHUNK_BYTES);
-  if (!c)
-    return false;
-  c->prev = 0;
-  c->next = m->arena_chunks;
-  c->owner = m;
-  c->used_bytes = sizeof *c;
-  c->versions = 0;
-  if (m->arena_chunks)
-    m->arena_chunks->prev = c;
-  m->arena_chunks = c;
-  m->arena_carving = c;
-  m->arena_chunk_count++;
-  m->memory_bytes += ARENA_CHUNK_BYTES; /* the chunk, whole (note 7) */
-  return true;
-}
-
-/* bytes (a multiple of 8, at most ARENA_VERSION_MAX_BYTES) for a version,
- * carved after the previous one.  NULL on ENOMEM. */
-static sl_cow_entry *arena_carve(sl_cow_map *m, uint64_t bytes) {
-  assert(bytes % 8 == 0);
-  assert(bytes <= ARENA_VERSION_MAX_BYTES);
-  arena_chunk *c = m->arena_carving;
-  if (!c || ARENA_CHUNK_BYTES - c->used_bytes < bytes) {
-    if (!arena_chunk_new(m))
-      return 0;
-    c = m->arena_carving;
-  }
-  sl_cow_entry *e = (sl_cow_entry *)((uint8_t *)c + c->used_bytes);
-  c->used_bytes += (uint32_t)bytes;
-  c->versions++;
-  return e;
-}
-
-static void arena_chunk_free(sl_cow_map *m, arena_chunk *c) {
-  assert(m->arena_chunk_count > 0);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    m->arena_chunks = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  if (m->arena_carving == c)
-    m->arena_carving = 0; /* the next load starts a new chunk */
-  m->arena_chunk_count--;
-  assert(m->memory_bytes >= ARENA_CHUNK_BYTES);
-  m->memory_bytes -= ARENA_CHUNK_BYTES;
-  sl_alloc_free_aligned(&m->alloc, c, ARENA_CHUNK_BYTES, ARENA_CHUNK_BYTES);
-}
-
 /* A new CLEAN version (epoch 0, in no table, on no list) holding key and a
  * copy of value: carved out of the arena unless it is large (note 9).
  * NULL on ENOMEM. */
@@ -358,7 +303,7 @@ static sl_cow_entry *clean_version_new(sl_cow_map *m, uint64_t hash,
   uint64_t bytes = entry_alloc_bytes(key_bytes, value_bytes);
   sl_cow_entry *e;
   if (bytes <= ARENA_VERSION_MAX_BYTES) {
-    e = arena_carve(m, bytes);
+    e = cow_arena_carve(m, bytes);
     if (!e)
       return 0;
     entry_init(e, hash, 0, key, key_bytes, value_bytes);
@@ -380,7 +325,7 @@ static void entry_free(sl_cow_map *m, sl_cow_entry *e) {
     assert(c->owner == m);
     assert(c->versions > 0);
     if (--c->versions == 0)
-      arena_chunk_free(m, c);
+      cow_arena_chunk_free(m, c);
     return;
   }
   uint64_t bytes = entry_alloc_bytes(e->key_bytes, entry_capacity(e));
@@ -1378,6 +1323,8 @@ int sl_cow_map_load_finish(sl_cow_map *m) {
   while (m->load_count > 0)
     load_link_oldest(m);
   assert(m->load_unprobed == 0);
+  if (m->load_prefault) /* the helper stopped, spares freed (note 14) */
+    cow_arena_spares_drop(m);
   m->loading = false;
   m->load_sorted = false;
   m->load_previous = 0;

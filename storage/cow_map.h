@@ -324,6 +324,18 @@ bool sl_cow_map_maintain(sl_cow_map *map, uint32_t budget);
  * Errors: ENOMEM (the map unaltered). */
 int sl_cow_map_reserve(sl_cow_map *map, uint64_t entries);
 
+struct sl_prefault;
+
+/** Before a bulk load, after sl_cow_map_reserve: attach a helper thread
+ * (storage/prefault.h, started by the caller) that faults in the table
+ * and the load arena's next chunks ahead of the load (cow_map.c note 14);
+ * entries: how many the load expects.  The table's lower half is faulted
+ * in by this call.  The map holds up to 32 MiB of chunks ahead until sl_cow_map_load_finish(), which must follow
+ * (also when no entry was added): it stops the helper and frees them; the
+ * caller then destroys the helper.  NULL: nothing (no helper). */
+void sl_cow_map_load_prefault(sl_cow_map *map, struct sl_prefault *helper,
+                              uint64_t entries);
+
 /** Insert a clean (epoch 0) entry while restoring, before any other write.
  * The key and value are copied before it returns.  Errors: ENOMEM; EINVAL
  * if the key is already present or a size exceeds SL_COW_MAX_BYTES.  On

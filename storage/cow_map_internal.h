@@ -25,6 +25,9 @@
  * chunk is small next to a restored state, so chunks whose versions were
  * all replaced or deleted do go back to the allocator. */
 #define ARENA_CHUNK_BYTES (UINT32_C(4) << 20)
+/* Larger loaded versions are malloc'd: a version that does not fit the rest
+ * of a chunk wastes that rest, so this bounds the waste to 1/64. */
+#define ARENA_VERSION_MAX_BYTES (ARENA_CHUNK_BYTES / 64u)
 
 /* A version's retired mark (cow_map.c note 12). */
 enum {
@@ -97,6 +100,11 @@ struct sl_cow_map {
   arena_chunk *arena_chunks;  /* every chunk, newest first (note 9) */
   arena_chunk *arena_carving; /* where loads carve next; NULL: none yet */
   uint64_t arena_chunk_count;
+  /* The bulk load's helper thread (cow_map_arena.c note 1), or NULL, and
+   * the chunks allocated ahead and posted to it, not yet taken. */
+  struct sl_prefault *load_prefault;
+  uint32_t load_spares;
+  uint32_t load_spares_max;
   /* The bulk load (note 10).  The ring: load_count versions added and not
    * yet linked, the oldest at load_first; the oldest load_unprobed of them
    * are linked without the duplicate probe. */
@@ -170,6 +178,29 @@ static inline arena_chunk *chunk_of(const sl_cow_entry *e) {
   assert(e->arena);
   return (arena_chunk *)((uintptr_t)e & ~(uintptr_t)(ARENA_CHUNK_BYTES - 1));
 }
+
+/* The load arena (cow_map.c note 9, cow_map_arena.c). */
+bool cow_arena_chunk_new(sl_cow_map *m);
+void cow_arena_chunk_free(sl_cow_map *m, arena_chunk *c);
+
+/* bytes (a multiple of 8, at most ARENA_VERSION_MAX_BYTES) for a version,
+ * carved after the previous one.  NULL on ENOMEM.  Inline: a restore
+ * calls it for every entry, a new chunk only every few thousand. */
+static inline sl_cow_entry *cow_arena_carve(sl_cow_map *m, uint64_t bytes) {
+  assert(bytes % 8 == 0);
+  assert(bytes <= ARENA_VERSION_MAX_BYTES);
+  arena_chunk *c = m->arena_carving;
+  if (!c || ARENA_CHUNK_BYTES - c->used_bytes < bytes) {
+    if (!cow_arena_chunk_new(m))
+      return 0;
+    c = m->arena_carving;
+  }
+  sl_cow_entry *e = (sl_cow_entry *)((uint8_t *)c + c->used_bytes);
+  c->used_bytes += (uint32_t)bytes;
+  c->versions++;
+  return e;
+}
+void cow_arena_spares_drop(sl_cow_map *m);
 
 /* cow_map.c's own operations, for cow_map_rollback.c and
  * cow_map_check.c. */
