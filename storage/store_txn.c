@@ -226,8 +226,7 @@ static int log_append(sl_store_txn *t, uint16_t op, uint16_t key_group,
     return store_txn_fail(t, rc);
   put_be16(t->last_key, op);
   put_be16(t->last_key + 2, key_group);
-  if (key_bytes > 0)
-    memcpy(t->last_key + STATE_PREFIX_BYTES, key, key_bytes);
+  chunk_copy(t->last_key + STATE_PREFIX_BYTES, key, key_bytes);
   t->last_key_bytes = state_bytes;
   t->entries++;
   return 0;
