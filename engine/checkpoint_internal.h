@@ -135,6 +135,9 @@ struct sl_checkpointer {
   struct sorted_entry *sort_b;
   uint64_t sort_capacity;     /* entries sort_a holds */
   uint64_t sort_tmp_capacity; /* entries sort_b holds: a key group's */
+  /* Set for good once an entry's address needed more than 48 bits: sort
+   * entries then carry no key group (checkpoint_writer.c, sorted_entry). */
+  bool sort_untagged;
   size_t *group_ends; /* collect_sorted: 2 x max_parallelism counters */
   uint32_t *row_order; /* write_rows: a batch's rows in key order */
   uint64_t row_order_capacity;

@@ -35,6 +35,13 @@
  *    grown as large as its base (compact_if_due); a checkpoint handed
  *    over or a shutdown cancels a running compaction, which keeps its
  *    committed steps and resumes on the next call (store.h note 3).
+ *    Before it compacts, it zero-fills the store's file ahead of the
+ *    next commit (sl_store_prefill, store.h note 9; the compaction
+ *    refills it after each step), cancelled the same way: a commit that
+ *    extends the file pays for new page-cache pages and block allocation,
+ *    which the idle writer can pay instead (100% of 1M keys changed: the
+ *    commit's pwrite of 28 MB took 80 ms into new pages and 4 ms into
+ *    filled ones on the development VM).
  *
  * 6. Channel state (unaligned checkpoints, snapshot.c note 12) goes into
  *    the instance's blob, so it is replaced with the rest of the
@@ -65,20 +72,47 @@
  * key), then the rest of the state key (state id, kind, user key), then
  * the version order (run_compare), so versions of one state key go
  * oldest first (the newest is written last and wins).  Exact order lets
- * the store append (MDB_APPEND).  16 bytes: the key group is not kept,
- * as the record key determines it (sort_group).  At 1M changed keys
- * these entries are a large part of what a checkpoint's write adds to
- * memory (memory_bench: 48 bytes an entry before, in two buffers of 24). */
+ * the store append (MDB_APPEND).  16 bytes: the key group rides in the
+ * top 16 bits of the entry's address, which user-space addresses leave 0
+ * (48 bits on x86-64 and aarch64 Linux unless a mapping asks for more);
+ * so the key is hashed once per checkpoint (collect), not again at every
+ * move of bucket_by_group, where the hash sat in the chain from one move
+ * to the next.  Should an address need the bits, the writer stops
+ * tagging for good (sort_untagged) and hashes as before.  At 1M changed
+ * keys these entries are a large part of what a checkpoint's write adds
+ * to memory (memory_bench: 48 bytes an entry before, in two buffers of
+ * 24). */
 typedef struct sorted_entry {
   uint64_t key; /* record key: the state key's first 8 bytes (state.c) */
-  const sl_cow_entry *entry;
+  uintptr_t tagged; /* the entry's address | key group << SORT_TAG_SHIFT */
 } sorted_entry;
 
 _Static_assert(sizeof(sorted_entry) == 16, "sort entries stay packed");
+_Static_assert(sizeof(uintptr_t) == 8, "a 64-bit address holds the tag");
+
+#define SORT_TAG_SHIFT 48
+#define SORT_ADDRESS_MASK (((uintptr_t)1 << SORT_TAG_SHIFT) - 1)
 
 /* Key group of a record key (what key_by routed it by). */
 static uint16_t sort_group(const sl_job *job, uint64_t key) {
   return (uint16_t)sl_key_group(key, job->config.max_parallelism);
+}
+
+/* The address mask of sort entries: tagged or not (sort_untagged). */
+static inline uintptr_t sort_mask(bool tagged) {
+  return tagged ? SORT_ADDRESS_MASK : UINTPTR_MAX;
+}
+
+static inline const sl_cow_entry *sort_entry_of(sorted_entry s,
+                                                uintptr_t mask) {
+  return (const sl_cow_entry *)(s.tagged & mask);
+}
+
+/* The key group of s: its tag, or (untagged) the key's hash. */
+static inline uint16_t sort_group_of(const sl_job *job, bool tagged,
+                                     sorted_entry s) {
+  return tagged ? (uint16_t)(s.tagged >> SORT_TAG_SHIFT)
+                : sort_group(job, s.key);
 }
 
 /* Buckets of at most this many entries are sorted by insertion: cheaper
@@ -91,8 +125,9 @@ static uint16_t sort_group(const sl_job *job, uint64_t key) {
  * in as bucket g's size and leaves as where it ends (it starts at
  * ends[g - 1], or 0); next has room for groups.  Not stable: sort_runs
  * restores the version order (run_compare).  Returns the largest bucket. */
-static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
-                              uint32_t groups, size_t *ends, size_t *next) {
+static size_t bucket_by_group(const sl_job *job, bool tagged, sorted_entry *a,
+                              size_t n, uint32_t groups, size_t *ends,
+                              size_t *next) {
   size_t start = 0, largest = 0;
   for (uint32_t g = 0; g < groups; g++) {
     largest = ends[g] > largest ? ends[g] : largest;
@@ -106,7 +141,7 @@ static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
   for (uint32_t g = 0; g < groups; g++) {
     while (next[g] < ends[g]) {
       sorted_entry e = a[next[g]];
-      uint16_t h = sort_group(job, e.key);
+      uint16_t h = sort_group_of(job, tagged, e);
       while (h != g) {
         assert(h > g && next[h] < ends[h]);
         sorted_entry out = a[next[h]];
@@ -119,7 +154,7 @@ static size_t bucket_by_group(const sl_job *job, sorted_entry *a, size_t n,
           __builtin_prefetch(&a[next[h] + 8], 1);
         a[next[h]++] = e;
         e = out;
-        h = sort_group(job, e.key);
+        h = sort_group_of(job, tagged, e);
       }
       a[next[g]++] = e;
     }
@@ -215,9 +250,10 @@ static int rest_compare(const sl_cow_entry *x, const sl_cow_entry *y) {
  * to the same list: of such versions only the last can be live, so
  * within an epoch tombstones go first and the newest state comes last,
  * as in list order.  (Superseded versions are not collected.) */
-static int run_compare(const void *x, const void *y) {
-  const sl_cow_entry *a = ((const sorted_entry *)x)->entry;
-  const sl_cow_entry *b = ((const sorted_entry *)y)->entry;
+static int run_compare(const void *x, const void *y, void *mask_arg) {
+  uintptr_t mask = *(const uintptr_t *)mask_arg;
+  const sl_cow_entry *a = sort_entry_of(*(const sorted_entry *)x, mask);
+  const sl_cow_entry *b = sort_entry_of(*(const sorted_entry *)y, mask);
   int c = rest_compare(a, b);
   if (c)
     return c;
@@ -234,18 +270,18 @@ static int run_compare(const void *x, const void *y) {
  * a run is as long as the changed states of one record key and their
  * versions — usually one or a few (insertion sort), for map state
  * possibly many (qsort). */
-static void sort_runs(sorted_entry *a, size_t n) {
+static void sort_runs(sorted_entry *a, size_t n, uintptr_t mask) {
   for (size_t start = 0, end; start < n; start = end) {
     for (end = start + 1; end < n && a[end].key == a[start].key; end++) {
     }
     if (end - start > SL_SHORT_RUN) {
-      qsort(a + start, end - start, sizeof *a, run_compare);
+      qsort_r(a + start, end - start, sizeof *a, run_compare, &mask);
       continue;
     }
     for (size_t i = start + 1; i < end; i++) {
       sorted_entry e = a[i];
       size_t j = i;
-      for (; j > start && run_compare(&a[j - 1], &e) > 0; j--)
+      for (; j > start && run_compare(&a[j - 1], &e, &mask) > 0; j--)
         a[j] = a[j - 1];
       a[j] = e;
     }
@@ -263,6 +299,19 @@ static bool sort_room(sorted_entry **a, uint64_t *capacity, uint64_t n) {
   return *a != 0;
 }
 
+/* The sort entry of version e of record key (in key group), tagged with
+ * the group if tag; *addresses gathers the address bits (collect_sorted
+ * checks that none reaches the tag). */
+static inline sorted_entry sort_entry(uint64_t key, const sl_cow_entry *e,
+                                      uint16_t group, bool tag,
+                                      uintptr_t *addresses) {
+  uintptr_t address = (uintptr_t)e;
+  *addresses |= address;
+  return (sorted_entry){
+      .key = key,
+      .tagged = address | (tag ? (uintptr_t)group << SORT_TAG_SHIFT : 0)};
+}
+
 /* Versions collect_indexed fetches ahead. */
 #define SL_COLLECT_AHEAD 16u
 
@@ -272,7 +321,8 @@ static bool sort_room(sorted_entry **a, uint64_t *capacity, uint64_t n) {
  * SL_COLLECT_AHEAD ahead (their header and the key's first 8 bytes); the
  * dirty list made each visit wait for the one before. */
 static size_t collect_indexed(const sl_job *job, const sl_cow_delta *delta,
-                              size_t *sizes, sorted_entry *a, size_t count) {
+                              size_t *sizes, sorted_entry *a, size_t count,
+                              bool tag, uintptr_t *addresses) {
   const sl_cow_index_block *block = delta->index;
   /* A list of n versions has at most n / SL_COW_INDEX_BLOCK + 1 blocks. */
   for (uint64_t b = 0; block && b <= delta->entries / SL_COW_INDEX_BLOCK;
@@ -296,11 +346,47 @@ static size_t collect_indexed(const sl_job *job, const sl_cow_delta *delta,
         continue;
       assert(e->key_bytes >= 8);
       uint64_t key = sl_load_be64(sl_cow_entry_key(e));
-      sizes[sort_group(job, key)]++;
-      a[count++] = (sorted_entry){.key = key, .entry = e};
+      uint16_t group = sort_group(job, key);
+      sizes[group]++;
+      a[count++] = sort_entry(key, e, group, tag, addresses);
     }
   }
   assert(block == 0);
+  return count;
+}
+
+/* Collect the live versions of instance i's deltas not yet durable into
+ * the sort buffer (room made), counting each in its key group's size in
+ * sizes; tagged unless sort_untagged.  Returns the count. */
+static size_t collect_all(sl_checkpointer *cp, const sl_ack *a, int i,
+                          uint32_t *max_epoch, size_t *sizes,
+                          uintptr_t *addresses) {
+  const sl_job *job = cp->job;
+  bool tag = !cp->sort_untagged;
+  memset(sizes, 0, sizeof *sizes * job->config.max_parallelism);
+  size_t count = 0;
+  for (int d = 0; d < a->delta_count; d++) {
+    const sl_cow_delta *delta = &a->deltas[d];
+    if (delta->epoch <= cp->durable_epoch[i])
+      continue; /* written by an earlier checkpoint (note 1) */
+    if (delta->epoch > *max_epoch)
+      *max_epoch = delta->epoch;
+    if (delta->index) {
+      count = collect_indexed(job, delta, sizes, cp->sort_a, count, tag,
+                              addresses);
+      continue;
+    }
+    for (const sl_cow_entry *e = delta->head; e; e = e->dirty_next) {
+      assert(count < cp->sort_capacity); /* collect_sorted made room */
+      if (e->superseded)
+        continue;
+      assert(e->key_bytes >= 8);
+      uint64_t key = sl_load_be64(sl_cow_entry_key(e));
+      uint16_t group = sort_group(job, key);
+      sizes[group]++;
+      cp->sort_a[count++] = sort_entry(key, e, group, tag, addresses);
+    }
+  }
   return count;
 }
 
@@ -321,37 +407,22 @@ static int64_t collect_sorted(sl_checkpointer *cp, const sl_ack *a, int i,
   if (!sort_room(&cp->sort_a, &cp->sort_capacity, n))
     return -1;
   size_t *ends = cp->group_ends; /* sizes, then next: bucket_by_group */
-  memset(ends, 0, sizeof *ends * groups);
-  size_t count = 0;
-  for (int d = 0; d < a->delta_count; d++) {
-    const sl_cow_delta *delta = &a->deltas[d];
-    if (delta->epoch <= cp->durable_epoch[i])
-      continue; /* written by an earlier checkpoint (note 1) */
-    if (delta->epoch > *max_epoch)
-      *max_epoch = delta->epoch;
-    if (delta->index) {
-      count = collect_indexed(job, delta, ends, cp->sort_a, count);
-      continue;
-    }
-    for (const sl_cow_entry *e = delta->head; e; e = e->dirty_next) {
-      assert(count < n);
-      if (e->superseded)
-        continue;
-      assert(e->key_bytes >= 8);
-      uint64_t key = sl_load_be64(sl_cow_entry_key(e));
-      ends[sort_group(job, key)]++;
-      cp->sort_a[count++] = (sorted_entry){.key = key, .entry = e};
-    }
+  uintptr_t addresses = 0;
+  size_t count = collect_all(cp, a, i, max_epoch, ends, &addresses);
+  if (!cp->sort_untagged && (addresses & ~SORT_ADDRESS_MASK) != 0) {
+    cp->sort_untagged = true; /* see sorted_entry; once, then never again */
+    count = collect_all(cp, a, i, max_epoch, ends, &addresses);
   }
   assert(count <= n);
-  size_t largest = count ? bucket_by_group(job, cp->sort_a, count, groups,
-                                           ends, ends + groups)
+  bool tagged = !cp->sort_untagged;
+  size_t largest = count ? bucket_by_group(job, tagged, cp->sort_a, count,
+                                           groups, ends, ends + groups)
                          : 0; /* every change was superseded */
   bool ok = largest <= SL_SMALL_BUCKET ||
             sort_room(&cp->sort_b, &cp->sort_tmp_capacity, largest);
   if (ok && count) {
     sort_buckets(cp->sort_a, cp->sort_b, ends, groups, cp->radix_counts);
-    sort_runs(cp->sort_a, count);
+    sort_runs(cp->sort_a, count, sort_mask(tagged));
   }
   *sorted = cp->sort_a;
   return ok ? (int64_t)count : -1;
@@ -442,20 +513,22 @@ static int write_instance(sl_checkpointer *cp, sl_store_txn *txn, pending *p,
   if (count < 0)
     return ENOMEM;
   const size_t *ends = cp->group_ends; /* bucket g ends at ends[g] */
+  uintptr_t mask = sort_mask(!cp->sort_untagged);
   uint32_t group = 0;
   /* The entries are scattered in memory and visited in key order: fetch
    * a few ahead, or each visit waits for a cache miss. */
   enum { PREFETCH_AHEAD = 12 };
   for (int64_t k = 0; k < count; k++) {
     if (k + PREFETCH_AHEAD < count) {
-      const sl_cow_entry *ahead = sorted[k + PREFETCH_AHEAD].entry;
+      const sl_cow_entry *ahead =
+          sort_entry_of(sorted[k + PREFETCH_AHEAD], mask);
       __builtin_prefetch(ahead);
       __builtin_prefetch((const uint8_t *)ahead + 64);
     }
     while ((size_t)k >= ends[group])
       group++; /* the sort's buckets: no second hash of the key */
     assert(group == sort_group(job, sorted[k].key));
-    const sl_cow_entry *e = sorted[k].entry;
+    const sl_cow_entry *e = sort_entry_of(sorted[k], mask);
     int rc;
     if (e->tombstone)
       rc = sl_store_delete_state(txn, op, (uint16_t)group,
@@ -644,10 +717,16 @@ static void compact_if_due(sl_checkpointer *cp) {
   pthread_mutex_lock(&cp->write_lock);
   bool queued = cp->write_queue_count > 0; /* after the reset: no race */
   pthread_mutex_unlock(&cp->write_lock);
-  if (queued || atomic_load(&cp->no_compaction) ||
-      atomic_load(&cp->shutdown) || atomic_load(&cp->job->stopping))
+  if (queued || atomic_load(&cp->shutdown) ||
+      atomic_load(&cp->job->stopping))
     return;
   sl_store_set_cancel(cp->store, &cp->compaction_cancel);
+  /* Note 5: room for the next commit first (the compaction refills it
+   * after each of its steps).  A failure changes nothing the store
+   * reads: the next commit extends the file itself. */
+  (void)sl_store_prefill(cp->store);
+  if (atomic_load(&cp->no_compaction))
+    return;
   for (int attempt = 0; attempt < SL_MAP_FULL_RETRIES; attempt++) {
     sl_store_compaction stats;
     int rc = sl_store_compact(cp->store, SL_COMPACT_MIN_LOG_ENTRIES, &stats);

@@ -1,5 +1,6 @@
 /* chunk.c — the one job: build and read chunks (chunk.h notes 1, 2); the
- * reading of each entry is inline in chunk.h (chunk_reader_next). */
+ * reading and the adding of each entry are inline in chunk.h
+ * (chunk_reader_next, chunk_builder_add). */
 #include "chunk.h"
 
 #include <assert.h>
@@ -7,14 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline void put16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v;
-  p[1] = (uint8_t)(v >> 8);
-}
-
 static inline void put32(uint8_t *p, uint32_t v) {
-  put16(p, (uint16_t)v);
-  put16(p + 2, (uint16_t)(v >> 16));
+  chunk_put16(p, (uint16_t)v);
+  chunk_put16(p + 2, (uint16_t)(v >> 16));
 }
 
 /* ------------------------------------------------------------ reading */
@@ -52,7 +48,7 @@ const char *chunk_reader_open(chunk_reader *r, const uint8_t *chunk,
 /* ------------------------------------------------------------ building */
 
 /* Room for more bytes in the buffer, doubled from 64 KiB. */
-static int builder_room(chunk_builder *b, size_t more) {
+int chunk_builder_room(chunk_builder *b, size_t more) {
   if (more <= b->capacity - b->bytes)
     return 0;
   size_t want = b->bytes + more;
@@ -72,43 +68,10 @@ int chunk_builder_start(chunk_builder *b, uint16_t op) {
   b->count = 0;
   b->op = op;
   b->last_at = 0;
-  int rc = builder_room(b, CHUNK_HEAD_BYTES);
+  int rc = chunk_builder_room(b, CHUNK_HEAD_BYTES);
   if (rc == 0)
     b->bytes = CHUNK_HEAD_BYTES; /* the head is written by the close */
   return rc;
-}
-
-int chunk_builder_add(chunk_builder *b, uint16_t group, const void *key,
-                      uint16_t key_bytes, const void *value,
-                      uint32_t value_bytes) {
-  assert(b->bytes >= CHUNK_HEAD_BYTES); /* started */
-  bool tombstone = value == 0;
-  size_t need = chunk_entry_bytes(tombstone, key_bytes, value_bytes);
-  int rc = builder_room(b, need);
-  if (rc != 0)
-    return rc;
-  uint8_t *p = b->buffer + b->bytes;
-  put16(p, group);
-  p[2] = tombstone ? CHUNK_TOMBSTONE : CHUNK_PUT;
-  put16(p + 3, key_bytes);
-  size_t head = CHUNK_TOMB_HEAD_BYTES;
-  if (!tombstone) {
-    put32(p + 5, value_bytes);
-    head = CHUNK_PUT_HEAD_BYTES;
-  }
-  if (key_bytes > 0)
-    memcpy(p + head, key, key_bytes);
-  if (!tombstone && value_bytes > 0)
-    memcpy(p + head + key_bytes, value, value_bytes);
-  if (b->count == 0)
-    b->first_group = group;
-  assert(b->count == 0 || group >= b->last_group);
-  b->prev_last_group = b->last_group;
-  b->last_group = group;
-  b->last_at = b->bytes;
-  b->bytes += need;
-  b->count++;
-  return 0;
 }
 
 void chunk_builder_drop_last(chunk_builder *b) {
@@ -125,10 +88,10 @@ void chunk_builder_drop_last(chunk_builder *b) {
 
 void chunk_builder_close(chunk_builder *b) {
   assert(b->count > 0);
-  put16(b->buffer, b->op);
-  put16(b->buffer + 2, b->first_group);
-  put16(b->buffer + 4, b->last_group);
-  put16(b->buffer + 6, 0);
+  chunk_put16(b->buffer, b->op);
+  chunk_put16(b->buffer + 2, b->first_group);
+  chunk_put16(b->buffer + 4, b->last_group);
+  chunk_put16(b->buffer + 6, 0);
   put32(b->buffer + 8, b->count);
 }
 
