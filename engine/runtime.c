@@ -118,9 +118,9 @@
  *    memo in checkpoint.h), which state.c takes only for the (id, kind) it
  *    was computed for.  Measured on P2 (bench/README.md): 2.4x the rate
  *    at 1M keys, 1.4x at 100K, a wash at 10K, where the state is in L3
- *    and the extra work costs about what the misses did; there it also
- *    lengthened the 80%-load p99 of latency_bench, so states under
- *    state.c's 2 MiB threshold are left out.
+ *    and the extra work costs about what the misses did; there it keeps
+ *    what checkpoints add to latency_bench's p99 small, so only states
+ *    under state.c's 256 KiB threshold are left out.
  *
  * Thread states (function making the transition in brackets):
  *

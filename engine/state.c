@@ -54,16 +54,20 @@ enum state_kind { KIND_VALUE = 1, KIND_MAP = 2, KIND_LIST = 3, KIND_FOLD = 4 };
 
 #define KEY_HEADER_BYTES 11u
 /* Smaller keyed states are not prefetched (runtime.c note 13).  Under
- * 256 KiB they stay in this machine's 512 KiB L2 cache, where the
- * prefetch costs more than the misses it hides (P2 at 100 and 1,000 keys:
- * about 1.2x the CPU per tuple with it, 1.02x to 1.03x without, against
- * the code before it).  Up to a few MiB they stay in L3, where it saves
- * about what it costs in throughput (P2 at 10,000 keys, about 0.8 MiB: a
- * wash) but lengthened latency_bench's p99 at 80% load (10,000 keys, 5
- * interleaved rounds: 215 us before it, 3.6 ms with it).  So 2 MiB: from
- * about 30,000 keys of 8-byte values on, where it pays (100,000 keys: 1.4x
- * the rate). */
-#define SL_PREFETCH_MIN_STATE_BYTES (UINT64_C(2) << 20)
+ * 256 KiB they stay in the core's L2 cache, where the prefetch costs more
+ * than the misses it hides (P2 at 100 and 1,000 keys: about 1.2x the CPU
+ * per tuple with it, 1.02x to 1.03x without, against the code before
+ * it).  At 10,000 keys (about 0.8 MiB, and more while copies on write
+ * double part of it) it is a wash in P2's throughput, and it decides
+ * what checkpoints do to latency: latency_bench at 50% load, 3 rounds of
+ * 5 s alternating, p99 with checkpoints every 100 ms / without, 59 / 37,
+ * 64 / 37, 48 / 52 us with it against 334 / 32, 224 / 51, 66 / 39 us
+ * with a 2 MiB threshold; the published full runs agree (p99 on / off
+ * 3.1x with it, 12.8x without).  At 80% load without checkpoints its
+ * extra work shows (p99 1.3-7.8 ms with it, 0.05-3.8 ms without, in the
+ * same rounds; both full runs 14 ms), with checkpoints it does not
+ * (0.5-2.6 ms against 0.6-17.7 ms).  So 256 KiB. */
+#define SL_PREFETCH_MIN_STATE_BYTES (UINT64_C(256) << 10)
 #define KIND_BYTES 0x80u /* kind flag: a byte-string key follows */
 #define BYTE_KEY_HEADER_BYTES 15u
 
