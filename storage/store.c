@@ -1242,8 +1242,6 @@ void sl_store_close(sl_store *s) {
     return;
   if (s->txn.state == TXN_ACTIVE)
     mdb_txn_abort(s->txn.mdb);
-  s->txn.state = TXN_IDLE; /* the LMDB transaction is gone */
-  store_prefill_trim(s);
   /* The environment closes before the lock is released, so the next
    * writer never overlaps with it. */
   if (s->env)

@@ -183,9 +183,7 @@
  *    are bytes nothing live uses (note 8): LMDB never reads them, the
  *    walk checks only that the file reaches the last page, and a
  *    compacting copy (note 7) leaves them out.  The file stays within
- *    the map size; the cost is disk space the store would soon use, and
- *    a writer's close gives it back (the file then ends at its last page
- *    again; after a crash the zeros stay, harmless).
+ *    the map size; the cost is disk space the store would soon use.
  *
  * CONCURRENCY: a store handle is used by one thread at a time (the engine's
  * writer thread, or the restoring thread before the job runs).  A write

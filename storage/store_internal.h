@@ -294,8 +294,6 @@ int store_value_open(sl_store *s, int db, const MDB_val *key,
                      const MDB_val *value, MDB_val *payload);
 /* data.mdb's bytes up to the newest commit's last page (store.h note 9). */
 uint64_t store_used_bytes(sl_store *s);
-/* A writer's close: the room of store.h note 9 given back. */
-void store_prefill_trim(sl_store *s);
 int store_value_put(sl_store *s, MDB_txn *txn, int db, MDB_val *key,
                     const void *head, size_t head_bytes, const void *body,
                     size_t body_bytes, unsigned flags);

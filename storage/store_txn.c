@@ -549,21 +549,6 @@ int sl_store_prefill(sl_store *s) {
   return 0;
 }
 
-/* Store.h note 9: a writer's close gives back the room it filled, so a
- * closed store's file ends at its last page, as LMDB leaves it.  Best
- * effort: a tail left behind (a crash, a failed truncate) is harmless. */
-void store_prefill_trim(sl_store *s) {
-  int fd;
-  struct stat st;
-  if (s->read_only || !s->env || s->prefill_bytes == 0 ||
-      s->txn.state == TXN_ACTIVE || mdb_env_get_fd(s->env, &fd) != 0 ||
-      fstat(fd, &st) != 0)
-    return;
-  uint64_t used = store_used_bytes(s);
-  if (used > 0 && (uint64_t)st.st_size > used)
-    (void)ftruncate(fd, (off_t)used);
-}
-
 int sl_store_wipe(sl_store *s) {
   if (s->read_only)
     return store_fail(s, EACCES, "wipe: the store is open read-only");
