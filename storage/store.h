@@ -175,9 +175,7 @@
  *    fdatasync.  So between checkpoints the writer zero-fills the file
  *    past the last page, as far as the most one commit of this handle
  *    took (its log bytes, or the pages it added past the last page if
- *    more; plus a sixteenth, plus as much again up to a compaction
- *    step's 17 MiB, which a step cancelled by the checkpoint may use
- *    first; a commit counts at most 1 GiB), and fdatasyncs it (unless
+ *    more; plus a sixteenth), at most 1 GiB, and fdatasyncs it (unless
  *    no_sync), as databases preallocate their logs: the next commit
  *    then overwrites cached, allocated pages.  Zeros past the last page
  *    are bytes nothing live uses (note 8): LMDB never reads them, the
@@ -315,8 +313,7 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
 void sl_store_abort(sl_store_txn *txn);
 
 /** Note 9: zero-fill data.mdb past LMDB's last page, as far as the most
- * one commit took (plus the slack of note 9) beyond it and within the
- * map, and
+ * one commit took (plus a sixteenth) beyond it and within the map, and
  * fdatasync that (unless no_sync).  Stops early, keeping what it wrote,
  * when the flag of sl_store_set_cancel is set (checked every 1 MiB).
  * No transaction may be open.  Changes nothing LMDB reads: the store

@@ -50,7 +50,7 @@
 #include "sluice.h"
 
 /* About this many chunk bytes a step (note 2). */
-#define STEP_BYTES STORE_COMPACT_STEP_BYTES
+#define STEP_BYTES (16u << 20)
 
 /* For tests only (store.h). */
 static uint64_t test_crash_appends;

@@ -54,9 +54,6 @@
  * page (a 10M-key checkpoint logs about 280 MB), in blocks of this size
  * (the unit in which it looks for a cancel). */
 #define STORE_PREFILL_MAX_BYTES (1ull << 30)
-/* What a compaction step writes (store_compact.c note 2; a cancelled one
- * ends at the chunk being built, so at most this and a chunk). */
-#define STORE_COMPACT_STEP_BYTES (16u << 20)
 #define STORE_PREFILL_BLOCK_BYTES (1u << 20)
 /* Free space under which an EIO of LMDB is a full disk (disk_full). */
 #define STORE_FULL_DISK_BYTES (256u << 10)

@@ -493,13 +493,8 @@ static bool prefill_range(sl_store *s, uint64_t *used, uint64_t *end) {
     return false;
   assert(stat.ms_psize > 0);
   *used = ((uint64_t)info.me_last_pgno + 1) * stat.ms_psize;
-  /* A sixteenth more for the pages of the trees and the free list, and
-   * what a compaction step cancelled by the next checkpoint may take of
-   * the room first (store_compact.c note 4), up to the commit's size
-   * again: a small store is never compacted. */
-  uint64_t step = STORE_COMPACT_STEP_BYTES + CHUNK_TARGET_BYTES;
-  uint64_t room = s->prefill_bytes + s->prefill_bytes / 16 +
-                  (s->prefill_bytes < step ? s->prefill_bytes : step);
+  /* A sixteenth more for the pages of the trees and the free list. */
+  uint64_t room = s->prefill_bytes + s->prefill_bytes / 16;
   *end = *used + room;
   if (*end > info.me_mapsize) /* LMDB writes nothing past its map */
     *end = info.me_mapsize;
