@@ -35,13 +35,6 @@
  *    grown as large as its base (compact_if_due); a checkpoint handed
  *    over or a shutdown cancels a running compaction, which keeps its
  *    committed steps and resumes on the next call (store.h note 3).
- *    Before it compacts, it zero-fills the store's file ahead of the
- *    next commit (sl_store_prefill, store.h note 9; the compaction
- *    refills it after each step), cancelled the same way: a commit that
- *    extends the file pays for new page-cache pages and block allocation,
- *    which the idle writer can pay instead (100% of 1M keys changed: the
- *    commit's pwrite of 28 MB took 80 ms into new pages and 4 ms into
- *    filled ones on the development VM).
  *
  * 6. Channel state (unaligned checkpoints, snapshot.c note 12) goes into
  *    the instance's blob, so it is replaced with the rest of the
@@ -717,16 +710,10 @@ static void compact_if_due(sl_checkpointer *cp) {
   pthread_mutex_lock(&cp->write_lock);
   bool queued = cp->write_queue_count > 0; /* after the reset: no race */
   pthread_mutex_unlock(&cp->write_lock);
-  if (queued || atomic_load(&cp->shutdown) ||
-      atomic_load(&cp->job->stopping))
+  if (queued || atomic_load(&cp->no_compaction) ||
+      atomic_load(&cp->shutdown) || atomic_load(&cp->job->stopping))
     return;
   sl_store_set_cancel(cp->store, &cp->compaction_cancel);
-  /* Note 5: room for the next commit first (the compaction refills it
-   * after each of its steps).  A failure changes nothing the store
-   * reads: the next commit extends the file itself. */
-  (void)sl_store_prefill(cp->store);
-  if (atomic_load(&cp->no_compaction))
-    return;
   for (int attempt = 0; attempt < SL_MAP_FULL_RETRIES; attempt++) {
     sl_store_compaction stats;
     int rc = sl_store_compact(cp->store, SL_COMPACT_MIN_LOG_ENTRIES, &stats);

@@ -167,21 +167,6 @@
  *    cost is one pread a page at open (O(store)).  A 0-byte data.mdb is
  *    an interrupted creation (note 4), not damage.  A full file system
  *    under a commit is ENOSPC naming data.mdb (LMDB itself says EIO).
- * 9. Room ahead of the commits (sl_store_prefill).  Pages past LMDB's
- *    last page are new to the file, and a commit that lands there pays
- *    for new page-cache pages in its pwrite (on the development VM about
- *    10 us a page, the host backing each one: 28 MB written in 80 ms,
- *    against 4 ms over cached pages) and for the block allocation in its
- *    fdatasync.  So between checkpoints the writer zero-fills the file
- *    past the last page, as far as the most one commit of this handle
- *    took (its log bytes, or the pages it added past the last page if
- *    more; plus a sixteenth), at most 1 GiB, and fdatasyncs it (unless
- *    no_sync), as databases preallocate their logs: the next commit
- *    then overwrites cached, allocated pages.  Zeros past the last page
- *    are bytes nothing live uses (note 8): LMDB never reads them, the
- *    walk checks only that the file reaches the last page, and a
- *    compacting copy (note 7) leaves them out.  The file stays within
- *    the map size; the cost is disk space the store would soon use.
  *
  * CONCURRENCY: a store handle is used by one thread at a time (the engine's
  * writer thread, or the restoring thread before the job runs).  A write
@@ -311,17 +296,6 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
 /** Abort an open or failed transaction.  NULL and an already ended
  * transaction are accepted (no-op). */
 void sl_store_abort(sl_store_txn *txn);
-
-/** Note 9: zero-fill data.mdb past LMDB's last page, as far as the most
- * one commit took (plus a sixteenth) beyond it and within the map, and
- * fdatasync that (unless no_sync).  Stops early, keeping what it wrote,
- * when the flag of sl_store_set_cancel is set (checked every 1 MiB).
- * No transaction may be open.  Changes nothing LMDB reads: the store
- * reads as before whatever it wrote, also after a crash in it.  Errors:
- * EBUSY, EACCES (read-only), ECANCELED, errno of fstat, pwrite or
- * fdatasync (ENOSPC: what was written stays; it is free room all the
- * same). */
-int sl_store_prefill(sl_store *store);
 
 /** Double the map size.  No transaction may be open (a failed one may:
  * it holds nothing); table reads of other threads are waited for.

@@ -33,10 +33,6 @@
  *    crash between steps leaves a partial other base, which the next
  *    compaction empties in its first step.  So a crash at any instant
  *    leaves the merged view unchanged (store.h note 3).
- * 4. After each committed step the file's room ahead of the commits is
- *    refilled (sl_store_prefill, store.h note 9): the step's pages came
- *    out of it, and the checkpoint that cancels a compaction should find
- *    it whole.  It changes nothing a step or a read sees.
  */
 #include "store_internal.h"
 
@@ -341,8 +337,6 @@ int sl_store_compact(sl_store *s, uint64_t min_log_entries,
       s->compaction->duration_us += now_us() - start_us;
     if (rc != 0 || !due)
       break;
-    /* Note 4 (a cancel stops the fill too; the loop's check ends it). */
-    (void)sl_store_prefill(s);
     if (finished) {
       const compaction_progress *p = s->compaction;
       if (stats)

@@ -50,11 +50,6 @@
  * updates of format 1, WRITEMAP made puts 1.3x faster.) */
 #define STORE_WRITEMAP false
 #define STORE_DIR_MODE 0755
-/* sl_store_prefill (store.h note 9) fills at most this far past the last
- * page (a 10M-key checkpoint logs about 280 MB), in blocks of this size
- * (the unit in which it looks for a cancel). */
-#define STORE_PREFILL_MAX_BYTES (1ull << 30)
-#define STORE_PREFILL_BLOCK_BYTES (1u << 20)
 /* Free space under which an EIO of LMDB is a full disk (disk_full). */
 #define STORE_FULL_DISK_BYTES (256u << 10)
 /* A writer waits this long at most for readers that hold the directory's
@@ -149,7 +144,6 @@ struct sl_store_txn {
   uint32_t run;
   uint32_t ordinal;
   uint64_t entries;
-  uint64_t log_bytes; /* of the chunks sent so far (store.h note 9) */
   /* op << 16 | instance of each blob put (store_txn.c note 1) */
   uint32_t *blob_keys;
   size_t blob_count;
@@ -181,10 +175,6 @@ struct sl_store {
   bool registered; /* listed in the registry (store.c note 4) */
   uint64_t latest; /* writer: exact; read-only: as of the open */
   uint64_t next_seq; /* writer: exact; read-only: as of the open */
-  /* The most one commit took, in log bytes or pages past the last page
-   * (sl_store_prefill, store.h note 9): how far past the last page the
-   * file is zero-filled. */
-  uint64_t prefill_bytes;
   uint32_t state_key_max_bytes;
   dev_t dir_device;
   ino_t dir_inode;
@@ -289,8 +279,6 @@ uint64_t store_checksum(int db, const MDB_val *key, const void *payload,
                         size_t payload_bytes);
 int store_value_open(sl_store *s, int db, const MDB_val *key,
                      const MDB_val *value, MDB_val *payload);
-/* data.mdb's bytes up to the newest commit's last page (store.h note 9). */
-uint64_t store_used_bytes(sl_store *s);
 int store_value_put(sl_store *s, MDB_txn *txn, int db, MDB_val *key,
                     const void *head, size_t head_bytes, const void *body,
                     size_t body_bytes, unsigned flags);

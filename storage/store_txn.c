@@ -1,8 +1,8 @@
 /* store_txn.c — the write transaction of a checkpoint: sl_store_begin,
  * state puts and deletes appended to the log, blobs, and the commit that
  * makes checkpoint n complete (store.h note 2); also the savepoint
- * edit's blob delete and graph commit, and grow, prefill (store.h note
- * 9) and wipe, which need no transaction open.  Table rows are written by store_table.c inside the
+ * edit's blob delete and graph commit, and grow and wipe, which need no
+ * transaction open.  Table rows are written by store_table.c inside the
  * same transaction.
  *
  * NOTES ON THE IMPLEMENTATION
@@ -48,8 +48,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "sluice.h"
 
@@ -141,7 +139,6 @@ int sl_store_begin(sl_store *s, sl_store_txn **txn) {
   s->txn.run = 0;
   s->txn.ordinal = 0;
   s->txn.entries = 0;
-  s->txn.log_bytes = 0;
   assert(txn_check(&s->txn));
   *txn = &s->txn;
   return 0;
@@ -168,7 +165,6 @@ static int chunk_send(sl_store_txn *t) {
   int rc = store_value_put(s, t->mdb, DB_LOG, &k, 0, 0, t->chunk.buffer,
                            t->chunk.bytes, MDB_APPEND);
   s->unfaulted = false;
-  t->log_bytes += t->chunk.bytes + SL_STORE_CHECKSUM_BYTES;
   assert(rc != MDB_KEYEXIST); /* seq, run and ordinal ascend */
   return rc != 0 ? store_lmdb_fail(s, rc, "write a chunk of the log") : 0;
 }
@@ -417,7 +413,6 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
   }
   assert(id > s->latest);
   int injected = s->fault ? s->fault(s->fault_arg, SL_STORE_CALL_COMMIT) : 0;
-  uint64_t used_before = store_used_bytes(s);
   /* An injected fault aborts: nothing is committed. */
   rc = txn_close(txn, !injected);
   if (injected)
@@ -426,14 +421,6 @@ int sl_store_commit(sl_store_txn *txn, uint64_t id, const void *record,
     return store_lmdb_fail(s, rc, "commit");
   s->latest = id;
   s->next_seq++;
-  /* Store.h note 9: what this commit took, as pages past the file's
-   * used end or as log bytes (it may have reused free pages). */
-  uint64_t used_after = store_used_bytes(s), took = txn->log_bytes;
-  if (used_after > used_before && used_after - used_before > took)
-    took = used_after - used_before;
-  if (took > s->prefill_bytes)
-    s->prefill_bytes =
-        took < STORE_PREFILL_MAX_BYTES ? took : STORE_PREFILL_MAX_BYTES;
   injected = s->fault ? s->fault(s->fault_arg, SL_STORE_CALL_SYNC) : 0;
   if (injected) /* committed, but reported as a failed fsync */
     return store_lmdb_fail(s, injected, "commit's sync (injected fault)");
@@ -471,76 +458,6 @@ int sl_store_grow(sl_store *s) {
   if (rc != 0)
     return store_lmdb_fail(s, rc, "grow: mdb_env_set_mapsize");
   assert(sl_store_map_bytes(s) >= 2 * now_bytes);
-  return 0;
-}
-
-/* Bytes of data.mdb up to the last page of the newest commit (0 if
- * LMDB cannot say): LMDB never reads past them (store.h note 9). */
-uint64_t store_used_bytes(sl_store *s) {
-  MDB_envinfo info;
-  MDB_stat stat;
-  if (mdb_env_info(s->env, &info) != 0 || mdb_env_stat(s->env, &stat) != 0)
-    return 0;
-  return ((uint64_t)info.me_last_pgno + 1) * stat.ms_psize;
-}
-
-/* The end of what LMDB uses of data.mdb and how far note 9 of store.h
- * fills past it (both in bytes); false if LMDB cannot say. */
-static bool prefill_range(sl_store *s, uint64_t *used, uint64_t *end) {
-  MDB_envinfo info;
-  MDB_stat stat;
-  if (mdb_env_info(s->env, &info) != 0 || mdb_env_stat(s->env, &stat) != 0)
-    return false;
-  assert(stat.ms_psize > 0);
-  *used = ((uint64_t)info.me_last_pgno + 1) * stat.ms_psize;
-  /* A sixteenth more for the pages of the trees and the free list. */
-  uint64_t room = s->prefill_bytes + s->prefill_bytes / 16;
-  *end = *used + room;
-  if (*end > info.me_mapsize) /* LMDB writes nothing past its map */
-    *end = info.me_mapsize;
-  *end -= *end % stat.ms_psize;
-  return true;
-}
-
-int sl_store_prefill(sl_store *s) {
-  if (s->read_only)
-    return store_fail(s, EACCES, "prefill: the store is open read-only");
-  if (s->txn.state != TXN_IDLE)
-    return store_fail(s, EBUSY, "prefill: a transaction is open");
-  uint64_t used, end;
-  int fd;
-  struct stat st;
-  if (s->prefill_bytes == 0 || !prefill_range(s, &used, &end) ||
-      mdb_env_get_fd(s->env, &fd) != 0)
-    return 0; /* nothing committed yet: no size to go by */
-  if (fstat(fd, &st) != 0)
-    return store_fail(s, errno, "prefill: fstat of data.mdb: %s",
-                      strerror(errno));
-  /* Only what the file does not hold yet: bytes below its end are LMDB's
-   * pages (live or free) or an earlier fill.  Zeros come from .bss,
-   * never written, so the source is one shared page of zeros. */
-  static const uint8_t zeros[STORE_PREFILL_BLOCK_BYTES];
-  uint64_t at = (uint64_t)st.st_size > used ? (uint64_t)st.st_size : used;
-  bool wrote = false;
-  /* Bounded: each turn writes a block or ends (at most 1 GiB). */
-  while (at < end) {
-    if (s->cancel && atomic_load_explicit(s->cancel, memory_order_relaxed))
-      return ECANCELED; /* what was written stays: room all the same */
-    size_t bytes = end - at < sizeof zeros ? (size_t)(end - at)
-                                           : sizeof zeros;
-    ssize_t put = pwrite(fd, zeros, bytes, (off_t)at);
-    if (put <= 0)
-      return store_fail(s, put < 0 ? errno : EIO,
-                        "prefill: write to data.mdb at %" PRIu64 ": %s", at,
-                        strerror(put < 0 ? errno : EIO));
-    at += (uint64_t)put;
-    wrote = true;
-  }
-  /* Written back now, while nothing waits: a commit's fdatasync then
-   * finds the blocks allocated and the size unchanged. */
-  if (wrote && !s->no_sync && fdatasync(fd) != 0)
-    return store_fail(s, errno, "prefill: fdatasync of data.mdb: %s",
-                      strerror(errno));
   return 0;
 }
 

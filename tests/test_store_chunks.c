@@ -2,8 +2,7 @@
  * (storage/chunk.c, store.h note 1) and of compaction in steps
  * (storage/store_compact.c): chunk boundaries, newest-wins across the base
  * and several runs, tombstones, sub-range reads (rescaling), damage in a
- * chunk, a compaction cancelled and one killed between its steps, and
- * the zero-filled room ahead of the commits (store.h note 9).
+ * chunk, a compaction cancelled and one killed between its steps.
  * Fixture and model: test_store.h.
  */
 #include <criterion/criterion.h>
@@ -914,77 +913,4 @@ Test(store_chunks, a_run_out_of_order_across_chunks) {
   assert_contains(sl_store_error(st), "database log, seq 1 run 0 chunk 1");
   assert_contains(sl_store_error(st), "not above the run's chunk before");
   sl_store_close(st);
-}
-
-/* ------------------------------------------------------------ prefill */
-
-static uint64_t data_file_bytes(void) {
-  char path[PATH_MAX];
-  path_in_root(path, "data.mdb");
-  struct stat st;
-  cr_assert_eq(stat(path, &st), 0, "stat %s: %s", path, strerror(errno));
-  return (uint64_t)st.st_size;
-}
-
-/* True if data.mdb holds only zero bytes in [from, to). */
-static bool data_file_zero(uint64_t from, uint64_t to) {
-  char path[PATH_MAX];
-  path_in_root(path, "data.mdb");
-  FILE *f = fopen(path, "rb");
-  cr_assert_not_null(f);
-  cr_assert_eq(fseeko(f, (off_t)from, SEEK_SET), 0);
-  bool zero = true;
-  for (uint64_t at = from; at < to && zero; at++)
-    zero = fgetc(f) == 0;
-  fclose(f);
-  return zero;
-}
-
-/* Store.h note 9: sl_store_prefill zero-fills the file past LMDB's last
- * page, as far as the largest commit's log bytes; a cancel stops it
- * before it writes; a transaction open or a read-only store refuse it.
- * The next checkpoint of about that size lands inside the filled room
- * (the file does not grow), and the store reads exactly as the model
- * says, before and after a reopen (which walks the file, note 8). */
-Test(store_chunks, prefill_makes_room_and_changes_nothing) {
-  model m;
-  sl_store *st = first_checkpoint(&m, 40000); /* about 2 MB of chunks */
-  uint64_t before = data_file_bytes();
-  _Atomic int cancel = 1;
-  sl_store_set_cancel(st, &cancel);
-  cr_assert_eq(sl_store_prefill(st), ECANCELED);
-  cr_assert_eq(data_file_bytes(), before, "a cancel writes nothing");
-  atomic_store(&cancel, 0);
-  sl_store_txn *txn;
-  cr_assert_eq(sl_store_begin(st, &txn), 0);
-  cr_assert_eq(sl_store_prefill(st), EBUSY);
-  sl_store_abort(txn);
-  cr_assert_eq(sl_store_prefill(st), 0, "%s", sl_store_error(st));
-  uint64_t filled = data_file_bytes();
-  cr_assert_geq(filled, before + (1u << 20), "%llu -> %llu bytes",
-                (unsigned long long)before, (unsigned long long)filled);
-  cr_assert_eq(filled % 4096, 0);
-  cr_assert(data_file_zero(before, filled));
-  cr_assert_eq(sl_store_prefill(st), 0, "a second fill has nothing to do");
-  cr_assert_eq(data_file_bytes(), filled);
-  check_all_ranges(st, &m);
-  write_checkpoint(st, &m, 2);
-  uint64_t after = data_file_bytes();
-  cr_assert_eq(after, filled, "checkpoint 2 fits the room: %llu -> %llu",
-               (unsigned long long)filled, (unsigned long long)after);
-  check_all_ranges(st, &m);
-  sl_store_set_cancel(st, 0);
-  sl_store_close(st);
-  sl_store_options o = writer_options(FINGERPRINT);
-  st = open_ok(root, &o); /* the walk of note 8 passes */
-  check_all_ranges(st, &m);
-  check_blob(st, 1, 0, 2);
-  check_record(st, 2);
-  sl_store_close(st);
-  sl_store_options ro = {.read_only = 1};
-  st = open_ok(root, &ro);
-  cr_assert_eq(sl_store_prefill(st), EACCES);
-  check_all_ranges(st, &m);
-  sl_store_close(st);
-  free(m.version);
 }
