@@ -191,6 +191,11 @@ static int arena_stat(unsigned arena, const char *what, uint64_t *value) {
   return rc;
 }
 
+void sl_alloc_purge(const sl_alloc *a) {
+  if (a->resettable)
+    (void)arena_command(a->arena, "purge"); /* pages stay ours if refused */
+}
+
 int sl_alloc_allocated_bytes(const sl_alloc *a, uint64_t *bytes) {
   if (!a->resettable)
     return ENOTSUP;
@@ -215,6 +220,8 @@ void sl_alloc_open(sl_alloc *a) {
 }
 
 void sl_alloc_close(sl_alloc *a) { a->resettable = false; }
+
+void sl_alloc_purge(const sl_alloc *a) { (void)a; }
 
 const char *sl_alloc_name(void) { return "malloc"; }
 

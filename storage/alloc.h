@@ -62,7 +62,11 @@
  *    pages stay its own up to the map's high-water mark, which
  *    memory_bench's peak measures anyway, and go back at close, whose
  *    purge (note 3) is explicit.  Where jemalloc refuses the setting the
- *    arena keeps the default decay; nothing else changes.
+ *    arena keeps the default decay; nothing else changes.  A large free
+ *    that will not be allocated again soon, the old bucket table after a
+ *    rehash, is purged at once (sl_alloc_purge): kept, the tables a
+ *    growing state left behind added 13 bytes an entry to a 10M-key
+ *    state's RSS (memory_bench).
  */
 #ifndef SL_ALLOC_H
 #define SL_ALLOC_H
@@ -104,6 +108,12 @@ static inline bool sl_alloc_resettable(const sl_alloc *a) {
 
 /** "jemalloc" or "malloc": what serves keyed state in this build. */
 const char *sl_alloc_name(void);
+
+/** Hand the unused pages of a's arena back to the kernel now (alloc.h
+ * note 7: with decay off nothing else does while a lives).  For rare,
+ * large frees, such as an old bucket table after a rehash.  A no-op
+ * without an arena of a's own. */
+void sl_alloc_purge(const sl_alloc *a);
 
 /** Bytes allocated in a's arena (jemalloc's stats after an "epoch"
  * refresh; objects in its tcache count as allocated).  Returns 0, or

@@ -630,6 +630,7 @@ static void rehash_step(sl_cow_map *m) {
     m->memory_bytes -= from->size * sizeof *from->buckets;
     sl_alloc_free(&m->alloc, from->buckets,
                   (size_t)from->size * sizeof *from->buckets);
+    sl_alloc_purge(&m->alloc); /* not wanted again: alloc.h note 7 */
     m->tables[0] = m->tables[1];
     m->tables[1] = (cow_table){0};
     m->rehashing = false;
