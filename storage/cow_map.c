@@ -672,8 +672,9 @@ static inline void reclaim_index_step(sl_cow_map *m, const sl_cow_entry *e) {
   assert(b->versions[m->reclaim_index_at] == e && "note 13: in step");
   if (++m->reclaim_index_at < b->count)
     return;
-  /* Past this block: the cursor ahead is in it only at the very end of
-   * the index, where it then moves with the walk. */
+  /* Past this block.  The cursor ahead, never behind the walk, can still
+   * be in it only at its end (waiting for its next fetch, or at the end
+   * of the index): it moves on to the next block with the walk. */
   m->reclaim_index = b->next;
   m->reclaim_index_at = 0;
   if (m->reclaim_ahead == b)
