@@ -517,6 +517,7 @@ static int format_json(void *user, const sl_record *in, char *buffer,
 typedef struct lines {
   char *text;
   size_t bytes;
+  size_t capacity; /* of text; grows by doubling (realloc copies under ASan) */
   char **line;
   size_t count;
 } lines;
@@ -537,7 +538,14 @@ static void lines_split(lines *l) {
 }
 
 static void lines_add(lines *l, const char *data, size_t bytes) {
-  l->text = realloc(l->text, l->bytes + bytes + 1);
+  if (l->bytes + bytes + 1 > l->capacity) {
+    size_t want = l->capacity ? l->capacity : 4096;
+    while (want < l->bytes + bytes + 1)
+      want *= 2;
+    l->text = realloc(l->text, want);
+    cr_assert(l->text, "lines: out of memory at %zu bytes", want);
+    l->capacity = want;
+  }
   memcpy(l->text + l->bytes, data, bytes);
   l->bytes += bytes;
   l->text[l->bytes] = 0;
