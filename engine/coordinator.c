@@ -760,15 +760,21 @@ SL_EXPORT int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id) {
   sl_checkpointer *cp = job->cp;
   uint64_t ticket = atomic_fetch_add(&cp->manual_requested, 1) + 1;
   sl_parker_wake(&cp->coordinator_parker);
-  /* Wait (bounded, about 1 s) for a trigger that started after this
-   * request, so its id can be returned. */
-  for (int i = 0; i < 100000; i++) {
+  /* Wait (1 s by the clock) for a trigger that started after this
+   * request, so its id can be returned.  Bounded by time, not by a count
+   * of sleeps: a 10 us nanosleep takes 60-100 us here (timer slack), so
+   * 100,000 of them, meant as 1 s, were 6-11 s.  The sleeps double from
+   * 10 us to 1 ms: an answer seldom waits more than its own time again. */
+  const uint64_t deadline = sl_now_ns() + 1000000000ull;
+  for (long nap_ns = 10000;; nap_ns = nap_ns < 1000000 ? 2 * nap_ns : nap_ns) {
     if (atomic_load(&cp->manual_served) >= ticket) {
       if (id)
         *id = atomic_load(&cp->manual_served_id);
       return 0;
     }
-    struct timespec t = {0, 10000};
+    if (sl_now_ns() >= deadline)
+      break;
+    struct timespec t = {0, nap_ns};
     nanosleep(&t, 0);
   }
   /* Withdraw the request if no later one came, so it does not fire when a

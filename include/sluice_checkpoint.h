@@ -20,9 +20,10 @@ extern "C" {
 /* Checkpoint control and statistics. */
 
 /** Trigger a checkpoint now (in addition to the periodic ones), respecting
- * max_concurrent; *id (if not NULL) receives its id.  Errors: SL_EUSAGE
- * (checkpointing off), SL_ENOTSTARTED, EBUSY (max_concurrent in flight, or
- * the job is ending). */
+ * max_concurrent; *id (if not NULL) receives its id.  Waits up to 1 s for
+ * the trigger to start.  Errors: SL_EUSAGE (checkpointing off),
+ * SL_ENOTSTARTED, EBUSY (max_concurrent in flight for that second, or the
+ * job is ending). */
 int sl_job_trigger_checkpoint(sl_job *job, uint64_t *id);
 
 /** Savepoint: write a self-contained, compacted copy of the newest
