@@ -138,6 +138,20 @@
  *    of three quarters (bench/README.md, latency_bench).  Every record
  *    due meanwhile waited.  The writer's and compaction's CPU time is
  *    then taken from CPUs no instance is pinned to.
+ * 15. An instance answers checkpoints in increasing id order, within an
+ *    attempt: a source snapshots the newest trigger it sees
+ *    (sl_snapshot_source_poll), the others follow their channels'
+ *    barriers, which each upstream emits in id order.  A source busy
+ *    inside one call (a slow operator chained to it) thus sees triggers
+ *    n and n+1 together and answers n+1 only.  So when an instance
+ *    answers n (an ack, also for an aborted n, or a failed snapshot),
+ *    every checkpoint below n it has not acknowledged can no longer
+ *    complete, and is aborted at once as subsumed (skip_unanswered)
+ *    instead of holding its slot until its deadline.  That mattered with
+ *    several in flight: had n+1 failed, n stayed in flight for the whole
+ *    timeout (60 s by default), nothing newer could complete meanwhile
+ *    either (the writer goes in id order, note 8), and sl_job_last_checkpoint
+ *    stood still.  Subsumed, it does not count as a failure (note 7).
  *
  * States of a checkpoint slot (enum cp_state; the function making each
  * transition in brackets).  cp_edge lists exactly these edges; every
@@ -153,7 +167,9 @@
  *    |  |  (take_ack), an instance finished after  |      |  instance acked
  *    |  |  dropping n (advance), subsumed by a     |      |  or stands in;
  *    |  |  newer complete one (complete_checkpoint)|      |  start_final at
- *    |  |  or by the final one (start_final)]      |      |  once]
+ *    |  |  or by the final one (start_final), an   |      |  once]
+ *    |  |  instance answered a newer one first     |      |
+ *    |  |  (take_ack, note 15)]                    |      |
  *    |  +------------------------------------------+      v
  *    |                                               CP_WRITING
  *    |                                                    |
@@ -533,9 +549,28 @@ static __attribute__((unused)) bool finished_check(const sl_checkpointer *cp) {
          finished_sources == cp->sources_finished;
 }
 
+/* Note 15: instance i answered checkpoint `answered`; the checkpoints
+ * below it that i has not acknowledged are aborted as subsumed. */
+static void skip_unanswered(sl_checkpointer *cp, int i, uint64_t answered) {
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
+    pending *p = &cp->slots[s];
+    if (p->state != CP_TRIGGERED || p->id >= answered || p->acks[i])
+      continue;
+    const sl_instance *inst = cp->job->instances[i];
+    char cause[300]; /* the history keeps what fits */
+    snprintf(cause, sizeof cause,
+             "subsumed: operator '%s' instance %d answered checkpoint "
+             "%" PRIu64 " first",
+             inst->op->name, inst->index, answered);
+    abort_checkpoint(cp, p, cause, false);
+  }
+}
+
 static void take_ack(sl_checkpointer *cp, sl_ack *a) {
   sl_job *job = cp->job;
   int i = instance_slot(job, a->inst);
+  if (!a->final)
+    skip_unanswered(cp, i, a->checkpoint_id);
   if (a->status) {
     pending *p = a->final ? 0 : find_pending(cp, a->checkpoint_id);
     char message[300];

@@ -915,6 +915,116 @@ Test(checkpoint, a_failure_for_good_ends_the_checkpoints_in_flight) {
   end_with_checkpoints_in_flight(true);
 }
 
+/* Coordinator note 15: a source held inside its chained sink sees
+ * triggers 1 and 2 together once released, and answers 2 only; 2 failed
+ * meanwhile (source b's snapshot).  Checkpoint 1 can no longer complete
+ * and must end then, as subsumed, not stay in flight until its 60 s
+ * deadline holding back every later checkpoint.  Only explicit triggers
+ * (the interval is an hour). */
+static atomic_bool sink_entered;
+
+static int entered_held_process(sl_ctx *ctx, void *state, int input,
+                                const sl_record *in) {
+  atomic_store(&sink_entered, true);
+  return held_process(ctx, state, input, in);
+}
+
+static atomic_uint_fast64_t b_answered; /* the id b last snapshotted */
+
+static int answering_b_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  atomic_store(&b_answered, id);
+  return b_snapshot(ctx, state, id);
+}
+
+static int checkpoint_status(const sl_job *job, uint64_t id,
+                             sl_checkpoint_stats *out) {
+  for (int k = 0; sl_job_checkpoint_stats(job, k, out) == 0; k++)
+    if (out->id == id)
+      return out->status;
+  return -1;
+}
+
+Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
+  char *state = sl_test_temp_dir("cp");
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  config.checkpoint.state_dir = state;
+  config.checkpoint.interval_ms = 3600 * 1000;
+  config.checkpoint.max_concurrent = 2;
+  config.checkpoint.tolerable_failures = 100;
+  config.checkpoint.no_sync = 1;
+  config.chaining = SL_CHAINING_ALWAYS;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  static const sl_source_ops a_ops = {.open = branch_open,
+                                      .close = branch_close,
+                                      .next = trickle_next,
+                                      .snapshot = a_snapshot};
+  static const sl_source_ops b_ops = {.open = branch_open,
+                                      .close = branch_close,
+                                      .next = b_next,
+                                      .snapshot = answering_b_snapshot};
+  static const sl_process_ops held_ops = {.process = entered_held_process};
+  static const sl_process_ops discard_ops = {.process = flaky_process};
+  sl_op *a, *a_sink, *b, *b_sink;
+  cr_assert_eq(sl_op_source(job, "a", 1, &a_ops, 0, &a), 0);
+  cr_assert_eq(sl_op_sink(job, "a-sink", a, 1, &held_ops, 0, &a_sink), 0);
+  cr_assert_eq(sl_op_source(job, "b", 1, &b_ops, 0, &b), 0);
+  cr_assert_eq(sl_op_sink(job, "b-sink", b, 1, &discard_ops, 0, &b_sink), 0);
+  atomic_store(&failing, true); /* b fails checkpoints 2 and later */
+  atomic_store(&sink_held, true);
+  atomic_store(&sink_entered, false);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  for (int i = 0; i < 20000 && !atomic_load(&sink_entered); i++)
+    sl_test_sleep_us(1000);
+  cr_assert(atomic_load(&sink_entered), "a's sink never got a record");
+  /* a is now inside its sink and answers no trigger until released. */
+  atomic_store(&b_answered, 0);
+  uint64_t first = 0, second = 0;
+  cr_assert_eq(sl_job_trigger_checkpoint(job, &first), 0);
+  for (int i = 0; i < 20000 && atomic_load(&b_answered) < 1; i++)
+    sl_test_sleep_us(1000); /* b answers 1 (else it too would skip it) */
+  cr_assert_eq(atomic_load(&b_answered), 1);
+  cr_assert_eq(sl_job_trigger_checkpoint(job, &second), 0);
+  cr_assert_eq(first, 1);
+  cr_assert_eq(second, 2);
+  sl_checkpoint_stats cs;
+  for (int i = 0;
+       i < 20000 && checkpoint_status(job, 2, &cs) == SL_CHECKPOINT_IN_PROGRESS;
+       i++)
+    sl_test_sleep_us(1000);
+  cr_assert_eq(checkpoint_status(job, 2, &cs), SL_CHECKPOINT_ABORTED,
+               "b's failure did not end checkpoint 2");
+  cr_assert_eq(checkpoint_status(job, 1, &cs), SL_CHECKPOINT_IN_PROGRESS,
+               "1 waits for a: %s", cs.cause);
+  atomic_store(&sink_held, false); /* a snapshots 2: 1 is skipped */
+  for (int i = 0;
+       i < 20000 && checkpoint_status(job, 1, &cs) == SL_CHECKPOINT_IN_PROGRESS;
+       i++)
+    sl_test_sleep_us(1000);
+  cr_assert_eq(checkpoint_status(job, 1, &cs), SL_CHECKPOINT_ABORTED,
+               "checkpoint 1 still in flight 20 s after a answered 2");
+  cr_expect(strstr(cs.cause, "subsumed") && strstr(cs.cause, "'a'") &&
+                strstr(cs.cause, "checkpoint 2"),
+            "cause: %s", cs.cause);
+  /* Nothing holds the slots now: the next checkpoint completes. */
+  atomic_store(&failing, false);
+  uint64_t third = 0;
+  cr_assert_eq(sl_job_trigger_checkpoint(job, &third), 0);
+  for (int i = 0; i < 20000 && sl_job_last_checkpoint(job, 0) < third; i++)
+    sl_test_sleep_us(1000);
+  cr_assert_eq(sl_job_last_checkpoint(job, 0), third);
+  sl_metrics m;
+  cr_assert_eq(sl_job_metrics(job, 0, &m), 0);
+  cr_expect_eq(m.checkpoints_failed, 2, "2 and the skipped 1 (%" PRIu64 ")",
+               m.checkpoints_failed);
+  sl_metrics_free(&m);
+  sl_job_stop(job);
+  int rc = sl_job_wait(job);
+  cr_expect_eq(rc, SL_ESTOPPED, "%s: %s", sl_strerror(rc), sl_job_error(job));
+  sl_job_destroy(job);
+  sl_test_remove_tree(state);
+}
+
 Test(checkpoint, settings_out_of_range_are_refused) {
   sl_job_config config = SL_JOB_CONFIG_INIT;
   sl_job *job = 0;
