@@ -1252,6 +1252,44 @@ static int many_process(sl_ctx *ctx, void *state, int input,
   return sl_emit(ctx, &out, sizeof out);
 }
 
+/* Values of 0 to 2999 bytes, their contents a function of the record,
+ * and a delete every 7th record: the checkpoint writer's staged copies
+ * (checkpoint_writer.c note 7) of every length, tombstones among them,
+ * and, with thousands of keys, more than the staging buffer's first
+ * 1 MiB in one checkpoint (it grows, sort entries keeping their
+ * offsets).  Emits a digest of the value it found, so a restored value
+ * that differs in one byte changes the output. */
+static int sizes_process(sl_ctx *ctx, void *state, int input,
+                         const sl_record *in) {
+  (void)state;
+  (void)input;
+  sl_tuple t;
+  memcpy(&t, in->data, sizeof t);
+  const void *v;
+  uint32_t bytes = 0;
+  uint64_t digest = 1469598103934665603u; /* FNV-1a over what was there */
+  int rc = sl_state_get(ctx, 4, &v, &bytes);
+  if (rc == 0)
+    for (uint32_t i = 0; i < bytes; i++) /* bounded by the value */
+      digest = (digest ^ ((const uint8_t *)v)[i]) * 1099511628211u;
+  else if (rc != SL_ENOTFOUND)
+    return rc;
+  if (t.value % 7 == 3) {
+    rc = sl_state_delete(ctx, 4);
+    rc = rc == SL_ENOTFOUND ? 0 : rc; /* deleted already */
+  } else {
+    uint8_t value[3000]; /* per call: the instances run side by side */
+    uint32_t n = (uint32_t)(t.value * 2654435761u % sizeof value);
+    for (uint32_t i = 0; i < n; i++)
+      value[i] = (uint8_t)(t.value + i * 31u);
+    rc = sl_state_put(ctx, 4, value, n, 0);
+  }
+  if (rc)
+    return rc;
+  sl_tuple out = {.key = t.key, .value = digest ^ bytes};
+  return sl_emit(ctx, &out, sizeof out);
+}
+
 static const sl_process_ops *kinds_ops;
 static uint64_t kinds_keys = 777;
 
@@ -1285,6 +1323,13 @@ Test(checkpoint, map_state_with_many_user_keys_survives_resume) {
   static const sl_process_ops many = {.process = many_process};
   kinds_ops = &many;
   kinds_keys = 2; /* thousands of map entries under each record key */
+  compare_with_uninterrupted();
+}
+
+Test(checkpoint, values_of_every_length_and_deletes_survive_resume) {
+  static const sl_process_ops sizes = {.process = sizes_process};
+  kinds_ops = &sizes;
+  kinds_keys = 5000;
   compare_with_uninterrupted();
 }
 
