@@ -1253,12 +1253,11 @@ static int many_process(sl_ctx *ctx, void *state, int input,
 }
 
 /* Values of 0 to 2999 bytes, their contents a function of the record,
- * and a delete every 7th record: the checkpoint writer's staged copies
- * (checkpoint_writer.c note 7) of every length, tombstones among them,
- * and, with thousands of keys, more than the staging buffer's first
- * 1 MiB in one checkpoint (it grows, sort entries keeping their
- * offsets).  Emits a digest of the value it found, so a restored value
- * that differs in one byte changes the output. */
+ * and a delete every 7th record: the checkpoint writer puts values of
+ * every length (chunk_copy's short and long paths, chunk.h), tombstones
+ * among them, megabytes of changes per checkpoint across 5000 keys.
+ * Emits a digest of the value it found, so a restored value that differs
+ * in one byte changes the output. */
 static int sizes_process(sl_ctx *ctx, void *state, int input,
                          const sl_record *in) {
   (void)state;
