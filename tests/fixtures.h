@@ -2,8 +2,8 @@
  * an sl_tuple, the keyed running count (and sum) kept in keyed value
  * state, the "key,value" line of a file sink, and a uint64 position kept
  * in operator state (the snapshot and restore of most test sources and
- * sinks), a sink that collects every record in memory, and the config of
- * a checkpointed test job.
+ * sinks), a sink that collects every record in memory, the config of a
+ * checkpointed test job, and this process's threads by name.
  *
  * Compiled once (fixtures.c) into a static library that every test
  * executable links, rather than written as static functions in a header:
@@ -18,6 +18,7 @@
 #define SL_TEST_FIXTURES_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sluice.h"
 
@@ -139,5 +140,21 @@ void *sl_fixture_collector_last(void *state);
 void *sl_fixture_collector_gather(sl_fixture_collector *c,
                                   int (*compare)(const void *, const void *),
                                   uint64_t *count);
+
+/* ------------------------------------------------------------ threads */
+
+/* The threads of this process by name, read from /proc/self/task/N/comm
+ * (the engine names its threads: "sl:NAME[i]" after the instance a thread
+ * runs first, "sl:writer", "sl:coordinator").  A thread that exits during
+ * the walk is left out.  Each returns 0, or the errno of listing
+ * /proc/self/task with the out-parameter untouched. */
+
+/* How many threads have a name that starts with prefix ("": every thread
+ * of the process) into *count. */
+int sl_fixture_threads_named(const char *prefix, int *count);
+
+/* The id of the thread named exactly name into *tid; 0 if there is none
+ * (the first found if there are several). */
+int sl_fixture_thread_named(const char *name, pid_t *tid);
 
 #endif /* SL_TEST_FIXTURES_H */
