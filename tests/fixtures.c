@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "sluice_testing.h" /* sl_source_keyed, sl_sink_verify */
+
 uint64_t sl_fixture_tuple_key(void *user, const sl_record *in) {
   (void)user;
   uint64_t key;
@@ -185,6 +187,31 @@ sl_job_config sl_fixture_config(const char *state_dir, uint32_t interval_ms) {
   config.checkpoint.no_sync = 1;
   config.ring_bytes = 64 * 1024;
   return config;
+}
+
+int sl_fixture_verified_job(const char *state_dir, int source_p, int sink_p,
+                            uint64_t count, uint64_t keys, sl_job **job,
+                            sl_op **sink) {
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  config.checkpoint.state_dir = state_dir;
+  config.checkpoint.interval_ms = 5;
+  config.checkpoint.no_sync = 1;
+  config.checkpoint.store_policy = SL_STORE_RESUME;
+  sl_job *built = 0;
+  int rc = sl_job_create(&config, &built);
+  if (rc)
+    return rc;
+  sl_op *src = 0, *verify = 0;
+  rc = sl_source_keyed(built, "src", source_p, count, keys, &src);
+  if (rc == 0)
+    rc = sl_sink_verify(built, "verify", src, sink_p, count, keys, &verify);
+  if (rc) {
+    sl_job_destroy(built); /* frees the operators added so far */
+    return rc;
+  }
+  *job = built;
+  *sink = verify;
+  return 0;
 }
 
 /* ------------------------------------------------------------ collector */

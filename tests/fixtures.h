@@ -3,7 +3,8 @@
  * state, the "key,value" line of a file sink, and a uint64 position kept
  * in operator state (the snapshot and restore of most test sources and
  * sinks), a sink that collects every record in memory, the config of a
- * checkpointed test job, and this process's threads by name.
+ * checkpointed test job, the verified keyed job that resumes, and this
+ * process's threads by name.
  *
  * Compiled once (fixtures.c) into a static library that every test
  * executable links, rather than written as static functions in a header:
@@ -96,6 +97,18 @@ int sl_fixture_load_position(sl_ctx *ctx, uint64_t *position);
  * machine) and 64 KiB rings (small, so barriers queue behind few
  * records).  The rest is zero: the caller adds what its test is about. */
 sl_job_config sl_fixture_config(const char *state_dir, uint32_t interval_ms);
+
+/* The verified keyed job that resumes: sl_source_keyed "src" (source_p
+ * instances, count records over keys) -> sl_sink_verify "verify" (sink_p
+ * instances), default rings, a checkpoint every 5 ms on state_dir without
+ * fsync, resumed from the newest checkpoint there if it holds one
+ * (SL_STORE_RESUME).  The job is built, not started, into *job, and its
+ * verifying sink into *sink (for sl_verify_result).  Returns 0, or the
+ * error of the sl_* call that failed with *job and *sink untouched and
+ * nothing left behind. */
+int sl_fixture_verified_job(const char *state_dir, int source_p, int sink_p,
+                            uint64_t count, uint64_t keys, sl_job **job,
+                            sl_op **sink);
 
 /* ------------------------------------------------------------ collector */
 
