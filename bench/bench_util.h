@@ -1,7 +1,8 @@
 /* bench_util.h — small helpers shared by the benchmarks in bench/: a
- * monotonic clock, pinning the calling thread to one CPU, median/min/max of
- * repeated runs, percentiles, number and option parsing, and a tiny JSON
- * writer.  The jobs the benchmarks build are in fixtures.h.
+ * monotonic clock, pinning the calling thread to one CPU, this process's
+ * threads and their names, median/min/max of repeated runs, percentiles,
+ * number and option parsing, and a tiny JSON writer.  The jobs the
+ * benchmarks build are in fixtures.h.
  *
  * Everything is static inline so each benchmark is one translation unit
  * with no extra objects to link (and no -Wmissing-prototypes noise).
@@ -11,6 +12,7 @@
 #ifndef SL_BENCH_UTIL_H
 #define SL_BENCH_UTIL_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/utsname.h>
 
 #include "sluice.h" /* enum sl_chaining */
@@ -82,6 +85,47 @@ static inline int bench_allowed_cpu_count(void) {
     return 1;
   int count = CPU_COUNT(&allowed);
   return count > 0 ? count : 1;
+}
+
+/* --------------------------------------------------------------- threads */
+
+/* A thread's name with its NUL fits in the kernel's 16 bytes. */
+#define BENCH_THREAD_NAME_BYTES 16
+
+/* This process's threads, from /proc/self/task: the ids of up to max of
+ * them into tids and, unless names is NULL, each one's name (its comm:
+ * the engine's are "sl:NAME[i]", "sl:writer", "sl:coordinator"; "" for a
+ * thread that exited during the walk) into names, and how many were
+ * written into *count.  Returns 0, or the errno of listing the directory
+ * (*count then untouched). */
+static inline int bench_threads(pid_t *tids,
+                                char (*names)[BENCH_THREAD_NAME_BYTES],
+                                int max, int *count_out) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return errno ? errno : EIO;
+  int count = 0;
+  for (struct dirent *e; count < max && (e = readdir(d));) {
+    if (e->d_name[0] == '.')
+      continue;
+    tids[count] = (pid_t)atoi(e->d_name);
+    if (names) {
+      char path[300];
+      names[count][0] = '\0';
+      snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+      FILE *f = fopen(path, "r");
+      if (f) {
+        if (!fgets(names[count], BENCH_THREAD_NAME_BYTES, f))
+          names[count][0] = '\0';
+        names[count][strcspn(names[count], "\n")] = '\0';
+        fclose(f);
+      }
+    }
+    count++;
+  }
+  closedir(d);
+  *count_out = count;
+  return 0;
 }
 
 /* ------------------------------------------------------------ statistics */

@@ -39,7 +39,6 @@
  *    sink's sums do not depend on order).  A failed check is printed and
  *    makes the exit status 1.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -82,7 +81,7 @@ typedef struct bench {
   char path[128];    /* the events file */
   char bootstrap[512];
   rd_kafka_t *probe; /* a consumer handle for end offsets */
-  int harness_tids[MAX_HARNESS_THREADS]; /* note 4 */
+  pid_t harness_tids[MAX_HARNESS_THREADS]; /* note 4 */
   int harness_count;
   bool failed; /* a check failed (note 5) */
 } bench;
@@ -104,9 +103,9 @@ static double process_cpu_seconds(void) {
 }
 
 /* User + system time of thread tid of this process (0 if it is gone). */
-static double thread_cpu_seconds(int tid) {
+static double thread_cpu_seconds(pid_t tid) {
   char path[64], line[1024];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
   FILE *f = fopen(path, "r");
   if (!f)
     return 0;
@@ -123,17 +122,11 @@ static double thread_cpu_seconds(int tid) {
 }
 
 /* The thread ids of this process into tids (at most max).  Returns the
- * count. */
-static int list_threads(int *tids, int max) {
-  DIR *d = opendir("/proc/self/task");
+ * count (0 if they cannot be listed: no harness threads are then told
+ * apart, note 4). */
+static int list_threads(pid_t *tids, int max) {
   int count = 0;
-  struct dirent *e;
-  while (d && count < max && (e = readdir(d)))
-    if (e->d_name[0] != '.')
-      tids[count++] = atoi(e->d_name);
-  if (d)
-    closedir(d);
-  return count;
+  return bench_threads(tids, NULL, max, &count) == 0 ? count : 0;
 }
 
 static double harness_cpu_seconds(const bench *b) {
@@ -187,7 +180,7 @@ static int write_events_file(bench *b, const nx_generator_config *gen) {
 /* Notes 1 and 4: the mock, its topics and the probe, with the ids of the
  * threads they added.  Returns the mock (NULL: failed, said why). */
 static rd_kafka_mock_cluster_t *mock_start(bench *b, rd_kafka_t **host) {
-  int before[MAX_HARNESS_THREADS], after[MAX_HARNESS_THREADS];
+  pid_t before[MAX_HARNESS_THREADS], after[MAX_HARNESS_THREADS];
   int before_count = list_threads(before, MAX_HARNESS_THREADS);
   char err[512];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();

@@ -137,7 +137,6 @@
  */
 #include <assert.h>
 #include <errno.h>
-#include <dirent.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <math.h>
@@ -539,6 +538,10 @@ enum { HELPER_WRITER, HELPER_COORDINATOR, HELPER_COUNT };
 static const char *const helper_names[HELPER_COUNT] = {"sl:writer",
                                                        "sl:coordinator"};
 
+/* Threads a search for the helpers reads (find_helpers): the job has a
+ * few dozen; more than this many and a helper may be missed for a poll. */
+#define HELPER_SEARCH_THREADS 1024
+
 typedef struct helper_cpu {
   pid_t tid[HELPER_COUNT];     /* 0: not found yet */
   uint64_t cpu_ns[HELPER_COUNT]; /* the newest reading */
@@ -608,26 +611,15 @@ static void sleep_ns(uint64_t ns) {
 
 /* The thread ids of the helpers not found yet, from /proc/self/task. */
 static void find_helpers(helper_cpu *h) {
-  DIR *d = opendir("/proc/self/task");
-  if (!d)
+  pid_t tids[HELPER_SEARCH_THREADS];
+  char names[HELPER_SEARCH_THREADS][BENCH_THREAD_NAME_BYTES];
+  int count = 0;
+  if (bench_threads(tids, names, HELPER_SEARCH_THREADS, &count))
     return;
-  for (struct dirent *e; (e = readdir(d));) {
-    if (e->d_name[0] == '.')
-      continue;
-    char path[300], comm[32] = {0};
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-      continue; /* the thread exited meanwhile */
-    if (fgets(comm, sizeof comm, f)) {
-      comm[strcspn(comm, "\n")] = 0;
-      for (int k = 0; k < HELPER_COUNT; k++)
-        if (!h->tid[k] && strcmp(comm, helper_names[k]) == 0)
-          h->tid[k] = (pid_t)atoi(e->d_name);
-    }
-    fclose(f);
-  }
-  closedir(d);
+  for (int i = 0; i < count; i++)
+    for (int k = 0; k < HELPER_COUNT; k++)
+      if (!h->tid[k] && strcmp(names[i], helper_names[k]) == 0)
+        h->tid[k] = tids[i];
 }
 
 /* Read each helper's CPU time so far (the first field of its

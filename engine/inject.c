@@ -11,7 +11,7 @@
  *                fails the job beyond tolerable_failures).
  *   write        checkpoint_writer.c, before it writes anything:
  *                the checkpoint's write fails (also a checkpoint failure).
- *   restore      runtime.c, before an instance's restore hook runs (only
+ *   restore      instance.c, before an instance's restore hook runs (only
  *                when it restores a checkpoint): the instance fails.
  *   store        storage/store_txn.c's fault layer (sl_store_set_fault): the
  *                put, commit or sync returns the error.

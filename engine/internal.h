@@ -1,5 +1,6 @@
 /* internal.h — the job, operator and instance structures shared by
- * graph.c (building, validating, compiling) and runtime.c (threads). */
+ * graph.c (building, validating, compiling), runtime.c (the loop) and
+ * instance.c (threads, start, end). */
 #ifndef SL_INTERNAL_H
 #define SL_INTERNAL_H
 
@@ -120,6 +121,20 @@ typedef struct sl_instance_times {
   _Atomic int wait_kind;            /* enum sl_wait_kind of that wait */
 } sl_instance_times;
 
+/* Where a member (an instance run in another's thread, runtime.c note 12)
+ * is in its life; an instance with a thread of its own stays at
+ * CHAIN_NONE.  Set by instance.c (members_start, members_end) and by the
+ * turns in runtime.c. */
+enum chain_phase {
+  CHAIN_NONE = 0,  /* not started, or over without an end to run */
+  CHAIN_STARTED,   /* restored as finished, END not yet sent */
+  CHAIN_RUNNING,   /* reads its channel */
+  CHAIN_SKIPPING,  /* restored as finished: its input up to END
+                      (runtime.c note 7) */
+  CHAIN_FINISHED,  /* END sent; notifications only */
+  CHAIN_OVER,      /* failed or stopped (chain_rc): its end is left */
+};
+
 /* One running instance; also the sl_ctx handed to callbacks. */
 struct sl_ctx {
   sl_job *job;
@@ -133,13 +148,13 @@ struct sl_ctx {
    * this one, itself when it has its own; every waker wakes the runner's
    * parker.  A runner lists the instances it runs besides itself, in
    * start order (upstream first); chain_phase is a member's place in its
-   * life (enum in runtime.c). */
+   * life (enum chain_phase, below). */
   struct sl_ctx *runner;
   struct sl_ctx **members;
   int member_count;
   int chained_outputs; /* outputs whose consumer runs in this thread */
   int chain_phase;
-  int chain_rc;        /* a member's result, for its end (runtime.c) */
+  int chain_rc;        /* a member's result, for its end (instance.c) */
   bool in_turn;        /* a member inside member_turn (asserts note 12's
                           "never re-entered") */
 
@@ -336,7 +351,7 @@ static inline bool sl_job_failure(sl_job *job, int *status) {
   return true;
 }
 
-/* runtime.c */
+/* instance.c */
 void sl_instance_fail(sl_instance *inst, int status);
 /* Stop every instance without marking the stop as the user's (a failure
  * does this; sl_job_stop() also records that the user asked). */
@@ -345,6 +360,25 @@ void sl_job_stop_internal(sl_job *job);
  * status (threads already started keep running until stopped). */
 int sl_job_start_threads(sl_job *job);
 void sl_job_join_threads(sl_job *job);
+/* After the end of input (rc 0) or a failure (rc): the timers the end
+ * fires, finish, the final snapshot and END; a chained member's too
+ * (runtime.c, member_turn). */
+int sl_instance_finish_input(sl_instance *inst, int rc);
+
+/* runtime.c, for instance.c: the loop (run_source or run_inputs; an
+ * instance restored as finished: run_finished), the counters' shared
+ * copies, and the wait for the final checkpoint (false: the job stopped
+ * first). */
+int sl_instance_run_loop(sl_instance *inst);
+int sl_instance_run_finished(sl_instance *inst);
+void sl_instance_counters_publish(sl_instance *inst);
+bool sl_instance_wait_final(sl_instance *inst);
+
+/* job->stopping, read on the instances' own threads: a relaxed load, as
+ * each loop looks again after preparing to park (runtime.c note 4). */
+static inline bool sl_job_stopping(const sl_job *job) {
+  return atomic_load_explicit(&job->stopping, memory_order_relaxed) != 0;
+}
 
 /* operators/sources.c: restored operator state as count 64-bit words;
  * SL_ENOTFOUND if none was saved, EINVAL (instance failed, naming what)

@@ -1,7 +1,7 @@
 /* job.c — the job API a program calls to run a job: reading its
  * configuration, starting, waiting, stopping, and reading progress and
  * per-operator counters.  The instance threads themselves live in
- * runtime.c, building and compiling the graph in graph.c.
+ * instance.c and runtime.c, building and compiling the graph in graph.c.
  *
  * NOTES
  *

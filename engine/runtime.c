@@ -1,5 +1,7 @@
-/* runtime.c — instance threads: reading channels, calling operators,
- * emitting into rings, waiting, stopping and failing.
+/* runtime.c — the loop of an instance thread: reading channels, calling
+ * operators, emitting into rings, waiting, and the turns of chained
+ * members.  The life around the loop (the thread, open, restore, finish,
+ * close, failing and stopping) is instance.c.
  *
  * NOTES ON THE DESIGN OF AN INSTANCE THREAD
  *
@@ -15,9 +17,9 @@
  *    outputs and returns all consumed input space with forced wake checks;
  *    the rings' quarter-capacity wake thresholds rely on this (ring.h 8).
  * 4. Waiting spins spin_iterations times, then parks (wait.h).  Stopping
- *    and failing set job->stopping and wake every parker; every wait loop
- *    re-checks job->stopping after preparing to park, so nothing sleeps
- *    through a stop.
+ *    and failing set job->stopping and wake every parker (instance.c
+ *    note 5); every wait loop re-checks job->stopping after preparing to
+ *    park, so nothing sleeps through a stop.
  * 5. End of stream: when every input channel delivered END (a source: when
  *    next() returned SL_SOURCE_END) the instance calls finish, writes END
  *    on every output ring and publishes; from then on sl_emit is refused.
@@ -96,11 +98,11 @@
  *    uses its runner's parker (sl_instance_parker).  Its barrier is read
  *    in write_control_all, so it needs no announcement.  Members start
  *    after their runner's own start (open and restore), upstream first,
- *    and end after it (members_start, members_end); a member that fails
- *    fails the job at once, and its runner leaves on the stop.  A member
- *    never waits for input, so a callback that blocks until another
- *    operator of its chain acts waits for ever: such an operator opts
- *    out (sl_op_disable_chaining).
+ *    and end after it (members_start, members_end: instance.c note 3);
+ *    a member that fails fails the job at once, and its runner leaves on
+ *    the stop.  A member never waits for input, so a callback that blocks
+ *    until another operator of its chain acts waits for ever: such an
+ *    operator opts out (sl_op_disable_chaining).
  * 13. Keyed state fetched ahead (keyed_slice).  A keyed lookup in a state
  *    larger than the cache waits for two misses in a row, the bucket and
  *    the entry it points to (storage/cow_map.h); one after another, record
@@ -121,21 +123,9 @@
  *    and the extra work costs about what the misses did; there it keeps
  *    what checkpoints add to latency_bench's p99 small, so only states
  *    under state.c's 256 KiB threshold are left out.
- *
- * Thread states (function making the transition in brackets):
- *
- *   created --[instance_main: open]--> running --[inputs ended]--> finishing
- *      |   \                              |                            |
- *      |    [restored finished:            | stop / failure             | END sent
- *      |     run_finished]---------------- | -------------------------> |
- *      | open failed                      |                            v
- *      v                                  v                            v
- *   failed <----------------------- stopping -----------------> closed, joined
- *                                     [sl_instance_fail / sl_job_stop]
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,28 +145,6 @@ _Static_assert(SL_STOP_CHECK_RECORDS <= SL_COW_PREFETCH_MAX,
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
-
-/* The whole-instance checker, asserted at each state change of the diagram
- * above (never per record).  O(1): it looks at counters and flags, not at
- * the channels one by one. */
-__attribute__((unused)) /* asserts only: NDEBUG builds drop the calls */
-static bool instance_check(const sl_instance *inst) {
-  assert(inst->job && inst->op);
-  assert(inst->index >= 0 && inst->index < inst->op->parallelism);
-  assert(inst->channel_count >= 0 && inst->output_count >= 0);
-  assert(inst->channels_ended >= 0);
-  assert(inst->channels_ended <= inst->channel_count);
-  /* A source reads no channel; the fast emit path has one ring or none. */
-  assert(inst->op->kind != SL_OP_SOURCE || inst->channel_count == 0);
-  assert(!inst->forward_ring || inst->output_count == 1);
-  /* Sinks never emit: note 5 and sl_op_sink. */
-  assert(!inst->in_sink || inst->op->kind == SL_OP_SINK);
-  return true;
-}
-
-static inline bool job_stopping(const sl_job *job) {
-  return atomic_load_explicit(&job->stopping, memory_order_relaxed) != 0;
-}
 
 /* ----------------------------------------------------------- keys */
 
@@ -302,7 +270,7 @@ static bool wait_loop(sl_instance *inst, bool (*ready)(sl_instance *, void *),
   for (uint32_t spins = 0;; spins++) {
     if (ready(inst, arg))
       return true;
-    if (job_stopping(job))
+    if (sl_job_stopping(job))
       return false;
     /* Note 12: the instances this thread runs for this one keep their
      * timers and notifications while it waits. */
@@ -319,7 +287,7 @@ static bool wait_loop(sl_instance *inst, bool (*ready)(sl_instance *, void *),
       sl_parker_cancel(parker);
       return true;
     }
-    if (job_stopping(job)) {
+    if (sl_job_stopping(job)) {
       sl_parker_cancel(parker);
       return false;
     }
@@ -699,7 +667,7 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
         rc = process_one(inst, kind, input, &rec, 0, 0);
       }
     }
-    if (at < end && rc == 0 && unlikely(job_stopping(inst->job)))
+    if (at < end && rc == 0 && unlikely(sl_job_stopping(inst->job)))
       rc = SL_ESTOPPED;
     /* Note 10: unaligned checkpoints act between slices too. */
     if (at < end && rc == 0 &&
@@ -747,7 +715,7 @@ process_records_injected(sl_instance *inst, int input, const sl_entry *e) {
       rc = process_one(inst, SL_OP_PROCESS, input, &rec, 0, 0);
       break;
     }
-    if (rc == 0 && job_stopping(inst->job))
+    if (rc == 0 && sl_job_stopping(inst->job))
       rc = SL_ESTOPPED;
     if (rc == 0 && i + 1 < e->count &&
         unlikely(announcement_pending(inst) || alignment_may_time_out(inst)))
@@ -857,7 +825,7 @@ static int drain_channel(sl_instance *inst, sl_channel *ch,
     sl_ring_advance_consumer(r, sl_entry_bytes(e));
     /* A stop is noticed within one entry (one output batch), not after the
      * whole backlog. */
-    if (unlikely(job_stopping(inst->job)))
+    if (unlikely(sl_job_stopping(inst->job)))
       return SL_ESTOPPED;
   }
   return 0;
@@ -962,7 +930,7 @@ static int run_inputs(sl_instance *inst) {
     if (unlikely(inst->chained_outputs))
       run_chain(inst, false);
     publish_counters(inst);
-    if (unlikely(job_stopping(job)))
+    if (unlikely(sl_job_stopping(job)))
       return SL_ESTOPPED;
     if (unlikely(inst->cp.keyed != 0) && !job->cp)
       reclaim_unversioned(inst);
@@ -1049,7 +1017,7 @@ static int run_finished(sl_instance *inst) {
       if (rc)
         return rc;
     }
-    if (unlikely(job_stopping(job)))
+    if (unlikely(sl_job_stopping(job)))
       return SL_ESTOPPED;
     if (sl_snapshot_notification_pending(inst)) {
       int rc = sl_snapshot_notifications(inst);
@@ -1127,7 +1095,7 @@ static int source_stop(sl_instance *inst) {
 static int run_source(sl_instance *inst) {
   sl_job *job = inst->job;
   for (;;) {
-    if (unlikely(job_stopping(job)))
+    if (unlikely(sl_job_stopping(job)))
       return SL_ESTOPPED;
     if (unlikely(job->cp != 0)) {
       int rc = sl_snapshot_notifications(inst);
@@ -1201,10 +1169,6 @@ int64_t sl_wall_ms(void) {
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-static int send_end(sl_instance *inst) {
-  return write_control_all(inst, SL_ENTRY_END, 0);
-}
-
 /* Barrier id on every output ring (snapshot.c note 2). */
 int sl_instance_write_barrier(sl_instance *inst, uint64_t id) {
   return write_control_all(inst, SL_ENTRY_BARRIER, id);
@@ -1227,269 +1191,12 @@ int sl_instance_write_barrier_announced(sl_instance *inst, uint64_t id) {
   return 0;
 }
 
-static bool final_done(sl_instance *inst, void *arg) {
-  (void)arg;
-  return atomic_load(&inst->job->cp_final_done) != 0;
-}
-
-/* ----------------------------------------------------------- failing */
-
-void sl_job_fail(sl_job *job, int status, const char *fmt, ...) {
-  int expected = 0;
-  if (atomic_compare_exchange_strong(&job->failed, &expected, 1)) {
-    sl_failover_note_failure(job);
-    char message[SL_ERROR_BYTES];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
-    va_end(ap);
-    job->fail_status = status;
-    sl_job_set_error(job, "%s", message);
-    atomic_store_explicit(&job->fail_published, 1, memory_order_release);
-  }
-  sl_job_stop_internal(job);
-}
-
-void sl_instance_fail(sl_instance *inst, int status) {
-  sl_job *job = inst->job;
-  /* running --[failure]--> stopping: a failure always has a status, and
-   * a stop is no failure (instance_run tells them apart). */
-  assert(status != 0);
-  assert(instance_check(inst));
-  int expected = 0;
-  if (atomic_compare_exchange_strong(&job->failed, &expected, 1)) {
-    sl_failover_note_failure(job);
-    /* Only the first failure writes the message: later ones are usually
-     * consequences of it. */
-    job->fail_status = status; /* note 8: sl_job_wait returns it */
-    char code[64];
-    if (status < 0 && status > -4096)
-      snprintf(code, sizeof code, "error %d", status);
-    else
-      snprintf(code, sizeof code, "status %d", status);
-    sl_job_set_error(job, "operator '%s' instance %d/%d failed: %s%s%s (%s)",
-                     inst->op->name, inst->index, inst->op->parallelism,
-                     inst->cause, inst->cause[0] ? ": " : "",
-                     sl_strerror(status), code);
-    atomic_store_explicit(&job->fail_published, 1, memory_order_release);
-  }
-  sl_job_stop_internal(job);
-  assert(atomic_load(&job->failed) == 1);
-}
-
-SL_EXPORT void sl_ctx_fail(sl_ctx *ctx, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(ctx->cause, sizeof ctx->cause, fmt, ap);
-  va_end(ap);
-}
-
-SL_EXPORT int sl_ctx_instance(const sl_ctx *ctx) { return ctx->index; }
-SL_EXPORT int sl_ctx_parallelism(const sl_ctx *ctx) {
-  return ctx->op->parallelism;
-}
-SL_EXPORT const char *sl_ctx_name(const sl_ctx *ctx) { return ctx->op->name; }
-SL_EXPORT int sl_ctx_stopping(const sl_ctx *ctx) {
-  return job_stopping(ctx->job);
-}
-
-/* ----------------------------------------------------------- threads */
-
-static void set_thread_name(sl_instance *inst, pthread_t thread) {
-  /* "sl:NAME[i]" within the kernel's 16 bytes: the operator name is cut
-   * so that the instance number always shows. */
-  char index[16];
-  int index_len = snprintf(index, sizeof index, "[%d]", inst->index);
-  int name_room = 15 - 3 - index_len;
-  char name[16] = "sl:";
-  size_t used = 3;
-  size_t op_len = strnlen(inst->op->name, (size_t)(name_room > 0 ? name_room : 0));
-  memcpy(name + used, inst->op->name, op_len);
-  used += op_len;
-  memcpy(name + used, index, (size_t)index_len + 1);
-  pthread_setname_np(thread, name);
-}
-
-static int instance_open(sl_instance *inst) {
-  sl_op *op = inst->op;
-  if (op->kind == SL_OP_SOURCE && op->fn.source.open)
-    return op->fn.source.open(inst, op->user, &inst->state);
-  if ((op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
-      op->fn.process.open)
-    return op->fn.process.open(inst, op->user, &inst->state);
-  if (op->kind == SL_OP_SOURCE || op->kind == SL_OP_PROCESS ||
-      op->kind == SL_OP_SINK)
-    inst->state = op->user; /* no open: callbacks get the user pointer */
-  return 0;
-}
-
-static void instance_close(sl_instance *inst) {
-  sl_op *op = inst->op;
-  if (op->kind == SL_OP_SOURCE && op->fn.source.close)
-    op->fn.source.close(inst, inst->state);
-  else if ((op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
-           op->fn.process.close)
-    op->fn.process.close(inst, inst->state);
-}
-
-static void instance_run(sl_instance *inst);
-
-static void *instance_main(void *arg) {
-  sl_instance *inst = arg;
-  /* Named by itself before open runs, and by its creator too (start_
-   * thread), so the name is there when sl_job_start returns. */
-  set_thread_name(inst, pthread_self());
-  sl_times_thread_start(inst);
-  for (int i = 0; i < inst->member_count; i++)
-    sl_times_thread_start(inst->members[i]); /* note 12: its thread's */
-  instance_run(inst);
-  for (int i = 0; i < inst->member_count; i++)
-    sl_times_thread_exit(inst->members[i]);
-  sl_times_thread_exit(inst);
-  return 0;
-}
-
-/* After the end of input (rc 0) or a failure: the timers the end fires,
- * finish, the final snapshot and END. */
-static int instance_finish_input(sl_instance *inst, int rc) {
-  sl_op *op = inst->op;
-  /* running --[inputs ended]--> finishing: every channel delivered END. */
-  assert(rc != 0 || inst->channels_ended == inst->channel_count);
-  assert(instance_check(inst));
-  /* End of input: the final watermark fires every event-time timer still
-   * pending, and the processing-time ones too (timer.c note 5). */
-  if (rc == 0)
-    rc = op->kind == SL_OP_SOURCE ? sl_event_source_end(inst)
-                                  : sl_event_input_end(inst);
-  if (rc == 0 && (op->kind == SL_OP_PROCESS || op->kind == SL_OP_SINK) &&
-      op->fn.process.finish) {
-    inst->current = 0;
-    rc = op->fn.process.finish(inst, inst->state); /* note 8 */
-  }
-  if (rc == 0)
-    rc = sl_snapshot_final(inst); /* snapshot.c note 7 */
-  assert(!inst->emit_closed); /* END is still to be written */
-  return rc == 0 ? send_end(inst) : rc;
-}
-
-/* Run the instance to its end of input, finish, take the final snapshot
- * and write END. */
-static int instance_finish(sl_instance *inst) {
-  int rc = inst->op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
-  return instance_finish_input(inst, rc);
-}
-
-/* Note 7: an instance restored as finished: its restored state as its
- * final snapshot, END, then its inputs up to their END. */
-static int instance_refinish(sl_instance *inst) {
-  assert(inst->cp.restored_finished);
-  assert(inst->job->cp);
-  assert(instance_check(inst));
-  assert(inst->channels_ended == 0); /* nothing read yet: note 7 */
-  int rc = sl_snapshot_final_restored(inst);
-  if (rc == 0)
-    rc = send_end(inst);
-  return rc;
-}
-
-/* What instance_start leaves to do. */
-enum start_result {
-  START_RUN,  /* opened and restored: run it */
-  START_END,  /* opened, then a restore hook failed: end it with rc */
-  START_GONE, /* it failed and is over (its open failed, or its restore,
-                 which closed it): nothing more */
-};
-
-/* created --[open]--> running: open, restore and the restore hooks. */
-static enum start_result instance_start(sl_instance *inst, int *rc_out) {
-  assert(instance_check(inst));
-  assert(!inst->emit_closed && !inst->stopped_early);
-  assert(inst->current == 0);
-  int rc = instance_open(inst);
-  *rc_out = rc;
-  if (rc) {
-    if (!inst->cause[0])
-      sl_ctx_fail(inst, "open callback returned %d", rc);
-    sl_instance_fail(inst, rc);
-    sl_checkpointer_restore_skip(inst); /* it will not restore */
-    return START_GONE;
-  }
-  rc = sl_checkpointer_restore_instance(inst); /* fails the job itself */
-  if (rc) {
-    inst->emit_closed = true;
-    instance_close(inst);
-    return START_GONE;
-  }
-  if (inst->cp.restored_from && unlikely(inst->job->faults != 0)) {
-    rc = sl_inject_occurrence(inst->job, inst, SL_FAULT_RESTORE, -1,
-                              inst->cause, sizeof inst->cause);
-    if (rc) {
-      size_t used = strlen(inst->cause);
-      snprintf(inst->cause + used, sizeof inst->cause - used,
-               " while restoring checkpoint %" PRIu64, inst->cp.restored_from);
-    }
-  }
-  if (rc == 0 && inst->cp.restored_from)
-    rc = sl_event_restore(inst); /* timers from the restored state */
-  if (rc == 0)
-    rc = sl_snapshot_restore_hook(inst);
-  if (rc && !inst->cause[0])
-    sl_ctx_fail(inst, "restore from checkpoint %" PRIu64 " failed",
-                inst->cp.restored_from);
-  if (rc == 0 && inst->cp.restored_from && unlikely(inst->job->faults != 0))
-    sl_inject_crash_point(inst->job, SL_CRASH_AFTER_RESTORE);
-  *rc_out = rc;
-  return rc ? START_END : START_RUN;
-}
-
-/* The end of an instance's life after rc (0: it finished): the wait for
- * the final checkpoint, then nothing more emitted, the failure or stop
- * told, and the close callback. */
-static void instance_end(sl_instance *inst, int rc) {
-  if (rc == 0 && inst->cp.final_acked) {
-    /* Sinks commit only once the final checkpoint is durable. */
-    if (!wait_until(inst, SL_WAIT_IDLE, final_done, 0))
-      rc = SL_ESTOPPED;
-    else
-      rc = sl_snapshot_notifications(inst);
-  }
-  /* After END (or on the way out) nothing may be emitted: the consumers
-   * may have finished, and a record written now would be lost or wait
-   * forever for room. */
-  inst->emit_closed = true;
-  assert(inst->current == 0); /* no record outlives its call */
-  assert(instance_check(inst));
-  publish_counters(inst);
-  /* Stop the job before the close callback runs, so a failure stops the
-   * other instances promptly (DESIGN.md invariant 8). */
-  if (rc == SL_ESTOPPED && job_stopping(inst->job))
-    inst->stopped_early = true;
-  else if (rc != 0)
-    sl_instance_fail(inst, rc);
-  /* Note 9: the stop checkpoint's completion reaches every instance, also
-   * one that stopped before it looked (the stopper saw it complete before
-   * it stopped the job, so the acquire in here sees it too). */
-  if (rc == SL_ESTOPPED && atomic_load(&inst->job->stopped_with_savepoint))
-    (void)sl_snapshot_notifications(inst);
-  instance_close(inst);
-}
-
 /* ----------------------------------------------------------- chaining */
-
-/* Where a member (an instance run in another's thread, note 12) is in its
- * life; an instance with a thread of its own stays at CHAIN_NONE. */
-enum chain_phase {
-  CHAIN_NONE = 0,  /* not started, or over without an end to run */
-  CHAIN_STARTED,   /* restored as finished, END not yet sent */
-  CHAIN_RUNNING,   /* reads its channel */
-  CHAIN_SKIPPING,  /* restored as finished: its input up to END (note 7) */
-  CHAIN_FINISHED,  /* END sent; notifications only */
-  CHAIN_OVER,      /* failed or stopped (chain_rc): its end is left */
-};
 
 /* One turn of member m: everything readable on its one channel, its
  * timers, notifications and announcements, then its own outputs (which
- * runs its own members).  At END it finishes like instance_finish. */
+ * runs its own members).  At END it finishes like an instance of its own
+ * thread (sl_instance_finish_input, instance.c). */
 static int member_turn_body(sl_instance *m, bool force) {
   sl_channel *ch = &m->channels[0];
   assert(m->channel_count == 1 && m->runner != m);
@@ -1517,7 +1224,7 @@ static int member_turn_body(sl_instance *m, bool force) {
       if (ch->ended)
         m->chain_phase = CHAIN_FINISHED;
     }
-    if (unlikely(job_stopping(m->job)))
+    if (unlikely(sl_job_stopping(m->job)))
       return SL_ESTOPPED;
     if (m->chain_phase == CHAIN_RUNNING) {
       if (unlikely(m->cp.keyed != 0) && !m->job->cp)
@@ -1529,8 +1236,8 @@ static int member_turn_body(sl_instance *m, bool force) {
       }
     }
     /* Finished, a member leaves its notifications to its end, after the
-     * final checkpoint (instance_end), as an instance of its own thread
-     * does: a sink that saw the final checkpoint's completion before
+     * final checkpoint (instance_end, instance.c), as an instance of its
+     * own thread does: a sink that saw the final checkpoint's completion before
      * cp_final_done was set would take it for an ordinary one and leave
      * its final output uncommitted. */
     if (m->chain_phase == CHAIN_FINISHED)
@@ -1557,7 +1264,7 @@ static int member_turn_body(sl_instance *m, bool force) {
   if (m->chain_phase == CHAIN_RUNNING &&
       m->channels_ended == m->channel_count) {
     m->chain_phase = CHAIN_FINISHED;
-    return instance_finish_input(m, 0);
+    return sl_instance_finish_input(m, 0);
   }
   flush_outputs(m, force); /* and so its own members */
   return 0;
@@ -1645,143 +1352,27 @@ static uint64_t chain_wait_ns(sl_instance *inst) {
   return wait_ns;
 }
 
-/* Start the members of runner inst (note 12), before inst reads or emits
- * anything: open and restore each, upstream first; then those restored as
- * finished take their final snapshot and send END (note 7).  A member's
- * channel state is replayed at its first turn (member_turn), before it
- * reads its ring, whatever order the turns come in. */
-static void members_start(sl_instance *inst) {
-  for (int i = 0; i < inst->member_count; i++) {
-    sl_instance *m = inst->members[i];
-    int rc = 0;
-    enum start_result start = instance_start(m, &rc);
-    m->chain_rc = rc;
-    m->chain_phase = start == START_END ? CHAIN_OVER
-                     : start == START_GONE ? CHAIN_NONE
-                     : m->cp.restored_finished ? CHAIN_STARTED
-                                               : CHAIN_RUNNING;
-    /* A restore hook failed: the job fails now, as it would in the
-     * member's own thread (its end, with this status, comes later). */
-    if (start == START_END && rc != SL_ESTOPPED)
-      sl_instance_fail(m, rc);
-  }
-  for (int i = 0; i < inst->member_count; i++) {
-    sl_instance *m = inst->members[i];
-    if (m->chain_phase != CHAIN_STARTED)
-      continue;
-    m->chain_phase = CHAIN_SKIPPING; /* its input up to END, from now */
-    int rc = instance_refinish(m);
-    if (rc) {
-      m->chain_rc = rc;
-      m->chain_phase = CHAIN_OVER;
-      if (rc != SL_ESTOPPED)
-        sl_instance_fail(m, rc);
-    }
-  }
+/* ----------------------------------------------------------- for instance.c */
+
+/* The loop of an instance to its end of input: 0 then, SL_ESTOPPED on a
+ * stop, or the failing callback's status (the cause set). */
+int sl_instance_run_loop(sl_instance *inst) {
+  return inst->op->kind == SL_OP_SOURCE ? run_source(inst) : run_inputs(inst);
 }
 
-/* The members' ends, after their runner's, in start order.  A member that
- * did not finish ends stopped (or with its failure). */
-static void members_end(sl_instance *inst) {
-  for (int i = 0; i < inst->member_count; i++) {
-    sl_instance *m = inst->members[i];
-    if (m->chain_phase == CHAIN_NONE)
-      continue; /* over already (instance_start) */
-    int rc = m->chain_phase == CHAIN_FINISHED ? 0
-             : m->chain_rc                   ? m->chain_rc
-                                             : SL_ESTOPPED;
-    m->chain_phase = CHAIN_NONE;
-    instance_end(m, rc);
-  }
+/* Note 7: an instance restored as finished, after its final snapshot and
+ * END: its inputs up to their END. */
+int sl_instance_run_finished(sl_instance *inst) { return run_finished(inst); }
+
+void sl_instance_counters_publish(sl_instance *inst) { publish_counters(inst); }
+
+static bool final_done(sl_instance *inst, void *arg) {
+  (void)arg;
+  return atomic_load(&inst->job->cp_final_done) != 0;
 }
 
-/* The whole life of an instance: open, restore, run, finish, close; and
- * of the members its thread runs (note 12). */
-static void instance_run(sl_instance *inst) {
-  int rc = 0;
-  enum start_result start = instance_start(inst, &rc);
-  /* Members open and close whatever happened to their runner, as they
-   * would in threads of their own (a failed start stops them at once). */
-  if (inst->member_count)
-    members_start(inst);
-  if (start == START_RUN) {
-    if (inst->cp.restored_finished) {
-      rc = instance_refinish(inst); /* note 7: never finished twice */
-      if (rc == 0)
-        rc = run_finished(inst);
-    } else {
-      rc = instance_finish(inst);
-    }
-  }
-  if (start != START_GONE)
-    instance_end(inst, rc);
-  if (inst->member_count)
-    members_end(inst);
-}
-
-/* ----------------------------------------------------------- job control */
-
-void sl_job_join_threads(sl_job *job) {
-  for (int i = 0; i < job->instance_count; i++) {
-    sl_instance *inst = job->instances[i];
-    if (inst->thread_started) {
-      pthread_join(inst->thread, 0);
-      inst->thread_started = false;
-    }
-  }
-}
-
-static int start_thread(sl_instance *inst) {
-  pthread_attr_t attr;
-  int rc = pthread_attr_init(&attr);
-  if (rc)
-    return rc;
-  if (inst->cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(inst->cpu, &set);
-    rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
-  }
-  if (rc == 0)
-    rc = pthread_create(&inst->thread, &attr, instance_main, inst);
-  pthread_attr_destroy(&attr);
-  inst->thread_started = rc == 0;
-  /* Named here, so it has its name once sl_job_start returns. */
-  if (rc == 0)
-    set_thread_name(inst, inst->thread);
-  return rc;
-}
-
-int sl_job_start_threads(sl_job *job) {
-  for (int i = 0; i < job->instance_count; i++) {
-    if (job->instances[i]->runner != job->instances[i])
-      continue; /* note 12: run by another instance's thread */
-    int rc = start_thread(job->instances[i]);
-    if (rc) {
-      sl_instance *inst = job->instances[i];
-      /* Instances already running may fail too: the first one writes. */
-      sl_job_fail(job, rc,
-                  "cannot start the thread of operator '%s' instance %d "
-                  "(cpu %d): %s%s",
-                  inst->op->name, inst->index, inst->cpu, sl_strerror(rc),
-                  rc == EINVAL && inst->cpu >= 0
-                      ? " (is the CPU in the process's affinity mask? "
-                        "sl_job_config.cpus may name only those)"
-                      : "");
-      return rc;
-    }
-  }
-  return 0;
-}
-
-void sl_job_stop_internal(sl_job *job) {
-  /* Sequentially consistent: pairs with the fence in sl_parker_prepare, so
-   * an instance about to park either sees stopping or is woken below. */
-  atomic_store(&job->stopping, 1);
-  if (atomic_load(&job->state) != SL_JOB_RUNNING)
-    return;
-  /* running --[stop]--> stopping: every instance exists to be woken. */
-  assert(job->instances || job->instance_count == 0);
-  for (int i = 0; i < job->instance_count; i++)
-    sl_parker_wake(sl_instance_parker(job->instances[i]));
+/* Wait for the final checkpoint to be durable (cp_final_done): true, or
+ * false if the job stops first. */
+bool sl_instance_wait_final(sl_instance *inst) {
+  return wait_until(inst, SL_WAIT_IDLE, final_done, 0);
 }

@@ -3,6 +3,7 @@
 #include "fixtures.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -10,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "sluice_testing.h" /* sl_source_keyed, sl_sink_verify */
 
 uint64_t sl_fixture_tuple_key(void *user, const sl_record *in) {
   (void)user;
@@ -186,6 +189,31 @@ sl_job_config sl_fixture_config(const char *state_dir, uint32_t interval_ms) {
   return config;
 }
 
+int sl_fixture_verified_job(const char *state_dir, int source_p, int sink_p,
+                            uint64_t count, uint64_t keys, sl_job **job,
+                            sl_op **sink) {
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  config.checkpoint.state_dir = state_dir;
+  config.checkpoint.interval_ms = 5;
+  config.checkpoint.no_sync = 1;
+  config.checkpoint.store_policy = SL_STORE_RESUME;
+  sl_job *built = 0;
+  int rc = sl_job_create(&config, &built);
+  if (rc)
+    return rc;
+  sl_op *src = 0, *verify = 0;
+  rc = sl_source_keyed(built, "src", source_p, count, keys, &src);
+  if (rc == 0)
+    rc = sl_sink_verify(built, "verify", src, sink_p, count, keys, &verify);
+  if (rc) {
+    sl_job_destroy(built); /* frees the operators added so far */
+    return rc;
+  }
+  *job = built;
+  *sink = verify;
+  return 0;
+}
+
 /* ------------------------------------------------------------ collector */
 
 int sl_fixture_collector_open(sl_ctx *ctx, void *user, void **state) {
@@ -268,4 +296,70 @@ void *sl_fixture_collector_gather(sl_fixture_collector *c,
   qsort(all, total, bytes, compare);
   *count = total;
   return all;
+}
+
+/* ------------------------------------------------------------ threads */
+
+/* One walk of /proc/self/task: visit(tid, name, arg) for each thread
+ * whose name could be read, until visit returns true.  0 or errno. */
+static int threads_walk(bool (*visit)(pid_t, const char *, void *),
+                        void *arg) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return errno ? errno : EIO;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], name[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue; /* the thread exited meanwhile */
+    bool got = fgets(name, sizeof name, f) != 0;
+    fclose(f);
+    if (!got)
+      continue;
+    name[strcspn(name, "\n")] = 0;
+    if (visit((pid_t)atoi(e->d_name), name, arg))
+      break;
+  }
+  closedir(d);
+  return 0;
+}
+
+typedef struct thread_query {
+  const char *name; /* a prefix, or the whole name */
+  int count;
+  pid_t tid;
+} thread_query;
+
+static bool count_prefixed(pid_t tid, const char *name, void *arg) {
+  (void)tid;
+  thread_query *q = arg;
+  q->count += strncmp(name, q->name, strlen(q->name)) == 0;
+  return false;
+}
+
+static bool find_named(pid_t tid, const char *name, void *arg) {
+  thread_query *q = arg;
+  if (strcmp(name, q->name) != 0)
+    return false;
+  q->tid = tid;
+  return true;
+}
+
+int sl_fixture_threads_named(const char *prefix, int *count) {
+  thread_query q = {.name = prefix};
+  int rc = threads_walk(count_prefixed, &q);
+  if (rc == 0)
+    *count = q.count;
+  return rc;
+}
+
+int sl_fixture_thread_named(const char *name, pid_t *tid) {
+  thread_query q = {.name = name};
+  int rc = threads_walk(find_named, &q);
+  if (rc == 0)
+    *tid = q.tid;
+  return rc;
 }

@@ -2,8 +2,9 @@
  * an sl_tuple, the keyed running count (and sum) kept in keyed value
  * state, the "key,value" line of a file sink, and a uint64 position kept
  * in operator state (the snapshot and restore of most test sources and
- * sinks), a sink that collects every record in memory, and the config of
- * a checkpointed test job.
+ * sinks), a sink that collects every record in memory, the config of a
+ * checkpointed test job, the verified keyed job that resumes, and this
+ * process's threads by name.
  *
  * Compiled once (fixtures.c) into a static library that every test
  * executable links, rather than written as static functions in a header:
@@ -18,6 +19,7 @@
 #define SL_TEST_FIXTURES_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sluice.h"
 
@@ -96,6 +98,18 @@ int sl_fixture_load_position(sl_ctx *ctx, uint64_t *position);
  * records).  The rest is zero: the caller adds what its test is about. */
 sl_job_config sl_fixture_config(const char *state_dir, uint32_t interval_ms);
 
+/* The verified keyed job that resumes: sl_source_keyed "src" (source_p
+ * instances, count records over keys) -> sl_sink_verify "verify" (sink_p
+ * instances), default rings, a checkpoint every 5 ms on state_dir without
+ * fsync, resumed from the newest checkpoint there if it holds one
+ * (SL_STORE_RESUME).  The job is built, not started, into *job, and its
+ * verifying sink into *sink (for sl_verify_result).  Returns 0, or the
+ * error of the sl_* call that failed with *job and *sink untouched and
+ * nothing left behind. */
+int sl_fixture_verified_job(const char *state_dir, int source_p, int sink_p,
+                            uint64_t count, uint64_t keys, sl_job **job,
+                            sl_op **sink);
+
 /* ------------------------------------------------------------ collector */
 
 /* A sink that keeps every record it gets, per instance, in memory, and
@@ -139,5 +153,21 @@ void *sl_fixture_collector_last(void *state);
 void *sl_fixture_collector_gather(sl_fixture_collector *c,
                                   int (*compare)(const void *, const void *),
                                   uint64_t *count);
+
+/* ------------------------------------------------------------ threads */
+
+/* The threads of this process by name, read from /proc/self/task/N/comm
+ * (the engine names its threads: "sl:NAME[i]" after the instance a thread
+ * runs first, "sl:writer", "sl:coordinator").  A thread that exits during
+ * the walk is left out.  Each returns 0, or the errno of listing
+ * /proc/self/task with the out-parameter untouched. */
+
+/* How many threads have a name that starts with prefix ("": every thread
+ * of the process) into *count. */
+int sl_fixture_threads_named(const char *prefix, int *count);
+
+/* The id of the thread named exactly name into *tid; 0 if there is none
+ * (the first found if there are several). */
+int sl_fixture_thread_named(const char *name, pid_t *tid);
 
 #endif /* SL_TEST_FIXTURES_H */

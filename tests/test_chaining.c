@@ -7,7 +7,6 @@
  * thread after the instance it runs first, "sl:NAME[i]") while a gate in
  * the source holds the job; nothing here waits for a time to pass. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -28,23 +27,11 @@ static void sleep_ms(long ms) {
 
 /* Threads of this process whose name starts with "sl:" and then prefix. */
 static int engine_threads(const char *prefix) {
-  DIR *d = opendir("/proc/self/task");
-  cr_assert(d, "cannot list /proc/self/task: %s", strerror(errno));
+  char full[32];
+  snprintf(full, sizeof full, "sl:%s", prefix);
   int n = 0;
-  for (struct dirent *e; (e = readdir(d));) {
-    if (e->d_name[0] == '.')
-      continue;
-    char path[300], name[32] = {0};
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-      continue; /* the thread exited meanwhile */
-    if (fgets(name, sizeof name, f) && strncmp(name, "sl:", 3) == 0 &&
-        strncmp(name + 3, prefix, strlen(prefix)) == 0)
-      n++;
-    fclose(f);
-  }
-  closedir(d);
+  int rc = sl_fixture_threads_named(full, &n);
+  cr_assert_eq(rc, 0, "cannot list /proc/self/task: %s", strerror(rc));
   return n;
 }
 

@@ -10,7 +10,6 @@
  * record lost, duplicated or out of order.  Real threads, LMDB, files and
  * processes. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -27,13 +26,9 @@
 /* ------------------------------------------------------------ helpers */
 
 static int thread_count(void) {
-  DIR *d = opendir("/proc/self/task");
-  cr_assert(d);
   int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    n += e->d_name[0] != '.';
-  closedir(d);
+  int rc = sl_fixture_threads_named("", &n);
+  cr_assert_eq(rc, 0, "cannot list /proc/self/task: %s", strerror(rc));
   return n;
 }
 

@@ -1,8 +1,8 @@
 /* test_graph_lifecycle.c — Criterion tests of a job's life on real
- * threads (engine/runtime.c, engine/graph.c): each callback called once,
- * errors that name the operator and cause, stopping from another thread,
- * oversubscribed threads, what emit refuses, thread names.  Helpers:
- * graph_fixture.h.
+ * threads (engine/instance.c, engine/runtime.c, engine/graph.c): each
+ * callback called once, errors that name the operator and cause, stopping
+ * from another thread, oversubscribed threads, what emit refuses, thread
+ * names.  Helpers: graph_fixture.h.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>

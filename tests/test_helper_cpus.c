@@ -8,7 +8,6 @@
  * name in /proc/self/task/N/comm); nothing waits for a time to pass
  * except the bounded polls for a thread to appear. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -18,6 +17,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "fixtures.h"
 #include "sluice.h"
 #include "test_dirs.h"
 
@@ -30,26 +30,10 @@ static void sleep_ms(long ms) {
 
 /* The id of this process's thread named `name`, or 0 if there is none. */
 static pid_t thread_named(const char *name) {
-  DIR *d = opendir("/proc/self/task");
-  cr_assert(d, "cannot list /proc/self/task: %s", strerror(errno));
-  pid_t found = 0;
-  for (struct dirent *e; !found && (e = readdir(d));) {
-    if (e->d_name[0] == '.')
-      continue;
-    char path[300], comm[32] = {0};
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-      continue; /* the thread exited meanwhile */
-    if (fgets(comm, sizeof comm, f)) {
-      comm[strcspn(comm, "\n")] = 0;
-      if (strcmp(comm, name) == 0)
-        found = (pid_t)atoi(e->d_name);
-    }
-    fclose(f);
-  }
-  closedir(d);
-  return found;
+  pid_t tid = 0;
+  int rc = sl_fixture_thread_named(name, &tid);
+  cr_assert_eq(rc, 0, "cannot list /proc/self/task: %s", strerror(rc));
+  return tid;
 }
 
 /* The CPU mask of the thread named `name`, once it has that name. */

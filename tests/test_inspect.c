@@ -101,16 +101,11 @@ static sl_checkpoint_stats newest_stats;
 /* A checkpointed job: keyed source (2 instances) -> verifying sink (2),
  * checkpoints every 5 ms; returns the newest checkpoint. */
 static uint64_t run_job(const char *state_dir, uint64_t count) {
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = state_dir;
-  config.checkpoint.interval_ms = 5;
-  config.checkpoint.no_sync = 1;
-  config.checkpoint.store_policy = SL_STORE_RESUME;
   sl_job *job;
-  cr_assert_eq(sl_job_create(&config, &job), 0);
-  sl_op *src, *sink;
-  cr_assert_eq(sl_source_keyed(job, "src", SOURCE_P, count, KEYS, &src), 0);
-  cr_assert_eq(sl_sink_verify(job, "verify", src, 2, count, KEYS, &sink), 0);
+  sl_op *sink;
+  cr_assert_eq(sl_fixture_verified_job(state_dir, SOURCE_P, 2, count, KEYS,
+                                       &job, &sink),
+               0);
   cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
   sl_verify_counts v;
   cr_assert_eq(sl_verify_result(sink, &v), 0);

@@ -1,9 +1,10 @@
 /* test_metrics.c — sl_job_metrics() on real jobs: exact counts after the
  * run, snapshots that never go backwards while it runs, busy / idle /
- * backpressured time that adds up to each thread's life and shows a slow
- * sink as backpressure upstream, keyed state size, checkpoint counts and
- * history (and the restored id of a resumed job), watermark lag, the
- * operators' own counters, failures and restarts, and the errors. */
+ * backpressured time that adds up to each thread's life and shows a sink
+ * held at its first record as backpressure upstream (waited for, never
+ * timed), keyed state size, checkpoint counts and history (and the
+ * restored id of a resumed job), watermark lag, the operators' own
+ * counters, failures and restarts, and the errors. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -213,55 +214,97 @@ Test(metrics, snapshots_never_go_backwards) {
 
 /* ------------------------------------------------------------ time */
 
-/* A sink that sleeps 200 us every 64 records: the bottleneck. */
-static int slow_process(sl_ctx *ctx, void *state, int input,
+/* A sink held at its first record until the test lets it go: the
+ * bottleneck, by construction rather than by speed.  While it is held it
+ * releases nothing of its input ring, so the map fills that ring and then
+ * waits for room, and the source does the same on the map's input. */
+typedef struct held_sink {
+  atomic_int held;    /* the sink is inside its first process() */
+  atomic_int release; /* the test lets it go on */
+  uint64_t seen;      /* records processed (the sink's thread only) */
+} held_sink;
+
+static int held_process(sl_ctx *ctx, void *state, int input,
                         const sl_record *in) {
-  (void)ctx, (void)input, (void)in;
-  uint64_t *seen = state;
-  if (++*seen % 64 == 0)
-    sl_test_sleep_us(200);
+  (void)input, (void)in;
+  held_sink *h = state;
+  if (h->seen++ == 0) {
+    atomic_store(&h->held, 1);
+    /* Bounded by the test: it releases the sink, or fails and the job
+     * stops. */
+    while (!atomic_load(&h->release) && !sl_ctx_stopping(ctx))
+      sl_test_sleep_us(100);
+  }
   return 0;
 }
 
-static int slow_open(sl_ctx *ctx, void *user, void **state) {
-  (void)ctx, (void)user;
-  *state = calloc(1, sizeof(uint64_t));
-  return *state ? 0 : -1;
-}
+/* Polls of the metrics, 1 ms apart, before the test gives up on the held
+ * job reaching its blocked state (it always does; this only bounds a
+ * broken engine). */
+#define BLOCKED_POLLS 60000
 
-static void slow_close(sl_ctx *ctx, void *state) {
-  (void)ctx;
-  free(state);
+/* Whether the held job shows what it must once the sink has held long
+ * enough: both upstream threads have waited for room, and every ring on
+ * the way is over half full (a producer waits only on a ring more than
+ * half full, ring.h note 8, and the held sink frees nothing). */
+static bool backpressure_shown(const sl_metrics *m) {
+  const sl_instance_metrics *s = instance_of(m, "source", 0);
+  const sl_instance_metrics *p = instance_of(m, "map", 0);
+  const sl_instance_metrics *k = instance_of(m, "slow", 0);
+  return s->backpressured_ns > 0 && p->backpressured_ns > 0 &&
+         s->output_fill_max_ratio > 0.5 && p->input_fill_max_ratio > 0.5 &&
+         p->output_fill_max_ratio > 0.5 && k->input_fill_max_ratio > 0.5;
 }
 
 Test(metrics, slow_sink_shows_backpressure_upstream) {
+  /* Far more than the two rings hold (16 KiB each, about 1000 records). */
   uint64_t n = 100000;
   /* Threads of their own: a chained sink would run in the map's thread
    * (runtime.c note 12), which then never waits for room. */
   sl_job_config config = {.struct_bytes = sizeof(sl_job_config),
-                          .ring_bytes = 16384, /* about 1000 records */
+                          .ring_bytes = 16384,
                           .chaining = SL_CHAINING_NEVER};
   sl_job *job = 0;
   sl_op *src, *map, *snk;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   cr_assert_eq(sl_source_sequence(job, "source", 1, n, 100, &src), 0);
   cr_assert_eq(sl_op_map(job, "map", src, 1, 16, map_triple, 0, &map), 0);
-  static const sl_process_ops ops = {
-      .open = slow_open, .process = slow_process, .close = slow_close};
-  cr_assert_eq(sl_op_sink(job, "slow", map, 1, &ops, 0, &snk), 0);
+  static held_sink sink;
+  atomic_init(&sink.held, 0);
+  atomic_init(&sink.release, 0);
+  sink.seen = 0;
+  static const sl_process_ops ops = {.process = held_process};
+  cr_assert_eq(sl_op_sink(job, "slow", map, 1, &ops, &sink, &snk), 0);
   waiter w;
   waiter_start(&w, job);
-  double fullest_input = 0, fullest_output = 0;
-  for (int polls = 0; polls < 100000 && !atomic_load(&w.done); polls++) {
-    sl_metrics m;
-    snap(job, 0, &m);
-    double in = instance_of(&m, "slow", 0)->input_fill_max_ratio;
-    double out = instance_of(&m, "map", 0)->output_fill_max_ratio;
-    fullest_input = in > fullest_input ? in : fullest_input;
-    fullest_output = out > fullest_output ? out : fullest_output;
-    sl_metrics_free(&m);
-    sl_test_sleep_us(5000);
+  /* Wait for the blocked state explicitly, the sink held first (the rings
+   * may fill before the sink reads at all): no figure here depends on how
+   * fast the machine is, only on the sink being held. */
+  int polls = 0;
+  for (; polls < BLOCKED_POLLS && !atomic_load(&sink.held); polls++)
+    sl_test_sleep_us(1000);
+  cr_assert_eq(atomic_load(&sink.held), 1, "the sink got no record");
+  sl_metrics held;
+  snap(job, 0, &held);
+  for (; polls < BLOCKED_POLLS && !backpressure_shown(&held); polls++) {
+    sl_metrics_free(&held);
+    sl_test_sleep_us(1000);
+    snap(job, 0, &held);
   }
+  cr_assert(backpressure_shown(&held),
+            "no backpressure upstream after %d polls", polls);
+  cr_assert_eq(atomic_load(&w.done), 0, "the held job cannot end");
+  const sl_instance_metrics *hs = instance_of(&held, "source", 0);
+  const sl_instance_metrics *hk = instance_of(&held, "slow", 0);
+  /* The sink is inside process(): it has no output to wait for, and
+   * everything upstream could not pass it. */
+  cr_assert_eq(hk->backpressured_ns, 0, "a sink has no output to wait for");
+  cr_assert(hs->records_out < n, "%" PRIu64 " of %" PRIu64 " emitted",
+            hs->records_out, n);
+  cr_assert_eq(hs->idle_ns, 0, "a source never waits for input");
+  sl_metrics_free(&held);
+
+  atomic_store(&sink.release, 1);
   cr_assert_eq(waiter_join(&w), 0, "%s", sl_job_error(job));
   sl_metrics m;
   snap(job, 0, &m);
@@ -269,28 +312,23 @@ Test(metrics, slow_sink_shows_backpressure_upstream) {
   const sl_instance_metrics *p = instance_of(&m, "map", 0);
   const sl_instance_metrics *k = instance_of(&m, "slow", 0);
   cr_log_info("source busy %.1f idle %.1f bp %.1f ms; map %.1f %.1f %.1f; "
-              "sink %.1f %.1f %.1f; uptime %.1f ms; fill in %.2f out %.2f",
+              "sink %.1f %.1f %.1f; uptime %.1f ms; %d polls held",
               s->busy_ns / 1e6, s->idle_ns / 1e6, s->backpressured_ns / 1e6,
               p->busy_ns / 1e6, p->idle_ns / 1e6, p->backpressured_ns / 1e6,
               k->busy_ns / 1e6, k->idle_ns / 1e6, k->backpressured_ns / 1e6,
-              m.uptime_ns / 1e6, fullest_input, fullest_output);
-  /* Upstream of the bottleneck the threads wait for room, not input. */
-  cr_assert(s->backpressured_ns > s->busy_ns);
-  cr_assert_eq(s->idle_ns, 0, "a source never waits for input");
-  cr_assert(p->backpressured_ns > p->idle_ns);
-  cr_assert(p->backpressured_ns > p->busy_ns);
-  /* The sink sleeps inside process(): busy, and never backpressured. */
-  cr_assert(k->busy_ns > k->idle_ns);
+              m.uptime_ns / 1e6, polls);
+  cr_assert_eq(sink.seen, n, "every record reached the sink");
+  cr_assert_eq(k->records_in, n);
+  /* Over the whole run: the waits for room stay counted, the sink still
+   * never waited for room and the source never for input. */
+  cr_assert(s->backpressured_ns > 0);
+  cr_assert(p->backpressured_ns > 0);
   cr_assert_eq(k->backpressured_ns, 0, "a sink has no output to wait for");
-  /* A producer waits only on a ring more than half full (ring.h note 8). */
-  cr_assert(fullest_input > 0.5, "sink input at most %.2f full", fullest_input);
-  cr_assert(fullest_output > 0.5);
-  /* Each thread lived within the job's run, and most of it. */
+  cr_assert_eq(s->idle_ns, 0, "a source never waits for input");
+  /* Each thread lived within the job's run. */
   for (int i = 0; i < m.instance_count; i++) {
     uint64_t life = lifetime_ns(&m.instances[i]);
     cr_assert(life <= m.uptime_ns, "%s: %" PRIu64 " > %" PRIu64,
-              m.instances[i].name, life, m.uptime_ns);
-    cr_assert(life >= m.uptime_ns / 2, "%s: %" PRIu64 " of %" PRIu64,
               m.instances[i].name, life, m.uptime_ns);
   }
   sl_metrics_free(&m);

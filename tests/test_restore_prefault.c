@@ -218,16 +218,9 @@ Test(prefault, bulk_load_with_helper_fails_or_adds_nothing, .timeout = 120) {
  * checkpoints every 5 ms on dir, resumed if it holds one: the sink checks
  * each key's records continue exactly from its restored state. */
 static void run_verified(const char *dir, uint64_t keys, uint64_t count) {
-  sl_job_config config = SL_JOB_CONFIG_INIT;
-  config.checkpoint.state_dir = dir;
-  config.checkpoint.interval_ms = 5;
-  config.checkpoint.no_sync = 1;
-  config.checkpoint.store_policy = SL_STORE_RESUME;
   sl_job *job;
-  cr_assert_eq(sl_job_create(&config, &job), 0);
-  sl_op *src, *sink;
-  cr_assert_eq(sl_source_keyed(job, "src", 1, count, keys, &src), 0);
-  cr_assert_eq(sl_sink_verify(job, "verify", src, 1, count, keys, &sink), 0);
+  sl_op *sink;
+  cr_assert_eq(sl_fixture_verified_job(dir, 1, 1, count, keys, &job, &sink), 0);
   cr_assert_eq(sl_job_run(job), 0, "%s", sl_job_error(job));
   sl_verify_counts v;
   cr_assert_eq(sl_verify_result(sink, &v), 0);
