@@ -147,11 +147,13 @@
  *    answers n (an ack, also for an aborted n, or a failed snapshot),
  *    every checkpoint below n it has not acknowledged can no longer
  *    complete, and is aborted at once as subsumed (skip_unanswered)
- *    instead of holding its slot until its deadline.  That mattered with
- *    several in flight: had n+1 failed, n stayed in flight for the whole
- *    timeout (60 s by default), nothing newer could complete meanwhile
- *    either (the writer goes in id order, note 8), and sl_job_last_checkpoint
- *    stood still.  Subsumed, it does not count as a failure (note 7).
+ *    instead of holding its slot until its deadline.  Before, a newer
+ *    complete checkpoint subsumed n (note 6), but had n+1 and the next
+ *    ones failed, n stayed in flight for the whole timeout (60 s by
+ *    default): one slot fewer for the checkpoints behind it, a history
+ *    showing it in progress, and at its deadline an abort counted as a
+ *    failure toward tolerable_failures.  Subsumed, it does not count
+ *    (note 7).
  *
  * States of a checkpoint slot (enum cp_state; the function making each
  * transition in brackets).  cp_edge lists exactly these edges; every

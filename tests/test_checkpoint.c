@@ -546,11 +546,14 @@ Test(checkpoint, failed_snapshots_beyond_tolerance_fail_the_job) {
 /* ------------------------------------------------------------ concurrent */
 
 /* Two independent branches: A (a paced source into an exactly-once file
- * sink) and B (a source whose snapshots fail from checkpoint 2 on while
+ * sink) and B (a source whose snapshots of even checkpoints fail while
  * `failing`).  With max_concurrent 2, checkpoint n+1 can abort (B fails)
  * while n is in flight; A's instances must not drop barrier n, and A's
  * sink, finishing early, must not stand in for a checkpoint whose barrier
- * it dropped.  A stop and a resume then give exactly the records once. */
+ * it dropped.  A stop and a resume then give exactly the records once.
+ * Odd ones can complete: a source that sees triggers n and n+1 together
+ * answers n+1 only (coordinator.c note 15), so had every checkpoint from
+ * 2 on failed, a slow start of A's thread would leave none to complete. */
 #define BRANCH_RECORDS 300
 static atomic_bool failing;
 
@@ -606,7 +609,7 @@ static int b_next(sl_ctx *ctx, void *state) {
 
 static int b_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)state;
-  if (atomic_load(&failing) && id >= 2) {
+  if (atomic_load(&failing) && id % 2 == 0) {
     sl_ctx_fail(ctx, "injected failure at checkpoint %" PRIu64, id);
     return -EIO;
   }
@@ -919,8 +922,8 @@ Test(checkpoint, a_failure_for_good_ends_the_checkpoints_in_flight) {
  * triggers 1 and 2 together once released, and answers 2 only; 2 failed
  * meanwhile (source b's snapshot).  Checkpoint 1 can no longer complete
  * and must end then, as subsumed, not stay in flight until its 60 s
- * deadline holding back every later checkpoint.  Only explicit triggers
- * (the interval is an hour). */
+ * deadline, holding a slot, and then count as a failure.  Only explicit
+ * triggers (the interval is an hour). */
 static atomic_bool sink_entered;
 
 static int entered_held_process(sl_ctx *ctx, void *state, int input,
@@ -950,7 +953,7 @@ Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
   config.checkpoint.state_dir = state;
   config.checkpoint.interval_ms = 3600 * 1000;
   config.checkpoint.max_concurrent = 2;
-  config.checkpoint.tolerable_failures = 100;
+  config.checkpoint.tolerable_failures = 1; /* 2's; 1 must not count */
   config.checkpoint.no_sync = 1;
   config.chaining = SL_CHAINING_ALWAYS;
   sl_job *job;
@@ -970,7 +973,7 @@ Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
   cr_assert_eq(sl_op_sink(job, "a-sink", a, 1, &held_ops, 0, &a_sink), 0);
   cr_assert_eq(sl_op_source(job, "b", 1, &b_ops, 0, &b), 0);
   cr_assert_eq(sl_op_sink(job, "b-sink", b, 1, &discard_ops, 0, &b_sink), 0);
-  atomic_store(&failing, true); /* b fails checkpoints 2 and later */
+  atomic_store(&failing, true); /* b fails the even checkpoints */
   atomic_store(&sink_held, true);
   atomic_store(&sink_entered, false);
   cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
@@ -1006,7 +1009,8 @@ Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
   cr_expect(strstr(cs.cause, "subsumed") && strstr(cs.cause, "'a'") &&
                 strstr(cs.cause, "checkpoint 2"),
             "cause: %s", cs.cause);
-  /* Nothing holds the slots now: the next checkpoint completes. */
+  /* The next one completes, and the job runs on: with 1 tolerated
+   * failure, 1 did not count as a second (it was subsumed). */
   atomic_store(&failing, false);
   uint64_t third = 0;
   cr_assert_eq(sl_job_trigger_checkpoint(job, &third), 0);
@@ -1015,8 +1019,8 @@ Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
   cr_assert_eq(sl_job_last_checkpoint(job, 0), third);
   sl_metrics m;
   cr_assert_eq(sl_job_metrics(job, 0, &m), 0);
-  cr_expect_eq(m.checkpoints_failed, 2, "2 and the skipped 1 (%" PRIu64 ")",
-               m.checkpoints_failed);
+  cr_expect_eq(m.checkpoints_failed, 2, "aborted: 2 and the skipped 1 (%" PRIu64
+               ")", m.checkpoints_failed);
   sl_metrics_free(&m);
   sl_job_stop(job);
   int rc = sl_job_wait(job);
