@@ -38,7 +38,8 @@
  * the failure was detected (stopped, restored and first record are the
  * engine's sl_recovery_stats):
  *   stopped       every thread of the failed attempt joined (the
- *                 checkpoint writer finishes the write it is in first);
+ *                 checkpoint writer gives up the write it is in at its
+ *                 next look, checkpoint_writer.c note 2a);
  *   restored      every instance has loaded its state from the store (each
  *                 on its own thread); restored - stopped is the restore,
  *                 including freeing the failed attempt's state;
