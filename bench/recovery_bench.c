@@ -38,7 +38,8 @@
  * the failure was detected (stopped, restored and first record are the
  * engine's sl_recovery_stats):
  *   stopped       every thread of the failed attempt joined (the
- *                 checkpoint writer finishes the write it is in first);
+ *                 checkpoint writer gives up the write it is in at its
+ *                 next look, checkpoint_writer.c note 2a);
  *   restored      every instance has loaded its state from the store (each
  *                 on its own thread); restored - stopped is the restore,
  *                 including freeing the failed attempt's state;
@@ -445,7 +446,9 @@ static int await_recovery(sl_job *job, bench_run *run,
   return 0;
 }
 
-/* --verbose: one line per repeat on stderr, with where its time went. */
+/* --verbose: one line per repeat on stderr, with where its time went:
+ * the whole repeat's phases in seconds, then the recovery's own in ms
+ * (the medians below hide which repeat paid for what). */
 static bool verbose;
 
 static void print_phases(const bench_run *run, uint64_t start_ns,
@@ -454,11 +457,14 @@ static void print_phases(const bench_run *run, uint64_t start_ns,
   uint64_t origin = atomic_load(&run->origin_ns);
   uint64_t failed = atomic_load(&run->failed_ns);
   fprintf(stderr, "   %" PRIu64 " keys: fill %.1f s, paced %.1f s, failure "
-          "to stop %.1f s (restored from checkpoint %" PRIu64 " after %.1f "
-          "s; lag %s %.2f ms), stop and destroy %.1f s\n", run->keys,
+          "to stop %.1f s (restored from checkpoint %" PRIu64 ": stopped "
+          "%.2f, restored %.2f, first record %.2f ms; %" PRIu32 " rolled "
+          "back, %" PRIu32 " reloaded; lag %s %.2f ms), stop and destroy "
+          "%.1f s\n", run->keys,
           (double)(origin - start_ns) / 1e9, (double)(failed - origin) / 1e9,
           (double)(stop_ns - failed) / 1e9, rs->restored_from,
-          (double)rs->restored_us / 1e6,
+          (double)rs->stopped_us / 1e3, (double)rs->restored_us / 1e3,
+          (double)rs->first_record_us / 1e3, rs->rolled_back, rs->reloaded,
           atomic_load(&run->caught_up_ns) ? "caught up, last" : "NOT caught "
           "up, still", (double)atomic_load(&run->last_lag_ns) / 1e6,
           (double)(end_ns - stop_ns) / 1e9);

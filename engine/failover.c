@@ -16,8 +16,9 @@
  *    after the instances have all left, so a stop by the user is never
  *    restarted, even when it races with a failure.
  * 3. A restart, in order: the checkpointer's threads are joined (the writer
- *    finishes the write it is in: that checkpoint is durable or not, never
- *    half), every instance is closed by its own thread on the way out, the
+ *    gives up the write it is in at its next look, or had committed it:
+ *    that checkpoint is durable or not, never half; checkpoint_writer.c
+ *    note 2a), every instance is closed by its own thread on the way out, the
  *    rings are emptied in place (sl_ring_reset keeps their memory: no page
  *    faults on the way back), the instances' fields return to their
  *    created state, keyed state is recreated and restored from the store
