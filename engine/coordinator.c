@@ -997,7 +997,11 @@ void sl_checkpointer_stop(sl_job *job) {
   if (!cp)
     return;
   atomic_store(&cp->shutdown, 1);
-  atomic_store(&cp->compaction_cancel, 1);
+  /* checkpoint_writer.c note 5: after a failure, a compaction's step is
+   * given up, not finished and committed. */
+  atomic_store(&cp->compaction_cancel, atomic_load(&job->failed)
+                                           ? SL_STORE_CANCEL_ABANDON
+                                           : 1);
   sl_parker_wake(&cp->coordinator_parker);
   sl_parker_wake(&cp->writer_parker);
   if (cp->coordinator_started)

@@ -364,7 +364,12 @@ int sl_store_compact(sl_store *store, uint64_t min_log_entries,
  * entries, or before its next step, with ECANCELED: the step under way
  * ends at the chunk it is building and commits, so every call makes
  * progress; the steps committed stay (the next sl_store_compact resumes).
- * cancel (may be NULL) must outlive the store or be reset. */
+ * While *cancel is SL_STORE_CANCEL_ABANDON the step under way is given up
+ * instead, uncommitted (what it wrote is undone; the steps before stay):
+ * for a caller that must have the store back at once, not after a chunk
+ * and a durable commit (a restart after a failure, checkpoint_writer.c
+ * note 5).  cancel (may be NULL) must outlive the store or be reset. */
+#define SL_STORE_CANCEL_ABANDON 2
 void sl_store_set_cancel(sl_store *store, const _Atomic int *cancel);
 
 /* The fault layer (failure injection, in the manner of SQLite's test_vfs):

@@ -20,7 +20,10 @@
  *    writer's checkpoints commit between steps.  A cancel seen inside a
  *    step ends it at the end of the chunk being built, and that shorter
  *    step commits: every call moves the compaction on by a chunk at
- *    least.  A step's dirty pages are
+ *    least.  A cancel of SL_STORE_CANCEL_ABANDON (a restart waits for the
+ *    store) instead gives the step up within 4096 entries: its
+ *    transaction is aborted, so nothing of it stays, neither in the file
+ *    nor in the progress, and the next call redoes it.  A step's dirty pages are
  *    its chunks: the write's memory is bounded by STEP_BYTES (and a
  *    chunk), not by the state.
  * 3. The step that writes the view's end also switches, in the same
@@ -166,9 +169,12 @@ static int step_emit(void *arg, const chunk_entry *e) {
    * waits, or the job stops).  The step then ends with the chunk being
    * built and commits (note 2): each call gets at least a chunk done, so
    * compactions progress however often checkpoints cancel them. */
-  if (t->added % 4096 == 0 && t->s->cancel &&
-      atomic_load_explicit(t->s->cancel, memory_order_relaxed))
-    t->cancelled = true;
+  if (t->added % 4096 == 0 && t->s->cancel) {
+    int cancel = atomic_load_explicit(t->s->cancel, memory_order_relaxed);
+    if (cancel == SL_STORE_CANCEL_ABANDON) /* note 2: given up, undone */
+      return store_fail(t->s, ECANCELED, "compact: step given up");
+    t->cancelled = cancel != 0;
+  }
   if (test_crash_appends != 0 &&
       t->p->entries_written + t->added == test_crash_appends)
     raise(SIGKILL); /* store.h: a test's crash inside a compaction */

@@ -406,3 +406,46 @@ Test(store, compaction_can_be_cancelled) {
   cr_expect_eq(raw_meta_u64(root, "base_entries"), 20000);
 }
 
+
+/* SL_STORE_CANCEL_ABANDON gives the step under way up, uncommitted: the
+ * new base stays empty, where a plain cancel commits the chunk it was
+ * writing; either way the next call compacts everything. */
+Test(store, a_compaction_can_be_given_up_uncommitted) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  sl_store *st = open_ok(root, &o);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  uint8_t value[200] = {0}; /* 20000 of them: about 4 chunks */
+  for (uint32_t k = 0; k < 20000; k++) {
+    uint8_t key[12] = {0};
+    memcpy(key, &k, sizeof k);
+    memcpy(value, &k, sizeof k);
+    cr_assert_eq(sl_store_put_state(txn, 1, (uint16_t)(k % 4), key,
+                                    sizeof key, value, sizeof value), 0);
+  }
+  cr_assert_eq(sl_store_commit(txn, 1, "r", 1), 0, "%s", sl_store_error(st));
+  _Atomic int cancel = SL_STORE_CANCEL_ABANDON;
+  sl_store_set_cancel(st, &cancel);
+  sl_store_compaction stats;
+  cr_expect_eq(sl_store_compact(st, 0, &stats), ECANCELED);
+  cr_expect(strstr(sl_store_error(st), "given up"), "%s", sl_store_error(st));
+  sl_store_set_cancel(st, 0);
+  sl_store_close(st);
+  cr_expect_eq(raw_count(root, "state2"), 0, "nothing of the step stays");
+  cr_expect_eq(raw_meta_u64(root, "log_entries"), 20000);
+  st = open_ok(root, &o); /* a plain cancel keeps a chunk */
+  atomic_store(&cancel, 1);
+  sl_store_set_cancel(st, &cancel);
+  cr_expect_eq(sl_store_compact(st, 0, &stats), ECANCELED);
+  sl_store_set_cancel(st, 0);
+  sl_store_close(st);
+  cr_expect_gt(raw_count(root, "state2"), 0, "the cancelled step committed");
+  st = open_ok(root, &o);
+  cr_expect_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
+  uint64_t bound = 0;
+  cr_assert_eq(sl_store_entry_bound(st, &bound), 0);
+  cr_expect_eq(bound, 20000, "all in the base after it");
+  sl_store_close(st);
+  cr_expect_eq(raw_meta_u64(root, "log_entries"), 0);
+  cr_expect_eq(raw_meta_u64(root, "base_entries"), 20000);
+}
