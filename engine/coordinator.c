@@ -142,18 +142,24 @@
  *    attempt: a source snapshots the newest trigger it sees
  *    (sl_snapshot_source_poll), the others follow their channels'
  *    barriers, which each upstream emits in id order.  A source busy
- *    inside one call (a slow operator chained to it) thus sees triggers
- *    n and n+1 together and answers n+1 only.  So when an instance
- *    answers n (an ack, also for an aborted n, or a failed snapshot),
- *    every checkpoint below n it has not acknowledged can no longer
- *    complete, and is aborted at once as subsumed (skip_unanswered)
- *    instead of holding its slot until its deadline.  Before, a newer
- *    complete checkpoint subsumed n (note 6), but had n+1 and the next
- *    ones failed, n stayed in flight for the whole timeout (60 s by
- *    default): one slot fewer for the checkpoints behind it, a history
- *    showing it in progress, and at its deadline an abort counted as a
- *    failure toward tolerable_failures.  Subsumed, it does not count
- *    (note 7).
+ *    inside one call (a slow operator chained to it, a broker that does
+ *    not answer) thus sees triggers m and n > m together and answers n
+ *    only; m can then complete no more.  While n may still complete, m is
+ *    left alone: n's completion subsumes it (note 6), and m holding its
+ *    slot is what stops the triggers until the sources answer the same
+ *    one (two sources skipping alternately would otherwise never meet:
+ *    ending m at once freed slots for ever newer triggers, and a Kafka
+ *    job with its broker down completed no checkpoint).  Once n is gone
+ *    without completing, nothing would end m before its deadline, so
+ *    skip_unanswered ends it then, as subsumed: when an instance answers
+ *    a checkpoint already aborted or fails its snapshot (take_ack), and
+ *    when a checkpoint some instances acknowledged is aborted
+ *    (abort_checkpoint), for the older ones they did not acknowledge.
+ *    Before, had n and the next ones failed, m stayed in flight for the
+ *    whole timeout (60 s by default): one slot fewer for the checkpoints
+ *    behind it, a history showing it in progress, and at its deadline an
+ *    abort counted as a failure toward tolerable_failures.  Subsumed, it
+ *    does not count (note 7).
  *
  * States of a checkpoint slot (enum cp_state; the function making each
  * transition in brackets).  cp_edge lists exactly these edges; every
@@ -170,8 +176,8 @@
  *    |  |  dropping n (advance), subsumed by a     |      |  or stands in;
  *    |  |  newer complete one (complete_checkpoint)|      |  start_final at
  *    |  |  or by the final one (start_final), an   |      |  once]
- *    |  |  instance answered a newer one first     |      |
- *    |  |  (take_ack, note 15)]                    |      |
+ *    |  |  instance answered a newer aborted one   |      |
+ *    |  |  (take_ack, abort_checkpoint, note 15)]  |      |
  *    |  +------------------------------------------+      v
  *    |                                               CP_WRITING
  *    |                                                    |
@@ -395,9 +401,17 @@ static void update_settled(sl_checkpointer *cp) {
     atomic_store(&cp->job->cp_settled_id, settled);
 }
 
+static void skip_unanswered(sl_checkpointer *cp, int i, uint64_t answered);
+
 static void abort_checkpoint(sl_checkpointer *cp, pending *p,
                              const char *cause, bool counts_as_failure) {
   sl_job *job = cp->job;
+  /* Note 15: an instance that acknowledged p skipped the older ones it
+   * did not acknowledge; with p gone, they cannot complete either. */
+  if (p->state == CP_TRIGGERED)
+    for (int i = 0; i < job->instance_count; i++)
+      if (p->acks[i])
+        skip_unanswered(cp, i, p->id);
   sl_log(counts_as_failure ? SL_LOG_WARN : SL_LOG_DEBUG,
          "sluice: checkpoint %" PRIu64 " aborted: %s", p->id, cause);
   sl_checkpoint_history_finish(cp, p, SL_CHECKPOINT_ABORTED, cause);
@@ -571,8 +585,11 @@ static void skip_unanswered(sl_checkpointer *cp, int i, uint64_t answered) {
 static void take_ack(sl_checkpointer *cp, sl_ack *a) {
   sl_job *job = cp->job;
   int i = instance_slot(job, a->inst);
-  if (!a->final)
-    skip_unanswered(cp, i, a->checkpoint_id);
+  if (!a->final) { /* note 15: an answer for a checkpoint already gone */
+    const pending *n = find_pending(cp, a->checkpoint_id);
+    if (a->status || !n || n->state != CP_TRIGGERED)
+      skip_unanswered(cp, i, a->checkpoint_id);
+  }
   if (a->status) {
     pending *p = a->final ? 0 : find_pending(cp, a->checkpoint_id);
     char message[300];

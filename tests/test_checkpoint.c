@@ -919,12 +919,14 @@ Test(checkpoint, a_failure_for_good_ends_the_checkpoints_in_flight) {
 }
 
 /* Coordinator note 15: a source held inside its chained sink sees
- * triggers 1 and 2 together once released, and answers 2 only; 2 failed
- * meanwhile (source b's snapshot).  Checkpoint 1 can no longer complete
- * and must end then, as subsumed, not stay in flight until its 60 s
- * deadline, holding a slot, and then count as a failure.  Only explicit
- * triggers (the interval is an hour). */
+ * triggers 1 and 2 together once released, and answers 2 only; b fails
+ * 2, either before a answers it or after.  Checkpoint 1 can no longer
+ * complete and must end then, as subsumed, not stay in flight until its
+ * 60 s deadline, holding a slot, and then count as a failure.  Only
+ * explicit triggers (the interval is an hour). */
 static atomic_bool sink_entered;
+static atomic_uint_fast64_t a_answered, b_answered; /* last snapshotted */
+static atomic_bool b_waits_for_a; /* b fails 2 only after a answered it */
 
 static int entered_held_process(sl_ctx *ctx, void *state, int input,
                                 const sl_record *in) {
@@ -932,10 +934,18 @@ static int entered_held_process(sl_ctx *ctx, void *state, int input,
   return held_process(ctx, state, input, in);
 }
 
-static atomic_uint_fast64_t b_answered; /* the id b last snapshotted */
+static int answering_a_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
+  int rc = a_snapshot(ctx, state, id);
+  atomic_store(&a_answered, id);
+  return rc;
+}
 
 static int answering_b_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   atomic_store(&b_answered, id);
+  for (int i = 0; i < 20000 && id == 2 && atomic_load(&b_waits_for_a) &&
+                  atomic_load(&a_answered) < 2;
+       i++) /* bounded: the test fails below if a never answers */
+    sl_test_sleep_us(1000);
   return b_snapshot(ctx, state, id);
 }
 
@@ -947,7 +957,15 @@ static int checkpoint_status(const sl_job *job, uint64_t id,
   return -1;
 }
 
-Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
+static void wait_while_in_flight(const sl_job *job, uint64_t id) {
+  sl_checkpoint_stats cs;
+  for (int i = 0;
+       i < 20000 && checkpoint_status(job, id, &cs) == SL_CHECKPOINT_IN_PROGRESS;
+       i++)
+    sl_test_sleep_us(1000);
+}
+
+static void expect_skipped_checkpoint_ends(bool a_answers_first) {
   char *state = sl_test_temp_dir("cp");
   sl_job_config config = SL_JOB_CONFIG_INIT;
   config.checkpoint.state_dir = state;
@@ -961,7 +979,7 @@ Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
   static const sl_source_ops a_ops = {.open = branch_open,
                                       .close = branch_close,
                                       .next = trickle_next,
-                                      .snapshot = a_snapshot};
+                                      .snapshot = answering_a_snapshot};
   static const sl_source_ops b_ops = {.open = branch_open,
                                       .close = branch_close,
                                       .next = b_next,
@@ -976,12 +994,14 @@ Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
   atomic_store(&failing, true); /* b fails the even checkpoints */
   atomic_store(&sink_held, true);
   atomic_store(&sink_entered, false);
+  atomic_store(&a_answered, 0);
+  atomic_store(&b_answered, 0);
+  atomic_store(&b_waits_for_a, a_answers_first);
   cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
   for (int i = 0; i < 20000 && !atomic_load(&sink_entered); i++)
     sl_test_sleep_us(1000);
   cr_assert(atomic_load(&sink_entered), "a's sink never got a record");
   /* a is now inside its sink and answers no trigger until released. */
-  atomic_store(&b_answered, 0);
   uint64_t first = 0, second = 0;
   cr_assert_eq(sl_job_trigger_checkpoint(job, &first), 0);
   for (int i = 0; i < 20000 && atomic_load(&b_answered) < 1; i++)
@@ -991,24 +1011,23 @@ Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
   cr_assert_eq(first, 1);
   cr_assert_eq(second, 2);
   sl_checkpoint_stats cs;
-  for (int i = 0;
-       i < 20000 && checkpoint_status(job, 2, &cs) == SL_CHECKPOINT_IN_PROGRESS;
-       i++)
-    sl_test_sleep_us(1000);
-  cr_assert_eq(checkpoint_status(job, 2, &cs), SL_CHECKPOINT_ABORTED,
-               "b's failure did not end checkpoint 2");
-  cr_assert_eq(checkpoint_status(job, 1, &cs), SL_CHECKPOINT_IN_PROGRESS,
-               "1 waits for a: %s", cs.cause);
+  if (!a_answers_first) { /* b fails 2 while a is held */
+    wait_while_in_flight(job, 2);
+    cr_assert_eq(checkpoint_status(job, 2, &cs), SL_CHECKPOINT_ABORTED,
+                 "b's failure did not end checkpoint 2");
+    cr_assert_eq(checkpoint_status(job, 1, &cs), SL_CHECKPOINT_IN_PROGRESS,
+                 "1 waits for a: %s", cs.cause);
+  }
   atomic_store(&sink_held, false); /* a snapshots 2: 1 is skipped */
-  for (int i = 0;
-       i < 20000 && checkpoint_status(job, 1, &cs) == SL_CHECKPOINT_IN_PROGRESS;
-       i++)
-    sl_test_sleep_us(1000);
+  wait_while_in_flight(job, 2);
+  cr_assert_eq(checkpoint_status(job, 2, &cs), SL_CHECKPOINT_ABORTED);
+  wait_while_in_flight(job, 1);
   cr_assert_eq(checkpoint_status(job, 1, &cs), SL_CHECKPOINT_ABORTED,
                "checkpoint 1 still in flight 20 s after a answered 2");
   cr_expect(strstr(cs.cause, "subsumed") && strstr(cs.cause, "'a'") &&
                 strstr(cs.cause, "checkpoint 2"),
             "cause: %s", cs.cause);
+  cr_expect_eq(atomic_load(&a_answered), 2);
   /* The next one completes, and the job runs on: with 1 tolerated
    * failure, 1 did not count as a second (it was subsumed). */
   atomic_store(&failing, false);
@@ -1027,6 +1046,16 @@ Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
   cr_expect_eq(rc, SL_ESTOPPED, "%s: %s", sl_strerror(rc), sl_job_error(job));
   sl_job_destroy(job);
   sl_test_remove_tree(state);
+}
+
+/* a answers 2 after b failed it (take_ack). */
+Test(checkpoint, an_unanswered_older_checkpoint_ends_when_a_newer_is_answered) {
+  expect_skipped_checkpoint_ends(false);
+}
+
+/* a answers 2 before b fails it (abort_checkpoint). */
+Test(checkpoint, an_unanswered_older_checkpoint_ends_when_the_newer_fails) {
+  expect_skipped_checkpoint_ends(true);
 }
 
 Test(checkpoint, settings_out_of_range_are_refused) {
