@@ -23,9 +23,9 @@
  *    least.  A cancel of SL_STORE_CANCEL_ABANDON (a restart waits for the
  *    store) instead gives the step up within 4096 entries: its
  *    transaction is aborted, so nothing of it stays, neither in the file
- *    nor in the progress, and the next call redoes it.  A step's dirty pages are
- *    its chunks: the write's memory is bounded by STEP_BYTES (and a
- *    chunk), not by the state.
+ *    nor in the progress, and the next call redoes it.  A step's dirty
+ *    pages are its chunks: the write's memory is bounded by STEP_BYTES
+ *    (and a chunk), not by the state.
  * 3. The step that writes the view's end also switches, in the same
  *    transaction: it deletes the log's runs below upto_seq (a few chunks a
  *    checkpoint), empties the old base (mdb_drop: its pages go to LMDB's

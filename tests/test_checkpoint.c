@@ -959,8 +959,8 @@ static int checkpoint_status(const sl_job *job, uint64_t id,
 
 static void wait_while_in_flight(const sl_job *job, uint64_t id) {
   sl_checkpoint_stats cs;
-  for (int i = 0;
-       i < 20000 && checkpoint_status(job, id, &cs) == SL_CHECKPOINT_IN_PROGRESS;
+  for (int i = 0; i < 20000 && checkpoint_status(job, id, &cs) ==
+                                    SL_CHECKPOINT_IN_PROGRESS;
        i++)
     sl_test_sleep_us(1000);
 }
