@@ -370,12 +370,9 @@ Test(store, crash_inside_a_compaction) {
   free(m.version);
 }
 
-/* A set cancel flag stops a compaction with ECANCELED at the end of the
- * chunk it is writing (its steps stay, the merged view is unchanged);
- * cleared, the same compaction resumes and ends. */
-Test(store, compaction_can_be_cancelled) {
-  sl_store_options o = writer_options(FINGERPRINT);
-  sl_store *st = open_ok(root, &o);
+/* Checkpoint 1 of st: 20000 entries of 200 bytes in the log, about 4
+ * chunks, so a compaction takes several 4096-entry looks at its cancel. */
+static void log_20000_entries(sl_store *st) {
   sl_store_txn *txn;
   cr_assert_eq(sl_store_begin(st, &txn), 0);
   uint8_t value[200] = {0}; /* 20000 of them: about 4 chunks */
@@ -387,6 +384,15 @@ Test(store, compaction_can_be_cancelled) {
                                     sizeof key, value, sizeof value), 0);
   }
   cr_assert_eq(sl_store_commit(txn, 1, "r", 1), 0, "%s", sl_store_error(st));
+}
+
+/* A set cancel flag stops a compaction with ECANCELED at the end of the
+ * chunk it is writing (its steps stay, the merged view is unchanged);
+ * cleared, the same compaction resumes and ends. */
+Test(store, compaction_can_be_cancelled) {
+  sl_store_options o = writer_options(FINGERPRINT);
+  sl_store *st = open_ok(root, &o);
+  log_20000_entries(st);
   _Atomic int cancel = 1;
   sl_store_set_cancel(st, &cancel);
   sl_store_compaction stats;
@@ -413,17 +419,7 @@ Test(store, compaction_can_be_cancelled) {
 Test(store, a_compaction_can_be_given_up_uncommitted) {
   sl_store_options o = writer_options(FINGERPRINT);
   sl_store *st = open_ok(root, &o);
-  sl_store_txn *txn;
-  cr_assert_eq(sl_store_begin(st, &txn), 0);
-  uint8_t value[200] = {0}; /* 20000 of them: about 4 chunks */
-  for (uint32_t k = 0; k < 20000; k++) {
-    uint8_t key[12] = {0};
-    memcpy(key, &k, sizeof k);
-    memcpy(value, &k, sizeof k);
-    cr_assert_eq(sl_store_put_state(txn, 1, (uint16_t)(k % 4), key,
-                                    sizeof key, value, sizeof value), 0);
-  }
-  cr_assert_eq(sl_store_commit(txn, 1, "r", 1), 0, "%s", sl_store_error(st));
+  log_20000_entries(st);
   _Atomic int cancel = SL_STORE_CANCEL_ABANDON;
   sl_store_set_cancel(st, &cancel);
   sl_store_compaction stats;
