@@ -97,6 +97,9 @@ struct sl_checkpointer {
   /* Coordinator-only. */
   pending slots[SL_MAX_CONCURRENT + 1]; /* +1: the final checkpoint */
   sl_ack **final_acks;                  /* by instance */
+  uint64_t *last_answered; /* by instance: the newest checkpoint id it
+                              answered in this attempt (coordinator.c
+                              note 15 relies on their order) */
   int final_count;
   bool final_started;
   uint64_t last_id;

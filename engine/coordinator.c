@@ -141,7 +141,8 @@
  * 15. An instance answers checkpoints in increasing id order, within an
  *    attempt: a source snapshots the newest trigger it sees
  *    (sl_snapshot_source_poll), the others follow their channels'
- *    barriers, which each upstream emits in id order.  A source busy
+ *    barriers, which each upstream emits in id order (take_ack asserts
+ *    it, per instance, in last_answered).  A source busy
  *    inside one call (a slow operator chained to it, a broker that does
  *    not answer) thus sees triggers m and n > m together and answers n
  *    only; m can then complete no more.  While n may still complete, m is
@@ -586,6 +587,8 @@ static void take_ack(sl_checkpointer *cp, sl_ack *a) {
   sl_job *job = cp->job;
   int i = instance_slot(job, a->inst);
   if (!a->final) { /* note 15: an answer for a checkpoint already gone */
+    assert(a->checkpoint_id > cp->last_answered[i]); /* the order it needs */
+    cp->last_answered[i] = a->checkpoint_id;
     const pending *n = find_pending(cp, a->checkpoint_id);
     if (a->status || !n || n->state != CP_TRIGGERED)
       skip_unanswered(cp, i, a->checkpoint_id);
@@ -884,11 +887,12 @@ int sl_checkpointer_alloc(sl_job *job) {
   for (int i = 0; i < job->instance_count; i++)
     cp->source_count += job->instances[i]->op->kind == SL_OP_SOURCE;
   cp->final_acks = calloc(n, sizeof *cp->final_acks);
+  cp->last_answered = calloc(n, sizeof *cp->last_answered);
   cp->durable_epoch = calloc(n, sizeof *cp->durable_epoch);
   cp->durable_row_seq = calloc(n, sizeof *cp->durable_row_seq);
   cp->group_ends = calloc(2 * (size_t)job->config.max_parallelism,
                            sizeof *cp->group_ends);
-  if (!cp->final_acks || !cp->durable_epoch || !cp->durable_row_seq ||
+  if (!cp->final_acks || !cp->last_answered || !cp->durable_epoch || !cp->durable_row_seq ||
       !cp->group_ends)
     return ENOMEM;
   for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++) {
@@ -954,6 +958,7 @@ void sl_checkpointer_reset(sl_job *job) {
   for (int i = 0; i < job->instance_count; i++) {
     sl_ack_free(cp->final_acks[i]);
     cp->final_acks[i] = 0;
+    cp->last_answered[i] = 0;
     cp->durable_epoch[i] = 0; /* the maps are made anew */
     cp->durable_row_seq[i] = 0; /* and the row batches */
   }
@@ -1053,6 +1058,7 @@ void sl_checkpointer_free(sl_job *job) {
   for (int i = 0; cp->final_acks && i < job->instance_count; i++)
     sl_ack_free(cp->final_acks[i]);
   free(cp->final_acks);
+  free(cp->last_answered);
   free(cp->durable_epoch);
   free(cp->durable_row_seq);
   free(cp->sort_a);
