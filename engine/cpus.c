@@ -39,11 +39,29 @@
  *    backslashes in paths as \NNN (octal): decoded.  The buffers (paths
  *    of up to 4 KiB, whole files) live on the heap: this runs on the
  *    host's thread, whose stack may be small.
+ * 8. Several jobs in one process.  Each job cuts its own order of
+ *    threads into blocks over the mask's CPUs from the first (graph.c,
+ *    assign_cpus), so two jobs started side by side, as a service that
+ *    embeds one job per tenant or per query does, each put their first
+ *    thread, usually the source and whatever is chained to it, on CPU 0,
+ *    and a 2-CPU machine ran both on one CPU while the other idled.  The
+ *    process now keeps a tally of the threads its live jobs pinned, per
+ *    CPU, and a job that pins by the mask rotates its blocks to start
+ *    where the result's busiest CPU is least busy (ties: the evener
+ *    spread, by the sum of squared loads, then the smallest rotation, so
+ *    a job alone is placed as before).  A job pinned by an
+ *    explicit list keeps its list as given but is counted, so the others
+ *    avoid its CPUs.  The tally is taken at sl_job_start and given back
+ *    when the compiled job is freed (sl_job_destroy).  Other processes
+ *    are not seen: two processes that pin by default still both begin at
+ *    their mask's first CPU; a host running several gives each its own
+ *    mask (taskset, a cpuset) or sets no_pinning.
  */
 #include "cpus.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -363,4 +381,66 @@ int sl_cpus_usable(int mask_count) {
   assert(mask_count >= 0);
   int quota = sl_cpus_quota();
   return quota > 0 && quota < mask_count ? quota : mask_count;
+}
+
+/* ------------------------------------------------ placement (note 8) */
+
+static pthread_mutex_t placed_lock = PTHREAD_MUTEX_INITIALIZER;
+static int placed_count[CPU_SETSIZE]; /* threads of live jobs, per CPU */
+
+void sl_cpus_place(const int *cpus, int count, const int *slot, int n,
+                   bool rotate, int *placed) {
+  assert(count > 0 && n >= 0);
+  /* Threads per slot of this job. */
+  int *want = calloc((size_t)count, sizeof *want);
+  pthread_mutex_lock(&placed_lock);
+  int best = 0;
+  if (rotate && want) {
+    for (int t = 0; t < n; t++) {
+      assert(slot[t] >= 0 && slot[t] < count);
+      want[slot[t]]++;
+    }
+    long best_max = -1, best_sum = -1;
+    for (int r = 0; r < count; r++) {
+      long most = 0, squares = 0; /* the busiest CPU, then the spread */
+      for (int s = 0; s < count; s++) {
+        long load = (long)placed_count[cpus[(s + r) % count]] + want[s];
+        if (load > most)
+          most = load;
+        squares += load * load;
+      }
+      if (best_max < 0 || most < best_max ||
+          (most == best_max && squares < best_sum)) {
+        best = r;
+        best_max = most;
+        best_sum = squares;
+      }
+    }
+  }
+  for (int t = 0; t < n; t++) {
+    int cpu = cpus[(slot[t] + best) % count];
+    assert(cpu >= 0 && cpu < CPU_SETSIZE);
+    placed[t] = cpu;
+    placed_count[cpu]++;
+  }
+  pthread_mutex_unlock(&placed_lock);
+  free(want); /* none (out of memory): placed as a job alone is */
+}
+
+void sl_cpus_unplace(const int *placed, int n) {
+  pthread_mutex_lock(&placed_lock);
+  for (int t = 0; t < n; t++) {
+    assert(placed_count[placed[t]] > 0);
+    placed_count[placed[t]]--;
+  }
+  pthread_mutex_unlock(&placed_lock);
+}
+
+int sl_cpus_placed_on(int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE)
+    return 0;
+  pthread_mutex_lock(&placed_lock);
+  int n = placed_count[cpu];
+  pthread_mutex_unlock(&placed_lock);
+  return n;
 }

@@ -1,7 +1,8 @@
 /* cpus.h — the CPUs the process may use: its affinity mask and its cgroup
  * CPU quota (cpus.c), for pinning and the automatic spin limit (graph.c).
  * Internal.  Every call reads /proc and the cgroup files afresh: call at
- * job start, never per record.
+ * job start, never per record.  Also the process's tally of pinned
+ * threads, which spreads several jobs over the CPUs (cpus.c note 8).
  */
 #ifndef SL_CPUS_H
 #define SL_CPUS_H
@@ -37,5 +38,20 @@ int sl_cpus_parse_cfs(const char *quota_text, const char *period_text);
  * (cpus.c notes 3 and 7).  For tests. */
 bool sl_cpus_cgroup_dir(char *mountinfo, bool v2, const char *path,
                         char *dir, char *point, size_t bytes);
+
+/* Note 8: places n threads of one job.  slot[t] is thread t's place in
+ * the job's own order, an index into cpus[0, count).  Under one lock,
+ * picks the rotation r that keeps the busiest CPU least busy, counting
+ * the threads that live jobs of this process have pinned already
+ * (rotate false: r = 0, for an explicit list), writes
+ * placed[t] = cpus[(slot[t] + r) % count] and counts those threads in.
+ * sl_cpus_unplace takes them out again; call it exactly once with the
+ * same placed[]. */
+void sl_cpus_place(const int *cpus, int count, const int *slot, int n,
+                   bool rotate, int *placed);
+void sl_cpus_unplace(const int *placed, int n);
+
+/* The threads this process's live jobs have pinned to cpu.  For tests. */
+int sl_cpus_placed_on(int cpu);
 
 #endif /* SL_CPUS_H */

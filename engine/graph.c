@@ -907,31 +907,53 @@ static int assign_cpus(sl_job *job) {
     cpus = owned;
   }
   /* Threads get CPUs; an instance chained into another's thread
-   * (runtime.c note 12) takes its runner's. */
+   * (runtime.c note 12) takes its runner's.  Each thread's place in the
+   * job's own order goes to sl_cpus_place, which rotates it away from the
+   * CPUs other jobs of the process hold (cpus.c note 8). */
+  sl_instance **runners = calloc((size_t)job->thread_count + 1, sizeof *runners);
+  int *slot = calloc((size_t)job->thread_count + 1, sizeof *slot);
+  job->placed_cpus = calloc((size_t)job->thread_count + 1, sizeof(int));
+  if (!runners || !slot || !job->placed_cpus) {
+    free(runners);
+    free(slot);
+    free(job->placed_cpus);
+    job->placed_cpus = 0;
+    free(owned);
+    return ENOMEM;
+  }
+  int position = 0;
   if (job->config.pin_policy == SL_PIN_ROUND_ROBIN) {
-    int position = 0;
     for (int i = 0; i < job->instance_count; i++)
-      if (job->instances[i]->runner == job->instances[i])
-        job->instances[i]->cpu = cpus[position++ % count];
+      if (job->instances[i]->runner == job->instances[i]) {
+        runners[position] = job->instances[i];
+        slot[position] = position % count;
+        position++;
+      }
   } else {
     /* Chain order: instance k of every operator before instance k+1. */
     int max_parallelism = 1;
     for (int i = 0; i < job->physical_count; i++)
       if (job->physical[i]->parallelism > max_parallelism)
         max_parallelism = job->physical[i]->parallelism;
-    int position = 0;
     for (int k = 0; k < max_parallelism; k++)
       for (int i = 0; i < job->physical_count; i++) {
         sl_op *op = job->physical[i];
         if (k >= op->parallelism || op->instances[k].runner != &op->instances[k])
           continue;
         /* Contiguous blocks: position p of N goes to CPU p * n / N. */
-        int block = (int)((int64_t)position * count / job->thread_count);
-        op->instances[k].cpu = cpus[block];
+        runners[position] = &op->instances[k];
+        slot[position] = (int)((int64_t)position * count / job->thread_count);
         position++;
       }
-    assert(position == job->thread_count);
   }
+  assert(position == job->thread_count);
+  sl_cpus_place(cpus, count, slot, position, job->config.cpu_count == 0,
+                job->placed_cpus);
+  job->placed_count = position;
+  for (int t = 0; t < position; t++)
+    runners[t]->cpu = job->placed_cpus[t];
+  free(runners);
+  free(slot);
   for (int i = 0; i < job->instance_count; i++)
     job->instances[i]->cpu = job->instances[i]->runner->cpu;
   free(owned);
@@ -1336,6 +1358,10 @@ char *sl_graph_fingerprint(const sl_job *job) {
 
 void sl_job_free_compiled(sl_job *job) {
   sl_checkpointer_free(job); /* first: its writer reads the cow maps */
+  sl_cpus_unplace(job->placed_cpus, job->placed_count); /* cpus.c note 8 */
+  free(job->placed_cpus);
+  job->placed_cpus = 0;
+  job->placed_count = 0;
   sl_failover_free(job);
   sl_inject_free(job);
   for (int i = 0; i < job->instance_count; i++)

@@ -247,6 +247,9 @@ struct sl_job {
 
   uint32_t spin_iterations; /* resolved from config (0 = automatic) */
   int usable_cpus; /* mask (or list) capped by the cgroup quota (cpus.c) */
+  int *placed_cpus; /* the CPU of each pinned thread, counted in the
+                       process's tally until freed (cpus.c note 8) */
+  int placed_count;
   uint64_t ring_bytes;      /* resolved from config (0 = automatic) */
   _Atomic int stopping;   /* set by sl_job_stop or a failure */
   _Atomic int failed;     /* the first failure claims this */

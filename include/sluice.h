@@ -482,7 +482,14 @@ enum sl_store_policy {
  * cache, and parallel chains land on different CPUs.  On a 2-core machine
  * the 4-operator pipeline runs about 1.4x faster than with round-robin.
  *
- * SL_PIN_ROUND_ROBIN: instance i (creation order) goes to cpus[i % n]. */
+ * SL_PIN_ROUND_ROBIN: instance i (creation order) goes to cpus[i % n].
+ *
+ * Several jobs in one process: a job pinned by the affinity mask (no
+ * cpus list) rotates its placement to start on the CPUs the process's
+ * other live jobs (from sl_job_start to sl_job_destroy) hold fewest
+ * threads on, so two jobs on 2 CPUs do not both begin on the first.  A
+ * job with a cpus list is placed as listed, and counted.  Other processes
+ * are not seen: give each its own mask, or set no_pinning. */
 enum sl_pin_policy { SL_PIN_CHAINS = 0, SL_PIN_ROUND_ROBIN = 1 };
 
 /** Every field zero (its default) and struct_bytes set: start every

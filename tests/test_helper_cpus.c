@@ -1,7 +1,9 @@
-/* test_helper_cpus.c — where the checkpoint coordinator and writer run
- * (engine/coordinator.c note 14): on the CPUs of the caller's mask that
- * no instance thread is pinned to, when there are such CPUs and some
- * instance is pinned; else on the caller's mask.
+/* test_helper_cpus.c — where threads run.  Suite helper_cpus: the
+ * checkpoint coordinator and writer (engine/coordinator.c note 14), on
+ * the CPUs of the caller's mask that no instance thread is pinned to,
+ * when there are such CPUs and some instance is pinned; else on the
+ * caller's mask.  Suite job_cpus: several jobs of one process spread over
+ * the CPUs instead of all beginning on the first (engine/cpus.c note 8).
  *
  * A source that emits nothing holds the job running until the test has
  * read the threads' masks (sched_getaffinity of the thread found by its
@@ -149,4 +151,123 @@ Test(helper_cpus, the_callers_mask_when_every_cpu_has_an_instance) {
   config.cpu_count = 1;
   expect_helper_masks(config, &one);
   cr_assert_eq(sched_setaffinity(0, sizeof mask, &mask), 0);
+}
+
+/* ------------------------------------------- several jobs (job_cpus) */
+
+/* idle_next, but ended by the flag its user pointer (its state) points
+ * to, one per job. */
+static int flag_next(sl_ctx *ctx, void *state) {
+  (void)ctx;
+  if (atomic_load((atomic_int *)state))
+    return SL_SOURCE_END;
+  sleep_ms(1);
+  return 0;
+}
+
+static const sl_source_ops flag_ops = {.next = flag_next};
+
+/* Source (user pointer: an atomic_int that ends it) -> `maps` maps ->
+ * sink, under chaining (SL_CHAINING_*), pinned by the mask.  Operators
+ * are named PREFIX_src, PREFIX_m0.., PREFIX_sink, so their threads are
+ * "sl:PREFIX_src[0]" and so on. */
+static sl_job *start_idle_job(const char *prefix, int maps, int chaining,
+                              const int *cpus, int cpu_count,
+                              atomic_int *release) {
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  config.chaining = chaining;
+  config.cpus = cpus;
+  config.cpu_count = cpu_count;
+  atomic_store(release, 0);
+  sl_job *job = 0;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  char name[32];
+  sl_op *op;
+  snprintf(name, sizeof name, "%s_src", prefix);
+  cr_assert_eq(sl_op_source(job, name, 1, &flag_ops, release, &op), 0);
+  for (int m = 0; m < maps; m++) {
+    snprintf(name, sizeof name, "%s_m%d", prefix, m);
+    sl_op *input = op;
+    cr_assert_eq(sl_op_process(job, name, &input, 1, 1, &drop_ops, 0, &op), 0);
+  }
+  snprintf(name, sizeof name, "%s_sink", prefix);
+  cr_assert_eq(sl_op_sink(job, name, op, 1, &drop_ops, 0, &op), 0);
+  cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
+  return job;
+}
+
+static void end_idle_job(sl_job *job, atomic_int *release) {
+  atomic_store(release, 1);
+  cr_assert_eq(sl_job_wait(job), 0, "%s", sl_job_error(job));
+  sl_job_destroy(job);
+}
+
+/* The one CPU the thread named `name` is pinned to. */
+static int pinned_cpu(const char *name) {
+  cpu_set_t set = mask_of(name);
+  cr_assert_eq(CPU_COUNT(&set), 1, "%s is not pinned to one CPU", name);
+  return first_cpu(&set);
+}
+
+/* The first two CPUs of the caller's mask; skips the test on one CPU. */
+static void two_cpus(int *first, int *second) {
+  cpu_set_t mask = own_mask();
+  if (CPU_COUNT(&mask) < 2)
+    cr_skip_test("one CPU in the mask: nothing to spread over");
+  *first = first_cpu(&mask);
+  CPU_CLR(*first, &mask);
+  *second = first_cpu(&mask);
+}
+
+Test(job_cpus, a_second_job_starts_on_the_cpu_the_first_left_free) {
+  int c0, c1;
+  two_cpus(&c0, &c1);
+  static atomic_int ra, rb, rc;
+  /* One thread each: source and sink chained. */
+  sl_job *a = start_idle_job("a", 0, SL_CHAINING_ALWAYS, 0, 0, &ra);
+  cr_expect_eq(pinned_cpu("sl:a_src[0]"), c0);
+  sl_job *b = start_idle_job("b", 0, SL_CHAINING_ALWAYS, 0, 0, &rb);
+  cr_expect_eq(pinned_cpu("sl:b_src[0]"), c1, "both jobs began on CPU %d",
+               c0);
+  end_idle_job(a, &ra); /* gives c0 back */
+  sl_job *c = start_idle_job("c", 0, SL_CHAINING_ALWAYS, 0, 0, &rc);
+  cr_expect_eq(pinned_cpu("sl:c_src[0]"), c0);
+  end_idle_job(b, &rb);
+  end_idle_job(c, &rc);
+}
+
+Test(job_cpus, a_job_goes_where_the_busiest_cpu_stays_least_busy) {
+  int c0, c1;
+  two_cpus(&c0, &c1);
+  cpu_set_t mask = own_mask();
+  if (CPU_COUNT(&mask) != 2)
+    cr_skip_test("the blocks below are those of 2 CPUs");
+  static atomic_int ra, rb;
+  /* Three threads in blocks over two CPUs: two on c0, one on c1. */
+  sl_job *a = start_idle_job("a", 1, SL_CHAINING_NEVER, 0, 0, &ra);
+  cr_expect_eq(pinned_cpu("sl:a_src[0]"), c0);
+  cr_expect_eq(pinned_cpu("sl:a_m0[0]"), c0);
+  cr_expect_eq(pinned_cpu("sl:a_sink[0]"), c1);
+  /* One thread more: c1, where it makes two and two. */
+  sl_job *b = start_idle_job("b", 0, SL_CHAINING_ALWAYS, 0, 0, &rb);
+  cr_expect_eq(pinned_cpu("sl:b_src[0]"), c1);
+  end_idle_job(b, &rb);
+  end_idle_job(a, &ra);
+}
+
+Test(job_cpus, a_listed_cpu_is_counted_and_kept_as_listed) {
+  int c0, c1;
+  two_cpus(&c0, &c1);
+  static atomic_int ra, rb, rc;
+  int listed[] = {c0};
+  sl_job *a = start_idle_job("a", 0, SL_CHAINING_ALWAYS, listed, 1, &ra);
+  cr_expect_eq(pinned_cpu("sl:a_src[0]"), c0);
+  sl_job *b = start_idle_job("b", 0, SL_CHAINING_ALWAYS, 0, 0, &rb);
+  cr_expect_eq(pinned_cpu("sl:b_src[0]"), c1, "the listed CPU was not counted");
+  /* A list is kept as given, even onto the busier CPU. */
+  sl_job *c = start_idle_job("c", 0, SL_CHAINING_ALWAYS, listed, 1, &rc);
+  cr_expect_eq(pinned_cpu("sl:c_src[0]"), c0);
+  end_idle_job(a, &ra);
+  end_idle_job(b, &rb);
+  end_idle_job(c, &rc);
 }
