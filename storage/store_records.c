@@ -102,12 +102,18 @@ static int scan_checkpoints(sl_store *s, MDB_cursor *cursor, uint64_t *ids,
     if (key.mv_size != CHECKPOINT_KEY_BYTES)
       return store_corrupt(s, DB_CHECKPOINTS, &key, "key is not a u64 id");
     uint64_t id = get_be64(key.mv_data);
-    assert(n == 0 || ids[n - 1] < id); /* big-endian keys sort by id */
+    /* Big-endian keys sort by id; out of order only in a damaged page
+     * (LMDB does not check the order it reads). */
+    if (n > 0 && ids[n - 1] >= id)
+      return store_corrupt(s, DB_CHECKPOINTS, &key,
+                           "checkpoint ids out of order");
     ids[n++] = id;
   }
   if (rc != MDB_NOTFOUND)
     return store_lmdb_fail(s, rc, "list checkpoints");
-  assert(n == entries);
+  if (n != entries) /* the walk and the database's count disagree */
+    return store_fail(s, SL_ECORRUPT,
+                      "list checkpoints: %zu found, %zu counted", n, entries);
   *count = n;
   return 0;
 }
