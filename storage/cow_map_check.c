@@ -271,10 +271,22 @@ static bool check_lazy(const sl_cow_map *m, check_tally *tally) {
   CHECK(m->lazy_head || (!m->lazy_tail && m->lazy_inserted == 0));
   CHECK(m->stale_span == 0 ||
         (uint64_t)m->stale_base + m->stale_span <= m->epoch);
+  CHECK(m->lazy_head || (!m->lazy_ahead && !m->lazy_mid));
   const sl_cow_entry *e = m->lazy_head, *last = 0;
   uint64_t n = 0, inserted = 0;
   uint32_t epoch = UINT32_MAX;
+  bool ahead_seen = !m->lazy_ahead, mid_seen = !m->lazy_mid;
   for (; e && n < m->lazy_entries; last = e, e = e->dirty_next, n++) {
+    /* The fetch cursors (cow_map_rollback.c note 8): on the list, past
+     * its head, where their distances say. */
+    if (e == m->lazy_ahead) {
+      CHECK(n > 0 && n == m->lazy_ahead_by);
+      ahead_seen = true;
+    }
+    if (e == m->lazy_mid) {
+      CHECK(n > 0 && n == m->lazy_mid_by);
+      mid_seen = true;
+    }
     CHECK(cow_stale(m, e));
     CHECK(e->epoch <= epoch);
     epoch = e->epoch;
@@ -307,6 +319,7 @@ static bool check_lazy(const sl_cow_map *m, check_tally *tally) {
   CHECK(n == m->lazy_entries);
   CHECK(last == m->lazy_tail);
   CHECK(inserted == m->lazy_inserted);
+  CHECK(ahead_seen && mid_seen);
   return check_lazy_index(m, tally);
 }
 

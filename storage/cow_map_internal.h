@@ -174,6 +174,13 @@ struct sl_cow_map {
   uint32_t stale_span;
   sl_cow_entry *lazy_head;
   sl_cow_entry *lazy_tail;
+  /* Two cursors on the lazy list ahead of its head, for fetching
+   * (cow_map_rollback.c note 8): lazy_ahead lazy_ahead_by versions
+   * ahead, lazy_mid lazy_mid_by versions ahead; NULL past the end. */
+  sl_cow_entry *lazy_ahead;
+  sl_cow_entry *lazy_mid;
+  uint32_t lazy_ahead_by;
+  uint32_t lazy_mid_by;
   uint64_t lazy_entries;
   uint64_t lazy_inserted;
   /* The undo list's index as the rollback found it, kept to resolve the
