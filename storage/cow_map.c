@@ -11,6 +11,8 @@
  *      epoch == 0                   CLEAN     on no list (bulk-loaded
  *                                             ones may wait, not yet in
  *                                             the table, note 10)
+ *      of a failed epoch after      STALE     on the lazy list
+ *      a lazy rollback
  *
  *      CURRENT  --sl_cow_map_freeze()-->   FROZEN
  *      FROZEN   --sl_cow_map_release()-->  RELEASED
@@ -18,6 +20,10 @@
  *      CLEAN    --put/delete-->            CURRENT, in place
  *      FROZEN, RELEASED --put/delete-->    a new CURRENT version (or a
  *                                          tombstone); the old one retired
+ *      CURRENT, FROZEN --lazy rollback-->  STALE
+ *      STALE --first touch, lazy steps-->  out of the table, freed by
+ *                                          the steps (cow_map_settle(),
+ *                                          cow_map_rollback.c note 6)
  *
  *    So a version whose epoch is neither 0 nor current is always on a list
  *    that has not been walked past it yet.  With rollback on, CLEAN too is
@@ -67,6 +73,8 @@
  *    at least 4 buckets), so the new table of 2n buckets is at most 5/8
  *    full when it ends: rehashes never overlap.  A failed table
  *    allocation just postpones growth: chains get longer, nothing breaks.
+ *    A table stops growing at COW_TABLE_MAX_BUCKETS (2^32, 32 GiB of
+ *    buckets), so a version's 32-bit hash always places it.
  * 7. Memory accounting is exact, so sl_cow_map_check() can verify it.  A
  *    version deleted in place keeps its value storage; its size is kept in
  *    the first 4 bytes of the (unused) value area, which is why every
@@ -160,7 +168,12 @@
  *    count in its pending slot, each release takes it from the newest
  *    slot it releases), and sets the current and pending lists aside
  *    whole on the dropped list, which reclaim_steps() frees in bounded
- *    steps (cow_map_rollback.c, notes 1-2).
+ *    steps (cow_map_rollback.c, notes 1-2).  That is when a key was
+ *    deleted since S; otherwise it does none of that at once, but marks
+ *    the epochs after S stale and undoes each key on its first touch,
+ *    through the displaced number every write sets, and the rest in the
+ *    same bounded steps (cow_map_rollback.c notes 5-7); every lookup
+ *    pays one compare for it.
  * 13. The reclaim walk fetches ahead.  It follows the chain, and each
  *    link is a miss once the state outgrows the cache: at 1M keys with
  *    a checkpoint every 100 ms, the four steps every write takes were
@@ -268,7 +281,7 @@ static void entry_init(sl_cow_entry *e, uint64_t hash, uint32_t epoch,
                        const void *key, uint32_t key_bytes,
                        uint32_t value_bytes) {
   memset(e, 0, sizeof *e);
-  e->hash = hash;
+  e->hash = (uint32_t)hash; /* the low half: cow_map.h */
   e->epoch = epoch;
   e->key_bytes = key_bytes;
   e->value_bytes = value_bytes;
@@ -506,7 +519,7 @@ static void retire_displaced(sl_cow_map *m, sl_cow_entry *old) {
  * up) are compared as their two words (cow_map.h), without a call to
  * memcmp and without reading the caller's bytes. */
 static inline bool key_matches(const sl_cow_entry *e, const sl_cow_key *k) {
-  if (e->hash != k->hash || e->key_bytes != k->key_bytes)
+  if (e->hash != (uint32_t)k->hash || e->key_bytes != k->key_bytes)
     return false;
   if (k->key_bytes >= 8 && k->key_bytes <= 16) {
     uint64_t first, last;
@@ -577,8 +590,9 @@ static void table_unlink(sl_cow_map *m, sl_cow_entry **link, int table_index) {
 /* Start growing (note 6) if the load factor reached 1. */
 static void rehash_start_if_full(sl_cow_map *m) {
   cow_table *old = &m->tables[0];
-  if (m->rehashing || old->used < old->size)
-    return;
+  if (m->rehashing || old->used < old->size ||
+      old->size >= COW_TABLE_MAX_BUCKETS)
+    return; /* at the most, chains just get longer (note 6) */
   uint64_t size = old->size * 2;
   sl_cow_entry **buckets =
       sl_alloc_zeroed(&m->alloc, (size_t)size * sizeof *buckets);
@@ -716,8 +730,10 @@ static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
   }
   assert((m->reclaim_head == 0) == (m->reclaim_entries == 0));
   done += cow_map_dropped_free(m, budget - done); /* rollback's, note 12 */
+  done += cow_map_lazy_steps(m, budget - done); /* a lazy rollback's */
   bool undo_left = cow_map_undo_pop(m, budget - done); /* the rest */
-  return m->reclaim_head != 0 || m->dropped_head != 0 || undo_left;
+  return m->reclaim_head != 0 || m->dropped_head != 0 || m->lazy_head != 0 ||
+         undo_left;
 }
 
 bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget) {
@@ -762,7 +778,7 @@ static void undo_release(sl_cow_map *m, const cow_pending_end *slot) {
 /* Inline, so a write with nothing to reclaim and no rehash under way pays
  * two tests and no call. */
 static inline void write_background(sl_cow_map *m) {
-  if (m->reclaim_head || m->dropped_head ||
+  if (m->reclaim_head || m->dropped_head || m->lazy_head ||
       m->undo_popped < m->undo_releasable)
     reclaim_steps(m, RECLAIM_PER_WRITE);
   if (m->rehashing)
@@ -835,7 +851,10 @@ static void free_retired_on_list(sl_cow_map *m, sl_cow_entry *e,
 /* Free every version and table one by one (note 3): the way without an
  * arena of the map's own (note 11). */
 static void destroy_walk(sl_cow_map *m) {
-  /* First the undo lists (note 12): they are linked through versions the
+  /* A lazy rollback's versions waiting to go back into the table are on
+   * no list (cow_map_rollback.c note 6): put them back first. */
+  cow_map_lazy_finish(m);
+  /* Then the undo lists (note 12): they are linked through versions the
    * other lists free; only their CLEAN ones are on no other list. */
   sl_cow_entry *lists[2] = {m->obsolete_head, m->undo_head};
   for (int l = 0; l < 2; l++) {
@@ -933,6 +952,8 @@ const void *sl_cow_map_find(sl_cow_map *m, const sl_cow_key *key,
     rehash_step(m);
   int table_index;
   sl_cow_entry **link = find_key(m, key, &table_index);
+  if (link && cow_stale(m, *link)) /* cow_map_rollback.c note 5 */
+    link = cow_map_settle(m, link, table_index);
   if (value_bytes)
     *value_bytes = link ? (*link)->value_bytes : 0;
   return link ? value_area(*link) : 0;
@@ -977,7 +998,7 @@ uint64_t sl_cow_map_dirty_entries(const sl_cow_map *m) {
 uint64_t sl_cow_map_count(const sl_cow_map *m) {
   assert(m);
   assert(!m->loading); /* no bulk load under way (header Caveats) */
-  return m->tables[0].used + m->tables[1].used;
+  return cow_live_keys(m); /* exact under a lazy rollback too */
 }
 
 int sl_cow_map_foreach(sl_cow_map *m, int (*fn)(void *arg, const sl_cow_entry *e),
@@ -985,6 +1006,9 @@ int sl_cow_map_foreach(sl_cow_map *m, int (*fn)(void *arg, const sl_cow_entry *e
   assert(m);
   assert(!m->loading); /* no bulk load under way (header Caveats) */
   assert(fn);
+  /* The table must hold exactly the map's entries: no stale version
+   * (cow_map_rollback.c note 6). */
+  cow_map_lazy_finish(m);
   for (int t = 0; t < 2; t++) {
     const cow_table *table = &m->tables[t];
     for (uint64_t b = 0; b < table->size; b++) {
@@ -1039,6 +1063,12 @@ static sl_cow_entry *put_new_version(sl_cow_map *m, sl_cow_entry **link,
   if (!e)
     return 0;
   fill_value(value_area(e), value_bytes, value, value_area(old), old->value_bytes);
+  /* cow_map_rollback.c note 5: what the key held before this epoch: the
+   * undo list's next version, which the caller makes old (a version of
+   * this epoch is superseded instead, and was not the key's then). */
+  if (m->retain)
+    e->displaced = old->epoch == m->epoch ? old->displaced
+                                          : (uint32_t)(m->undo_pushed + 1);
   e->chain_next = old->chain_next;
   *link = e; /* the table's count is unchanged */
   old->chain_next = 0;
@@ -1067,6 +1097,8 @@ void *sl_cow_map_put_key(sl_cow_map *m, const sl_cow_key *key,
   write_background(m); /* first: it moves links and turns versions CLEAN */
   int table_index;
   sl_cow_entry **link = find_key(m, key, &table_index);
+  if (link && cow_stale(m, *link)) /* cow_map_rollback.c note 5 */
+    link = cow_map_settle(m, link, table_index);
   if (!link)
     return put_new_key(m, key->hash, key->bytes, key->key_bytes, value,
                        value_bytes);
@@ -1106,6 +1138,8 @@ int sl_cow_map_update(sl_cow_map *m, const sl_cow_key *key,
   write_background(m); /* first: it moves links and turns versions CLEAN */
   int table_index;
   sl_cow_entry **link = find_key(m, key, &table_index);
+  if (link && cow_stale(m, *link)) /* cow_map_rollback.c note 5 */
+    link = cow_map_settle(m, link, table_index);
   if (!link) {
     void *stored = put_new_key(m, key->hash, key->bytes, key->key_bytes, init,
                                value_bytes);
@@ -1146,6 +1180,8 @@ int sl_cow_map_delete(sl_cow_map *m, const void *key, uint32_t key_bytes) {
   int table_index;
   sl_cow_entry **link =
       find_link(m, key_hash(key, key_bytes), key, key_bytes, &table_index);
+  if (link && cow_stale(m, *link)) /* cow_map_rollback.c note 5 */
+    link = cow_map_settle(m, link, table_index);
   if (!link)
     return SL_ENOTFOUND;
   if (!dirty_slot_ready(m))
@@ -1161,6 +1197,7 @@ int sl_cow_map_delete(sl_cow_map *m, const void *key, uint32_t key_bytes) {
       old->epoch = m->epoch;
       dirty_append(m, old);
     }
+    m->dirty_deletes++; /* cow_map_rollback.c note 5 */
     return 0;
   }
   sl_cow_entry *tombstone = entry_new(m, old->hash, old->data, old->key_bytes, 0);
@@ -1170,6 +1207,7 @@ int sl_cow_map_delete(sl_cow_map *m, const void *key, uint32_t key_bytes) {
   table_unlink(m, link, table_index);
   retire_displaced(m, old);
   dirty_append(m, tombstone);
+  m->dirty_deletes++; /* cow_map_rollback.c note 5 */
   return 0;
 }
 
@@ -1339,7 +1377,7 @@ int sl_cow_map_reserve(sl_cow_map *m, uint64_t entries) {
   if (m->rehashing || sl_cow_map_count(m) != 0)
     return 0; /* only an empty map: nothing to move */
   uint64_t size = INITIAL_BUCKETS;
-  while (size < entries && size < (UINT64_C(1) << 40))
+  while (size < entries && size < COW_TABLE_MAX_BUCKETS)
     size *= 2;
   if (size <= m->tables[0].size)
     return 0;
@@ -1397,13 +1435,15 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
     m->pending_tails[m->pending_count] =
         (cow_pending_end){.last = m->dirty_tail, .undo_mark = m->undo_pushed,
                           .undo_last = m->undo_tail,
-                          .live_keys = m->tables[0].used + m->tables[1].used};
+                          .live_keys = cow_live_keys(m),
+                          .deletes = m->dirty_deletes};
     m->pending_count++;
   } else {
     assert(!delta.head); /* dirty_slot_ready() kept a slot for it (note 5) */
   }
   m->dirty_head = m->dirty_tail = 0;
   m->dirty_entries = m->dirty_bytes = 0;
+  m->dirty_deletes = 0;
   m->index_head = m->index_tail = 0; /* the delta has it now */
   m->index_dropped = false;
   m->epoch++; /* every version of the old epoch is FROZEN from here on */

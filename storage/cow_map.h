@@ -64,7 +64,12 @@
  *    in turn; only those versions are kept, so the extra memory is at most
  *    one copy of each key written since the stable epoch.  A rollback
  *    costs time in the versions written since the stable epoch (current
- *    and frozen ones), not in the size of the state.
+ *    and frozen ones), not in the size of the state; unless a key was
+ *    deleted since, it is lazy: the call costs O(number of epochs), each
+ *    key written since is put back on its first touch, and the rest in
+ *    bounded steps (writes, sl_cow_map_maintain()), or at once before
+ *    sl_cow_map_foreach() or another rollback (cow_map_rollback.c notes
+ *    5-7).
  * 11. The index.  Next to each dirty list the owner keeps the list's
  *    versions as an array of pointers, in list order, in blocks of
  *    SL_COW_INDEX_BLOCK (one more store on the write path, one allocation
@@ -110,7 +115,16 @@
 typedef struct sl_cow_entry {
   struct sl_cow_entry *chain_next; /* owner only: bucket chain */
   struct sl_cow_entry *dirty_next; /* dirty list; immutable once frozen */
-  uint64_t hash;                   /* of the key */
+  /* The low 32 bits of the key's hash: a table has at most 2^32 buckets
+   * (cow_map.c note 6), so they place it, and they reject other keys in a
+   * chain as well as 64 would. */
+  uint32_t hash;
+  /* Owner only, with rollback on: 1 + the undo list's append number
+   * (mod 2^32) of the version this one took the table slot of, i.e. the
+   * key's version before this epoch's first write to it; 0 for a key
+   * absent then (cow_map_rollback.c note 5).  Read only while its epoch
+   * is after the stable one. */
+  uint32_t displaced;
   uint32_t epoch;       /* epoch of this version */
   uint32_t key_bytes;
   uint32_t value_bytes; /* 0 for a tombstone */
@@ -395,7 +409,8 @@ int sl_cow_map_load_add(sl_cow_map *map, uint32_t key_group, const void *key,
 int sl_cow_map_load_finish(sl_cow_map *map);
 
 /** Visit every live entry (owner thread, no writes meanwhile).  Stops and
- * returns fn's value when it is nonzero. */
+ * returns fn's value when it is nonzero.  Finishes a lazy rollback under
+ * way first (note 10), in the writes it has left to undo. */
 int sl_cow_map_foreach(sl_cow_map *map,
                        int (*fn)(void *arg, const sl_cow_entry *e),
                        void *arg);
@@ -435,10 +450,14 @@ uint32_t sl_cow_map_stable_epoch(const sl_cow_map *map);
  * later, a few by each write and by sl_cow_map_maintain()), the versions
  * they displaced are back in the table, pending deltas are gone (so no
  * writer may still read one) and the current epoch's dirty list is
- * empty; the map is as if loaded at that epoch's checkpoint, and writes
- * go on in the current epoch.  Time and memory traffic in the keys
- * written since the stable epoch (and in the versions written since, if
- * keys were inserted since).  Returns 0; EINVAL (rollback off, a bulk load under
+ * empty; the map is as if loaded at that epoch's checkpoint.  If no key
+ * was deleted since the stable epoch, the call is lazy (note 10): O(1) in
+ * the writes since, which are undone key by key as the map is used, and
+ * writes go on in a new epoch.  Otherwise it costs time and memory
+ * traffic in the keys written since the stable epoch (and in the versions
+ * written since, if keys were inserted since), and writes go on in the
+ * current epoch.  A lazy rollback still under way is finished first (in
+ * the writes since the previous one).  Returns 0; EINVAL (rollback off, a bulk load under
  * way, or epoch not the stable one), the map unaltered. */
 int sl_cow_map_rollback(sl_cow_map *map, uint32_t epoch);
 
@@ -451,6 +470,11 @@ uint64_t sl_cow_map_rollbacks(const sl_cow_map *map);
  * one written or displaced since its stable epoch (cow_map_rollback.c
  * note 3): a rollback's work, which must not follow the state's size. */
 uint64_t sl_cow_map_rollback_visits(const sl_cow_map *map);
+/* For tests: the stale versions lazy rollbacks have settled since
+ * creation, on first touch or in steps (cow_map_rollback.c note 5), and
+ * whether a lazy rollback is still under way (note 6). */
+uint64_t sl_cow_map_rollback_settled(const sl_cow_map *map);
+bool sl_cow_map_rollback_pending(const sl_cow_map *map);
 
 /** Whole-map consistency check for asserts and tests (walks everything).
  * Logs the first failed condition (an ERROR line, engine/log.h). */

@@ -22,6 +22,10 @@ typedef struct check_tally {
   uint64_t arena_versions; /* arena versions met, each once */
   uint64_t heap_versions;  /* malloc'd versions met, each once */
   uint64_t undo_on_lists;  /* undo versions met on the epoch lists */
+  /* Versions of the stable epoch a lazy rollback will put back, met on
+   * the reclaim chain (so counted in undo_on_lists, though on the undo
+   * list no more): cow_map_rollback.c note 6. */
+  uint64_t undo_awaited_on_lists;
 } check_tally;
 
 /* Where a version's memory is counted: its own allocation, or (arena) a
@@ -61,7 +65,7 @@ static bool check_tables(const sl_cow_map *m, check_tally *tally) {
         int found_in = -1;
         CHECK((e->hash & (table->size - 1)) == b);
         CHECK(!e->retired && !e->tombstone && !e->superseded);
-        CHECK(e->hash == sl_cow_hash(e->data, e->key_bytes));
+        CHECK(e->hash == (uint32_t)sl_cow_hash(e->data, e->key_bytes));
         CHECK(cow_map_find_version(m, e, &found_in));
         CHECK(*cow_map_find_version(m, e, &found_in) == e);
         CHECK(found_in == t);
@@ -127,7 +131,7 @@ static bool check_undo_list(const sl_cow_map *m, const sl_cow_entry *head,
     CHECK(e->retired == RETIRED_UNDO);
     CHECK(!e->tombstone && !e->superseded);
     CHECK(e->epoch < m->epoch);
-    CHECK(e->hash == sl_cow_hash(e->data, e->key_bytes));
+    CHECK(e->hash == (uint32_t)sl_cow_hash(e->data, e->key_bytes));
     int found_in;
     sl_cow_entry **link = cow_map_find_version(m, e, &found_in);
     CHECK(!link || *link != e);
@@ -190,7 +194,8 @@ static bool check_undo(const sl_cow_map *m, check_tally *tally) {
       !check_undo_list(m, m->undo_head, m->undo_tail,
                        m->undo_pushed - m->undo_releasable, &clean, tally))
     return false;
-  CHECK(clean + tally->undo_on_lists == m->undo_pushed - m->undo_popped);
+  CHECK(clean + tally->undo_on_lists - tally->undo_awaited_on_lists ==
+        m->undo_pushed - m->undo_popped);
   if (!check_undo_index(m, tally))
     return false;
   uint64_t mark = m->undo_releasable; /* pending marks: not decreasing */
@@ -220,6 +225,104 @@ static bool check_dropped(const sl_cow_map *m, check_tally *tally) {
   return true;
 }
 
+/* The end of stale version e's chain (cow_map_rollback.c note 5), the
+ * version at the stable epoch that goes back in its place, or NULL. */
+static const sl_cow_entry *chain_end(const sl_cow_map *m,
+                                     const sl_cow_entry *e) {
+  const sl_cow_entry *u = cow_lazy_displaced(m, e);
+  for (uint32_t n = 0; u && cow_stale(m, u) && n <= m->stale_span; n++)
+    u = cow_lazy_displaced(m, u);
+  return u;
+}
+
+/* The undo index a lazy rollback kept (cow_map_rollback.c note 5): its
+ * blocks in order in lazy_blocks, all full but the last, spanning
+ * lazy_index_base .. lazy_index_end; its memory the map's. */
+static bool check_lazy_index(const sl_cow_map *m, check_tally *tally) {
+  if (!m->lazy_head) {
+    CHECK(!m->lazy_index && !m->lazy_blocks && m->lazy_block_count == 0);
+    return true;
+  }
+  CHECK((m->lazy_index == 0) == (m->lazy_block_count == 0));
+  CHECK((m->lazy_blocks == 0) == (m->lazy_block_count == 0));
+  const sl_cow_index_block *b = m->lazy_index;
+  uint64_t n = 0;
+  for (uint64_t i = 0; b && i < m->lazy_block_count; i++, b = b->next) {
+    CHECK(m->lazy_blocks[i] == b);
+    CHECK(b->count > 0 && b->count <= SL_COW_INDEX_BLOCK);
+    CHECK(!b->next || b->count == SL_COW_INDEX_BLOCK);
+    n += b->count;
+    tally->bytes += sizeof *b;
+  }
+  CHECK(b == 0);
+  CHECK(m->lazy_index_base + n == m->lazy_index_end || !m->lazy_index);
+  tally->bytes += m->lazy_block_count * sizeof *m->lazy_blocks;
+  return true;
+}
+
+/* A lazy rollback under way (cow_map_rollback.c notes 5-6): the lazy
+ * list, epochs in the failed range and not increasing; each live version
+ * on it found in the table, with a chain down to a kept version of the
+ * stable epoch (counted here when CLEAN: it is on no list) or to NULL
+ * (the keys inserted since, lazy_inserted of them). */
+static bool check_lazy(const sl_cow_map *m, check_tally *tally) {
+  CHECK((m->lazy_head == 0) == (m->stale_span == 0));
+  CHECK((m->lazy_head == 0) == (m->lazy_entries == 0));
+  CHECK(m->lazy_head || (!m->lazy_tail && m->lazy_inserted == 0));
+  CHECK(m->stale_span == 0 ||
+        (uint64_t)m->stale_base + m->stale_span <= m->epoch);
+  CHECK(m->lazy_head || (!m->lazy_ahead && !m->lazy_mid));
+  const sl_cow_entry *e = m->lazy_head, *last = 0;
+  uint64_t n = 0, inserted = 0;
+  uint32_t epoch = UINT32_MAX;
+  bool ahead_seen = !m->lazy_ahead, mid_seen = !m->lazy_mid;
+  for (; e && n < m->lazy_entries; last = e, e = e->dirty_next, n++) {
+    /* The fetch cursors (cow_map_rollback.c note 8): on the list, past
+     * its head, where their distances say. */
+    if (e == m->lazy_ahead) {
+      CHECK(n > 0 && n == m->lazy_ahead_by);
+      ahead_seen = true;
+    }
+    if (e == m->lazy_mid) {
+      CHECK(n > 0 && n == m->lazy_mid_by);
+      mid_seen = true;
+    }
+    CHECK(cow_stale(m, e));
+    CHECK(e->epoch <= epoch);
+    epoch = e->epoch;
+    CHECK(e->retired <= RETIRED_UNDO);
+    if (e->retired) {
+      if (!check_version_memory(m, e, tally))
+        return false;
+      continue;
+    }
+    int found_in;
+    sl_cow_entry **link = cow_map_find_version(m, e, &found_in);
+    CHECK(link && *link == e);
+    tally->live_on_lists++;
+    const sl_cow_entry *u = chain_end(m, e);
+    if (!u) {
+      inserted++;
+      continue;
+    }
+    CHECK(u->retired == RETIRED_UNDO);
+    CHECK(u->epoch < m->stale_base);
+    CHECK(!u->tombstone && !u->superseded);
+    if (u->epoch == 0) {
+      if (!check_version_memory(m, u, tally))
+        return false;
+    } else {
+      tally->undo_awaited_on_lists++;
+    }
+  }
+  CHECK(e == 0);
+  CHECK(n == m->lazy_entries);
+  CHECK(last == m->lazy_tail);
+  CHECK(inserted == m->lazy_inserted);
+  CHECK(ahead_seen && mid_seen);
+  return check_lazy_index(m, tally);
+}
+
 /* The bulk load's ring: CLEAN versions in no table and on no list. */
 static bool check_load_window(const sl_cow_map *m, check_tally *tally) {
   CHECK(m->load_count <= SL_COW_LOAD_WINDOW);
@@ -232,7 +335,7 @@ static bool check_load_window(const sl_cow_map *m, check_tally *tally) {
         m->load_window[(m->load_first + i) & (SL_COW_LOAD_WINDOW - 1)];
     CHECK(e->epoch == 0);
     CHECK(!e->retired && !e->tombstone && !e->superseded);
-    CHECK(e->hash == sl_cow_hash(e->data, e->key_bytes));
+    CHECK(e->hash == (uint32_t)sl_cow_hash(e->data, e->key_bytes));
     if (!check_version_memory(m, e, tally))
       return false;
   }
@@ -364,12 +467,12 @@ bool sl_cow_map_check(const sl_cow_map *m) {
     return false;
   if (!check_reclaim_index(m, &tally))
     return false;
-  if (!check_dropped(m, &tally))
+  if (!check_dropped(m, &tally) || !check_lazy(m, &tally))
     return false;
   /* The count a rollback trusts (cow_map_rollback.c note 1) can only be
    * checked right after one: nothing written since. */
   CHECK(!m->retain || m->dirty_head || m->pending_count ||
-        m->tables[0].used + m->tables[1].used == m->stable_live_keys);
+        cow_live_keys(m) == m->stable_live_keys);
   /* Every live version of a non-zero epoch is on exactly one list. */
   CHECK(tally.live_on_lists == tally.dirty_live);
   if (!check_undo(m, &tally))

@@ -20,8 +20,11 @@
 #endif
 
 #define INITIAL_BUCKETS 16u
-/* Load arena (cow_map.c note 9): 4 MiB holds about 58K versions of the
- * usual 72 bytes, so chunks are few (one allocation per 58K loads), yet a
+/* A version keeps 32 bits of its hash (cow_map.h), enough to place it in
+ * a table of up to this many buckets (cow_map.c note 6). */
+#define COW_TABLE_MAX_BUCKETS (UINT64_C(1) << 32)
+/* Load arena (cow_map.c note 9): 4 MiB holds about 52K versions of the
+ * usual 80 bytes, so chunks are few (one allocation per 52K loads), yet a
  * chunk is small next to a restored state, so chunks whose versions were
  * all replaced or deleted do go back to the allocator. */
 #define ARENA_CHUNK_BYTES (UINT32_C(4) << 20)
@@ -42,7 +45,9 @@ typedef struct cow_pending_end {
   sl_cow_entry *last;
   uint64_t undo_mark;
   sl_cow_entry *undo_last; /* the undo list's last version then, or NULL */
-  uint64_t live_keys; /* keys in the table then (cow_map.c note 12) */
+  uint64_t live_keys; /* keys in the map then (cow_map.c note 12) */
+  uint64_t deletes;   /* tombstones the epoch wrote (cow_map_rollback.c
+                         note 5) */
 } cow_pending_end;
 
 /* The header of a load arena chunk (note 9); versions follow it. */
@@ -154,7 +159,54 @@ struct sl_cow_map {
   uint64_t dropped_entries;
   uint64_t rollbacks; /* for tests */
   uint64_t rollback_visits; /* versions rollbacks handled, for tests */
+  /* Tombstones written in the current epoch: a rollback over an epoch
+   * that deleted keys is not lazy (cow_map_rollback.c note 5). */
+  uint64_t dirty_deletes;
+  /* The lazy rollback under way (cow_map_rollback.c notes 5-7).  A
+   * version is stale when epoch - stale_base < stale_span (unsigned): its
+   * epoch failed, after stable epoch stale_base - 1, up to stale_base +
+   * stale_span - 1; stale_span is 0 when none is under way, so the test
+   * is one compare that never holds.  The failed epochs' lists, joined
+   * newest epoch first by dirty_next, wait on the lazy list to be settled
+   * and freed; lazy_inserted of the keys in the table were inserted in
+   * a failed epoch and are not unlinked yet. */
+  uint32_t stale_base;
+  uint32_t stale_span;
+  sl_cow_entry *lazy_head;
+  sl_cow_entry *lazy_tail;
+  /* Two cursors on the lazy list ahead of its head, for fetching
+   * (cow_map_rollback.c note 8): lazy_ahead lazy_ahead_by versions
+   * ahead, lazy_mid lazy_mid_by versions ahead; NULL past the end. */
+  sl_cow_entry *lazy_ahead;
+  sl_cow_entry *lazy_mid;
+  uint32_t lazy_ahead_by;
+  uint32_t lazy_mid_by;
+  uint64_t lazy_entries;
+  uint64_t lazy_inserted;
+  /* The undo list's index as the rollback found it, kept to resolve the
+   * stale versions' displaced numbers (cow_map_rollback.c note 5): its
+   * blocks, also by position in lazy_blocks (lazy_block_count of them,
+   * all full but the last), slot 0 of the first holding append number
+   * lazy_index_base, lazy_index_end the number after the last. */
+  sl_cow_index_block *lazy_index;
+  sl_cow_index_block **lazy_blocks;
+  uint64_t lazy_block_count;
+  uint64_t lazy_index_base;
+  uint64_t lazy_index_end;
+  uint64_t lazy_settled; /* stale versions settled since creation, tests */
 };
+
+/* Whether e is stale: of an epoch a lazy rollback has not finished
+ * undoing (cow_map_rollback.c note 5).  One compare on every lookup. */
+static inline bool cow_stale(const sl_cow_map *m, const sl_cow_entry *e) {
+  return (uint32_t)(e->epoch - m->stale_base) < m->stale_span;
+}
+
+/* Keys in the map: the table's, less the keys a lazy rollback has yet
+ * to unlink (cow_map_rollback.c note 6). */
+static inline uint64_t cow_live_keys(const sl_cow_map *m) {
+  return m->tables[0].used + m->tables[1].used - m->lazy_inserted;
+}
 
 /* Bytes of one allocation: header, key padded to 8, value area of at least
  * 8 bytes (cow_map.c note 7). */
@@ -225,5 +277,34 @@ uint32_t cow_map_dropped_free(sl_cow_map *m, uint32_t budget);
 /* Pop released undo versions (note 12), at most budget; true if some
  * remain. */
 bool cow_map_undo_pop(sl_cow_map *m, uint64_t budget);
+
+/* The lazy rollback (cow_map_rollback.c notes 5-7).  cow_map_settle():
+ * the stale version at *link (in table table_index) gives way to its
+ * key's version at the stable epoch, or leaves the table if the key had
+ * none; returns link if the key is still in the table, else NULL.  Out
+ * of line: only the first touch of a stale key after a rollback gets
+ * here. */
+sl_cow_entry **cow_map_settle(sl_cow_map *m, sl_cow_entry **link,
+                              int table_index);
+/* The version a stale version's displaced number names (or NULL for 0),
+ * through the lazy index (cow_map_rollback.c note 5). */
+static inline sl_cow_entry *cow_lazy_displaced(const sl_cow_map *m,
+                                               const sl_cow_entry *e) {
+  if (e->displaced == 0)
+    return 0;
+  /* Numbers are kept mod 2^32; the index spans far fewer. */
+  uint64_t at = (uint32_t)(e->displaced - 1u - (uint32_t)m->lazy_index_base);
+  assert(at < m->lazy_index_end - m->lazy_index_base);
+  const sl_cow_index_block *block = m->lazy_blocks[at / SL_COW_INDEX_BLOCK];
+  assert(at % SL_COW_INDEX_BLOCK < block->count);
+  return block->versions[at % SL_COW_INDEX_BLOCK];
+}
+
+/* Settle and free up to budget versions of the lazy list; returns how
+ * many. */
+uint32_t cow_map_lazy_steps(sl_cow_map *m, uint32_t budget);
+/* Finish the lazy rollback under way, if any: before whatever must see
+ * the table as it is (iteration, a second rollback, destroy's walk). */
+void cow_map_lazy_finish(sl_cow_map *m);
 
 #endif /* SL_COW_MAP_INTERNAL_H */
