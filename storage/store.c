@@ -16,7 +16,9 @@
  *    fixed buffer of the transaction.  A put allocates nothing.
  * 3. Opening (store.h notes 4, 5, 8), in this order: inspect the
  *    directory with plain file calls (a foreign directory sees no write
- *    at all); read data.mdb's first meta page for LMDB's magic; claim the
+ *    at all); read data.mdb's first meta page for LMDB's magic (without
+ *    it, a file whose second meta page has it is LMDB's, damaged:
+ *    SL_ECORRUPT; else a foreign file: SL_ESTORE); claim the
  *    directory in the in-process registry; take the flocks (a writer: of
  *    "lock", then of the directory, store_take_lock; a reader: the
  *    directory's shared one, or none beside a live writer, reader_lock);
@@ -569,11 +571,33 @@ int store_inspect_data_file(sl_store *s, bool *empty) {
   uint32_t magic = 0;
   if ((size_t)got == sizeof head)
     memcpy(&magic, head + LMDB_MAGIC_OFFSET, sizeof magic);
-  if (!*empty && magic != LMDB_MAGIC)
-    return store_fail(s, SL_ESTORE,
-                      "data.mdb is not an LMDB file (its first page lacks "
-                      "LMDB's magic)");
-  return 0;
+  if (*empty || magic == LMDB_MAGIC)
+    return 0;
+  /* A file whose second meta page carries the magic is LMDB's, its first
+   * meta page damaged: corruption to report as such, not a foreign file.
+   * The first page's size field is suspect too, so each page size LMDB
+   * may have used is tried. */
+  static const uint32_t page_sizes[] = {4096, 8192, 16384, 32768, 65536};
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  for (size_t i = 0; fd >= 0 && i < sizeof page_sizes / sizeof page_sizes[0];
+       i++) {
+    uint32_t second = 0;
+    if (pread(fd, &second, sizeof second,
+              (off_t)page_sizes[i] + LMDB_MAGIC_OFFSET) == sizeof second &&
+        second == LMDB_MAGIC) {
+      close(fd);
+      return store_fail(s, SL_ECORRUPT,
+                        "data.mdb: meta page 0 is damaged (it lacks LMDB's "
+                        "magic, which meta page 1 at offset %" PRIu32
+                        " carries)",
+                        page_sizes[i]);
+    }
+  }
+  if (fd >= 0)
+    close(fd);
+  return store_fail(s, SL_ESTORE,
+                    "data.mdb is not an LMDB file (its first page lacks "
+                    "LMDB's magic)");
 }
 
 /* Opens the directory itself for its flock (store.h note 5). */

@@ -469,6 +469,25 @@ Test(corrupt, every_page_header) {
             "some flips must be refused, some (of unused bytes) not");
 }
 
+/* LMDB's magic in meta page 0 damaged, meta page 1 whole: the file is
+ * LMDB's, so every reader and the writer refuse it as corrupt (SL_ECORRUPT
+ * naming data.mdb), not as a foreign file (random_byte_flips met this, a
+ * flip among 4 bytes of the file). */
+Test(corrupt, first_meta_magic) {
+  uint8_t *copy = malloc(fx.data_bytes);
+  cr_assert(copy);
+  for (size_t at = 16; at < 20; at++) { /* the magic: LMDB_MAGIC_OFFSET */
+    memcpy(copy, fx.data, fx.data_bytes);
+    copy[at] ^= 0x52;
+    char label[64];
+    snprintf(label, sizeof label, "meta page 0 byte %zu ^ 0x52", at);
+    uint64_t refused = fx.refused;
+    run_case(copy, fx.data_bytes, label);
+    cr_assert_eq(fx.refused, refused + 1, "%s: read as undamaged", label);
+  }
+  free(copy);
+}
+
 Test(corrupt, truncation_at_every_page) {
   size_t pages = fx.data_bytes / fx.page_bytes;
   for (size_t page = 1; page < pages; page++) {
