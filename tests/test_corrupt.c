@@ -948,9 +948,8 @@ Test(savepoint_damage, start_from_damaged_savepoint) {
               "start from the savepoint");
     write_bytes(in_manifest ? manifest_path : data_path, from,
                 in_manifest ? manifest_bytes : data_bytes);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", target);
-    cr_assert_eq(system(cmd), 0);
+    int removed = sl_test_remove_path(target);
+    cr_assert_eq(removed, 0, "%s: %s", target, strerror(removed));
     free(target);
   }
   cr_log_info("%" PRIu64 " damaged savepoints: %" PRIu64 " refused", cases,
