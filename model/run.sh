@@ -72,58 +72,11 @@ verify() {
   fi
 }
 
-# Each check is one single-threaded pan (and a gcc before it), so they
-# run side by side, as many at once as there are CPUs; what each prints
-# is kept and shown in the order of the lists, after all have ended.
-jobs=$(nproc 2>/dev/null || echo 1)
-
-# launch NAME DFLAGS CFLAGS RUNFLAGS: verify in the background once fewer
-# than $jobs run; its output in $work/NAME.out and "status errors
-# complete" in $work/NAME.result.
-launch() {
-  local name=$1
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
-    wait -n || true
-  done
-  ( status=0 errors=1 complete=0
-    verify "$@" || status=$?
-    echo "$status $errors $complete" >"$work/$name.result"
-  ) >"$work/$name.out" 2>&1 &
-}
-
-# landed NAME: prints what verify NAME printed; sets status, errors and
-# complete (a verify that left no result counts as failed, status 2).
-landed() {
-  local name=$1
-  cat "$work/$name.out"
-  status=2 errors=1 complete=0
-  if [ -f "$work/$name.result" ]; then
-    read -r status errors complete <"$work/$name.result"
-  fi
-}
-
-launch_checks() {
-  local entry name d c r
-  for entry in "${CHECKS[@]}"; do
-    IFS='|' read -r name d c r <<<"$entry"
-    launch "$name" "$d" "$c" "$r"
-  done
-}
-
-launch_mutants() {
-  local entry name d want
-  for entry in "${MUTANTS[@]}"; do
-    IFS='|' read -r name d want <<<"$entry"
-    launch "mutant $name" "-D$name $d" "-DSAFETY" ""
-  done
-}
-
-report_checks() {
+run_checks() {
   local rc=0 entry name d c r
   for entry in "${CHECKS[@]}"; do
     IFS='|' read -r name d c r <<<"$entry"
-    landed "$name"
-    [ "$status" = 0 ] || { rc=1; continue; }
+    verify "$name" "$d" "$c" "$r" || { rc=1; continue; }
     if [ "$errors" != 0 ]; then
       say "$name: Spin found $errors error(s); trail and model kept in model/.failed-$name"
       rc=1
@@ -135,12 +88,11 @@ report_checks() {
   return "$rc"
 }
 
-report_mutants() {
+run_mutants() {
   local rc=0 entry name d want
   for entry in "${MUTANTS[@]}"; do
     IFS='|' read -r name d want <<<"$entry"
-    landed "mutant $name"
-    [ "$status" = 0 ] || { rc=1; continue; }
+    verify "mutant $name" "-D$name $d" "-DSAFETY" "" || { rc=1; continue; }
     if [ "$errors" = 0 ]; then
       say "mutant $name: Spin found no error, but it breaks the protocol ($want)"
       rc=1
@@ -152,11 +104,9 @@ report_mutants() {
 
 rc=0
 case "${1:-}" in
-  "") launch_checks; wait; report_checks || rc=$? ;;
-  --mutants) launch_mutants; wait; report_mutants || rc=$? ;;
-  --all)
-    launch_checks; launch_mutants; wait
-    report_checks || rc=$?; report_mutants || rc=$? ;;
+  "") run_checks || rc=$? ;;
+  --mutants) run_mutants || rc=$? ;;
+  --all) run_checks || rc=$?; run_mutants || rc=$? ;;
   *) echo "usage: model/run.sh [--mutants | --all]" >&2; exit 2 ;;
 esac
 if [ "$rc" = 0 ]; then say "ok"; else say "FAILED"; fi
