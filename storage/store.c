@@ -619,8 +619,8 @@ static int lock_directory(sl_store *s) {
   int rc = open_dir_fd(s);
   if (rc != 0)
     return rc;
-  /* Bounded: STORE_LOCK_WAIT_TRIES waits of STORE_LOCK_WAIT_US. */
-  for (int attempt = 0; attempt <= STORE_LOCK_WAIT_TRIES; attempt++) {
+  /* Bounded: lock_wait_tries waits of STORE_LOCK_WAIT_US. */
+  for (uint32_t attempt = 0; attempt <= s->lock_wait_tries; attempt++) {
     if (flock(s->dir_fd, LOCK_EX | LOCK_NB) == 0)
       return 0;
     if (errno != EWOULDBLOCK)
@@ -654,10 +654,10 @@ int store_take_lock(sl_store *s, bool *created, bool *flocked) {
     return store_fail(s, errno, "cannot open the lock file: %s",
                       strerror(errno));
   s->lock_fd = fd;
-  /* Bounded: STORE_LOCK_WAIT_TRIES waits of STORE_LOCK_WAIT_US, and only
-   * while readers share the file (reader_lock); a writer holds it
-   * exclusively, and is refused at once. */
-  for (int attempt = 0;; attempt++) {
+  /* Bounded: lock_wait_tries waits of STORE_LOCK_WAIT_US, and only while
+   * readers share the file (reader_lock); a writer holds it exclusively,
+   * and is refused at once. */
+  for (uint32_t attempt = 0;; attempt++) {
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
       *flocked = true;
       return lock_directory(s);
@@ -668,7 +668,7 @@ int store_take_lock(sl_store *s, bool *created, bool *flocked) {
     bool readers = flock(fd, LOCK_SH | LOCK_NB) == 0;
     if (readers)
       flock(fd, LOCK_UN);
-    if (!readers || attempt == STORE_LOCK_WAIT_TRIES)
+    if (!readers || attempt >= s->lock_wait_tries)
       return store_fail(s, SL_ESTORE,
                         "in use by another process (it holds %s)", path);
     struct timespec wait = {0, STORE_LOCK_WAIT_US * 1000L};
@@ -1216,6 +1216,9 @@ sl_store *store_handle_new(const char *dir, bool read_only) {
   s->lock_fd = -1;
   s->dir_fd = -1;
   s->read_only = read_only;
+  /* The default wait; sl_store_open applies lock_wait_ms. */
+  s->lock_wait_tries =
+      STORE_LOCK_WAIT_DEFAULT_MS * 1000u / STORE_LOCK_WAIT_US;
   s->txn.store = s;
   s->txn.state = TXN_IDLE;
   atomic_init(&s->tables_open, false);
@@ -1247,6 +1250,9 @@ int sl_store_open(const char *dir, const sl_store_options *options,
   }
   s->no_lock_file = s->read_only && options->no_lock_file != 0;
   s->no_sync = options->no_sync != 0;
+  if (options->lock_wait_ms) /* at most UINT32_MAX ms: the tries fit */
+    s->lock_wait_tries =
+        (uint32_t)(options->lock_wait_ms * 1000ull / STORE_LOCK_WAIT_US);
   int rc = open_steps(s, options);
   if (rc != 0) {
     if (err && err_bytes > 0)

@@ -116,8 +116,9 @@
  *    holds only that one, and is then read beside in the same way) until
  *    it closes, and opens with MDB_NOLOCK, so it creates
  *    and writes no file at all (`sluice checkpoints` changes nothing),
- *    and a writer that starts meanwhile waits for it (at most 5 s, then
- *    SL_ESTORE "in use"): unregistered readers must not see pages reused.
+ *    and a writer that starts meanwhile waits for it (at most 5 s, or
+ *    lock_wait_ms, then SL_ESTORE "in use"): unregistered readers must
+ *    not see pages reused.
  *    LMDB allows one handle per environment per process, so a second open
  *    of the same directory in one process is refused (SL_ESTORE "in use:
  *    already open in this process"), read-only or not.
@@ -216,6 +217,10 @@ typedef struct sl_store_options {
    * savepoint's copy).  A writer at the same time could change pages
    * under such a reader. */
   int no_lock_file;
+  /** Writer: how long to wait at most for readers that hold the store
+   * (note 5) before SL_ESTORE "in use"; 0 = 5000 ms.  Tests that need the
+   * refusal, not the wait, set a few milliseconds. */
+  uint32_t lock_wait_ms;
 } sl_store_options;
 
 /** Open (creating if missing or empty) the store in dir.  On error *store is

@@ -53,8 +53,9 @@
 /* Free space under which an EIO of LMDB is a full disk (disk_full). */
 #define STORE_FULL_DISK_BYTES (256u << 10)
 /* A writer waits this long at most for readers that hold the directory's
- * shared lock (lock_directory): 5 s. */
-#define STORE_LOCK_WAIT_TRIES 500
+ * shared lock (lock_directory), unless sl_store_options.lock_wait_ms says
+ * otherwise; it looks again every STORE_LOCK_WAIT_US. */
+#define STORE_LOCK_WAIT_DEFAULT_MS 5000u
 #define STORE_LOCK_WAIT_US 10000
 #define STORE_FILE_MODE 0644
 /* At least LMDB's largest key (511 by default); longer keys are refused
@@ -172,6 +173,9 @@ struct sl_store {
   bool read_only;
   bool no_lock_file; /* read_only without lock.mdb (MDB_NOLOCK) */
   bool no_sync;
+  /* Writer: how many times it looks again for the locks readers hold,
+   * STORE_LOCK_WAIT_US apart (sl_store_options.lock_wait_ms). */
+  uint32_t lock_wait_tries;
   bool registered; /* listed in the registry (store.c note 4) */
   uint64_t latest; /* writer: exact; read-only: as of the open */
   uint64_t next_seq; /* writer: exact; read-only: as of the open */
