@@ -22,7 +22,15 @@
  * Beside it: the named crashes of the issue with a real job resumed on
  * the damaged directory, the CLI (SLUICE_BIN) on damaged directories,
  * `sluice checkpoints` writing nothing, the writer's lock surviving the
- * deletion of "lock", and a full disk (a real tmpfs) reported as such. */
+ * deletion of "lock", and a full disk (a real tmpfs) reported as such.
+ *
+ * To keep a copy that fails: with SLUICE_CORRUPT_KEEP=DIR set, a case
+ * whose reader reads different data without an error first writes into
+ * DIR (which must exist) undamaged.mdb (the fixture's data.mdb),
+ * damaged.mdb (the copy) and label.txt (the case's label, its flips),
+ * then fails (so does an inspection that lists other checkpoints).  The fixture comes from a timed job, so a seed alone does
+ * not repeat a case from another run; the two files do (open a copy of
+ * damaged.mdb as DIR2/data.mdb). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -248,6 +256,8 @@ typedef struct fixture {
   uint64_t latest, digest, digest_after;
   size_t checkpoint_count;
   uint64_t cases, refused; /* outcomes: all, and SL_ECORRUPT */
+  const uint8_t *case_data; /* the damaged data.mdb of the running case */
+  size_t case_bytes;
 } fixture;
 
 static fixture fx;
@@ -328,6 +338,33 @@ static void fixture_teardown(void) {
 
 /* ------------------------------------------------------------ one case */
 
+/* SLUICE_CORRUPT_KEEP (head comment): the running case's files, kept
+ * before the assertion that fails on it. */
+static void keep_case(const char *label) {
+  const char *dir = getenv("SLUICE_CORRUPT_KEEP");
+  if (!dir || !*dir || !fx.case_data)
+    return;
+  char *path = sl_test_path_in(dir, "undamaged.mdb");
+  write_bytes(path, fx.data, fx.data_bytes);
+  free(path);
+  path = sl_test_path_in(dir, "damaged.mdb");
+  write_bytes(path, fx.case_data, fx.case_bytes);
+  free(path);
+  path = sl_test_path_in(dir, "label.txt");
+  write_bytes(path, label, strlen(label));
+  free(path);
+  fprintf(stderr, "kept the failing case in %s\n", dir);
+}
+
+/* The reader's digest must be the undamaged store's. */
+static void assert_digest(uint64_t digest, uint64_t expected,
+                          const char *label, const char *step) {
+  if (digest != expected)
+    keep_case(label);
+  cr_assert_eq(digest, expected, "%s: %s without an error, but not what "
+               "the undamaged store holds", label, step);
+}
+
 /* rc is 0, or SL_ECORRUPT with a message naming file.  Returns rc. */
 static int outcome(int rc, const char *message, const char *file,
                    const char *label, const char *step) {
@@ -353,8 +390,7 @@ static int case_read(const char *label) {
   sl_store_close(st);
   if (outcome(rc, err, "data.mdb", label, "read") != 0)
     return rc;
-  cr_assert_eq(digest, fx.digest, "%s: read without an error, but not what "
-               "the undamaged store holds", label);
+  assert_digest(digest, fx.digest, label, "read");
   return 0;
 }
 
@@ -374,6 +410,9 @@ static void case_inspect(const char *label) {
     refused = outcome(rc, err, "data.mdb", label, "inspect a record") != 0;
   }
   if (!refused) {
+    if (info->latest != fx.latest ||
+        info->checkpoint_count != fx.checkpoint_count)
+      keep_case(label);
     cr_assert_eq(info->latest, fx.latest, "%s: inspect", label);
     cr_assert_eq(info->checkpoint_count, fx.checkpoint_count, "%s", label);
   }
@@ -391,7 +430,7 @@ static void case_write(const char *label) {
   uint64_t digest = 0;
   rc = store_digest(st, &digest);
   if (rc == 0) {
-    cr_assert_eq(digest, fx.digest, "%s: writer read", label);
+    assert_digest(digest, fx.digest, label, "writer read");
     rc = store_write(st);
   }
   snprintf(err, sizeof err, "%s", sl_store_error(st));
@@ -406,7 +445,7 @@ static void case_write(const char *label) {
   snprintf(err, sizeof err, "%s", sl_store_error(st));
   sl_store_close(st);
   if (outcome(rc, err, "data.mdb", label, "read after writes") == 0)
-    cr_assert_eq(digest, fx.digest_after, "%s: after writes", label);
+    assert_digest(digest, fx.digest_after, label, "read after writes");
 }
 
 /* Puts data (data.mdb) and, if given, lock.mdb and lock into fx.work. */
@@ -431,6 +470,8 @@ static void case_files(const uint8_t *data, size_t data_bytes,
 static void run_case(const uint8_t *data, size_t data_bytes,
                      const char *label) {
   fx.cases++;
+  fx.case_data = data;
+  fx.case_bytes = data_bytes;
   case_files(data, data_bytes, 0, 0, 0, 0);
   int read = case_read(label);
   fx.refused += read != 0;
@@ -438,6 +479,7 @@ static void run_case(const uint8_t *data, size_t data_bytes,
   case_inspect(label);
   case_files(data, data_bytes, 0, 0, 0, 0);
   case_write(label);
+  fx.case_data = 0;
 }
 
 /* ------------------------------------------------------------ campaign */
