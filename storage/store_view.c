@@ -48,6 +48,21 @@
  *         of a chunk must come after the run's last entry before it
  *         (within a chunk, chunk.h checks it), so a damaged run is
  *         SL_ECORRUPT rather than a key emitted twice or out of order.
+ *      f. the choice of a. reads a chunk's head before its checksum
+ *         (which b. checks only for chunks chosen), so the head is checked
+ *         against the key first: its operator and last key group must be
+ *         the key's (the walk of lmdb_check.c keeps keys in order, and
+ *         the checksum's seed covers the key), its first group at most its
+ *         last.  A chunk that ends a run's choice because its first prefix
+ *         is above the view's last gets its checksum checked there when it
+ *         is of the view's operator: else a damaged first group could
+ *         drop a chunk that holds part of the range, unread.  Without
+ *         these a flipped byte in a head's operator made a whole chunk of
+ *         state vanish with no error (corrupt::random_byte_flips, seed
+ *         2045).  The cost: a compare a chunk chosen, and at most one
+ *         chunk's checksum a run for a read that ends inside an
+ *         operator's key groups (an instance's restore of its groups); a
+ *         read of whole operators checks nothing more.
  *    A compaction writes only into the other base while it merges, so the
  *    pages the references point to are not touched.
  * 2. Every loop is bounded by the chunks' bytes: an entry takes at least
@@ -152,7 +167,9 @@ static int grow(sl_store *s, void **buffer, size_t *capacity, size_t used,
 }
 
 /* Takes the chunk (key, value) if its head's range starts at or below the
- * view's last prefix; *past: it does not (the run's chunks are done). */
+ * view's last prefix; *past: it does not (the run's chunks are done).
+ * Note 1f: the head must agree with the key, and a chunk of the view's
+ * operator left out is checked whole. */
 static int take_chunk(view *v, int db, const MDB_val *key,
                       const MDB_val *value, bool *past) {
   uint32_t first = 0, last = 0;
@@ -161,9 +178,19 @@ static int take_chunk(view *v, int db, const MDB_val *key,
                         value->mv_size - SL_STORE_CHECKSUM_BYTES, &first,
                         &last))
     return store_corrupt(v->s, db, key, "value too short to be a chunk");
+  /* The key's (op, last key group); its length was checked. */
+  uint32_t key_last = get_be32((const uint8_t *)key->mv_data +
+                               (db == DB_LOG ? LOG_LAST_AT : 0));
+  if (last != key_last || first > last)
+    return store_corrupt(v->s, db, key, "chunk head's operator or key "
+                         "groups disagree with its key");
   *past = first > v->last;
-  if (*past)
-    return 0;
+  if (*past) {
+    MDB_val payload;
+    return key_last >> 16 == v->last >> 16
+               ? store_value_open(v->s, db, key, value, &payload)
+               : 0;
+  }
   void *refs = v->refs;
   int rc = grow(v->s, &refs, &v->ref_capacity, v->ref_count, sizeof *v->refs);
   v->refs = refs;

@@ -1007,3 +1007,147 @@ Test(savepoint_damage, start_from_damaged_savepoint) {
   free(sp);
   sl_test_remove_tree(root);
 }
+
+/* ------------------------------------------------------------ chunk heads
+ * A chunk's head (u16 op, u16 first key group, u16 last key group) is
+ * read to choose chunks before any checksum is (store_view.c note 1f).
+ * Found by random_byte_flips (seed 2045, copy 288): a flip of the op's
+ * high byte made op 2's only chunk look like op 0xc902's, so a read of op
+ * 2 skipped it and returned no state, with rc 0. */
+
+/* Op 1, key groups 10..20, one key each: one log chunk, inline in its
+ * leaf, in a fresh store in dir. */
+static void chunk_store(const char *dir) {
+  sl_store *st;
+  char err[1024];
+  sl_store_options rw = {.graph_fingerprint = "g", .no_sync = 1};
+  cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), 0, "%s", err);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  for (uint16_t group = 10; group <= 20; group++) {
+    uint32_t key = group, value = group * 7u;
+    cr_assert_eq(sl_store_put_state(txn, 1, group, &key, sizeof key, &value,
+                                    sizeof value),
+                 0, "%s", sl_store_error(st));
+  }
+  cr_assert_eq(sl_store_commit(txn, 1, "r", 1), 0, "%s", sl_store_error(st));
+  sl_store_close(st);
+}
+
+/* The byte offset in data of the value of the named database's first
+ * entry (a one-leaf main database and a database of one level, as a
+ * fresh small store has them; asserted). */
+static size_t first_value_at(const uint8_t *data, uint32_t page_bytes,
+                             const char *name) {
+  uint64_t page = main_root_page(data, page_bytes);
+  for (int tree = 0; tree < 2; tree++) {
+    const uint8_t *p = data + page * page_bytes;
+    uint16_t flags, lower;
+    memcpy(&flags, p + 10, sizeof flags);
+    memcpy(&lower, p + 12, sizeof lower);
+    cr_assert_eq(flags, 0x02, "page %" PRIu64 " is not a leaf", page);
+    for (uint16_t i = 0; 16 + 2 * i < lower; i++) {
+      uint16_t offset, node_flags, key_bytes;
+      memcpy(&offset, p + 16 + 2 * i, sizeof offset);
+      const uint8_t *node = p + offset;
+      memcpy(&node_flags, node + 4, sizeof node_flags);
+      memcpy(&key_bytes, node + 6, sizeof key_bytes);
+      const uint8_t *value = node + 8 + key_bytes;
+      if (tree == 1) { /* the database's first entry */
+        if (!(node_flags & 0x01)) /* F_BIGDATA: an overflow page */
+          return (size_t)(value - data);
+        uint64_t overflow;
+        memcpy(&overflow, value, sizeof overflow);
+        return overflow * page_bytes + 16;
+      }
+      if (key_bytes == strlen(name) && memcmp(node + 8, name, key_bytes) == 0) {
+        cr_assert(node_flags & 0x02, "%s is not a database", name);
+        memcpy(&page, value + 40, sizeof page); /* the record's root */
+        break;
+      }
+      cr_assert(16 + 2 * (i + 1) < lower, "no database %s", name);
+    }
+  }
+  cr_assert_fail("unreachable");
+  return 0;
+}
+
+static int count_entries(void *arg, uint16_t key_group, const void *key,
+                         uint32_t key_bytes, const void *value,
+                         uint32_t value_bytes) {
+  (void)key_group, (void)key, (void)key_bytes, (void)value, (void)value_bytes;
+  ++*(uint64_t *)arg;
+  return 0;
+}
+
+/* Reads op 1's groups [first, last] of the store in dir, read-only:
+ * the result; *entries the entries read; err the message. */
+static int chunk_read(const char *dir, uint16_t first, uint16_t last,
+                      uint64_t *entries, char *err, size_t err_bytes) {
+  sl_store *st;
+  sl_store_options ro = {.read_only = 1};
+  int rc = sl_store_open(dir, &ro, &st, err, err_bytes);
+  cr_assert_eq(rc, 0, "%s", err);
+  *entries = 0;
+  rc = sl_store_read_state(st, 1, first, last, count_entries, entries);
+  snprintf(err, err_bytes, "%s", sl_store_error(st));
+  sl_store_close(st);
+  return rc;
+}
+
+TestSuite(chunk_head, .timeout = 120);
+
+Test(chunk_head, damaged_head_is_refused) {
+  char *root = sl_test_temp_dir("corrupt-head");
+  char *state = sl_test_path_in(root, "state");
+  chunk_store(state);
+  char *data_path = sl_test_path_in(state, "data.mdb");
+  size_t bytes;
+  uint8_t *data = (uint8_t *)sl_test_read_file(data_path, &bytes);
+  cr_assert(data);
+  uint32_t page_bytes;
+  memcpy(&page_bytes, data + 16 + 24, sizeof page_bytes);
+  size_t head = first_value_at(data, page_bytes, "log");
+  uint16_t field[3]; /* the head: op, first group, last group */
+  memcpy(field, data + head, sizeof field);
+  cr_assert(field[0] == 1 && field[1] == 10 && field[2] == 20,
+            "not the chunk's head: %u %u %u", field[0], field[1], field[2]);
+  char err[1024];
+  uint64_t entries;
+  cr_assert_eq(chunk_read(state, 0, UINT16_MAX, &entries, err, sizeof err),
+               0, "%s", err);
+  cr_assert_eq(entries, 11);
+  cr_assert_eq(chunk_read(state, 0, 12, &entries, err, sizeof err), 0);
+  cr_assert_eq(entries, 3);
+  /* Each damage, and the reads of it that skipped the chunk unread. */
+  static const struct {
+    size_t at;    /* byte of the head */
+    uint8_t mask;
+    uint16_t first, last; /* the read's key groups */
+  } damage[] = {
+      {1, 0xc9, 0, UINT16_MAX}, /* op 1 -> 0xc801: the seed 2045 case */
+      {0, 0x03, 0, UINT16_MAX}, /* op 1 -> 2 */
+      {4, 0x01, 0, UINT16_MAX}, /* last group 20 -> 21 */
+      {2, 0x1e, 0, UINT16_MAX}, /* first group 10 -> 20 */
+      {2, 0x05, 0, 12},         /* first group 10 -> 15, above the read */
+      {2, 0x07, 0, 12},         /* first group 10 -> 13, above the read */
+  };
+  for (size_t d = 0; d < sizeof damage / sizeof damage[0]; d++) {
+    data[head + damage[d].at] ^= damage[d].mask;
+    write_bytes(data_path, data, bytes);
+    int rc = chunk_read(state, damage[d].first, damage[d].last, &entries,
+                        err, sizeof err);
+    cr_assert_eq(rc, SL_ECORRUPT, "damage %zu: rc %d, %" PRIu64
+                 " entries: %s", d, rc, entries, err);
+    assert_contains(err, "data.mdb is damaged");
+    assert_contains(err, "database log");
+    data[head + damage[d].at] ^= damage[d].mask;
+  }
+  write_bytes(data_path, data, bytes);
+  cr_assert_eq(chunk_read(state, 0, 12, &entries, err, sizeof err), 0);
+  cr_assert_eq(entries, 3);
+  free(data);
+  free(data_path);
+  free(state);
+  sl_test_remove_tree(root); /* frees root */
+}
