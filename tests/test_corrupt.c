@@ -1036,9 +1036,9 @@ static void chunk_store(const char *dir) {
 
 /* The byte offset in data of the value of the named database's first
  * entry (a one-leaf main database and a database of one level, as a
- * fresh small store has them; asserted). */
+ * fresh small store has them; asserted); *key_at: of its key. */
 static size_t first_value_at(const uint8_t *data, uint32_t page_bytes,
-                             const char *name) {
+                             const char *name, size_t *key_at) {
   uint64_t page = main_root_page(data, page_bytes);
   for (int tree = 0; tree < 2; tree++) {
     const uint8_t *p = data + page * page_bytes;
@@ -1054,6 +1054,7 @@ static size_t first_value_at(const uint8_t *data, uint32_t page_bytes,
       memcpy(&key_bytes, node + 6, sizeof key_bytes);
       const uint8_t *value = node + 8 + key_bytes;
       if (tree == 1) { /* the database's first entry */
+        *key_at = (size_t)(node + 8 - data);
         if (!(node_flags & 0x01)) /* F_BIGDATA: an overflow page */
           return (size_t)(value - data);
         uint64_t overflow;
@@ -1107,7 +1108,8 @@ Test(chunk_head, damaged_head_is_refused) {
   cr_assert(data);
   uint32_t page_bytes;
   memcpy(&page_bytes, data + 16 + 24, sizeof page_bytes);
-  size_t head = first_value_at(data, page_bytes, "log");
+  size_t key_at;
+  size_t head = first_value_at(data, page_bytes, "log", &key_at);
   uint16_t field[3]; /* the head: op, first group, last group */
   memcpy(field, data + head, sizeof field);
   cr_assert(field[0] == 1 && field[1] == 10 && field[2] == 20,
@@ -1119,21 +1121,29 @@ Test(chunk_head, damaged_head_is_refused) {
   cr_assert_eq(entries, 11);
   cr_assert_eq(chunk_read(state, 0, 12, &entries, err, sizeof err), 0);
   cr_assert_eq(entries, 3);
+  cr_assert_eq(chunk_read(state, 13, 30, &entries, err, sizeof err), 0);
+  cr_assert_eq(entries, 8);
+  /* The log key: u64 seq, u32 run, u16 op, u16 last group (big-endian). */
+  cr_assert(data[key_at + 13] == 1 && data[key_at + 15] == 20);
   /* Each damage, and the reads of it that skipped the chunk unread. */
   static const struct {
-    size_t at;    /* byte of the head */
+    bool in_key;  /* else in the head */
+    size_t at;    /* byte of the head or of the key */
     uint8_t mask;
     uint16_t first, last; /* the read's key groups */
   } damage[] = {
-      {1, 0xc9, 0, UINT16_MAX}, /* op 1 -> 0xc801: the seed 2045 case */
-      {0, 0x03, 0, UINT16_MAX}, /* op 1 -> 2 */
-      {4, 0x01, 0, UINT16_MAX}, /* last group 20 -> 21 */
-      {2, 0x1e, 0, UINT16_MAX}, /* first group 10 -> 20 */
-      {2, 0x05, 0, 12},         /* first group 10 -> 15, above the read */
-      {2, 0x07, 0, 12},         /* first group 10 -> 13, above the read */
+      {0, 1, 0xc9, 0, UINT16_MAX}, /* op 1 -> 0xc801: the seed 2045 case */
+      {0, 0, 0x03, 0, UINT16_MAX}, /* op 1 -> 2 */
+      {0, 4, 0x01, 0, UINT16_MAX}, /* last group 20 -> 21 */
+      {0, 2, 0x1e, 0, UINT16_MAX}, /* first group 10 -> 20 */
+      {0, 2, 0x05, 0, 12},         /* first group 10 -> 15, above the read */
+      {0, 2, 0x07, 0, 12},         /* first group 10 -> 13, above the read */
+      {1, 15, 0x18, 13, 30},       /* the key's last group 20 -> 12 */
+      {1, 15, 0x18, 0, UINT16_MAX},
   };
   for (size_t d = 0; d < sizeof damage / sizeof damage[0]; d++) {
-    data[head + damage[d].at] ^= damage[d].mask;
+    size_t at = (damage[d].in_key ? key_at : head) + damage[d].at;
+    data[at] ^= damage[d].mask;
     write_bytes(data_path, data, bytes);
     int rc = chunk_read(state, damage[d].first, damage[d].last, &entries,
                         err, sizeof err);
@@ -1141,7 +1151,7 @@ Test(chunk_head, damaged_head_is_refused) {
                  " entries: %s", d, rc, entries, err);
     assert_contains(err, "data.mdb is damaged");
     assert_contains(err, "database log");
-    data[head + damage[d].at] ^= damage[d].mask;
+    data[at] ^= damage[d].mask;
   }
   write_bytes(data_path, data, bytes);
   cr_assert_eq(chunk_read(state, 0, 12, &entries, err, sizeof err), 0);
