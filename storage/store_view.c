@@ -234,8 +234,9 @@ static int check_before_seek(view *v, MDB_cursor *cursor, int db,
     return 0;
   MDB_val key = {.mv_size = seek_bytes, .mv_data = (void *)seek}, value;
   int rc = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE);
-  rc = mdb_cursor_get(cursor, &key, &value,
-                      rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
+  if (rc == 0 || rc == MDB_NOTFOUND)
+    rc = mdb_cursor_get(cursor, &key, &value,
+                        rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
   if (rc == MDB_NOTFOUND)
     return 0;
   if (rc != 0)
