@@ -48,6 +48,27 @@
  *         of a chunk must come after the run's last entry before it
  *         (within a chunk, chunk.h checks it), so a damaged run is
  *         SL_ECORRUPT rather than a key emitted twice or out of order.
+ *      f. the choice of a. reads a chunk's head before its checksum
+ *         (which b. checks only for chunks chosen), so the head is checked
+ *         against the key first: its operator and last key group must be
+ *         the key's (the walk of lmdb_check.c keeps keys in order, and
+ *         the checksum's seed covers the key), its first group at most its
+ *         last.  A chunk that ends a run's choice because its first prefix
+ *         is above the view's last gets its checksum checked there when it
+ *         is of the view's operator: else a damaged first group could
+ *         drop a chunk that holds part of the range, unread.  Without
+ *         these a flipped byte in a head's operator made a whole chunk of
+ *         state vanish with no error (corrupt::random_byte_flips, seed
+ *         2045).  At the other end, a read that starts inside an
+ *         operator's key groups seeks past the chunks whose key ends
+ *         below it: a key whose last group was damaged downwards (in
+ *         order still) would hide its chunk there, so the chunk just
+ *         before each seek's, if of the same run and operator, must have
+ *         its head's last group equal to its key's.  The cost: a compare a
+ *         chunk chosen; for a read that does not cover whole operators (an
+ *         instance's restore of its key groups), one more seek a seek and
+ *         at most one chunk's checksum a run.  A read of whole operators
+ *         checks nothing more.
  *    A compaction writes only into the other base while it merges, so the
  *    pages the references point to are not touched.
  * 2. Every loop is bounded by the chunks' bytes: an entry takes at least
@@ -152,7 +173,9 @@ static int grow(sl_store *s, void **buffer, size_t *capacity, size_t used,
 }
 
 /* Takes the chunk (key, value) if its head's range starts at or below the
- * view's last prefix; *past: it does not (the run's chunks are done). */
+ * view's last prefix; *past: it does not (the run's chunks are done).
+ * Note 1f: the head must agree with the key, and a chunk of the view's
+ * operator left out is checked whole. */
 static int take_chunk(view *v, int db, const MDB_val *key,
                       const MDB_val *value, bool *past) {
   uint32_t first = 0, last = 0;
@@ -161,9 +184,19 @@ static int take_chunk(view *v, int db, const MDB_val *key,
                         value->mv_size - SL_STORE_CHECKSUM_BYTES, &first,
                         &last))
     return store_corrupt(v->s, db, key, "value too short to be a chunk");
+  /* The key's (op, last key group); its length was checked. */
+  uint32_t key_last = get_be32((const uint8_t *)key->mv_data +
+                               (db == DB_LOG ? LOG_LAST_AT : 0));
+  if (last != key_last || first > last)
+    return store_corrupt(v->s, db, key, "chunk head's operator or key "
+                         "groups disagree with its key");
   *past = first > v->last;
-  if (*past)
-    return 0;
+  if (*past) {
+    MDB_val payload;
+    return key_last >> 16 == v->last >> 16
+               ? store_value_open(v->s, db, key, value, &payload)
+               : 0;
+  }
   void *refs = v->refs;
   int rc = grow(v->s, &refs, &v->ref_capacity, v->ref_count, sizeof *v->refs);
   v->refs = refs;
@@ -189,6 +222,38 @@ static int add_run(view *v, int db, size_t start) {
   return 0;
 }
 
+/* Note 1f: after a seek to seek (a chunk key whose last prefix is the
+ * view's first), the chunk just before where it lands, if it is of the
+ * same run and operator (its first same_bytes key bytes are seek's), was
+ * left out because its key's last group is below the view's first: its
+ * head must say so too.  A read from key group 0 needs no such check. */
+static int check_before_seek(view *v, MDB_cursor *cursor, int db,
+                             const uint8_t *seek, size_t seek_bytes,
+                             size_t same_bytes, size_t last_at) {
+  if ((v->first & 0xffffu) == 0)
+    return 0;
+  MDB_val key = {.mv_size = seek_bytes, .mv_data = (void *)seek}, value;
+  int rc = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE);
+  if (rc == 0 || rc == MDB_NOTFOUND)
+    rc = mdb_cursor_get(cursor, &key, &value,
+                        rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
+  if (rc == MDB_NOTFOUND)
+    return 0;
+  if (rc != 0)
+    return store_lmdb_fail(v->s, rc, "read the state's chunks");
+  if (key.mv_size != seek_bytes || memcmp(key.mv_data, seek, same_bytes) != 0)
+    return 0;
+  uint32_t first = 0, last = 0;
+  if (value.mv_size < SL_STORE_CHECKSUM_BYTES ||
+      !chunk_peek_range(value.mv_data,
+                        value.mv_size - SL_STORE_CHECKSUM_BYTES, &first,
+                        &last) ||
+      last != get_be32((const uint8_t *)key.mv_data + last_at))
+    return store_corrupt(v->s, db, &key, "chunk head's operator or key "
+                         "groups disagree with its key");
+  return 0;
+}
+
 /* Note 1a for the base: one run, from its first chunk ending at or after
  * the view's first prefix. */
 static int choose_base(view *v, MDB_txn *txn, int db) {
@@ -203,11 +268,17 @@ static int choose_base(view *v, MDB_txn *txn, int db) {
   }
   uint8_t seek[BASE_KEY_BYTES] = {0};
   put_be32(seek, v->first);
+  /* Note 1f: the chunk before the seek's, of the same operator. */
+  int failed = check_before_seek(v, cursor, db, seek, sizeof seek, 2, 0);
+  if (failed) {
+    mdb_cursor_close(cursor);
+    return failed;
+  }
   MDB_val key = {.mv_size = sizeof seek, .mv_data = seek}, value;
   rc = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE);
   size_t start = v->ref_count;
   bool past = false;
-  int failed = 0; /* a store error, its message set */
+  /* failed: a store error, its message set */
   for (size_t i = 0; i <= st.ms_entries && rc == 0 && !past && !failed;
        i++) {
     if (key.mv_size != BASE_KEY_BYTES)
@@ -278,6 +349,11 @@ static int choose_log(view *v, MDB_txn *txn, uint64_t upto_seq) {
     put_be64(seek, id.seq);
     put_be32(seek + LOG_RUN_AT, id.run);
     put_be32(seek + LOG_LAST_AT, v->first);
+    /* Note 1f: the chunk before the seek's, of the same run and op. */
+    failed = check_before_seek(v, cursor, DB_LOG, seek, sizeof seek,
+                               LOG_LAST_AT + 2, LOG_LAST_AT);
+    if (failed)
+      break;
     MDB_val key = {.mv_size = sizeof seek, .mv_data = seek}, value;
     rc = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE);
     if (rc != 0)

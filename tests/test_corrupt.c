@@ -22,7 +22,15 @@
  * Beside it: the named crashes of the issue with a real job resumed on
  * the damaged directory, the CLI (SLUICE_BIN) on damaged directories,
  * `sluice checkpoints` writing nothing, the writer's lock surviving the
- * deletion of "lock", and a full disk (a real tmpfs) reported as such. */
+ * deletion of "lock", and a full disk (a real tmpfs) reported as such.
+ *
+ * To keep a copy that fails: with SLUICE_CORRUPT_KEEP=DIR set, a case
+ * whose reader reads different data without an error first writes into
+ * DIR (which must exist) undamaged.mdb (the fixture's data.mdb),
+ * damaged.mdb (the copy) and label.txt (the case's label, its flips),
+ * then fails (so does an inspection that lists other checkpoints).  The fixture comes from a timed job, so a seed alone does
+ * not repeat a case from another run; the two files do (open a copy of
+ * damaged.mdb as DIR2/data.mdb). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -248,6 +256,8 @@ typedef struct fixture {
   uint64_t latest, digest, digest_after;
   size_t checkpoint_count;
   uint64_t cases, refused; /* outcomes: all, and SL_ECORRUPT */
+  const uint8_t *case_data; /* the damaged data.mdb of the running case */
+  size_t case_bytes;
 } fixture;
 
 static fixture fx;
@@ -328,6 +338,33 @@ static void fixture_teardown(void) {
 
 /* ------------------------------------------------------------ one case */
 
+/* SLUICE_CORRUPT_KEEP (head comment): the running case's files, kept
+ * before the assertion that fails on it. */
+static void keep_case(const char *label) {
+  const char *dir = getenv("SLUICE_CORRUPT_KEEP");
+  if (!dir || !*dir || !fx.case_data)
+    return;
+  char *path = sl_test_path_in(dir, "undamaged.mdb");
+  write_bytes(path, fx.data, fx.data_bytes);
+  free(path);
+  path = sl_test_path_in(dir, "damaged.mdb");
+  write_bytes(path, fx.case_data, fx.case_bytes);
+  free(path);
+  path = sl_test_path_in(dir, "label.txt");
+  write_bytes(path, label, strlen(label));
+  free(path);
+  fprintf(stderr, "kept the failing case in %s\n", dir);
+}
+
+/* The reader's digest must be the undamaged store's. */
+static void assert_digest(uint64_t digest, uint64_t expected,
+                          const char *label, const char *step) {
+  if (digest != expected)
+    keep_case(label);
+  cr_assert_eq(digest, expected, "%s: %s without an error, but not what "
+               "the undamaged store holds", label, step);
+}
+
 /* rc is 0, or SL_ECORRUPT with a message naming file.  Returns rc. */
 static int outcome(int rc, const char *message, const char *file,
                    const char *label, const char *step) {
@@ -353,8 +390,7 @@ static int case_read(const char *label) {
   sl_store_close(st);
   if (outcome(rc, err, "data.mdb", label, "read") != 0)
     return rc;
-  cr_assert_eq(digest, fx.digest, "%s: read without an error, but not what "
-               "the undamaged store holds", label);
+  assert_digest(digest, fx.digest, label, "read");
   return 0;
 }
 
@@ -374,6 +410,9 @@ static void case_inspect(const char *label) {
     refused = outcome(rc, err, "data.mdb", label, "inspect a record") != 0;
   }
   if (!refused) {
+    if (info->latest != fx.latest ||
+        info->checkpoint_count != fx.checkpoint_count)
+      keep_case(label);
     cr_assert_eq(info->latest, fx.latest, "%s: inspect", label);
     cr_assert_eq(info->checkpoint_count, fx.checkpoint_count, "%s", label);
   }
@@ -391,7 +430,7 @@ static void case_write(const char *label) {
   uint64_t digest = 0;
   rc = store_digest(st, &digest);
   if (rc == 0) {
-    cr_assert_eq(digest, fx.digest, "%s: writer read", label);
+    assert_digest(digest, fx.digest, label, "writer read");
     rc = store_write(st);
   }
   snprintf(err, sizeof err, "%s", sl_store_error(st));
@@ -406,7 +445,7 @@ static void case_write(const char *label) {
   snprintf(err, sizeof err, "%s", sl_store_error(st));
   sl_store_close(st);
   if (outcome(rc, err, "data.mdb", label, "read after writes") == 0)
-    cr_assert_eq(digest, fx.digest_after, "%s: after writes", label);
+    assert_digest(digest, fx.digest_after, label, "read after writes");
 }
 
 /* Puts data (data.mdb) and, if given, lock.mdb and lock into fx.work. */
@@ -431,6 +470,8 @@ static void case_files(const uint8_t *data, size_t data_bytes,
 static void run_case(const uint8_t *data, size_t data_bytes,
                      const char *label) {
   fx.cases++;
+  fx.case_data = data;
+  fx.case_bytes = data_bytes;
   case_files(data, data_bytes, 0, 0, 0, 0);
   int read = case_read(label);
   fx.refused += read != 0;
@@ -438,6 +479,7 @@ static void run_case(const uint8_t *data, size_t data_bytes,
   case_inspect(label);
   case_files(data, data_bytes, 0, 0, 0, 0);
   case_write(label);
+  fx.case_data = 0;
 }
 
 /* ------------------------------------------------------------ campaign */
@@ -987,4 +1029,158 @@ Test(savepoint_damage, start_from_damaged_savepoint) {
   free(state);
   free(sp);
   sl_test_remove_tree(root);
+}
+
+/* ------------------------------------------------------------ chunk heads
+ * A chunk's head (u16 op, u16 first key group, u16 last key group) is
+ * read to choose chunks before any checksum is (store_view.c note 1f).
+ * Found by random_byte_flips (seed 2045, copy 288): a flip of the op's
+ * high byte made op 2's only chunk look like op 0xc902's, so a read of op
+ * 2 skipped it and returned no state, with rc 0. */
+
+/* Op 1, key groups 10..20, one key each: one log chunk, inline in its
+ * leaf, in a fresh store in dir. */
+static void chunk_store(const char *dir) {
+  sl_store *st;
+  char err[1024];
+  sl_store_options rw = {.graph_fingerprint = "g", .no_sync = 1};
+  cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), 0, "%s", err);
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0);
+  for (uint16_t group = 10; group <= 20; group++) {
+    uint32_t key = group, value = group * 7u;
+    cr_assert_eq(sl_store_put_state(txn, 1, group, &key, sizeof key, &value,
+                                    sizeof value),
+                 0, "%s", sl_store_error(st));
+  }
+  cr_assert_eq(sl_store_commit(txn, 1, "r", 1), 0, "%s", sl_store_error(st));
+  sl_store_close(st);
+}
+
+/* The byte offset in data of the value of the named database's first
+ * entry (a one-leaf main database and a database of one level, as a
+ * fresh small store has them; asserted); *key_at: of its key. */
+static size_t first_value_at(const uint8_t *data, uint32_t page_bytes,
+                             const char *name, size_t *key_at) {
+  uint64_t page = main_root_page(data, page_bytes);
+  for (int tree = 0; tree < 2; tree++) {
+    const uint8_t *p = data + page * page_bytes;
+    uint16_t flags, lower;
+    memcpy(&flags, p + 10, sizeof flags);
+    memcpy(&lower, p + 12, sizeof lower);
+    cr_assert_eq(flags, 0x02, "page %" PRIu64 " is not a leaf", page);
+    for (uint16_t i = 0; 16 + 2 * i < lower; i++) {
+      uint16_t offset, node_flags, key_bytes;
+      memcpy(&offset, p + 16 + 2 * i, sizeof offset);
+      const uint8_t *node = p + offset;
+      memcpy(&node_flags, node + 4, sizeof node_flags);
+      memcpy(&key_bytes, node + 6, sizeof key_bytes);
+      const uint8_t *value = node + 8 + key_bytes;
+      if (tree == 1) { /* the database's first entry */
+        *key_at = (size_t)(node + 8 - data);
+        if (!(node_flags & 0x01)) /* F_BIGDATA: an overflow page */
+          return (size_t)(value - data);
+        uint64_t overflow;
+        memcpy(&overflow, value, sizeof overflow);
+        return overflow * page_bytes + 16;
+      }
+      if (key_bytes == strlen(name) && memcmp(node + 8, name, key_bytes) == 0) {
+        cr_assert(node_flags & 0x02, "%s is not a database", name);
+        memcpy(&page, value + 40, sizeof page); /* the record's root */
+        break;
+      }
+      cr_assert(16 + 2 * (i + 1) < lower, "no database %s", name);
+    }
+  }
+  cr_assert_fail("unreachable");
+  return 0;
+}
+
+static int count_entries(void *arg, uint16_t key_group, const void *key,
+                         uint32_t key_bytes, const void *value,
+                         uint32_t value_bytes) {
+  (void)key_group, (void)key, (void)key_bytes, (void)value, (void)value_bytes;
+  ++*(uint64_t *)arg;
+  return 0;
+}
+
+/* Reads op 1's groups [first, last] of the store in dir, read-only:
+ * the result; *entries the entries read; err the message. */
+static int chunk_read(const char *dir, uint16_t first, uint16_t last,
+                      uint64_t *entries, char *err, size_t err_bytes) {
+  sl_store *st;
+  sl_store_options ro = {.read_only = 1};
+  int rc = sl_store_open(dir, &ro, &st, err, err_bytes);
+  cr_assert_eq(rc, 0, "%s", err);
+  *entries = 0;
+  rc = sl_store_read_state(st, 1, first, last, count_entries, entries);
+  snprintf(err, err_bytes, "%s", sl_store_error(st));
+  sl_store_close(st);
+  return rc;
+}
+
+TestSuite(chunk_head, .timeout = 120);
+
+Test(chunk_head, damaged_head_is_refused) {
+  char *root = sl_test_temp_dir("corrupt-head");
+  char *state = sl_test_path_in(root, "state");
+  chunk_store(state);
+  char *data_path = sl_test_path_in(state, "data.mdb");
+  size_t bytes;
+  uint8_t *data = (uint8_t *)sl_test_read_file(data_path, &bytes);
+  cr_assert(data);
+  uint32_t page_bytes;
+  memcpy(&page_bytes, data + 16 + 24, sizeof page_bytes);
+  size_t key_at;
+  size_t head = first_value_at(data, page_bytes, "log", &key_at);
+  uint16_t field[3]; /* the head: op, first group, last group */
+  memcpy(field, data + head, sizeof field);
+  cr_assert(field[0] == 1 && field[1] == 10 && field[2] == 20,
+            "not the chunk's head: %u %u %u", field[0], field[1], field[2]);
+  char err[1024];
+  uint64_t entries;
+  cr_assert_eq(chunk_read(state, 0, UINT16_MAX, &entries, err, sizeof err),
+               0, "%s", err);
+  cr_assert_eq(entries, 11);
+  cr_assert_eq(chunk_read(state, 0, 12, &entries, err, sizeof err), 0);
+  cr_assert_eq(entries, 3);
+  cr_assert_eq(chunk_read(state, 13, 30, &entries, err, sizeof err), 0);
+  cr_assert_eq(entries, 8);
+  /* The log key: u64 seq, u32 run, u16 op, u16 last group (big-endian). */
+  cr_assert(data[key_at + 13] == 1 && data[key_at + 15] == 20);
+  /* Each damage, and the reads of it that skipped the chunk unread. */
+  static const struct {
+    bool in_key;  /* else in the head */
+    size_t at;    /* byte of the head or of the key */
+    uint8_t mask;
+    uint16_t first, last; /* the read's key groups */
+  } damage[] = {
+      {0, 1, 0xc9, 0, UINT16_MAX}, /* op 1 -> 0xc801: the seed 2045 case */
+      {0, 0, 0x03, 0, UINT16_MAX}, /* op 1 -> 2 */
+      {0, 4, 0x01, 0, UINT16_MAX}, /* last group 20 -> 21 */
+      {0, 2, 0x1e, 0, UINT16_MAX}, /* first group 10 -> 20 */
+      {0, 2, 0x05, 0, 12},         /* first group 10 -> 15, above the read */
+      {0, 2, 0x07, 0, 12},         /* first group 10 -> 13, above the read */
+      {1, 15, 0x18, 13, 30},       /* the key's last group 20 -> 12 */
+      {1, 15, 0x18, 0, UINT16_MAX},
+  };
+  for (size_t d = 0; d < sizeof damage / sizeof damage[0]; d++) {
+    size_t at = (damage[d].in_key ? key_at : head) + damage[d].at;
+    data[at] ^= damage[d].mask;
+    write_bytes(data_path, data, bytes);
+    int rc = chunk_read(state, damage[d].first, damage[d].last, &entries,
+                        err, sizeof err);
+    cr_assert_eq(rc, SL_ECORRUPT, "damage %zu: rc %d, %" PRIu64
+                 " entries: %s", d, rc, entries, err);
+    assert_contains(err, "data.mdb is damaged");
+    assert_contains(err, "database log");
+    data[at] ^= damage[d].mask;
+  }
+  write_bytes(data_path, data, bytes);
+  cr_assert_eq(chunk_read(state, 0, 12, &entries, err, sizeof err), 0);
+  cr_assert_eq(entries, 3);
+  free(data);
+  free(data_path);
+  free(state);
+  sl_test_remove_tree(root); /* frees root */
 }
