@@ -337,20 +337,34 @@ static void unlink_list(sl_cow_map *m, sl_cow_entry *e, uint64_t bound) {
     unlink_version(m, ring_pop(&ring));
 }
 
-/* Join one list of an epoch after the stable one, every version out of
- * the table by now, onto the dropped list (note 1), and free its index. */
-static void drop_list(sl_cow_map *m, sl_cow_entry *head, sl_cow_entry *tail,
+/* Join the list head .. tail of `entries` versions, whole, onto the end
+ * of the list onto_head .. onto_tail (onto_entries long), in O(1), and
+ * free the joined list's index, which nothing reads any more: the
+ * rollback's one way of handing a failed epoch's list on, to the dropped
+ * list (note 1) or the lazy list (note 6).  Both are chained through
+ * dirty_next like the epoch lists, so the versions need no visit. */
+static void join_list(sl_cow_map *m, sl_cow_entry **onto_head,
+                      sl_cow_entry **onto_tail, uint64_t *onto_entries,
+                      sl_cow_entry *head, sl_cow_entry *tail,
                       uint64_t entries, const sl_cow_index_block *index) {
   cow_map_free_index(m, index, entries);
   if (!head)
     return;
   assert(tail && !tail->dirty_next);
-  if (m->dropped_tail)
-    m->dropped_tail->dirty_next = head;
+  if (*onto_tail)
+    (*onto_tail)->dirty_next = head;
   else
-    m->dropped_head = head;
-  m->dropped_tail = tail;
-  m->dropped_entries += entries;
+    *onto_head = head;
+  *onto_tail = tail;
+  *onto_entries += entries;
+}
+
+/* Join one list of an epoch after the stable one, every version out of
+ * the table by now, onto the dropped list (note 1). */
+static void drop_list(sl_cow_map *m, sl_cow_entry *head, sl_cow_entry *tail,
+                      uint64_t entries, const sl_cow_index_block *index) {
+  join_list(m, &m->dropped_head, &m->dropped_tail, &m->dropped_entries, head,
+            tail, entries, index);
 }
 
 /* ------------------------------------------------------- lazy rollback */
@@ -367,20 +381,11 @@ static bool failed_writes(const sl_cow_map *m, bool *deleted) {
   return wrote;
 }
 
-/* Join one failed epoch's list onto the end of the lazy list (note 6),
- * and free its index. */
+/* Join one failed epoch's list onto the end of the lazy list (note 6). */
 static void lazy_append(sl_cow_map *m, sl_cow_entry *head, sl_cow_entry *tail,
                         uint64_t entries, const sl_cow_index_block *index) {
-  cow_map_free_index(m, index, entries);
-  if (!head)
-    return;
-  assert(tail && !tail->dirty_next);
-  if (m->lazy_tail)
-    m->lazy_tail->dirty_next = head;
-  else
-    m->lazy_head = head;
-  m->lazy_tail = tail;
-  m->lazy_entries += entries;
+  join_list(m, &m->lazy_head, &m->lazy_tail, &m->lazy_entries, head, tail,
+            entries, index);
 }
 
 /* Note 5: keep the undo list's index to resolve displaced numbers, with
