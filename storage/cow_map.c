@@ -422,7 +422,10 @@ static void undo_index_append(sl_cow_map *m, sl_cow_entry *v) {
     return;
   sl_cow_index_block *block = m->undo_index_tail;
   if (!block || block->count == SL_COW_INDEX_BLOCK) {
-    sl_cow_index_block *fresh = sl_alloc_bytes(&m->alloc, sizeof *fresh);
+    sl_cow_index_block *fresh =
+        cow_test_alloc_fails(m, SL_COW_FAIL_UNDO_INDEX_BLOCK)
+            ? 0
+            : sl_alloc_bytes(&m->alloc, sizeof *fresh);
     if (!fresh) {
       cow_map_undo_index_clear(m);
       m->undo_index_dropped = true;

@@ -194,7 +194,22 @@ struct sl_cow_map {
   uint64_t lazy_index_base;
   uint64_t lazy_index_end;
   uint64_t lazy_settled; /* stale versions settled since creation, tests */
+  /* sl_cow_map_test_fail_alloc: per failure point, the allocations there
+   * still to pass before the one that fails (0: none fails). */
+  uint32_t test_fail_countdown[SL_COW_FAIL_POINTS];
 };
+
+/* Whether the allocation about to be made at point must fail for a test
+ * (sl_cow_map_test_fail_alloc, cow_map_rollback.c note 9): counts it
+ * down.  Asked only where a failure has a fallback, none of them on the
+ * path of a lookup or a write of a version. */
+static inline bool cow_test_alloc_fails(sl_cow_map *m,
+                                        enum sl_cow_fail_point point) {
+  assert(point < SL_COW_FAIL_POINTS);
+  if (__builtin_expect(m->test_fail_countdown[point] == 0, 1))
+    return false;
+  return --m->test_fail_countdown[point] == 0;
+}
 
 /* Whether e is stale: of an epoch a lazy rollback has not finished
  * undoing (cow_map_rollback.c note 5).  One compare on every lookup. */

@@ -136,6 +136,19 @@
  *    versions on: the far one fetches each live version's bucket and
  *    version at S, the middle one the chain head its bucket points to
  *    (as note 2's ring, without the ring: the list is its own queue).
+ * 9. The fallbacks are tested.  Two allocations here may fail without
+ *    failing anything: a block of the undo list's index (note 4: the
+ *    index is dropped until the undo list is empty again, and a rollback
+ *    meanwhile follows the list and is not lazy, note 5) and the lazy
+ *    rollback's array of the index's blocks (lazy_index_take: the map
+ *    unaltered, the rollback is done at once, notes 1-4).  Running out of
+ *    memory is no way to reach them, so sl_cow_map_test_fail_alloc()
+ *    makes the nth allocation at either point fail, once, per map: a
+ *    countdown, as SQLite's test_vfs counts down to a failing call, and as
+ *    the store's fault layer (store.h) does for LMDB.  Unarmed, a point
+ *    costs one compare of a counter of the map, once per index block or
+ *    per rollback; nothing on the path of a lookup or of a version's
+ *    write asks.  tests/test_cow_map_lazy_rollback.c drives both.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -400,7 +413,9 @@ static bool lazy_index_take(sl_cow_map *m) {
     blocks++; /* bounded: the index's blocks, each allocated once */
   sl_cow_index_block **at = 0;
   if (blocks > 0) {
-    at = sl_alloc_bytes(&m->alloc, (size_t)blocks * sizeof *at);
+    at = cow_test_alloc_fails(m, SL_COW_FAIL_LAZY_BLOCKS)
+             ? 0
+             : sl_alloc_bytes(&m->alloc, (size_t)blocks * sizeof *at);
     if (!at)
       return false;
     m->memory_bytes += blocks * sizeof *at;
@@ -656,6 +671,13 @@ uint32_t cow_map_dropped_free(sl_cow_map *m, uint32_t budget) {
     m->dropped_tail = 0;
   assert((m->dropped_head == 0) == (m->dropped_entries == 0));
   return done;
+}
+
+void sl_cow_map_test_fail_alloc(sl_cow_map *m, enum sl_cow_fail_point point,
+                                uint32_t nth) {
+  assert(m);
+  assert(point < SL_COW_FAIL_POINTS);
+  m->test_fail_countdown[point] = nth; /* note 9 */
 }
 
 uint64_t sl_cow_map_rollback_visits(const sl_cow_map *m) {

@@ -367,6 +367,84 @@ Test(cow_map_lazy_rollback, destroyed_while_pending) {
   rollback_fixture_free(&f);
 }
 
+/* ------------------------------------------- allocation failures */
+
+/* A rollback that could not be lazy (cow_map_rollback.c note 9) and was
+ * done at once instead: the call visited the versions written since the
+ * checkpoint, nothing waits to be settled, and the map is the
+ * checkpoint's, as the model has it. */
+static void expect_rolled_back_at_once(sl_cow_map *map, const model *stable) {
+  uint64_t visits = sl_cow_map_rollback_visits(map);
+  uint64_t settled = sl_cow_map_rollback_settled(map);
+  uint64_t rollbacks = sl_cow_map_rollbacks(map);
+  cr_assert_eq(sl_cow_map_rollback(map, sl_cow_map_stable_epoch(map)), 0);
+  cr_assert_eq(sl_cow_map_rollbacks(map), rollbacks + 1);
+  cr_assert_not(sl_cow_map_rollback_pending(map), "the rollback was lazy");
+  cr_assert_gt(sl_cow_map_rollback_visits(map), visits);
+  cr_assert_eq(sl_cow_map_rollback_settled(map), settled);
+  cr_assert_eq(sl_cow_map_dirty_entries(map), 0);
+  const sl_cow_delta *deltas;
+  int count;
+  sl_cow_map_pending(map, &deltas, &count);
+  cr_assert_eq(count, 0);
+  cr_assert(sl_cow_map_check(map));
+  cr_assert_eq(model_diff_map(stable, map), 0);
+}
+
+/* After a fallback the map goes on as before: the next failure's
+ * rollback is lazy again, and comes back to the same checkpoint. */
+static void expect_lazy_again(sl_cow_map *map, const model *stable) {
+  maintain_all(map); /* the dropped versions of the fallback */
+  fail_after_checkpoint(map);
+  roll_back_lazily(map, stable);
+  cr_assert(holds(map, stable, 10));
+  maintain_all(map);
+  cr_assert_not(sl_cow_map_rollback_pending(map));
+  cr_assert(sl_cow_map_check(map));
+  cr_assert_eq(model_diff_map(stable, map), 0);
+}
+
+/* Note 9, the first fallback: a block of the undo list's index cannot be
+ * had while the failed epochs write, so the index is dropped (the writes
+ * go on), and the rollback follows the undo list at once.  The block that
+ * fails is the first (nothing indexed yet) or the second (one full block
+ * to free). */
+Test(cow_map_lazy_rollback, an_undo_index_block_fails_so_it_is_done_at_once) {
+  uint64_t keys = SL_COW_INDEX_BLOCK + 100;
+  for (uint32_t nth = 1; nth <= 2; nth++) {
+    /* Ids up to keys + 5, which has no version at the checkpoint. */
+    rollback_fixture f = rollback_fixture_at_checkpoint(keys + 6, keys, 16);
+    sl_cow_map_test_fail_alloc(f.map, SL_COW_FAIL_UNDO_INDEX_BLOCK, nth);
+    for (uint64_t id = 0; id < keys; id++) /* a displacement each */
+      put_value(f.map, id, 16, 10000 + id);
+    sl_cow_map_freeze(f.map); /* never completes */
+    for (uint64_t id = 0; id < keys; id += 3)
+      put_value(f.map, id, 24, 20000 + id);
+    put_value(f.map, keys + 5, 8, 5); /* inserted: the unlink pass runs */
+    cr_assert(sl_cow_map_check(f.map));
+    expect_rolled_back_at_once(f.map, f.stable);
+    expect_lazy_again(f.map, f.stable);
+    rollback_fixture_free(&f);
+  }
+}
+
+/* Note 9, the second fallback: the lazy rollback's array of the undo
+ * index's blocks cannot be had, so the rollback, the map unaltered by the
+ * attempt, is done at once.  Armed for the second rollback, the first is
+ * lazy as usual. */
+Test(cow_map_lazy_rollback, the_lazy_blocks_fail_so_it_is_done_at_once) {
+  rollback_fixture f = rollback_fixture_at_checkpoint(IDS, STABLE_KEYS, 16);
+  sl_cow_map_test_fail_alloc(f.map, SL_COW_FAIL_LAZY_BLOCKS, 2);
+  fail_after_checkpoint(f.map);
+  roll_back_lazily(f.map, f.stable); /* the first allocation passes */
+  maintain_all(f.map);
+  cr_assert_eq(model_diff_map(f.stable, f.map), 0);
+  fail_after_checkpoint(f.map);
+  expect_rolled_back_at_once(f.map, f.stable); /* the second fails */
+  expect_lazy_again(f.map, f.stable);
+  rollback_fixture_free(&f);
+}
+
 /* ---------------------------------------------------- random property */
 
 /* Random writes, checkpoints that complete or not, rollbacks and steps,
