@@ -66,6 +66,15 @@
  * (c) CDF: the histograms of all 50% runs merged, off and on; one point
  *     (latency_us, fraction at or below) per non-empty bucket, thinned to at
  *     most CDF_MAX_POINTS (the last point is always kept: fraction 1).
+ * (c2) since a barrier: the 50% runs with checkpoints again, each measured
+ *     record counted by how long after the newest barrier the source took
+ *     at or before its due time it was due (the source's snapshot call
+ *     notes the time): 0-1, 1-2, 2-5, 5-20 and 20 ms and more; per phase
+ *     the records, their share, p50, p99 and p99.9.  If checkpoints raise
+ *     the p99 through work right after each barrier (the first writes to
+ *     every key copy its frozen version, cow_map.h note 4, while the
+ *     writer reads them on the other CPU: bench/cow_write_bench.c), the
+ *     first phases show it against the last.
  * (d) timeline: one paced run at 50% of M for max(2 D, 5) s (20 s by
  *     default, 5 s quick), checkpoints every 100 ms, restart strategy fixed
  *     delay (1 attempt, no delay), and one operator failure half-way: the
@@ -123,6 +132,9 @@
  *    "issue20_targets": [{"target": text, "goal": v, "measured": v,
  *                         "met": bool}, ...],
  *    "cdf": {"off": [[us, fraction], ...], "on": [[us, fraction], ...]},
+ *    "since_barrier": [{"from_ms": 0, "to_ms": 1, "records": n,
+ *                       "p50_us", "p99_us", "p999_us"}, ... (the last
+ *                      without to_ms; no percentiles without records)],
  *    "timeline": {"interval_ms": 100, "load": 0.5, "seconds": S,
  *                 "points": [{"t_s", "records_per_second", "p50_us",
  *                             "p99_us", "max_us"}, ...],
@@ -182,6 +194,11 @@ static const double loads[LOAD_COUNT] = {0.10, 0.50, 0.80};
 #define INTERVAL_NS 100000000u /* timeline buckets: 100 ms */
 #define INTERVAL_SLACK_S 30u   /* buckets beyond the run for a late tail */
 #define CDF_MAX_POINTS 300u
+/* (c2): records by how long after the source's latest barrier they were
+ * due; the upper ends of the first phases, in ms (the last is open). */
+static const double since_barrier_ms[] = {1, 2, 5, 20};
+#define SINCE_PHASES (sizeof since_barrier_ms / sizeof since_barrier_ms[0] + 1)
+#define SNAPSHOT_RING 8u /* the source's latest barrier times kept */
 #define SOURCE_BATCH 512u      /* records per emit call */
 #define SOURCE_SPIN_NS 1000u   /* spin (not sleep) for a record due this soon */
 #define SOURCE_SPIN_BUDGET_NS 2000u /* spinning between two sleeps, at most */
@@ -246,6 +263,11 @@ typedef struct latency_run {
   uint64_t spun_ns; /* spinning since the last sleep */
   _Atomic uint64_t origin_ns; /* set once, by the source's first call */
   _Atomic uint64_t final_records; /* emitted when the source ended */
+  /* The source's newest barrier times (its snapshot calls, monotonic
+   * ns), slot k % SNAPSHOT_RING for the k-th; the source writes the slot,
+   * then counts it with release; the sink reads the count with acquire. */
+  _Atomic uint64_t snapshot_ns[SNAPSHOT_RING];
+  _Atomic uint64_t snapshots;
   /* count */
   _Atomic int fail_requested; /* main -> count */
   _Atomic uint64_t failed_ns;
@@ -256,6 +278,7 @@ typedef struct latency_run {
   uint64_t last_ns;          /* when the newest record arrived */
   uint64_t interval_overflow; /* records past the last bucket */
   hist total;                /* every measured record */
+  hist since[SINCE_PHASES];  /* the same, by phase after a barrier (c2) */
 } latency_run;
 
 /* Due time of record seq.  In double: seq * 1e9 overflows 64 bits past
@@ -362,6 +385,10 @@ static int source_next(sl_ctx *ctx, void *state) {
 static int source_snapshot(sl_ctx *ctx, void *state, uint64_t id) {
   (void)id;
   latency_run *run = state;
+  uint64_t k = atomic_load_explicit(&run->snapshots, memory_order_relaxed);
+  atomic_store_explicit(&run->snapshot_ns[k % SNAPSHOT_RING], bench_now_ns(),
+                        memory_order_relaxed);
+  atomic_store_explicit(&run->snapshots, k + 1, memory_order_release);
   return fixture_position_snapshot(ctx, &run->emitted);
 }
 
@@ -405,6 +432,30 @@ static int count_process(sl_ctx *ctx, void *state, int input,
 }
 
 /* ------------------------------------------------------------------ sink */
+
+/* (c2): count a measured record in the phase of the time between the
+ * newest barrier the source took at or before the record's due time and
+ * that due time.  Records due before every barrier still in the ring (or
+ * before the first) are left out.  The ring holds the last SNAPSHOT_RING
+ * barriers; at 100 ms apart a record would have to arrive 700 ms late to
+ * find its barrier overwritten. */
+static void record_since_barrier(latency_run *run, uint64_t due_ns,
+                                 uint64_t latency_ns) {
+  uint64_t n = atomic_load_explicit(&run->snapshots, memory_order_acquire);
+  uint64_t oldest = n > SNAPSHOT_RING ? n - SNAPSHOT_RING : 0;
+  for (uint64_t k = n; k-- > oldest;) {
+    uint64_t at = atomic_load_explicit(&run->snapshot_ns[k % SNAPSHOT_RING],
+                                       memory_order_relaxed);
+    if (at > due_ns)
+      continue;
+    double ms = (double)(due_ns - at) / 1e6;
+    size_t phase = 0;
+    while (phase + 1 < SINCE_PHASES && ms >= since_barrier_ms[phase])
+      phase++;
+    hist_record(&run->since[phase], latency_ns);
+    return;
+  }
+}
 
 static int sink_open(sl_ctx *ctx, void *user, void **state) {
   (void)ctx;
@@ -450,8 +501,10 @@ static int sink_process(sl_ctx *ctx, void *state, int input,
   }
   run->last_count[r.key] = r.count;
   uint64_t latency_ns = now > r.due_ns ? now - r.due_ns : 0;
-  if (r.seq >= run->warmup_records)
+  if (r.seq >= run->warmup_records) {
     hist_record(&run->total, latency_ns);
+    record_since_barrier(run, r.due_ns, latency_ns);
+  }
   if (run->interval_count) {
     uint64_t origin = atomic_load_explicit(&run->origin_ns,
                                            memory_order_relaxed);
@@ -803,6 +856,8 @@ static latency_run *new_run(const run_plan *plan) {
     run->cut_after_ns = (uint64_t)((double)plan->records / plan->rate_per_s *
                                    CUT_FACTOR * 1e9);
   hist_reset(&run->total);
+  for (size_t p = 0; p < SINCE_PHASES; p++)
+    hist_reset(&run->since[p]);
   run->last_count = calloc(plan->keys, sizeof *run->last_count);
   if (!run->last_count)
     goto fail;
@@ -866,8 +921,10 @@ static void figures_of(const latency_run *run, const checkpoint_log *log,
 }
 
 /* One measured run of the load phase; merges its histogram into *merged
- * if not NULL.  Returns 0 or 1. */
-static int load_run(const run_plan *plan, run_figures *f, hist *merged) {
+ * and its phases after a barrier into since[SINCE_PHASES], each if not
+ * NULL.  Returns 0 or 1. */
+static int load_run(const run_plan *plan, run_figures *f, hist *merged,
+                    hist *since) {
   latency_run *run = new_run(plan);
   checkpoint_log *log = calloc(1, sizeof *log);
   run_outcome out = {.failure_t_s = NAN};
@@ -878,6 +935,8 @@ static int load_run(const run_plan *plan, run_figures *f, hist *merged) {
     figures_of(run, log, &out, f);
     if (merged)
       hist_merge(merged, &run->total);
+    for (size_t p = 0; since && p < SINCE_PHASES; p++)
+      hist_merge(&since[p], &run->since[p]);
   }
   free(log);
   free_run(run);
@@ -895,7 +954,7 @@ static int measure_max(const options *o, bench_json *json,
   double rates[MAX_REPEAT];
   for (int r = 0; r < o->repeat; r++) {
     run_figures f;
-    if (load_run(&plan, &f, 0))
+    if (load_run(&plan, &f, 0, 0))
       return 1;
     rates[r] = f.achieved_per_s;
   }
@@ -914,6 +973,7 @@ static int measure_max(const options *o, bench_json *json,
 typedef struct load_results {
   run_figures runs[LOAD_COUNT][2][MAX_REPEAT];
   hist cdf[2]; /* 50% load, off and on, merged */
+  hist since[SINCE_PHASES]; /* 50% load with checkpoints, merged (c2) */
 } load_results;
 
 typedef struct figure_field {
@@ -948,6 +1008,8 @@ static int measure_loads(const options *o, double max_per_s,
                          load_results *results) {
   hist_reset(&results->cdf[0]);
   hist_reset(&results->cdf[1]);
+  for (size_t p = 0; p < SINCE_PHASES; p++)
+    hist_reset(&results->since[p]);
   for (int r = 0; r < o->repeat; r++) {
     for (int l = 0; l < LOAD_COUNT; l++) {
       for (int step = 0; step < 2; step++) {
@@ -966,7 +1028,8 @@ static int measure_loads(const options *o, double max_per_s,
                   loads[l] * 100, max_per_s, plan.records, o->seconds);
           return 1;
         }
-        if (load_run(&plan, &results->runs[l][on][r], merged))
+        hist *since = l == TARGET_LOAD_INDEX && on ? results->since : 0;
+        if (load_run(&plan, &results->runs[l][on][r], merged, since))
           return 1;
         fprintf(stderr, "  load %.0f%% checkpoints %s, repeat %d: p99 %.1f "
                 "us\n", loads[l] * 100, on ? "on" : "off", r + 1,
@@ -1168,6 +1231,43 @@ static void report_cdf(bench_json *json, const load_results *res) {
   write_cdf(json, "off", &res->cdf[0]);
   write_cdf(json, "on", &res->cdf[1]);
   bench_json_end_object(json);
+}
+
+/* (c2): the 50%-load runs with checkpoints, by phase after a barrier. */
+static void report_since_barrier(bench_json *json, const load_results *res) {
+  uint64_t all = 0;
+  for (size_t p = 0; p < SINCE_PHASES; p++)
+    all += res->since[p].total;
+  printf("\nAt 50%% load with checkpoints, by how long after the source's "
+         "latest barrier each record was due (all runs merged, us):\n"
+         "  phase        records   share       p50       p99     p99.9\n");
+  bench_json_begin_array(json, "since_barrier");
+  for (size_t p = 0; p < SINCE_PHASES; p++) {
+    const hist *h = &res->since[p];
+    double from = p ? since_barrier_ms[p - 1] : 0;
+    char name[32];
+    if (p + 1 < SINCE_PHASES)
+      snprintf(name, sizeof name, "%g-%g ms", from, since_barrier_ms[p]);
+    else
+      snprintf(name, sizeof name, ">= %g ms", from);
+    double p50 = (double)hist_value_at_percentile(h, 50) / 1e3;
+    double p99 = (double)hist_value_at_percentile(h, 99) / 1e3;
+    double p999 = (double)hist_value_at_percentile(h, 99.9) / 1e3;
+    printf("  %-10s %9" PRIu64 " %6.1f%% %9.1f %9.1f %9.1f\n", name, h->total,
+           all ? 100.0 * (double)h->total / (double)all : 0, p50, p99, p999);
+    bench_json_begin_object(json, 0);
+    bench_json_double(json, "from_ms", from);
+    if (p + 1 < SINCE_PHASES)
+      bench_json_double(json, "to_ms", since_barrier_ms[p]);
+    bench_json_u64(json, "records", h->total);
+    if (h->total) {
+      bench_json_double(json, "p50_us", p50);
+      bench_json_double(json, "p99_us", p99);
+      bench_json_double(json, "p999_us", p999);
+    }
+    bench_json_end_object(json);
+  }
+  bench_json_end_array(json);
 }
 
 /* ------------------------------------------------------------- timeline */
@@ -1376,6 +1476,7 @@ static int run_phases(const options *o, bench_json *json) {
     if (rc == 0) {
       report_loads(json, o, res);
       report_cdf(json, res);
+      report_since_barrier(json, res);
     }
     free(res);
     if (rc)

@@ -471,6 +471,24 @@ class Report:
                 f"'{dat}' index 1 using 2:1 with steps lw 2 title 'checkpoints every 100 ms'"
                 ))
             self.out(image(png, "latency CDF with and without checkpoints"), "")
+        since = d.get("since_barrier") or []
+        if since:
+            total = sum(p.get("records", 0) for p in since) or 1
+            rows = []
+            for p in since:
+                name = (f"{num(p.get('from_ms'), 0)}-{num(p.get('to_ms'), 0)} ms"
+                        if p.get("to_ms") is not None
+                        else f">= {num(p.get('from_ms'), 0)} ms")
+                rows.append([name, f"{p.get('records', 0):,}",
+                             f"{100.0 * p.get('records', 0) / total:.1f}%",
+                             num(p.get("p50_us"), 1), num(p.get("p99_us"), 1),
+                             num(p.get("p999_us"), 1)])
+            self.out("The same 50%-load runs with checkpoints, each record by how long "
+                     "after the source's latest barrier it was due (all runs merged; "
+                     "microseconds).  Work that each barrier causes shows in the first "
+                     "phases against the last (`latency_bench.c`, phase c2):", "")
+            self.out(table(["due after a barrier", "records", "share", "p50", "p99",
+                            "p99.9"], rows), "")
         tl = d.get("timeline")
         if tl and tl.get("points"):
             self.timeline(tl)
