@@ -480,6 +480,11 @@ bool sl_cow_map_rollback_pending(const sl_cow_map *map);
  * Logs the first failed condition (an ERROR line, engine/log.h). */
 bool sl_cow_map_check(const sl_cow_map *map);
 
+/** For tests: versions a copy on write displaced whose retired mark still
+ * waits for their epoch's release and the reclaim steps (cow_map.c note
+ * 15). */
+uint64_t sl_cow_map_retire_waiting(const sl_cow_map *map);
+
 /* For tests only: the allocation failure points of the rollback's
  * indexes, countdown-then-fail as in SQLite's test_vfs
  * (cow_map_rollback.c note 9).  Each one is a place where the map goes on
@@ -492,6 +497,9 @@ enum sl_cow_fail_point {
   /* The lazy rollback's array of those blocks (cow_map_rollback.c note
    * 5): the rollback is done at once instead. */
   SL_COW_FAIL_LAZY_BLOCKS,
+  /* An array of versions whose retired mark waits (cow_map.c note 15):
+   * the version is marked at once instead. */
+  SL_COW_FAIL_RETIRE_LATER,
   SL_COW_FAIL_POINTS
 };
 /* For tests only: the nth allocation at point from now on (1: the next

@@ -48,6 +48,11 @@ typedef struct cow_pending_end {
   uint64_t live_keys; /* keys in the map then (cow_map.c note 12) */
   uint64_t deletes;   /* tombstones the epoch wrote (cow_map_rollback.c
                          note 5) */
+  /* Without rollback, this epoch's versions that writes displaced, their
+   * retired mark not yet written (cow_map.c note 15); NULL when none. */
+  struct sl_cow_entry **later;
+  uint64_t later_count;
+  uint64_t later_capacity;
 } cow_pending_end;
 
 /* The header of a load arena chunk (note 9); versions follow it. */
@@ -87,6 +92,13 @@ struct sl_cow_map {
   sl_cow_entry *reclaim_head; /* released lists, concatenated (note 1) */
   sl_cow_entry *reclaim_tail;
   uint64_t reclaim_entries;
+  /* Note 15: displaced versions of released epochs whose retired mark the
+   * reclaim steps write before they walk on: marking[marking_done ..
+   * marking_count), in an array of marking_capacity (NULL when 0). */
+  sl_cow_entry **marking;
+  uint64_t marking_done;
+  uint64_t marking_count;
+  uint64_t marking_capacity;
   /* The released lists' indexes, concatenated in the same order, kept so
    * the reclaim walk can fetch ahead (cow_map.c note 13): the block and
    * position of the walk's next version (NULL: no fetching), the last
