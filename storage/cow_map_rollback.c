@@ -146,9 +146,12 @@
  *    makes the nth allocation at either point fail, once, per map: a
  *    countdown, as SQLite's test_vfs counts down to a failing call, and as
  *    the store's fault layer (store.h) does for LMDB.  Unarmed, a point
- *    costs one compare of a counter of the map, once per index block or
- *    per rollback; nothing on the path of a lookup or of a version's
- *    write asks.  tests/test_cow_map_lazy_rollback.c drives both.
+ *    costs a call and a compare (cow_test_alloc_fails), once per index
+ *    block or per rollback; nothing on the path of a lookup or of a
+ *    version's write asks, and the call is out of line so that the code
+ *    around those allocations compiles as without it (inline, it cost the
+ *    append of every displaced version to the undo index a register
+ *    move).  tests/test_cow_map_lazy_rollback.c drives both.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -671,6 +674,13 @@ uint32_t cow_map_dropped_free(sl_cow_map *m, uint32_t budget) {
     m->dropped_tail = 0;
   assert((m->dropped_head == 0) == (m->dropped_entries == 0));
   return done;
+}
+
+bool cow_test_alloc_fails(sl_cow_map *m, enum sl_cow_fail_point point) {
+  assert(point < SL_COW_FAIL_POINTS);
+  if (m->test_fail_countdown[point] == 0)
+    return false;
+  return --m->test_fail_countdown[point] == 0; /* note 9 */
 }
 
 void sl_cow_map_test_fail_alloc(sl_cow_map *m, enum sl_cow_fail_point point,

@@ -8,7 +8,10 @@
  * is touched: lookups, updates, deletes and inserts of stale keys, before
  * anything (sl_cow_map_foreach, model_diff_map's lookups of every key)
  * could have settled them another way.  sl_cow_map_check() runs between
- * the steps: it knows the lazy state.
+ * the steps: it knows the lazy state.  Most tests start from one fixture
+ * (lazily_rolled_back, on test_cow_map.h's rollback_fixture).  When an
+ * allocation the lazy rollback needs fails, it is done at once instead
+ * (note 9): sl_cow_map_test_fail_alloc makes each such failure happen.
  *
  * SLUICE_TEST_SCALE=n divides the operation counts by n (sanitizer builds).
  */
