@@ -209,7 +209,9 @@
  *    they walk the reclaim chain any further, so the walk never meets a
  *    displaced version unmarked.  A RELEASED version the walk has not
  *    reached yet goes on the marking queue when it is displaced.  If an
- *    array cannot grow, the version is marked at once, as before.  The
+ *    array cannot grow, the version is marked at once, as before
+ *    (SL_COW_FAIL_RETIRE_LATER makes that happen in a test,
+ *    cow_map_rollback.c note 9).  The
  *    marks then cost a miss each where the steps run, spread over the
  *    writes after the release, not piled onto the first writes after
  *    the barrier.  With rollback on, the undo list needs the mark and

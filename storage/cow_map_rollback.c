@@ -147,7 +147,8 @@
  *    countdown, as SQLite's test_vfs counts down to a failing call, and as
  *    the store's fault layer (store.h) does for LMDB.  Unarmed, a point
  *    costs a call and a compare (cow_test_alloc_fails), once per index
- *    block or per rollback; nothing on the path of a lookup or of a
+ *    block or per rollback (and per growth of an array of waiting marks,
+ *    the third point: cow_map.c note 15); nothing on the path of a lookup or of a
  *    version's write asks, and the call is out of line so that the code
  *    around those allocations compiles as without it (inline, it cost the
  *    append of every displaced version to the undo index a register
