@@ -22,7 +22,9 @@
  * WHAT IT DOES
  *
  * A map of N keys (16-byte keys, 16-byte values: the shape of
- * latency_bench's count state), rollback on as in the engine (state.c).
+ * latency_bench's count state), without rollback (a job without a restart
+ * strategy, such as latency_bench's) and with it (engine/snapshot.c note
+ * 11: with a restart strategy), each size and kind measured apart.
  * Each round: freeze; in "reader" rounds a thread pinned to another CPU
  * walks the frozen delta as collect_all (engine/checkpoint_writer.c) and
  * the encoder do, through the delta's index when it has one: per version
@@ -200,9 +202,11 @@ static void print_stats(const char *what, const double *v, size_t n,
 }
 
 /* One size: returns 0, or 1 if the map could not be made. */
-static int one_size(bench_json *json, uint64_t n, int rounds, reader *r) {
+static int one_size(bench_json *json, uint64_t n, int rounds, reader *r,
+                    bool rollback) {
   sl_cow_map *map;
-  if (sl_cow_map_create(&map) != 0 || sl_cow_map_enable_rollback(map) != 0)
+  if (sl_cow_map_create(&map) != 0 ||
+      (rollback && sl_cow_map_enable_rollback(map) != 0))
     return 1;
   sl_cow_key *keys = malloc(n * sizeof *keys);
   uint8_t (*bytes)[16] = malloc(n * sizeof *bytes);
@@ -237,8 +241,8 @@ static int one_size(bench_json *json, uint64_t n, int rounds, reader *r) {
     exposed[p] = b.exposed;
     ratio[p] = a.write_ns > 0 ? b.write_ns / a.write_ns : 0;
   }
-  printf("  %" PRIu64 " keys, %d rounds of each kind (%s)\n", n, rounds,
-         sl_cow_map_allocator_name());
+  printf("  %" PRIu64 " keys, rollback %s, %d rounds of each kind (%s)\n", n,
+         rollback ? "on" : "off", rounds, sl_cow_map_allocator_name());
   print_stats("first writes, alone", alone_w, (size_t)rounds, "ns/key");
   print_stats("first writes, reader alongside", with_w, (size_t)rounds,
               "ns/key");
@@ -263,6 +267,7 @@ static int one_size(bench_json *json, uint64_t n, int rounds, reader *r) {
   printf("    (%zu of %d pairs had a share >= 0.5)\n", exposed_pairs, rounds);
   bench_json_begin_object(json, 0);
   bench_json_u64(json, "keys", n);
+  bench_json_bool(json, "rollback", rollback);
   bench_json_u64(json, "rounds", (uint64_t)rounds);
   bench_json_stats(json, "first_write_ns_alone",
                    bench_stats_of(alone_w, (size_t)rounds));
@@ -359,7 +364,9 @@ int main(int argc, char **argv) {
   }
   int rc = 0;
   for (int s = 0; rc == 0 && s < count; s++)
-    rc = one_size(&json, sizes[s], rounds ? rounds : size_rounds[s], &r);
+    for (int rollback = 0; rc == 0 && rollback < 2; rollback++)
+      rc = one_size(&json, sizes[s], rounds ? rounds : size_rounds[s], &r,
+                    rollback);
   bench_json_end_array(&json);
   atomic_store(&r.quit, 1);
   pthread_join(thread, 0);

@@ -1,6 +1,6 @@
 /* checkpoint_stats.c — the one job: what a job remembers of its
  * checkpoints, for sl_job_checkpoint_stats, sl_job_checkpoint_instance_stats,
- * sl_job_last_checkpoint and sl_job_metrics.
+ * sl_job_last_checkpoint, sl_job_captures_aborted and sl_job_metrics.
  *
  * 1. The history is a ring of SL_CHECKPOINT_HISTORY entries, each with one
  *    sl_checkpoint_instance_stats per instance, newest overwriting oldest.
@@ -179,6 +179,13 @@ SL_EXPORT int sl_job_checkpoint_instance_stats(
   }
   pthread_mutex_unlock(&cp->history_lock);
   return rc;
+}
+
+SL_EXPORT uint64_t sl_job_captures_aborted(const sl_job *job) {
+  /* Counted by the instances (snapshot.c note 12, abort_capture). */
+  return job ? atomic_load_explicit(&job->captures_aborted,
+                                    memory_order_relaxed)
+             : 0;
 }
 
 SL_EXPORT uint64_t sl_job_last_checkpoint(const sl_job *job,

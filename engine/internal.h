@@ -269,6 +269,11 @@ struct sl_job {
   _Atomic uint64_t cp_settled_id;   /* every id <= this one is complete or
                                        aborted (coordinator.c note 7) */
   _Atomic int cp_final_done;        /* the final checkpoint is durable */
+  /* Channel-state captures dropped because their checkpoint aborted
+   * before the instance could ack it (snapshot.c note 12), over the run,
+   * restarts included: sl_job_captures_aborted().  Instance threads add,
+   * relaxed: a count, publishing nothing. */
+  _Atomic uint64_t captures_aborted;
   /* Stop with a savepoint (stop.c): the request the sources obey
    * (enum sl_stop_request, read in runtime.c's source loop), the claim
    * that makes stops one at a time, and "the job stopped with a

@@ -98,7 +98,8 @@
  *    the state after the snapshot: consistent, since a restore starts
  *    from the snapshot's state and the upstream from its own snapshot,
  *    after BARRIER n.  A capture whose checkpoint settles (an abort) is
- *    dropped with its ack (drop_capture).  The stop checkpoint of a
+ *    dropped with its ack (abort_capture, counted for
+ *    sl_job_captures_aborted).  The stop checkpoint of a
  *    stop with a savepoint, and the checkpoint a savepoint copies, stay
  *    aligned: while a stop is pending or a savepoint holds the
  *    checkpointer (coordinator.c note 13) no barrier is taken unaligned
@@ -125,7 +126,7 @@
  *                | [announced: copy_overtaken; barrier >= n; END]
  *                v
  *              DONE  --(all channels)--[maybe_ack_unaligned]--> acked
- *   any --[n settles: drop_capture]--> dropped
+ *   any --[n settles: abort_capture]--> dropped
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -578,6 +579,16 @@ static void drop_capture(sl_instance *inst, int k) {
   memset(&cp->captures[cp->capture_count], 0, sizeof cp->captures[0]);
 }
 
+/* Note 12: the oldest capture's checkpoint aborted (settled before the
+ * capture's ack went out): drop it, and count it for
+ * sl_job_captures_aborted(). */
+static void abort_capture(sl_instance *inst) {
+  assert(inst->cp.capture_count > 0);
+  atomic_fetch_add_explicit(&inst->job->captures_aborted, 1,
+                            memory_order_relaxed);
+  drop_capture(inst, 0);
+}
+
 /* The channel state of cap as the ack carries it (checkpoint_writer.c
  * note 6): per channel with entries, in index order, u32 channel, u32 0,
  * u64 bytes, then the entries.  0 or ENOMEM. */
@@ -640,7 +651,7 @@ int sl_snapshot_unaligned(sl_instance *inst, uint64_t id) {
   assert(id > cp->last_snapshot_id);
   assert(unaligned_on(inst->job));
   if (cp->capture_count == SL_CAPTURES_MAX)
-    drop_capture(inst, 0); /* aborted long ago, not yet seen settled */
+    abort_capture(inst); /* aborted long ago, not yet seen settled */
   uint64_t now = sl_now_ns();
   bool was_aligning = cp->aligning_id == id;
   sl_ack *ack = 0;
@@ -959,7 +970,7 @@ int sl_snapshot_notifications(sl_instance *inst) {
     if (cp->aligning_id && cp->aligning_id <= settled)
       unblock_all(inst); /* note 5: it was aborted */
     while (cp->capture_count > 0 && cp->captures[0].id <= settled)
-      drop_capture(inst, 0); /* note 12: it was aborted */
+      abort_capture(inst); /* note 12: it was aborted */
   }
   if (cp->maintain_pending)
     cp->maintain_pending = sl_cow_map_maintain(cp->keyed, SL_MAINTAIN_BUDGET);

@@ -143,6 +143,17 @@ int sl_job_stop_with_savepoint(sl_job *job, const char *dir, int flags,
  * *restored_from, the checkpoint the job resumed from (0 if it did not). */
 uint64_t sl_job_last_checkpoint(const sl_job *job, uint64_t *restored_from);
 
+/** With unaligned checkpoints (docs/checkpoints.md): how many captures of
+ * channel state were dropped because their checkpoint aborted (timeout, a
+ * failed snapshot or write elsewhere) while the instance was still
+ * capturing, or had captured but not yet acked, since sl_job_start(),
+ * restarts included; one per instance and checkpoint.  The instances
+ * count it as they learn of the abort, so it may trail the checkpoint's
+ * ABORTED status in sl_job_checkpoint_stats().  0 for a job without
+ * checkpoints or with aligned ones only, and for NULL.  Any thread, until
+ * sl_job_destroy(). */
+uint64_t sl_job_captures_aborted(const sl_job *job);
+
 enum sl_checkpoint_status {
   SL_CHECKPOINT_IN_PROGRESS = 0,
   SL_CHECKPOINT_COMPLETED = 1,

@@ -191,6 +191,31 @@
  *    a helper thread faults in the table and the arena chunks a bulk
  *    load will write next, on another CPU; sl_cow_map_load_finish stops
  *    it and frees the chunks it held ahead.
+ * 15. A copy on write leaves the version it displaces alone (without
+ *    rollback).  The first write to a key after a freeze copies its
+ *    FROZEN version (note 1) and used to mark the displaced one
+ *    RETIRED_FREE and clear its chain_next right away.  But the
+ *    checkpoint writer reads the frozen versions on another CPU at that
+ *    very time, so each of those writes took a cache line back from it:
+ *    one more miss for every first write in the millisecond or two after
+ *    a barrier, when every hot key is written again (bench/README.md,
+ *    cow_write_bench: about twice the first writes' cost at 10,000 keys,
+ *    and gone when the marks were written later).  So without rollback a
+ *    displaced version of a pending epoch is only noted, in its epoch's
+ *    slot (cow_pending_end.later); its chain_next keeps its old value,
+ *    which nothing follows once the version is out of the table.  When
+ *    the epoch is released its notes join the marking queue, and the
+ *    reclaim steps write the marks (RETIRED_FREE, chain_next 0) before
+ *    they walk the reclaim chain any further, so the walk never meets a
+ *    displaced version unmarked.  A RELEASED version the walk has not
+ *    reached yet goes on the marking queue when it is displaced.  If an
+ *    array cannot grow, the version is marked at once, as before
+ *    (SL_COW_FAIL_RETIRE_LATER makes that happen in a test,
+ *    cow_map_rollback.c note 9).  The
+ *    marks then cost a miss each where the steps run, spread over the
+ *    writes after the release, not piled onto the first writes after
+ *    the barrier.  With rollback on, the undo list needs the mark and
+ *    the link at the write (note 12); that path still writes them there.
  */
 #include "cow_map.h"
 #include "key_order.h"
@@ -217,6 +242,10 @@
  * the old table cannot make one call slow. */
 #define REHASH_EMPTY_VISITS (REHASH_BUCKETS_PER_STEP * 10u)
 #define RECLAIM_PER_WRITE 4u
+/* The first size of an array of versions whose mark waits (note 15). */
+#define LATER_INITIAL 256u
+/* How far ahead of the marks their versions are fetched (note 15). */
+#define MARKING_AHEAD 16u
 /* Note 13: how far ahead of the reclaim walk versions are fetched: four
  * writes' worth of steps. */
 #define RECLAIM_AHEAD 16u
@@ -422,7 +451,10 @@ static void undo_index_append(sl_cow_map *m, sl_cow_entry *v) {
     return;
   sl_cow_index_block *block = m->undo_index_tail;
   if (!block || block->count == SL_COW_INDEX_BLOCK) {
-    sl_cow_index_block *fresh = sl_alloc_bytes(&m->alloc, sizeof *fresh);
+    sl_cow_index_block *fresh =
+        cow_test_alloc_fails(m, SL_COW_FAIL_UNDO_INDEX_BLOCK)
+            ? 0
+            : sl_alloc_bytes(&m->alloc, sizeof *fresh);
     if (!fresh) {
       cow_map_undo_index_clear(m);
       m->undo_index_dropped = true;
@@ -489,6 +521,147 @@ static inline bool in_place(const sl_cow_map *m, const sl_cow_entry *old) {
   return old->epoch == m->epoch || (old->epoch == 0 && !m->retain);
 }
 
+/* ------------------------------------------- marks that wait (note 15) */
+
+/* The retired mark of a displaced version without rollback: the reclaim
+ * walk frees it when it reaches it. */
+static inline void mark_retired(sl_cow_entry *v) {
+  v->chain_next = 0;
+  v->retired = RETIRED_FREE;
+}
+
+/* Make room for one more version in an array of *count of *capacity,
+ * doubling it.  false: no memory (the array unchanged). */
+static bool later_room(sl_cow_map *m, sl_cow_entry ***array, uint64_t *count,
+                       uint64_t *capacity) {
+  if (*count < *capacity)
+    return true;
+  uint64_t grown = *capacity ? *capacity * 2 : LATER_INITIAL;
+  sl_cow_entry **fresh =
+      cow_test_alloc_fails(m, SL_COW_FAIL_RETIRE_LATER)
+          ? 0 : sl_alloc_bytes(&m->alloc, (size_t)grown * sizeof *fresh);
+  if (!fresh)
+    return false;
+  if (*count)
+    memcpy(fresh, *array, *count * sizeof *fresh);
+  if (*array)
+    sl_alloc_free(&m->alloc, *array, (size_t)*capacity * sizeof **array);
+  m->memory_bytes += (grown - *capacity) * sizeof *fresh;
+  *array = fresh;
+  *capacity = grown;
+  return true;
+}
+
+/* Put v on the marking queue; false if the queue cannot grow. */
+static bool marking_push(sl_cow_map *m, sl_cow_entry *v) {
+  if (m->marking_done == m->marking_count) {
+    m->marking_done = m->marking_count = 0; /* empty: start over */
+  } else if (m->marking_count == m->marking_capacity && m->marking_done) {
+    /* Full, with marks done at its front: reuse their room. */
+    m->marking_count -= m->marking_done;
+    memmove(m->marking, m->marking + m->marking_done,
+            m->marking_count * sizeof *m->marking);
+    m->marking_done = 0;
+  }
+  if (!later_room(m, &m->marking, &m->marking_count, &m->marking_capacity))
+    return false;
+  m->marking[m->marking_count++] = v;
+  return true;
+}
+
+/* Note 15: note old, displaced from the table by a write of the current
+ * epoch without rollback, for its mark to be written later.  false: no
+ * memory to note it (the caller marks it now). */
+static bool retire_later(sl_cow_map *m, sl_cow_entry *old) {
+  assert(!m->retain && old->epoch != 0 && old->epoch != m->epoch);
+  if (old->epoch <= m->stable_epoch)
+    return marking_push(m, old); /* RELEASED, not walked yet */
+  for (uint32_t i = 0; i < m->pending_count; i++) {
+    if (m->pending[i].epoch != old->epoch)
+      continue;
+    cow_pending_end *slot = &m->pending_tails[i];
+    if (!later_room(m, &slot->later, &slot->later_count,
+                    &slot->later_capacity))
+      return false;
+    slot->later[slot->later_count++] = old;
+    return true;
+  }
+  assert(!"a FROZEN version's epoch has a pending slot");
+  return false;
+}
+
+/* Free an array of versions whose marks waited. */
+static void later_free(sl_cow_map *m, sl_cow_entry **array, uint64_t capacity) {
+  if (!array)
+    return;
+  assert(m->memory_bytes >= capacity * sizeof *array);
+  m->memory_bytes -= capacity * sizeof *array;
+  sl_alloc_free(&m->alloc, array, (size_t)capacity * sizeof *array);
+}
+
+/* A released slot's notes join the marking queue (its array, if the
+ * queue is empty; else one by one, marked at once where it cannot grow). */
+static void marking_take(sl_cow_map *m, cow_pending_end *slot) {
+  if (slot->later_count && m->marking_done == m->marking_count) {
+    later_free(m, m->marking, m->marking_capacity);
+    m->marking = slot->later;
+    m->marking_count = slot->later_count;
+    m->marking_capacity = slot->later_capacity;
+    m->marking_done = 0;
+  } else {
+    for (uint64_t i = 0; i < slot->later_count; i++)
+      if (!marking_push(m, slot->later[i]))
+        mark_retired(slot->later[i]);
+    later_free(m, slot->later, slot->later_capacity);
+  }
+  slot->later = 0;
+  slot->later_count = slot->later_capacity = 0;
+}
+
+/* Write up to budget of the marking queue's marks; returns how many.
+ * The queue's versions are scattered over the state: each one is fetched
+ * (for writing) MARKING_AHEAD marks before its turn, so that once the
+ * state outgrows the cache the misses overlap instead of queueing, as in
+ * the reclaim walk (note 13), which then finds them in cache. */
+static uint32_t marking_steps(sl_cow_map *m, uint32_t budget) {
+  uint32_t done = 0;
+  for (; done < budget && m->marking_done < m->marking_count; done++) {
+    if (m->marking_done + MARKING_AHEAD < m->marking_count)
+      PREFETCH(m->marking[m->marking_done + MARKING_AHEAD], 1);
+    mark_retired(m->marking[m->marking_done++]);
+  }
+  if (m->marking_done == m->marking_count && m->marking) {
+    /* Emptied: its memory goes back, so an idle map holds none. */
+    later_free(m, m->marking, m->marking_capacity);
+    m->marking = 0;
+    m->marking_done = m->marking_count = m->marking_capacity = 0;
+  }
+  return done;
+}
+
+/* Every waiting mark, now: the pending slots' and the queue's. */
+static void marks_finish(sl_cow_map *m) {
+  for (uint32_t i = 0; i < m->pending_count; i++) {
+    cow_pending_end *slot = &m->pending_tails[i];
+    for (uint64_t k = 0; k < slot->later_count; k++)
+      mark_retired(slot->later[k]);
+    later_free(m, slot->later, slot->later_capacity);
+    slot->later = 0;
+    slot->later_count = slot->later_capacity = 0;
+  }
+  marking_steps(m, UINT32_MAX);
+  while (m->marking_done < m->marking_count) /* more than 2^32 - 1 */
+    marking_steps(m, UINT32_MAX);
+}
+
+uint64_t sl_cow_map_retire_waiting(const sl_cow_map *m) {
+  assert(m);
+  uint64_t n = m->marking_count - m->marking_done;
+  for (uint32_t i = 0; i < m->pending_count; i++)
+    n += m->pending_tails[i].later_count;
+  return n;
+}
+
 /* old (not CURRENT) was just displaced from the table by a write of the
  * current epoch: without rollback it is retired (and a CLEAN one, on no
  * list, freed at once: note 3); with rollback it goes on the undo list
@@ -498,8 +671,8 @@ static void retire_displaced(sl_cow_map *m, sl_cow_entry *old) {
   if (!m->retain) {
     if (old->epoch == 0)
       entry_free(m, old);
-    else
-      old->retired = RETIRED_FREE; /* stays, unchanged, on its list */
+    else if (!retire_later(m, old))
+      mark_retired(old); /* stays, unchanged, on its list */
     return;
   }
   old->retired = RETIRED_UNDO;
@@ -704,7 +877,10 @@ static inline void reclaim_index_step(sl_cow_map *m, const sl_cow_entry *e) {
  * pop released undo versions with what is left of it (note 12).  Returns
  * true if some work remains. */
 static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
-  uint32_t done = 0;
+  /* Note 15: the walk goes on only once every waiting mark is written. */
+  uint32_t done = marking_steps(m, budget);
+  if (m->marking_done < m->marking_count)
+    return true;
   for (; done < budget && m->reclaim_head; done++) {
     sl_cow_entry *e = m->reclaim_head;
     if (m->reclaim_index) {
@@ -779,7 +955,8 @@ static void undo_release(sl_cow_map *m, const cow_pending_end *slot) {
  * two tests and no call. */
 static inline void write_background(sl_cow_map *m) {
   if (m->reclaim_head || m->dropped_head || m->lazy_head ||
-      m->undo_popped < m->undo_releasable)
+      m->undo_popped < m->undo_releasable ||
+      m->marking_done < m->marking_count)
     reclaim_steps(m, RECLAIM_PER_WRITE);
   if (m->rehashing)
     rehash_step(m);
@@ -854,6 +1031,9 @@ static void destroy_walk(sl_cow_map *m) {
   /* A lazy rollback's versions waiting to go back into the table are on
    * no list (cow_map_rollback.c note 6): put them back first. */
   cow_map_lazy_finish(m);
+  /* Displaced versions whose mark waits (note 15) are freed as retired
+   * ones on their lists below. */
+  marks_finish(m); /* frees the arrays too */
   /* Then the undo lists (note 12): they are linked through versions the
    * other lists free; only their CLEAN ones are on no other list. */
   sl_cow_entry *lists[2] = {m->obsolete_head, m->undo_head};
@@ -1071,7 +1251,8 @@ static sl_cow_entry *put_new_version(sl_cow_map *m, sl_cow_entry **link,
                                           : (uint32_t)(m->undo_pushed + 1);
   e->chain_next = old->chain_next;
   *link = e; /* the table's count is unchanged */
-  old->chain_next = 0;
+  /* old's chain_next is cleared by whoever marks it: the caller, or the
+   * reclaim steps (note 15). */
   dirty_append(m, e);
   return e;
 }
@@ -1116,6 +1297,7 @@ void *sl_cow_map_put_key(sl_cow_map *m, const sl_cow_key *key,
   if (!e)
     return 0;
   if (old->epoch == m->epoch) {
+    old->chain_next = 0;
     old->superseded = 1; /* CURRENT, so the writer does not see it yet */
     old->retired = RETIRED_FREE;
   } else {
@@ -1500,6 +1682,7 @@ void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
   for (; n < m->pending_count && m->pending[n].epoch <= epoch; n++) {
     const sl_cow_delta *d = &m->pending[n];
     assert((d->head == 0) == (m->pending_tails[n].last == 0));
+    marking_take(m, &m->pending_tails[n]); /* note 15 */
     reclaim_index_add(m, d);
     if (!d->head)
       continue; /* an empty epoch: nothing to reclaim */
@@ -1547,6 +1730,7 @@ int sl_cow_map_enable_rollback(sl_cow_map *m) {
    * release. */
   if (m->dirty_head || m->pending_count)
     return EBUSY;
+  marks_finish(m); /* note 15: rollback keeps no waiting marks */
   m->stable_epoch = m->epoch - 1;
   m->stable_live_keys = m->tables[0].used + m->tables[1].used;
   m->retain = true;

@@ -480,6 +480,34 @@ bool sl_cow_map_rollback_pending(const sl_cow_map *map);
  * Logs the first failed condition (an ERROR line, engine/log.h). */
 bool sl_cow_map_check(const sl_cow_map *map);
 
+/** For tests: versions a copy on write displaced whose retired mark still
+ * waits for their epoch's release and the reclaim steps (cow_map.c note
+ * 15). */
+uint64_t sl_cow_map_retire_waiting(const sl_cow_map *map);
+
+/* For tests only: the allocation failure points of the rollback's
+ * indexes, countdown-then-fail as in SQLite's test_vfs
+ * (cow_map_rollback.c note 9).  Each one is a place where the map goes on
+ * without the memory it asked for, by a slower way, and is otherwise
+ * unreachable short of running out of memory. */
+enum sl_cow_fail_point {
+  /* A block of the undo list's index (cow_map_rollback.c note 4): the
+   * index is dropped, a rollback follows the list and is not lazy. */
+  SL_COW_FAIL_UNDO_INDEX_BLOCK,
+  /* The lazy rollback's array of those blocks (cow_map_rollback.c note
+   * 5): the rollback is done at once instead. */
+  SL_COW_FAIL_LAZY_BLOCKS,
+  /* An array of versions whose retired mark waits (cow_map.c note 15):
+   * the version is marked at once instead. */
+  SL_COW_FAIL_RETIRE_LATER,
+  SL_COW_FAIL_POINTS
+};
+/* For tests only: the nth allocation at point from now on (1: the next
+ * one) fails, once, as if the allocator had returned NULL; 0 disarms it.
+ * Owner thread (note 1). */
+void sl_cow_map_test_fail_alloc(sl_cow_map *map, enum sl_cow_fail_point point,
+                                uint32_t nth);
+
 /* For tests: the most buckets a single operation's rehash step visited
  * since creation (at most SL_COW_STEP_MAX_BUCKETS, note 8). */
 uint64_t sl_cow_map_max_step_buckets(const sl_cow_map *map);

@@ -2,6 +2,7 @@
  * the copy-on-write map (cow_map.h; the conditions are cow_map.c's notes),
  * for asserts and tests. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cow_map_internal.h"
 #include "log.h"
@@ -26,7 +27,25 @@ typedef struct check_tally {
    * the reclaim chain (so counted in undo_on_lists, though on the undo
    * list no more): cow_map_rollback.c note 6. */
   uint64_t undo_awaited_on_lists;
+  /* Displaced versions whose retired mark waits (cow_map.c note 15), by
+   * address, and how many of them the lists met. */
+  const sl_cow_entry **waiting;
+  uint64_t waiting_count;
+  uint64_t waiting_met;
 } check_tally;
+
+static int compare_address(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const sl_cow_entry *const *)a;
+  uintptr_t y = (uintptr_t) * (const sl_cow_entry *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Whether e's mark waits (cow_map.c note 15). */
+static bool mark_waits(const check_tally *tally, const sl_cow_entry *e) {
+  return tally->waiting_count &&
+         bsearch(&e, tally->waiting, tally->waiting_count,
+                 sizeof *tally->waiting, compare_address) != 0;
+}
 
 /* Where a version's memory is counted: its own allocation, or (arena) a
  * place inside a chunk of this map, counted with the chunk (note 7). */
@@ -102,6 +121,15 @@ static bool check_list(const sl_cow_map *m, const sl_cow_entry *head,
     CHECK(e->retired != RETIRED_UNDO || (!e->tombstone && !e->superseded));
     tally->undo_on_lists += e->retired == RETIRED_UNDO;
     if (e->retired) {
+      if (!check_version_memory(m, e, tally))
+        return false;
+    } else if (mark_waits(tally, e)) {
+      /* Displaced, out of the table, its mark to come (note 15). */
+      int found_in;
+      sl_cow_entry **link = cow_map_find_version(m, e, &found_in);
+      CHECK(!link || *link != e);
+      CHECK(!e->tombstone && !e->superseded);
+      tally->waiting_met++;
       if (!check_version_memory(m, e, tally))
         return false;
     } else {
@@ -431,12 +459,68 @@ static bool check_reclaim_index(const sl_cow_map *m, check_tally *tally) {
   return true;
 }
 
+/* The displaced versions whose mark waits (cow_map.c note 15), gathered
+ * and sorted into tally->waiting (the caller frees it), each checked
+ * where it is noted: a pending slot's are of its epoch, the marking
+ * queue's of a released one; the arrays' memory is the map's. */
+static bool gather_waiting(const sl_cow_map *m, check_tally *tally) {
+  CHECK(m->marking_done <= m->marking_count);
+  CHECK(m->marking_count <= m->marking_capacity);
+  CHECK((m->marking == 0) == (m->marking_capacity == 0));
+  uint64_t n = m->marking_count - m->marking_done;
+  tally->bytes += m->marking_capacity * sizeof *m->marking;
+  for (uint32_t i = 0; i < m->pending_count; i++) {
+    const cow_pending_end *slot = &m->pending_tails[i];
+    CHECK(slot->later_count <= slot->later_capacity);
+    CHECK((slot->later == 0) == (slot->later_capacity == 0));
+    n += slot->later_count;
+    tally->bytes += slot->later_capacity * sizeof *slot->later;
+  }
+  CHECK(n == 0 || !m->retain);
+  if (n == 0)
+    return true;
+  const sl_cow_entry **all = malloc(n * sizeof *all);
+  CHECK(all);
+  uint64_t k = 0;
+  for (uint64_t i = m->marking_done; i < m->marking_count; i++)
+    all[k++] = m->marking[i];
+  for (uint32_t i = 0; i < m->pending_count; i++)
+    for (uint64_t j = 0; j < m->pending_tails[i].later_count; j++)
+      all[k++] = m->pending_tails[i].later[j];
+  tally->waiting = all;
+  tally->waiting_count = n;
+  for (uint64_t i = m->marking_done; i < m->marking_count; i++) {
+    const sl_cow_entry *e = m->marking[i];
+    CHECK(e->epoch != 0 && e->epoch <= m->stable_epoch);
+    CHECK(!e->retired);
+  }
+  for (uint32_t i = 0; i < m->pending_count; i++)
+    for (uint64_t j = 0; j < m->pending_tails[i].later_count; j++) {
+      const sl_cow_entry *e = m->pending_tails[i].later[j];
+      CHECK(e->epoch == m->pending[i].epoch);
+      CHECK(!e->retired);
+    }
+  qsort(all, n, sizeof *all, compare_address);
+  for (uint64_t i = 1; i < n; i++)
+    CHECK(all[i - 1] != all[i]); /* noted once */
+  return true;
+}
+
+static bool check_all(const sl_cow_map *m, check_tally *tally);
+
 bool sl_cow_map_check(const sl_cow_map *m) {
   CHECK(m);
   CHECK(m->epoch >= 1);
   check_tally tally = {
       .bytes = sizeof *m + (uint64_t)m->pending_capacity *
                                (sizeof *m->pending + sizeof *m->pending_tails)};
+  bool ok = gather_waiting(m, &tally) && check_all(m, &tally);
+  free((void *)tally.waiting);
+  return ok;
+}
+
+static bool check_all(const sl_cow_map *m, check_tally *tally_in) {
+  check_tally tally = *tally_in;
   if (!check_tables(m, &tally))
     return false;
   if (!check_list(m, m->dirty_head, m->dirty_tail, m->dirty_entries,
@@ -479,6 +563,7 @@ bool sl_cow_map_check(const sl_cow_map *m) {
     return false;
   if (!check_load_window(m, &tally) || !check_arena(m, &tally))
     return false;
+  CHECK(tally.waiting_met == tally.waiting_count); /* each on a list */
   CHECK(tally.bytes == m->memory_bytes);
   CHECK(tally.heap_versions == m->heap_versions);
   return true;

@@ -48,6 +48,11 @@ typedef struct cow_pending_end {
   uint64_t live_keys; /* keys in the map then (cow_map.c note 12) */
   uint64_t deletes;   /* tombstones the epoch wrote (cow_map_rollback.c
                          note 5) */
+  /* Without rollback, this epoch's versions that writes displaced, their
+   * retired mark not yet written (cow_map.c note 15); NULL when none. */
+  struct sl_cow_entry **later;
+  uint64_t later_count;
+  uint64_t later_capacity;
 } cow_pending_end;
 
 /* The header of a load arena chunk (note 9); versions follow it. */
@@ -87,6 +92,13 @@ struct sl_cow_map {
   sl_cow_entry *reclaim_head; /* released lists, concatenated (note 1) */
   sl_cow_entry *reclaim_tail;
   uint64_t reclaim_entries;
+  /* Note 15: displaced versions of released epochs whose retired mark the
+   * reclaim steps write before they walk on: marking[marking_done ..
+   * marking_count), in an array of marking_capacity (NULL when 0). */
+  sl_cow_entry **marking;
+  uint64_t marking_done;
+  uint64_t marking_count;
+  uint64_t marking_capacity;
   /* The released lists' indexes, concatenated in the same order, kept so
    * the reclaim walk can fetch ahead (cow_map.c note 13): the block and
    * position of the walk's next version (NULL: no fetching), the last
@@ -194,7 +206,17 @@ struct sl_cow_map {
   uint64_t lazy_index_base;
   uint64_t lazy_index_end;
   uint64_t lazy_settled; /* stale versions settled since creation, tests */
+  /* sl_cow_map_test_fail_alloc: per failure point, the allocations there
+   * still to pass before the one that fails (0: none fails). */
+  uint32_t test_fail_countdown[SL_COW_FAIL_POINTS];
 };
+
+/* Whether the allocation about to be made at point must fail for a test
+ * (sl_cow_map_test_fail_alloc, cow_map_rollback.c note 9): counts it
+ * down.  Asked only where a failure has a fallback, none of them on the
+ * path of a lookup or a write of a version; a call, not inline, so that
+ * the paths around those allocations compile as without it. */
+bool cow_test_alloc_fails(sl_cow_map *m, enum sl_cow_fail_point point);
 
 /* Whether e is stale: of an epoch a lazy rollback has not finished
  * undoing (cow_map_rollback.c note 5).  One compare on every lookup. */

@@ -136,6 +136,23 @@
  *    versions on: the far one fetches each live version's bucket and
  *    version at S, the middle one the chain head its bucket points to
  *    (as note 2's ring, without the ring: the list is its own queue).
+ * 9. The fallbacks are tested.  Two allocations here may fail without
+ *    failing anything: a block of the undo list's index (note 4: the
+ *    index is dropped until the undo list is empty again, and a rollback
+ *    meanwhile follows the list and is not lazy, note 5) and the lazy
+ *    rollback's array of the index's blocks (lazy_index_take: the map
+ *    unaltered, the rollback is done at once, notes 1-4).  Running out of
+ *    memory is no way to reach them, so sl_cow_map_test_fail_alloc()
+ *    makes the nth allocation at either point fail, once, per map: a
+ *    countdown, as SQLite's test_vfs counts down to a failing call, and as
+ *    the store's fault layer (store.h) does for LMDB.  Unarmed, a point
+ *    costs a call and a compare (cow_test_alloc_fails), once per index
+ *    block or per rollback (and per growth of an array of waiting marks,
+ *    the third point: cow_map.c note 15); nothing on the path of a lookup or of a
+ *    version's write asks, and the call is out of line so that the code
+ *    around those allocations compiles as without it (inline, it cost the
+ *    append of every displaced version to the undo index a register
+ *    move).  tests/test_cow_map_lazy_rollback.c drives both.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -337,20 +354,34 @@ static void unlink_list(sl_cow_map *m, sl_cow_entry *e, uint64_t bound) {
     unlink_version(m, ring_pop(&ring));
 }
 
-/* Join one list of an epoch after the stable one, every version out of
- * the table by now, onto the dropped list (note 1), and free its index. */
-static void drop_list(sl_cow_map *m, sl_cow_entry *head, sl_cow_entry *tail,
+/* Join the list head .. tail of `entries` versions, whole, onto the end
+ * of the list onto_head .. onto_tail (onto_entries long), in O(1), and
+ * free the joined list's index, which nothing reads any more: the
+ * rollback's one way of handing a failed epoch's list on, to the dropped
+ * list (note 1) or the lazy list (note 6).  Both are chained through
+ * dirty_next like the epoch lists, so the versions need no visit. */
+static void join_list(sl_cow_map *m, sl_cow_entry **onto_head,
+                      sl_cow_entry **onto_tail, uint64_t *onto_entries,
+                      sl_cow_entry *head, sl_cow_entry *tail,
                       uint64_t entries, const sl_cow_index_block *index) {
   cow_map_free_index(m, index, entries);
   if (!head)
     return;
   assert(tail && !tail->dirty_next);
-  if (m->dropped_tail)
-    m->dropped_tail->dirty_next = head;
+  if (*onto_tail)
+    (*onto_tail)->dirty_next = head;
   else
-    m->dropped_head = head;
-  m->dropped_tail = tail;
-  m->dropped_entries += entries;
+    *onto_head = head;
+  *onto_tail = tail;
+  *onto_entries += entries;
+}
+
+/* Join one list of an epoch after the stable one, every version out of
+ * the table by now, onto the dropped list (note 1). */
+static void drop_list(sl_cow_map *m, sl_cow_entry *head, sl_cow_entry *tail,
+                      uint64_t entries, const sl_cow_index_block *index) {
+  join_list(m, &m->dropped_head, &m->dropped_tail, &m->dropped_entries, head,
+            tail, entries, index);
 }
 
 /* ------------------------------------------------------- lazy rollback */
@@ -367,20 +398,11 @@ static bool failed_writes(const sl_cow_map *m, bool *deleted) {
   return wrote;
 }
 
-/* Join one failed epoch's list onto the end of the lazy list (note 6),
- * and free its index. */
+/* Join one failed epoch's list onto the end of the lazy list (note 6). */
 static void lazy_append(sl_cow_map *m, sl_cow_entry *head, sl_cow_entry *tail,
                         uint64_t entries, const sl_cow_index_block *index) {
-  cow_map_free_index(m, index, entries);
-  if (!head)
-    return;
-  assert(tail && !tail->dirty_next);
-  if (m->lazy_tail)
-    m->lazy_tail->dirty_next = head;
-  else
-    m->lazy_head = head;
-  m->lazy_tail = tail;
-  m->lazy_entries += entries;
+  join_list(m, &m->lazy_head, &m->lazy_tail, &m->lazy_entries, head, tail,
+            entries, index);
 }
 
 /* Note 5: keep the undo list's index to resolve displaced numbers, with
@@ -395,7 +417,9 @@ static bool lazy_index_take(sl_cow_map *m) {
     blocks++; /* bounded: the index's blocks, each allocated once */
   sl_cow_index_block **at = 0;
   if (blocks > 0) {
-    at = sl_alloc_bytes(&m->alloc, (size_t)blocks * sizeof *at);
+    at = cow_test_alloc_fails(m, SL_COW_FAIL_LAZY_BLOCKS)
+             ? 0
+             : sl_alloc_bytes(&m->alloc, (size_t)blocks * sizeof *at);
     if (!at)
       return false;
     m->memory_bytes += blocks * sizeof *at;
@@ -651,6 +675,20 @@ uint32_t cow_map_dropped_free(sl_cow_map *m, uint32_t budget) {
     m->dropped_tail = 0;
   assert((m->dropped_head == 0) == (m->dropped_entries == 0));
   return done;
+}
+
+bool cow_test_alloc_fails(sl_cow_map *m, enum sl_cow_fail_point point) {
+  assert(point < SL_COW_FAIL_POINTS);
+  if (m->test_fail_countdown[point] == 0)
+    return false;
+  return --m->test_fail_countdown[point] == 0; /* note 9 */
+}
+
+void sl_cow_map_test_fail_alloc(sl_cow_map *m, enum sl_cow_fail_point point,
+                                uint32_t nth) {
+  assert(m);
+  assert(point < SL_COW_FAIL_POINTS);
+  m->test_fail_countdown[point] = nth; /* note 9 */
 }
 
 uint64_t sl_cow_map_rollback_visits(const sl_cow_map *m) {

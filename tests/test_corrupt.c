@@ -79,6 +79,29 @@ static void assert_contains(const char *text, const char *part) {
             text ? text : "(null)", part);
 }
 
+/* The store's data.mdb in dir, read whole into memory (the caller frees
+ * it; *bytes long), its path (*path, if path is not NULL; the caller
+ * frees it) and its page size.  LMDB keeps the page size in meta page 0,
+ * in the md_pad field of the free-pages DB: after the 16-byte page header
+ * come the meta's magic and version (4 bytes each), address and map size
+ * (8 each), then that DB, md_pad first.  The file holds whole pages. */
+static uint8_t *read_data_file(const char *dir, char **path, size_t *bytes,
+                               uint32_t *page_bytes) {
+  char *data_path = sl_test_path_in(dir, "data.mdb");
+  uint8_t *data = (uint8_t *)sl_test_read_file(data_path, bytes);
+  cr_assert(data, "%s: %s", data_path, strerror(errno));
+  cr_assert_geq(*bytes, 16 + 24 + sizeof *page_bytes);
+  memcpy(page_bytes, data + 16 + 24, sizeof *page_bytes);
+  cr_assert(*page_bytes >= 512 && *bytes % *page_bytes == 0,
+            "%s: page size %" PRIu32 ", %zu bytes", data_path, *page_bytes,
+            *bytes);
+  if (path)
+    *path = data_path;
+  else
+    free(data_path);
+  return data;
+}
+
 /* xorshift64*: the campaign's random numbers, from its printed seed. */
 static uint64_t next_random(uint64_t *state) {
   uint64_t x = *state;
@@ -280,15 +303,11 @@ static void job_store(void) {
 
 static void fixture_setup(void) {
   job_store();
-  char *path = sl_test_path_in(fx.state, "data.mdb");
-  fx.data = (uint8_t *)sl_test_read_file(path, &fx.data_bytes);
-  free(path);
-  path = sl_test_path_in(fx.state, "lock.mdb");
+  fx.data = read_data_file(fx.state, 0, &fx.data_bytes, &fx.page_bytes);
+  char *path = sl_test_path_in(fx.state, "lock.mdb");
   fx.lock_mdb = (uint8_t *)sl_test_read_file(path, &fx.lock_mdb_bytes);
   free(path);
-  cr_assert(fx.data && fx.lock_mdb);
-  memcpy(&fx.page_bytes, fx.data + 16 + 24, sizeof fx.page_bytes);
-  cr_assert(fx.page_bytes >= 512 && fx.data_bytes % fx.page_bytes == 0);
+  cr_assert(fx.lock_mdb);
   sl_store_info info;
   char err[1024];
   cr_assert_eq(sl_store_inspect(fx.state, &info, err, sizeof err), 0, "%s",
@@ -728,12 +747,11 @@ TestSuite(cli, .timeout = 300);
 Test(cli, damaged_store_exit_1) {
   char *root = sl_test_temp_dir("corrupt-cli");
   cli_job(root, "", 0);
-  char *data_path = sl_test_path_in(root, "state/data.mdb");
+  char *state = sl_test_path_in(root, "state"), *data_path;
   size_t bytes;
-  uint8_t *data = (uint8_t *)sl_test_read_file(data_path, &bytes);
-  cr_assert(data);
   uint32_t page_bytes;
-  memcpy(&page_bytes, data + 16 + 24, sizeof page_bytes);
+  uint8_t *data = read_data_file(state, &data_path, &bytes, &page_bytes);
+  free(state);
   uint64_t root_page = main_root_page(data, page_bytes);
   for (int damage = 0; damage < 3; damage++) {
     size_t size = damage == 0 ? bytes / 2 : damage == 1 ? 8192 : bytes;
@@ -967,15 +985,13 @@ Test(savepoint_damage, start_from_damaged_savepoint) {
   char *sp = sl_test_path_in(root, "sp");
   uint64_t count = job_records();
   job_savepoint(state, sp, count);
-  char *data_path = sl_test_path_in(sp, "data.mdb");
-  char *manifest_path = sl_test_path_in(sp, "manifest.json");
+  char *data_path, *manifest_path = sl_test_path_in(sp, "manifest.json");
   size_t data_bytes, manifest_bytes;
-  uint8_t *data = (uint8_t *)sl_test_read_file(data_path, &data_bytes);
+  uint32_t page_bytes;
+  uint8_t *data = read_data_file(sp, &data_path, &data_bytes, &page_bytes);
   uint8_t *manifest = (uint8_t *)sl_test_read_file(manifest_path,
                                                    &manifest_bytes);
-  cr_assert(data && manifest);
-  uint32_t page_bytes;
-  memcpy(&page_bytes, data + 16 + 24, sizeof page_bytes);
+  cr_assert(manifest);
   uint8_t *copy = malloc(data_bytes > manifest_bytes ? data_bytes
                                                      : manifest_bytes);
   cr_assert(copy);
@@ -1125,12 +1141,10 @@ Test(chunk_head, damaged_head_is_refused) {
   char *root = sl_test_temp_dir("corrupt-head");
   char *state = sl_test_path_in(root, "state");
   chunk_store(state);
-  char *data_path = sl_test_path_in(state, "data.mdb");
+  char *data_path;
   size_t bytes;
-  uint8_t *data = (uint8_t *)sl_test_read_file(data_path, &bytes);
-  cr_assert(data);
   uint32_t page_bytes;
-  memcpy(&page_bytes, data + 16 + 24, sizeof page_bytes);
+  uint8_t *data = read_data_file(state, &data_path, &bytes, &page_bytes);
   size_t key_at;
   size_t head = first_value_at(data, page_bytes, "log", &key_at);
   uint16_t field[3]; /* the head: op, first group, last group */

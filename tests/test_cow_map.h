@@ -1,8 +1,10 @@
 /* test_cow_map.h — what the copy-on-write map's test files share
- * (test_cow_map.c, test_cow_map_load.c): numbered keys and values, the
- * reference model, the mutator that drives a map and its model together,
- * a delta's entries read back, and the checkpoint writer thread of the
- * property tests.  One copy of each; nothing here is a test.
+ * (test_cow_map.c, test_cow_map_load.c, test_cow_map_rollback.c,
+ * test_cow_map_lazy_rollback.c): numbered keys and values, the reference
+ * model, the mutator that drives a map and its model together, a delta's
+ * entries read back, the checkpoint writer thread of the property tests,
+ * and the rollback tests' fixture: a map with rollback on at a completed
+ * checkpoint.  One copy of each; nothing here is a test.
  */
 #ifndef SL_TEST_COW_MAP_H
 #define SL_TEST_COW_MAP_H
@@ -369,6 +371,72 @@ static inline void *writer_main(void *arg) {
   for (int i = 0; i < job->count; i++)
     job->errors += apply_delta(job->state, &job->deltas[i]);
   return 0;
+}
+
+/* ------------------------------------------------------------ rollback */
+
+/* The model of what put_value (or an update of the same bytes) wrote. */
+static inline void model_set(model *m, uint64_t id, uint32_t bytes,
+                             uint64_t seed) {
+  uint8_t value[VALUE_MAX_BYTES];
+  value_fill(value, bytes, seed);
+  model_put(m, id, value, bytes);
+}
+
+/* A new map with rollback on (cow_map.h note 10), stable at epoch 0. */
+static inline sl_cow_map *rollback_map(void) {
+  sl_cow_map *map;
+  cr_assert_eq(sl_cow_map_create(&map), 0);
+  cr_assert_eq(sl_cow_map_enable_rollback(map), 0);
+  cr_assert(sl_cow_map_rollback_enabled(map));
+  cr_assert_eq(sl_cow_map_stable_epoch(map), 0);
+  return map;
+}
+
+/* Freeze and release at once: a checkpoint that completes.  Returns its
+ * epoch, the map's stable one now. */
+static inline uint32_t checkpoint(sl_cow_map *map) {
+  sl_cow_delta d = sl_cow_map_freeze(map);
+  sl_cow_map_release(map, d.epoch);
+  cr_assert_eq(sl_cow_map_stable_epoch(map), d.epoch);
+  return d.epoch;
+}
+
+/* The rollback tests' fixture: a map with rollback on whose keys 0 ..
+ * keys - 1 (each `bytes` of value_fill(id), written by put_value) were
+ * checkpointed, the checkpoint completed and reclaimed, so every version
+ * is CLEAN and nothing waits to be freed; stable holds the checkpoint's
+ * state (ids slots), or is NULL when ids is 0 (for states too large to
+ * model).  rollback_fixture_free() ends it. */
+typedef struct rollback_fixture {
+  sl_cow_map *map;
+  model *stable;
+} rollback_fixture;
+
+static inline rollback_fixture rollback_fixture_at_checkpoint(uint64_t ids,
+                                                              uint64_t keys,
+                                                              uint32_t bytes) {
+  cr_assert(ids == 0 || keys <= ids);
+  rollback_fixture f = {.map = rollback_map(),
+                        .stable = ids ? model_new(ids) : 0};
+  for (uint64_t id = 0; id < keys; id++) {
+    put_value(f.map, id, bytes, id);
+    if (f.stable)
+      model_set(f.stable, id, bytes, id);
+  }
+  checkpoint(f.map);
+  maintain_all(f.map);
+  cr_assert_eq(sl_cow_map_count(f.map), keys);
+  cr_assert_eq(sl_cow_map_undo_entries(f.map), 0);
+  return f;
+}
+
+static inline void rollback_fixture_free(rollback_fixture *f) {
+  sl_cow_map_destroy(f->map);
+  if (f->stable)
+    model_free(f->stable);
+  f->map = 0;
+  f->stable = 0;
 }
 
 #endif /* SL_TEST_COW_MAP_H */

@@ -8,7 +8,10 @@
  * is touched: lookups, updates, deletes and inserts of stale keys, before
  * anything (sl_cow_map_foreach, model_diff_map's lookups of every key)
  * could have settled them another way.  sl_cow_map_check() runs between
- * the steps: it knows the lazy state.
+ * the steps: it knows the lazy state.  Most tests start from one fixture
+ * (lazily_rolled_back, on test_cow_map.h's rollback_fixture).  When an
+ * allocation the lazy rollback needs fails, it is done at once instead
+ * (note 9): sl_cow_map_test_fail_alloc makes each such failure happen.
  *
  * SLUICE_TEST_SCALE=n divides the operation counts by n (sanitizer builds).
  */
@@ -29,26 +32,6 @@
 #define STABLE_KEYS 100u
 #define NEW_KEY 300u /* ids from here on are inserted after the checkpoint */
 
-static sl_cow_map *rollback_map(void) {
-  sl_cow_map *map;
-  cr_assert_eq(sl_cow_map_create(&map), 0);
-  cr_assert_eq(sl_cow_map_enable_rollback(map), 0);
-  return map;
-}
-
-/* Freeze and release at once: a checkpoint that completes. */
-static void checkpoint(sl_cow_map *map) {
-  sl_cow_delta d = sl_cow_map_freeze(map);
-  sl_cow_map_release(map, d.epoch);
-  cr_assert_eq(sl_cow_map_stable_epoch(map), d.epoch);
-}
-
-static void model_set(model *m, uint64_t id, uint32_t bytes, uint64_t seed) {
-  uint8_t value[VALUE_MAX_BYTES];
-  value_fill(value, bytes, seed);
-  model_put(m, id, value, bytes);
-}
-
 /* Whether id holds in the map what the model says (present or not). */
 static bool holds(sl_cow_map *map, const model *m, uint64_t id) {
   uint32_t bytes = 0;
@@ -59,19 +42,12 @@ static bool holds(sl_cow_map *map, const model *m, uint64_t id) {
   return v && bytes == s->bytes && memcmp(v, s->value, bytes) == 0;
 }
 
-/* The usual failure: STABLE_KEYS keys checkpointed, CLEAN; then in an
- * epoch frozen (its checkpoint never completes) and in the current one,
- * updates of the even ids, another size for every fifth, and new keys;
- * no delete, so the rollback is lazy.  *stable gets the checkpoint's
- * state. */
-static sl_cow_map *failed_after_checkpoint(model *stable) {
-  sl_cow_map *map = rollback_map();
-  for (uint64_t id = 0; id < STABLE_KEYS; id++) {
-    put_value(map, id, 16, id);
-    model_set(stable, id, 16, id);
-  }
-  checkpoint(map);
-  maintain_all(map);
+/* The usual failure on the rollback fixture (test_cow_map.h:
+ * STABLE_KEYS keys of 16 bytes checkpointed, CLEAN): in an epoch frozen
+ * (its checkpoint never completes) and in the current one, updates of
+ * the even ids, another size for every fifth, and new keys; no delete,
+ * so the rollback is lazy. */
+static void fail_after_checkpoint(sl_cow_map *map) {
   for (uint64_t id = 0; id < STABLE_KEYS; id += 2)
     put_value(map, id, 16, 1000 + id);
   put_value(map, NEW_KEY, 8, 1300);
@@ -81,7 +57,6 @@ static sl_cow_map *failed_after_checkpoint(model *stable) {
   put_value(map, NEW_KEY, 16, 2300);   /* inserted in the frozen epoch */
   put_value(map, NEW_KEY + 1, 8, 2301); /* and in the current one */
   cr_assert(sl_cow_map_check(map));
-  return map;
 }
 
 /* Roll back, and check it was lazy: no version visited by the call, the
@@ -100,10 +75,19 @@ static void roll_back_lazily(sl_cow_map *map, const model *stable) {
   cr_assert(sl_cow_map_check(map));
 }
 
+/* Most tests' start: the usual failure, rolled back lazily, nothing
+ * settled yet; f.stable is the checkpoint the map is back at. */
+static rollback_fixture lazily_rolled_back(void) {
+  rollback_fixture f = rollback_fixture_at_checkpoint(IDS, STABLE_KEYS, 16);
+  fail_after_checkpoint(f.map);
+  roll_back_lazily(f.map, f.stable);
+  return f;
+}
+
 Test(cow_map_lazy_rollback, a_lookup_of_a_stale_key_reads_the_checkpoint) {
-  model *stable = model_new(IDS);
-  sl_cow_map *map = failed_after_checkpoint(stable);
-  roll_back_lazily(map, stable);
+  rollback_fixture f = lazily_rolled_back();
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   uint64_t settled = sl_cow_map_rollback_settled(map);
   cr_assert(holds(map, stable, 10)); /* written in both failed epochs */
   cr_assert_eq(sl_cow_map_rollback_settled(map), settled + 1);
@@ -120,14 +104,13 @@ Test(cow_map_lazy_rollback, a_lookup_of_a_stale_key_reads_the_checkpoint) {
   cr_assert(!sl_cow_map_rollback_pending(map));
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(model_diff_map(stable, map), 0);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 Test(cow_map_lazy_rollback, an_update_of_a_stale_key_starts_from_the_checkpoint) {
-  model *stable = model_new(IDS);
-  sl_cow_map *map = failed_after_checkpoint(stable);
-  roll_back_lazily(map, stable);
+  rollback_fixture f = lazily_rolled_back();
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   /* sl_cow_map_update() hands out the value as checkpointed. */
   uint8_t key[KEY_MAX_BYTES];
   uint32_t key_bytes = key_make(20, key);
@@ -161,14 +144,13 @@ Test(cow_map_lazy_rollback, an_update_of_a_stale_key_starts_from_the_checkpoint)
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(model_diff_map(live, map), 0);
   model_free(live);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 Test(cow_map_lazy_rollback, a_delete_of_a_stale_key) {
-  model *stable = model_new(IDS);
-  sl_cow_map *map = failed_after_checkpoint(stable);
-  roll_back_lazily(map, stable);
+  rollback_fixture f = lazily_rolled_back();
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   cr_assert_eq(delete_id(map, 50), 0); /* stale: deleted as checkpointed */
   model_delete(stable, 50);
   cr_assert(holds(map, stable, 50));
@@ -180,14 +162,13 @@ Test(cow_map_lazy_rollback, a_delete_of_a_stale_key) {
   maintain_all(map);
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(model_diff_map(stable, map), 0);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 Test(cow_map_lazy_rollback, an_insert_of_a_key_inserted_after_the_checkpoint) {
-  model *stable = model_new(IDS);
-  sl_cow_map *map = failed_after_checkpoint(stable);
-  roll_back_lazily(map, stable);
+  rollback_fixture f = lazily_rolled_back();
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   /* The key still has a stale version in the table: the put must not
    * take it as the key's value. */
   uint8_t key[KEY_MAX_BYTES];
@@ -213,8 +194,7 @@ Test(cow_map_lazy_rollback, an_insert_of_a_key_inserted_after_the_checkpoint) {
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(sl_cow_map_count(map), STABLE_KEYS + 2);
   cr_assert_eq(model_diff_map(stable, map), 0);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 /* A freeze needs no settling (note 7): the delta holds the writes since
@@ -222,9 +202,9 @@ Test(cow_map_lazy_rollback, an_insert_of_a_key_inserted_after_the_checkpoint) {
  * its checkpoint completes while stale versions are still in the table,
  * and a rollback to it comes back to it. */
 Test(cow_map_lazy_rollback, a_freeze_and_a_release_while_pending) {
-  model *stable = model_new(IDS);
-  sl_cow_map *map = failed_after_checkpoint(stable);
-  roll_back_lazily(map, stable);
+  rollback_fixture f = lazily_rolled_back();
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   model *live = model_new(IDS);
   model_copy(live, stable);
   put_value(map, 4, 16, 7004);
@@ -252,17 +232,16 @@ Test(cow_map_lazy_rollback, a_freeze_and_a_release_while_pending) {
   maintain_all(map);
   cr_assert(sl_cow_map_check(map));
   model_free(live);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 /* A second failure before the first rollback has settled anything: the
  * second rolls back to the same checkpoint, first lazily, then (a key was
  * deleted meanwhile) at once; and a third with nothing written. */
 Test(cow_map_lazy_rollback, a_second_rollback_while_pending) {
-  model *stable = model_new(IDS);
-  sl_cow_map *map = failed_after_checkpoint(stable);
-  roll_back_lazily(map, stable);
+  rollback_fixture f = lazily_rolled_back();
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   for (uint64_t id = 0; id < STABLE_KEYS; id += 3)
     put_value(map, id, 8, 9000 + id);
   put_value(map, NEW_KEY, 8, 9300);
@@ -279,8 +258,7 @@ Test(cow_map_lazy_rollback, a_second_rollback_while_pending) {
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(model_diff_map(stable, map), 0);
   cr_assert_eq(sl_cow_map_rollbacks(map), 4);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 typedef struct visit {
@@ -306,9 +284,9 @@ static int visit_entry(void *arg, const sl_cow_entry *e) {
 /* An iteration sees the checkpoint's entries only: it finishes the lazy
  * rollback first (note 7). */
 Test(cow_map_lazy_rollback, an_iteration_while_pending) {
-  model *stable = model_new(IDS);
-  sl_cow_map *map = failed_after_checkpoint(stable);
-  roll_back_lazily(map, stable);
+  rollback_fixture f = lazily_rolled_back();
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   cr_assert(holds(map, stable, 10)); /* one settled before */
   visit v = {.stable = stable};
   cr_assert_eq(sl_cow_map_foreach(map, visit_entry, &v), 0);
@@ -317,8 +295,7 @@ Test(cow_map_lazy_rollback, an_iteration_while_pending) {
   cr_assert_eq(v.seen, STABLE_KEYS);
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(model_diff_map(stable, map), 0);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 /* The call's own work does not follow the writes since the checkpoint:
@@ -326,11 +303,8 @@ Test(cow_map_lazy_rollback, an_iteration_while_pending) {
  * times the writes; the undoing (settled versions:
  * one per key written since) is done afterwards, by the steps. */
 static uint64_t settled_after(uint64_t keys, uint64_t written) {
-  sl_cow_map *map = rollback_map();
-  for (uint64_t id = 0; id < keys; id++)
-    put_value(map, id, 8, id);
-  checkpoint(map);
-  maintain_all(map);
+  rollback_fixture f = rollback_fixture_at_checkpoint(0, keys, 8);
+  sl_cow_map *map = f.map;
   uint64_t steady = sl_cow_map_memory_bytes(map);
   for (uint64_t id = 0; id < written; id++)
     put_value(map, id % keys, 8, 100000 + id);
@@ -364,7 +338,7 @@ static uint64_t settled_after(uint64_t keys, uint64_t written) {
     cr_assert(v && bytes == 8 && memcmp(v, expected, 8) == 0);
   }
   uint64_t settled = sl_cow_map_rollback_settled(map);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
   return settled;
 }
 
@@ -389,12 +363,89 @@ Test(cow_map_lazy_rollback, the_call_does_no_work_per_write) {
  * back are on no list, and must not leak (the sanitizer build, which has
  * no arena to reset, walks the map). */
 Test(cow_map_lazy_rollback, destroyed_while_pending) {
-  model *stable = model_new(IDS);
-  sl_cow_map *map = failed_after_checkpoint(stable);
-  roll_back_lazily(map, stable);
+  rollback_fixture f = lazily_rolled_back();
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   cr_assert(holds(map, stable, 0));
-  sl_cow_map_destroy(map);
-  model_free(stable);
+  rollback_fixture_free(&f);
+}
+
+/* ------------------------------------------- allocation failures */
+
+/* A rollback that could not be lazy (cow_map_rollback.c note 9) and was
+ * done at once instead: the call visited the versions written since the
+ * checkpoint, nothing waits to be settled, and the map is the
+ * checkpoint's, as the model has it. */
+static void expect_rolled_back_at_once(sl_cow_map *map, const model *stable) {
+  uint64_t visits = sl_cow_map_rollback_visits(map);
+  uint64_t settled = sl_cow_map_rollback_settled(map);
+  uint64_t rollbacks = sl_cow_map_rollbacks(map);
+  cr_assert_eq(sl_cow_map_rollback(map, sl_cow_map_stable_epoch(map)), 0);
+  cr_assert_eq(sl_cow_map_rollbacks(map), rollbacks + 1);
+  cr_assert_not(sl_cow_map_rollback_pending(map), "the rollback was lazy");
+  cr_assert_gt(sl_cow_map_rollback_visits(map), visits);
+  cr_assert_eq(sl_cow_map_rollback_settled(map), settled);
+  cr_assert_eq(sl_cow_map_dirty_entries(map), 0);
+  const sl_cow_delta *deltas;
+  int count;
+  sl_cow_map_pending(map, &deltas, &count);
+  cr_assert_eq(count, 0);
+  cr_assert(sl_cow_map_check(map));
+  cr_assert_eq(model_diff_map(stable, map), 0);
+}
+
+/* After a fallback the map goes on as before: the next failure's
+ * rollback is lazy again, and comes back to the same checkpoint. */
+static void expect_lazy_again(sl_cow_map *map, const model *stable) {
+  maintain_all(map); /* the dropped versions of the fallback */
+  fail_after_checkpoint(map);
+  roll_back_lazily(map, stable);
+  cr_assert(holds(map, stable, 10));
+  maintain_all(map);
+  cr_assert_not(sl_cow_map_rollback_pending(map));
+  cr_assert(sl_cow_map_check(map));
+  cr_assert_eq(model_diff_map(stable, map), 0);
+}
+
+/* Note 9, the first fallback: a block of the undo list's index cannot be
+ * had while the failed epochs write, so the index is dropped (the writes
+ * go on), and the rollback follows the undo list at once.  The block that
+ * fails is the first (nothing indexed yet) or the second (one full block
+ * to free). */
+Test(cow_map_lazy_rollback, an_undo_index_block_fails_so_it_is_done_at_once) {
+  uint64_t keys = SL_COW_INDEX_BLOCK + 100;
+  for (uint32_t nth = 1; nth <= 2; nth++) {
+    /* Ids up to keys + 5, which has no version at the checkpoint. */
+    rollback_fixture f = rollback_fixture_at_checkpoint(keys + 6, keys, 16);
+    sl_cow_map_test_fail_alloc(f.map, SL_COW_FAIL_UNDO_INDEX_BLOCK, nth);
+    for (uint64_t id = 0; id < keys; id++) /* a displacement each */
+      put_value(f.map, id, 16, 10000 + id);
+    sl_cow_map_freeze(f.map); /* never completes */
+    for (uint64_t id = 0; id < keys; id += 3)
+      put_value(f.map, id, 24, 20000 + id);
+    put_value(f.map, keys + 5, 8, 5); /* inserted: the unlink pass runs */
+    cr_assert(sl_cow_map_check(f.map));
+    expect_rolled_back_at_once(f.map, f.stable);
+    expect_lazy_again(f.map, f.stable);
+    rollback_fixture_free(&f);
+  }
+}
+
+/* Note 9, the second fallback: the lazy rollback's array of the undo
+ * index's blocks cannot be had, so the rollback, the map unaltered by the
+ * attempt, is done at once.  Armed for the second rollback, the first is
+ * lazy as usual. */
+Test(cow_map_lazy_rollback, the_lazy_blocks_fail_so_it_is_done_at_once) {
+  rollback_fixture f = rollback_fixture_at_checkpoint(IDS, STABLE_KEYS, 16);
+  sl_cow_map_test_fail_alloc(f.map, SL_COW_FAIL_LAZY_BLOCKS, 2);
+  fail_after_checkpoint(f.map);
+  roll_back_lazily(f.map, f.stable); /* the first allocation passes */
+  maintain_all(f.map);
+  cr_assert_eq(model_diff_map(f.stable, f.map), 0);
+  fail_after_checkpoint(f.map);
+  expect_rolled_back_at_once(f.map, f.stable); /* the second fails */
+  expect_lazy_again(f.map, f.stable);
+  rollback_fixture_free(&f);
 }
 
 /* ---------------------------------------------------- random property */

@@ -26,23 +26,6 @@
 #define IDS 512u
 #define PENDING_MAX 6
 
-static sl_cow_map *rollback_map(void) {
-  sl_cow_map *map;
-  cr_assert_eq(sl_cow_map_create(&map), 0);
-  cr_assert_eq(sl_cow_map_enable_rollback(map), 0);
-  cr_assert(sl_cow_map_rollback_enabled(map));
-  cr_assert_eq(sl_cow_map_stable_epoch(map), 0);
-  return map;
-}
-
-/* Freeze and release at once: a checkpoint that completes. */
-static uint32_t checkpoint(sl_cow_map *map) {
-  sl_cow_delta d = sl_cow_map_freeze(map);
-  sl_cow_map_release(map, d.epoch);
-  cr_assert_eq(sl_cow_map_stable_epoch(map), d.epoch);
-  return d.epoch;
-}
-
 static void update_id(sl_cow_map *map, uint64_t id, uint32_t bytes,
                       uint64_t seed) {
   uint8_t key[KEY_MAX_BYTES];
@@ -51,13 +34,6 @@ static void update_id(sl_cow_map *map, uint64_t id, uint32_t bytes,
   void *v = 0;
   cr_assert_eq(sl_cow_map_update(map, &k, 0, bytes, &v), 0);
   value_fill(v, bytes, seed);
-}
-
-/* The model of what put_value/update_id wrote. */
-static void model_set(model *m, uint64_t id, uint32_t bytes, uint64_t seed) {
-  uint8_t value[VALUE_MAX_BYTES];
-  value_fill(value, bytes, seed);
-  model_put(m, id, value, bytes);
 }
 
 static void expect_rollback_to(sl_cow_map *map, const model *stable) {
@@ -75,14 +51,10 @@ static void expect_rollback_to(sl_cow_map *map, const model *stable) {
  * size (in place without rollback), of another size, an update, a delete,
  * an insert, a key written several times, and one deleted then put back. */
 Test(cow_map_rollback, insert_update_delete_since_the_checkpoint) {
-  sl_cow_map *map = rollback_map();
-  model *stable = model_new(IDS);
-  for (uint64_t id = 0; id < 100; id++) {
-    put_value(map, id, 16, id);
-    model_set(stable, id, 16, id);
-  }
-  checkpoint(map);
-  maintain_all(map); /* the versions are CLEAN now */
+  /* 100 keys checkpointed, their versions CLEAN. */
+  rollback_fixture f = rollback_fixture_at_checkpoint(IDS, 100, 16);
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   put_value(map, 1, 16, 1001);    /* same size */
   put_value(map, 2, 40, 1002);    /* another size */
   update_id(map, 3, 16, 1003);    /* read-modify-write */
@@ -109,8 +81,7 @@ Test(cow_map_rollback, insert_update_delete_since_the_checkpoint) {
   put_value(map, 9, 24, 4009);
   put_value(map, 300, 24, 4300);
   expect_rollback_to(map, stable);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 /* A rollback right after a release, before any reclaiming: the released
@@ -226,11 +197,8 @@ Test(cow_map_rollback, refused_when_it_cannot_be_exact) {
  * they go once their displacement is stable: memory comes back to what
  * the state needs. */
 Test(cow_map_rollback, keeps_one_copy_per_key_written_and_frees_it) {
-  sl_cow_map *map = rollback_map();
-  for (uint64_t id = 0; id < 400; id++)
-    put_value(map, id, 32, id);
-  checkpoint(map);
-  maintain_all(map);
+  rollback_fixture f = rollback_fixture_at_checkpoint(0, 400, 32);
+  sl_cow_map *map = f.map;
   uint64_t steady = sl_cow_map_memory_bytes(map);
   for (int round = 0; round < 20; round++)
     for (uint64_t id = 0; id < 100; id++)
@@ -241,7 +209,7 @@ Test(cow_map_rollback, keeps_one_copy_per_key_written_and_frees_it) {
   cr_assert_eq(sl_cow_map_undo_entries(map), 0);
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(sl_cow_map_memory_bytes(map), steady);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 /* A map of `keys` keys at a completed checkpoint, then the same writes
@@ -251,12 +219,9 @@ Test(cow_map_rollback, keeps_one_copy_per_key_written_and_frees_it) {
  * the current one.  Returns the versions the rollback handled; the map is
  * checked to be back at the checkpoint. */
 static uint64_t rollback_visits_after_writes(uint64_t keys, uint64_t written) {
-  sl_cow_map *map = rollback_map();
-  for (uint64_t id = 0; id < keys; id++)
-    put_value(map, id, 8, id);
-  checkpoint(map);
-  maintain_all(map); /* every version CLEAN, nothing left to reclaim */
-  cr_assert_eq(sl_cow_map_undo_entries(map), 0);
+  /* Every version CLEAN, nothing left to reclaim. */
+  rollback_fixture f = rollback_fixture_at_checkpoint(0, keys, 8);
+  sl_cow_map *map = f.map;
   for (uint64_t id = 0; id < written; id++)
     update_id(map, id, 8, 100000 + id);
   sl_cow_map_freeze(map);
@@ -284,7 +249,7 @@ static uint64_t rollback_visits_after_writes(uint64_t keys, uint64_t written) {
     cr_assert(v && bytes == 8 && memcmp(v, expected, 8) == 0,
               "key %llu is not as checkpointed", (unsigned long long)id);
   }
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
   return visits;
 }
 
@@ -299,14 +264,10 @@ static uint64_t rollback_visits_after_writes(uint64_t keys, uint64_t written) {
 Test(cow_map_rollback, the_undo_index_spans_blocks_and_partial_releases) {
   uint64_t block = SL_COW_INDEX_BLOCK;
   uint64_t keys = 3 * block + 100;
-  sl_cow_map *map = rollback_map();
-  model *stable = model_new(keys);
-  for (uint64_t id = 0; id < keys; id++) {
-    put_value(map, id, 8, id);
-    model_set(stable, id, 8, id);
-  }
-  checkpoint(map);
-  maintain_all(map); /* every version CLEAN */
+  /* Every version CLEAN. */
+  rollback_fixture f = rollback_fixture_at_checkpoint(keys, keys, 8);
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   uint64_t steady = sl_cow_map_memory_bytes(map);
   uint64_t first = block + block / 4; /* epoch A: over one block */
   for (uint64_t id = 0; id < first; id++) {
@@ -342,8 +303,7 @@ Test(cow_map_rollback, the_undo_index_spans_blocks_and_partial_releases) {
   maintain_all(map);
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(sl_cow_map_memory_bytes(map), steady);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 /* cow_map.h note 10: a rollback's work is in the writes since the stable
@@ -377,14 +337,9 @@ Test(cow_map_rollback, rollback_work_is_in_the_writes_not_the_state) {
  * bounded steps, and the memory comes back to the checkpoint's. */
 Test(cow_map_rollback, keys_all_known_at_the_checkpoint_skip_the_lists) {
   uint64_t keys = SL_COW_INDEX_BLOCK * 3 + 17;
-  sl_cow_map *map = rollback_map();
-  model *stable = model_new(keys);
-  for (uint64_t id = 0; id < keys; id++) {
-    put_value(map, id, 16, id);
-    model_set(stable, id, 16, id);
-  }
-  checkpoint(map);
-  maintain_all(map);
+  rollback_fixture f = rollback_fixture_at_checkpoint(keys, keys, 16);
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   uint64_t steady = sl_cow_map_memory_bytes(map);
   for (uint64_t id = 0; id < keys; id++)
     update_id(map, id, 16, 10000 + id);
@@ -406,8 +361,7 @@ Test(cow_map_rollback, keys_all_known_at_the_checkpoint_skip_the_lists) {
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(sl_cow_map_memory_bytes(map), steady);
   cr_assert_eq(model_diff_map(stable, map), 0);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 /* A second failure right after the first: the first rollback's dropped
@@ -417,14 +371,9 @@ Test(cow_map_rollback, keys_all_known_at_the_checkpoint_skip_the_lists) {
  * and the map is destroyed with dropped versions still waiting (freed by
  * destroy: the sanitizer build checks for leaks). */
 Test(cow_map_rollback, a_second_rollback_before_the_first_is_reclaimed) {
-  sl_cow_map *map = rollback_map();
-  model *stable = model_new(IDS);
-  for (uint64_t id = 0; id < 300; id++) {
-    put_value(map, id, 24, id);
-    model_set(stable, id, 24, id);
-  }
-  checkpoint(map);
-  maintain_all(map);
+  rollback_fixture f = rollback_fixture_at_checkpoint(IDS, 300, 24);
+  sl_cow_map *map = f.map;
+  model *stable = f.stable;
   for (uint64_t id = 0; id < 300; id += 2)
     update_id(map, id, 24, 1000 + id);
   put_value(map, 400, 24, 1400); /* a new key: the unlink pass runs */
@@ -448,8 +397,7 @@ Test(cow_map_rollback, a_second_rollback_before_the_first_is_reclaimed) {
   for (uint64_t id = 0; id < 300; id += 7)
     put_value(map, id, 8, 4000 + id);
   expect_rollback_to(map, stable);
-  model_free(stable);
-  sl_cow_map_destroy(map);
+  rollback_fixture_free(&f);
 }
 
 /* ---------------------------------------------------- random property */

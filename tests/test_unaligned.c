@@ -51,6 +51,9 @@ typedef struct spec {
   const char *out_dir;
   const char *from_savepoint;
   int policy;
+  /* Source instance 1 waits in its open() until a capture of channel
+   * state was aborted (held_open): one operator, not two_inputs. */
+  bool hold_until_capture_aborted;
 } spec;
 
 typedef struct result {
@@ -64,9 +67,32 @@ typedef struct result {
   /* Completed unaligned checkpoints in which no instance aligned for at
    * least the aligned-checkpoint timeout (should be none with one). */
   uint64_t unaligned_before_timeout;
+  uint64_t captures_aborted; /* sl_job_captures_aborted() at the end */
 } result;
 
 static sl_fixture_gated_source g_source, g_left, g_right;
+
+/* spec.hold_until_capture_aborted: while set, source instance 1 has not
+ * opened, so it takes part in no checkpoint and sends nothing: every
+ * capture downstream keeps its channel from it open, and no checkpoint
+ * can complete. */
+static atomic_bool g_hold;
+
+static int held_open(sl_ctx *ctx, void *user, void **state) {
+  /* Bounded: run_job clears g_hold once a capture was aborted, or fails
+   * the test (which ends the process) after its own bound. */
+  while (sl_ctx_instance(ctx) == 1 && atomic_load(&g_hold))
+    sl_test_sleep_us(200);
+  return sl_fixture_gated_ops.open(ctx, user, state);
+}
+
+/* The gated source, with held_open. */
+static const sl_source_ops *held_ops(void) {
+  static sl_source_ops ops;
+  ops = sl_fixture_gated_ops;
+  ops.open = held_open;
+  return &ops;
+}
 
 static sl_job *build_job(const spec *s, sl_op **verify) {
   sl_job_config config =
@@ -103,8 +129,10 @@ static sl_job *build_job(const spec *s, sl_op **verify) {
     cr_assert_eq(sl_op_key_by(job, "by-right", src, sl_fixture_tuple_key, 0,
                               &by[1]), 0);
   } else {
-    cr_assert_eq(sl_op_source(job, "source", s->parallelism, &sl_fixture_gated_ops,
-                              &g_source, &src), 0);
+    const sl_source_ops *ops =
+        s->hold_until_capture_aborted ? held_ops() : &sl_fixture_gated_ops;
+    cr_assert_eq(sl_op_source(job, "source", s->parallelism, ops, &g_source,
+                              &src), 0);
     cr_assert_eq(sl_op_key_by(job, "by-key", src, sl_fixture_tuple_key, 0,
                               &by[0]), 0);
   }
@@ -154,14 +182,27 @@ static result run_job(const spec *s) {
   sl_op *verify;
   sl_job *job = build_job(s, &verify);
   sl_test_watchdog w;
+  atomic_store(&g_hold, s->hold_until_capture_aborted);
   r.rc = sl_job_start(job);
   if (r.rc == 0) {
     sl_test_watchdog_arm(&w, job, 120, "unaligned job");
+    /* Bounded by the watchdog's 120 s (the abort comes in milliseconds). */
+    for (int ms = 0; atomic_load(&g_hold) && ms < 120000; ms++) {
+      if (sl_job_captures_aborted(job) > 0) {
+        /* The premise: nothing could complete while source 1 was held. */
+        cr_assert_eq(sl_job_last_checkpoint(job, 0), 0);
+        atomic_store(&g_hold, false);
+      } else {
+        sl_test_sleep_us(1000);
+      }
+    }
+    cr_assert_not(atomic_load(&g_hold), "no capture was aborted in 120 s");
     r.rc = sl_job_wait(job);
     cr_assert_not(sl_test_watchdog_disarm(&w), "the job hung");
   }
   snprintf(r.error, sizeof r.error, "%s", sl_job_error(job));
   r.restarts = sl_job_restarts(job);
+  r.captures_aborted = sl_job_captures_aborted(job);
   if (r.restarts) {
     sl_recovery_stats rs;
     cr_assert_eq(sl_job_recovery_stats(job, 0, &rs), 0);
@@ -349,19 +390,33 @@ Test(unaligned, max_concurrent_2, .timeout = 300) {
   sl_test_remove_tree(out);
 }
 
-/* Checkpoints time out (5 ms) while the instances capture channel state
- * behind a slow sink: the captures are dropped (snapshot.c note 12) and
- * the output stays exact; checkpoints that complete hold their state. */
+/* Checkpoints abort while the instances capture channel state: the
+ * captures are dropped (snapshot.c note 12, counted by
+ * sl_job_captures_aborted) and the output stays exact; checkpoints that
+ * complete hold their state.  One such abort is certain, whatever the
+ * timing: source instance 1 opens only once a capture was aborted, so
+ * until then "count" captures every checkpoint with its channel from
+ * that source still open, and none can complete; the first snapshot of
+ * "files" fails (a snapshot fault), and it comes after "count" began the
+ * capture of its checkpoint (count forwards the barrier once capturing),
+ * so that abort drops a capture.  The gate keeps source 0 from ending
+ * meanwhile.  Then checkpoints every 2 ms time out after 5 ms behind a
+ * slow sink, aborting more captures as the timing has it. */
 Test(unaligned, aborts_while_capturing, .timeout = 300) {
   char *state = sl_test_temp_dir("ua"), *out = sl_test_temp_dir("ua");
   uint64_t records = RECORDS;
   spec s = {.records = records, .keys = 31, .parallelism = 2,
+            .gate = records / 8, .hold_until_capture_aborted = true,
             .unaligned = true, .interval_ms = 2, .timeout_ms = 5,
             .max_concurrent = 4, .tolerable = 1000000,
-            .faults = "slow:op=verify,delay_us=50,from=500,records=100000000",
+            .faults = "slow:op=verify,delay_us=50,from=500,records=100000000;"
+                      "snapshot:op=files,nth=1",
             .state_dir = state, .out_dir = out};
   result r = run_job(&s);
   expect_exactly_once(&r, records, "aborts");
+  cr_expect_geq(r.captures_aborted, 1, "no capture was aborted");
+  cr_log_info("%" PRIu64 " captures aborted, %" PRIu64 " checkpoints "
+              "completed", r.captures_aborted, r.completed);
   sl_test_remove_tree(state);
   sl_test_remove_tree(out);
 }
