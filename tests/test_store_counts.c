@@ -17,6 +17,11 @@
  * SL_ECORRUPT, naming the file, the database, the key and the head's
  * real operator; a read that is not must return exactly the undamaged
  * count or SL_ECORRUPT.  Undamaged, every range reads its exact count.
+ *
+ * Beside them, the older of LMDB's two meta pages with its txnid raised
+ * by 2, which made LMDB open the snapshot before the last commit as if it
+ * were the newest (store.c note 5): refused when the last commit grew
+ * the file.
  */
 #include <criterion/criterion.h>
 
@@ -362,4 +367,101 @@ Test(store_counts, base_operator_down_of_several_chunks) {
   store_plan plan = {.ops = {1, 3, 5}, .op_count = 3, .compact = true,
                      .big_bytes = 600u << 10};
   run_case(&plan, true, 3, 0, 0x01); /* 3 -> 2 */
+}
+
+/* ------------------------------------------------------------ meta pages */
+
+/* The u64 at offset `at` of meta page `page` of dir/data.mdb (native
+ * order), read or, with put, written. */
+static uint64_t meta_u64(const char *dir, int page, size_t at, bool put,
+                         uint64_t value) {
+  char *path = sl_test_path_in(dir, "data.mdb");
+  int fd = open(path, O_RDWR);
+  cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+  /* The free list's record starts at 16 + 24; its first u32 is the page
+   * size (lmdb_check.h note 1). */
+  uint32_t page_bytes = 0;
+  cr_assert_eq(pread(fd, &page_bytes, sizeof page_bytes, 16 + 24), 4);
+  cr_assert(page_bytes >= 512 && (page_bytes & (page_bytes - 1)) == 0);
+  off_t offset = (off_t)page * page_bytes + (off_t)at;
+  if (put)
+    cr_assert_eq(pwrite(fd, &value, sizeof value, offset), 8);
+  else
+    cr_assert_eq(pread(fd, &value, sizeof value, offset), 8);
+  close(fd);
+  free(path);
+  return value;
+}
+
+#define META_LAST_PAGE_AT (16 + 120) /* after the header: ... u64 last page */
+#define META_TXNID_AT (16 + 128)     /* ... then u64 txnid */
+
+static int open_latest(const char *dir, bool read_only, uint64_t *latest,
+                       char *err, size_t err_bytes) {
+  sl_store *st;
+  sl_store_options o = {.graph_fingerprint = "g", .no_sync = 1,
+                        .read_only = read_only};
+  int rc = sl_store_open(dir, &o, &st, err, err_bytes);
+  if (rc == 0) {
+    *latest = sl_store_latest(st);
+    sl_store_close(st);
+  }
+  return rc;
+}
+
+/* The older meta page's txnid damaged upwards by 2 (same page, one above
+ * the newest's) made LMDB open the snapshot before the last commit:
+ * checkpoint 1 of 2, with no error.  The last commit grew the file, so the
+ * older meta reaches past the other's last page (store.c note 5). */
+Test(store_counts, older_meta_txnid_raised) {
+  char *root = sl_test_temp_dir("store-counts");
+  char *dir = sl_test_path_in(root, "state");
+  store_plan plan = {.ops = {1, 3}, .op_count = 2};
+  build_store(dir, &plan);
+  {
+    sl_store *st;
+    char err[1024];
+    sl_store_options rw = {.graph_fingerprint = "g", .no_sync = 1};
+    cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), 0, "%s", err);
+    sl_store_txn *txn;
+    cr_assert_eq(sl_store_begin(st, &txn), 0);
+    static uint8_t big[2u << 20]; /* new overflow pages: the file grows */
+    uint32_t key = 7;
+    cr_assert_eq(sl_store_put_state(txn, 1, 7, &key, sizeof key, big,
+                                    sizeof big), 0, "%s", sl_store_error(st));
+    cr_assert_eq(sl_store_commit(txn, 2, "r", 1), 0, "%s", sl_store_error(st));
+    sl_store_close(st);
+  }
+  uint64_t txnid[2], last[2];
+  for (int page = 0; page < 2; page++) {
+    txnid[page] = meta_u64(dir, page, META_TXNID_AT, false, 0);
+    last[page] = meta_u64(dir, page, META_LAST_PAGE_AT, false, 0);
+  }
+  int newest = txnid[1] > txnid[0];
+  cr_assert_eq(txnid[newest], txnid[!newest] + 1);
+  cr_assert_gt(last[newest], last[!newest], "the last commit grew the file");
+  char err[1024];
+  uint64_t latest = 0;
+  cr_assert_eq(open_latest(dir, true, &latest, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(latest, 2);
+  meta_u64(dir, !newest, META_TXNID_AT, true, txnid[!newest] + 2);
+  for (int read_only = 1; read_only >= 0; read_only--) {
+    latest = 0;
+    int rc = open_latest(dir, read_only, &latest, err, sizeof err);
+    cr_assert_eq(rc, SL_ECORRUPT, "read_only %d: rc %d, latest %" PRIu64
+                 ": %s", read_only, rc, latest, err);
+    cr_assert(strstr(err, "data.mdb is damaged: meta page"), "%s", err);
+    cr_assert(strstr(err, dir), "%s", err);
+  }
+  /* Undone, the store is whole again, and a writer may go on. */
+  meta_u64(dir, !newest, META_TXNID_AT, true, txnid[!newest]);
+  cr_assert_eq(open_latest(dir, false, &latest, err, sizeof err), 0, "%s",
+               err);
+  cr_assert_eq(latest, 2);
+  uint64_t entries = 0;
+  cr_assert_eq(read_range(dir, 3, 0, UINT16_MAX, &entries, err, sizeof err),
+               0, "%s", err);
+  cr_assert_eq(entries, expected(0, UINT16_MAX));
+  free(dir);
+  sl_test_remove_tree(root); /* frees root */
 }
