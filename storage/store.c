@@ -32,6 +32,25 @@
  *    locks).  flock stops a second writer but not a reader beside a
  *    writer, so open handles are listed by the directory's (device, inode)
  *    and a second open of a directory in one process is refused.
+ * 5. The walk (store.h note 8) follows the newest meta page, the one with
+ *    the greater txnid, as LMDB does.  A txnid of the older meta page
+ *    damaged upwards by 2 (same page parity, one above the newest's) makes
+ *    it the newest in the eyes of both, and the store opens as the
+ *    previous checkpoint, consistent and silent.  LMDB's last page number
+ *    never goes down from one commit to the next (a write transaction
+ *    starts at the newest meta's and only adds pages), so the older meta
+ *    reaching past the newest's last page is damage (check_meta_order).
+ *    That catches the damage whenever the newest commit grew the file,
+ *    not when it only reused free pages: a full check needs the txnid of
+ *    each commit inside the checksummed meta, a format change (older
+ *    binaries of format 3 would write the store without keeping it, and
+ *    a savepoint's compacted copy restarts LMDB's txnids at 1).  A crash
+ *    cannot trip the check: LMDB writes a commit's meta page last, its
+ *    fields in one write inside the page's first sector with the txnid
+ *    last, and a failed write puts the old last page and txnid back; a
+ *    compacted copy's meta page 0 is LMDB's initial one (last page 1,
+ *    txnid 0).  It runs
+ *    where the walk runs (no live writer), and costs one pread a page.
  */
 #include "store_internal.h"
 
@@ -714,6 +733,33 @@ static int reader_lock(sl_store *s, bool *writer) {
   return 0;
 }
 
+/* Note 5: the older meta page must not reach past the newest's last
+ * page (the walk checked both pages' headers and page size). */
+static int check_meta_order(sl_store *s, int fd, uint32_t page_bytes) {
+  /* Per meta page: u64 last page, then u64 txnid, native order
+   * (lmdb_check.h note 1). */
+  uint64_t meta[2][2] = {{0, 0}, {0, 0}};
+  for (int page = 0; page < 2; page++) {
+    ssize_t got = pread(fd, meta[page], sizeof meta[page],
+                        (off_t)page * page_bytes +
+                            LMDB_META_LAST_PAGE_OFFSET);
+    if (got != (ssize_t)sizeof meta[page])
+      return store_fail(s, got < 0 ? errno : EIO, "cannot read data.mdb's "
+                        "meta page %d: %s", page,
+                        got < 0 ? strerror(errno) : "short read");
+  }
+  int newest = meta[1][1] > meta[0][1]; /* LMDB's choice */
+  const uint64_t *older = meta[!newest];
+  if (older[0] <= meta[newest][0])
+    return 0;
+  return store_fail(s, SL_ECORRUPT, "data.mdb is damaged: meta page %d "
+                    "(txnid %" PRIu64 ") reaches page %" PRIu64 ", past the "
+                    "last page %" PRIu64 " of meta page %d (txnid %" PRIu64
+                    ", which LMDB would open): a damaged txnid would open "
+                    "an older snapshot", !newest, older[1], older[0],
+                    meta[newest][0], newest, meta[newest][1]);
+}
+
 /* Store.h note 8: the walk of data.mdb before LMDB maps it. */
 int store_check_data_file(sl_store *s) {
   char path[PATH_MAX];
@@ -722,8 +768,11 @@ int store_check_data_file(sl_store *s) {
   if (rc != 0)
     return rc;
   /* The walk's message names the file itself: it goes in whole. */
-  rc = sl_lmdb_check_file(fd, path, SL_STORE_MAX_MAP_BYTES, 0, s->error,
-                          sizeof s->error);
+  sl_lmdb_check_stats walked = {0};
+  rc = sl_lmdb_check_file(fd, path, SL_STORE_MAX_MAP_BYTES, &walked,
+                          s->error, sizeof s->error);
+  if (rc == 0)
+    rc = check_meta_order(s, fd, walked.page_bytes);
   close(fd);
   if (rc == ENOMEM && !s->error[0])
     return store_fail(s, ENOMEM, "out of memory");

@@ -158,7 +158,9 @@
  *    page the newest meta page reaches (its notes 1-7): meta pages, file
  *    size against the last page, every tree, overflow run and the free
  *    list.  A file that fails is refused with SL_ECORRUPT and a message
- *    "DIR/data.mdb is damaged: ..." naming the page and the problem.  What
+ *    "DIR/data.mdb is damaged: ..." naming the page and the problem; so
+ *    is one whose older meta page reaches past the newest's last page
+ *    (store.c note 5: a damaged txnid would open an older snapshot).  What
  *    the walk lets through keeps every offset and order LMDB relies on;
  *    a flipped byte inside a key or value then fails its checksum (note
  *    1) when read: SL_ECORRUPT "DIR: data.mdb is damaged: database ...".

@@ -82,6 +82,9 @@
  * record, whose first field is the u32 magic, in native byte order. */
 #define LMDB_MAGIC 0xBEEFC0DEu
 #define LMDB_MAGIC_OFFSET 16u
+/* ... then u32 version, u64 address, u64 map size and two 48-byte database
+ * records; then the u64 last page number and the u64 txnid. */
+#define LMDB_META_LAST_PAGE_OFFSET (LMDB_MAGIC_OFFSET + 120u)
 /* Messages show at most this many key bytes in hex, and this many bytes
  * of each fingerprint, so one message always fits the error buffer. */
 #define MESSAGE_KEY_BYTES 32u

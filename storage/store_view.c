@@ -59,16 +59,27 @@
  *         drop a chunk that holds part of the range, unread.  Without
  *         these a flipped byte in a head's operator made a whole chunk of
  *         state vanish with no error (corrupt::random_byte_flips, seed
- *         2045).  At the other end, a read that starts inside an
- *         operator's key groups seeks past the chunks whose key ends
- *         below it: a key whose last group was damaged downwards (in
- *         order still) would hide its chunk there, so the chunk just
- *         before each seek's, if of the same run and operator, must have
- *         its head's last group equal to its key's.  The cost: a compare a
- *         chunk chosen; for a read that does not cover whole operators (an
- *         instance's restore of its key groups), one more seek a seek and
- *         at most one chunk's checksum a run.  A read of whole operators
- *         checks nothing more.
+ *         2045).  At the other end, each seek of a. lands past the
+ *         chunks whose key ends below the view's first prefix, and a key
+ *         damaged downwards (in order still) hides its chunk there: its
+ *         last group (a read that starts inside the operator's groups),
+ *         or its operator (any read: the run's first chunk of op X whose
+ *         key now says op Y < X is read by no reader of X, and by none at
+ *         all when Y is not in the job's graph, so its state vanished
+ *         silently).  Such a chunk is the one just before where the seek
+ *         lands: it was the first of the run's chunks that reach the
+ *         range, and the damage kept it below every one after it.  So
+ *         the chunk just before each seek's landing place, if of the same
+ *         run (any chunk in the base), must have a head that agrees with
+ *         its key, as in take_chunk.  A damage upwards is met by
+ *         take_chunk itself: the chunk still lies at or after the seek,
+ *         before the run's chunks of higher operators.  Every reader of
+ *         a range thus looks at the head of every chunk whose state may
+ *         lie in that range, which works for a read of some operators and
+ *         some key groups alike (a restore, a rescaled one), with no
+ *         count to keep.  The cost: a compare a chunk chosen, one more
+ *         seek (and a head, one page) a seek, and for a chunk that ends
+ *         a run's choice, its checksum (at most one a run).
  *    A compaction writes only into the other base while it merges, so the
  *    pages the references point to are not touched.
  * 2. Every loop is bounded by the chunks' bytes: an entry takes at least
@@ -172,6 +183,30 @@ static int grow(sl_store *s, void **buffer, size_t *capacity, size_t used,
   return 0;
 }
 
+/* Note 1f: the head of the chunk (key, value) against its key: its
+ * operator and last key group must be the key's, and its first group at
+ * most its last.  *first, *last: the head's (op << 16 | key group). */
+static int check_head(view *v, int db, const MDB_val *key,
+                      const MDB_val *value, uint32_t *first, uint32_t *last) {
+  if (value->mv_size < SL_STORE_CHECKSUM_BYTES ||
+      !chunk_peek_range(value->mv_data,
+                        value->mv_size - SL_STORE_CHECKSUM_BYTES, first, last))
+    return store_corrupt(v->s, db, key, "value too short to be a chunk");
+  /* The key's (op, last key group); its length was checked. */
+  uint32_t key_last = get_be32((const uint8_t *)key->mv_data +
+                               (db == DB_LOG ? LOG_LAST_AT : 0));
+  if (*last == key_last && *first <= *last)
+    return 0;
+  /* Name the head too: the key in the message is the damaged one when
+   * the damage is in the key (its operator moved: note 1f). */
+  char problem[128];
+  snprintf(problem, sizeof problem,
+           "chunk head's operator or key groups disagree with its key "
+           "(head: op %" PRIu32 ", key groups %" PRIu32 "..%" PRIu32 ")",
+           *last >> 16, *first & 0xffffu, *last & 0xffffu);
+  return store_corrupt(v->s, db, key, problem);
+}
+
 /* Takes the chunk (key, value) if its head's range starts at or below the
  * view's last prefix; *past: it does not (the run's chunks are done).
  * Note 1f: the head must agree with the key, and a chunk of the view's
@@ -179,26 +214,18 @@ static int grow(sl_store *s, void **buffer, size_t *capacity, size_t used,
 static int take_chunk(view *v, int db, const MDB_val *key,
                       const MDB_val *value, bool *past) {
   uint32_t first = 0, last = 0;
-  if (value->mv_size < SL_STORE_CHECKSUM_BYTES ||
-      !chunk_peek_range(value->mv_data,
-                        value->mv_size - SL_STORE_CHECKSUM_BYTES, &first,
-                        &last))
-    return store_corrupt(v->s, db, key, "value too short to be a chunk");
-  /* The key's (op, last key group); its length was checked. */
-  uint32_t key_last = get_be32((const uint8_t *)key->mv_data +
-                               (db == DB_LOG ? LOG_LAST_AT : 0));
-  if (last != key_last || first > last)
-    return store_corrupt(v->s, db, key, "chunk head's operator or key "
-                         "groups disagree with its key");
+  int rc = check_head(v, db, key, value, &first, &last);
+  if (rc != 0)
+    return rc;
   *past = first > v->last;
   if (*past) {
     MDB_val payload;
-    return key_last >> 16 == v->last >> 16
+    return last >> 16 == v->last >> 16
                ? store_value_open(v->s, db, key, value, &payload)
                : 0;
   }
   void *refs = v->refs;
-  int rc = grow(v->s, &refs, &v->ref_capacity, v->ref_count, sizeof *v->refs);
+  rc = grow(v->s, &refs, &v->ref_capacity, v->ref_count, sizeof *v->refs);
   v->refs = refs;
   if (rc != 0)
     return rc;
@@ -224,14 +251,14 @@ static int add_run(view *v, int db, size_t start) {
 
 /* Note 1f: after a seek to seek (a chunk key whose last prefix is the
  * view's first), the chunk just before where it lands, if it is of the
- * same run and operator (its first same_bytes key bytes are seek's), was
- * left out because its key's last group is below the view's first: its
- * head must say so too.  A read from key group 0 needs no such check. */
+ * same run (its first same_bytes key bytes are seek's: none for the
+ * base), must have a head that agrees with its key.  That chunk is left
+ * out of the view by its key, which says it ends before the view's first
+ * prefix; if its key's operator or last group was damaged downwards (in
+ * order still), its head says otherwise. */
 static int check_before_seek(view *v, MDB_cursor *cursor, int db,
                              const uint8_t *seek, size_t seek_bytes,
-                             size_t same_bytes, size_t last_at) {
-  if ((v->first & 0xffffu) == 0)
-    return 0;
+                             size_t same_bytes) {
   MDB_val key = {.mv_size = seek_bytes, .mv_data = (void *)seek}, value;
   int rc = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE);
   if (rc == 0 || rc == MDB_NOTFOUND)
@@ -241,17 +268,12 @@ static int check_before_seek(view *v, MDB_cursor *cursor, int db,
     return 0;
   if (rc != 0)
     return store_lmdb_fail(v->s, rc, "read the state's chunks");
-  if (key.mv_size != seek_bytes || memcmp(key.mv_data, seek, same_bytes) != 0)
+  if (key.mv_size != seek_bytes)
+    return store_corrupt(v->s, db, &key, "key is not a chunk key");
+  if (memcmp(key.mv_data, seek, same_bytes) != 0)
     return 0;
   uint32_t first = 0, last = 0;
-  if (value.mv_size < SL_STORE_CHECKSUM_BYTES ||
-      !chunk_peek_range(value.mv_data,
-                        value.mv_size - SL_STORE_CHECKSUM_BYTES, &first,
-                        &last) ||
-      last != get_be32((const uint8_t *)key.mv_data + last_at))
-    return store_corrupt(v->s, db, &key, "chunk head's operator or key "
-                         "groups disagree with its key");
-  return 0;
+  return check_head(v, db, &key, &value, &first, &last);
 }
 
 /* Note 1a for the base: one run, from its first chunk ending at or after
@@ -268,8 +290,8 @@ static int choose_base(view *v, MDB_txn *txn, int db) {
   }
   uint8_t seek[BASE_KEY_BYTES] = {0};
   put_be32(seek, v->first);
-  /* Note 1f: the chunk before the seek's, of the same operator. */
-  int failed = check_before_seek(v, cursor, db, seek, sizeof seek, 2, 0);
+  /* Note 1f: the chunk before the seek's. */
+  int failed = check_before_seek(v, cursor, db, seek, sizeof seek, 0);
   if (failed) {
     mdb_cursor_close(cursor);
     return failed;
@@ -349,9 +371,9 @@ static int choose_log(view *v, MDB_txn *txn, uint64_t upto_seq) {
     put_be64(seek, id.seq);
     put_be32(seek + LOG_RUN_AT, id.run);
     put_be32(seek + LOG_LAST_AT, v->first);
-    /* Note 1f: the chunk before the seek's, of the same run and op. */
+    /* Note 1f: the chunk before the seek's, of the same run. */
     failed = check_before_seek(v, cursor, DB_LOG, seek, sizeof seek,
-                               LOG_LAST_AT + 2, LOG_LAST_AT);
+                               LOG_RUN_AT + 4);
     if (failed)
       break;
     MDB_val key = {.mv_size = sizeof seek, .mv_data = seek}, value;
