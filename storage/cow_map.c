@@ -208,10 +208,20 @@
  *    reclaim steps write the marks (RETIRED_FREE, chain_next 0) before
  *    they walk the reclaim chain any further, so the walk never meets a
  *    displaced version unmarked.  A RELEASED version the walk has not
- *    reached yet goes on the marking queue when it is displaced.  If an
+ *    reached yet is marked at once when it is displaced, as before: the
+ *    writer is done with it, and noting it would only hold the walk
+ *    back (memory_bench's peak grew by about 60,000 versions at 1M keys
+ *    when it did: the marks took the walk's budget, so more keys were
+ *    copied before the walk made them CLEAN).  The marks have a budget
+ *    of their own in each step.  If an
  *    array cannot grow, the version is marked at once, as before
  *    (SL_COW_FAIL_RETIRE_LATER makes that happen in a test,
- *    cow_map_rollback.c note 9).  The
+ *    cow_map_rollback.c note 9).  An array stops growing at LATER_MAX
+ *    notes (128 KiB), and later versions are marked at once too: 8 bytes
+ *    a displaced version made the peak memory of a checkpoint that froze
+ *    and rewrote every key of 10M 10% larger (memory_bench), while the
+ *    cost it saves is that of states small enough to stay in cache (at
+ *    1M keys cow_write_bench showed none).  The
  *    marks then cost a miss each where the steps run, spread over the
  *    writes after the release, not piled onto the first writes after
  *    the barrier.  With rollback on, the undo list needs the mark and
@@ -242,8 +252,10 @@
  * the old table cannot make one call slow. */
 #define REHASH_EMPTY_VISITS (REHASH_BUCKETS_PER_STEP * 10u)
 #define RECLAIM_PER_WRITE 4u
-/* The first size of an array of versions whose mark waits (note 15). */
+/* The first size of an array of versions whose mark waits, and the most
+ * it grows to (note 15): 128 KiB of notes; past that, marked at once. */
 #define LATER_INITIAL 256u
+#define LATER_MAX 16384u
 /* How far ahead of the marks their versions are fetched (note 15). */
 #define MARKING_AHEAD 16u
 /* Note 13: how far ahead of the reclaim walk versions are fetched: four
@@ -536,6 +548,8 @@ static bool later_room(sl_cow_map *m, sl_cow_entry ***array, uint64_t *count,
                        uint64_t *capacity) {
   if (*count < *capacity)
     return true;
+  if (*capacity >= LATER_MAX)
+    return false; /* note 15: a large delta marks the rest at once */
   uint64_t grown = *capacity ? *capacity * 2 : LATER_INITIAL;
   sl_cow_entry **fresh =
       cow_test_alloc_fails(m, SL_COW_FAIL_RETIRE_LATER)
@@ -575,7 +589,7 @@ static bool marking_push(sl_cow_map *m, sl_cow_entry *v) {
 static bool retire_later(sl_cow_map *m, sl_cow_entry *old) {
   assert(!m->retain && old->epoch != 0 && old->epoch != m->epoch);
   if (old->epoch <= m->stable_epoch)
-    return marking_push(m, old); /* RELEASED, not walked yet */
+    return false; /* RELEASED: the writer is done with it, mark it now */
   for (uint32_t i = 0; i < m->pending_count; i++) {
     if (m->pending[i].epoch != old->epoch)
       continue;
@@ -877,10 +891,12 @@ static inline void reclaim_index_step(sl_cow_map *m, const sl_cow_entry *e) {
  * pop released undo versions with what is left of it (note 12).  Returns
  * true if some work remains. */
 static bool reclaim_steps(sl_cow_map *m, uint32_t budget) {
-  /* Note 15: the walk goes on only once every waiting mark is written. */
-  uint32_t done = marking_steps(m, budget);
+  /* Note 15: the walk goes on only once every waiting mark is written;
+   * the marks have a budget of their own, so the walk keeps its pace. */
+  marking_steps(m, budget);
   if (m->marking_done < m->marking_count)
     return true;
+  uint32_t done = 0;
   for (; done < budget && m->reclaim_head; done++) {
     sl_cow_entry *e = m->reclaim_head;
     if (m->reclaim_index) {
