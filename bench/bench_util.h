@@ -44,6 +44,14 @@ static inline uint64_t bench_now_ns(void) {
   return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
 }
 
+/* The calling thread's CPU time in nanoseconds: what another process
+ * taking the CPU does not stretch. */
+static inline uint64_t bench_thread_cpu_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+}
+
 /* Smallest difference between two back-to-back bench_now_ns() calls over
  * `samples` tries: what one timestamp adds to a measured interval. */
 static inline uint64_t bench_clock_overhead_ns(unsigned samples) {

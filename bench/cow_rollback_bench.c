@@ -33,12 +33,6 @@
 
 #define MAX_ROUNDS BENCH_MAX_REPEAT
 
-static uint64_t thread_cpu_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* xorshift64: the keys each round writes. */
 static uint64_t next_random(uint64_t *s) {
   *s ^= *s << 13;
@@ -112,9 +106,9 @@ int main(int argc, char **argv) {
     for (uint64_t i = changes / 2; i < changes; i++)
       update(map, next_random(&seed) % keys, i);
     uint64_t visits = sl_cow_map_rollback_visits(map);
-    uint64_t w0 = bench_now_ns(), c0 = thread_cpu_ns();
+    uint64_t w0 = bench_now_ns(), c0 = bench_thread_cpu_ns();
     int rc = sl_cow_map_rollback(map, sl_cow_map_stable_epoch(map));
-    uint64_t c1 = thread_cpu_ns(), w1 = bench_now_ns();
+    uint64_t c1 = bench_thread_cpu_ns(), w1 = bench_now_ns();
     if (rc != 0) {
       fprintf(stderr, "cow_rollback_bench: rollback failed: %d\n", rc);
       return 1;
@@ -126,10 +120,10 @@ int main(int argc, char **argv) {
     ns_per_change[r] = (double)(c1 - c0) / (double)changes;
     /* The rest, in the steps a running instance takes (bounded: each
      * call frees or settles up to its budget). */
-    uint64_t c2 = thread_cpu_ns();
+    uint64_t c2 = bench_thread_cpu_ns();
     while (sl_cow_map_maintain(map, 4096)) {
     }
-    rest_ms[r] = (double)(thread_cpu_ns() - c2) / 1e6;
+    rest_ms[r] = (double)(bench_thread_cpu_ns() - c2) / 1e6;
     total_ms[r] = cpu_ms[r] + rest_ms[r];
     printf("  round %2" PRIu64 ": %8.2f ms wall, %8.2f ms CPU, %" PRIu64
            " versions, %6.1f ns CPU per version, %6.1f per change; rest "

@@ -69,12 +69,6 @@
 #define MAX_ROUNDS 201
 #define VALUE_BYTES 16u
 
-static uint64_t thread_cpu_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* The reader thread: walks each delta handed to it, as the writer reads
  * one.  The owner hands a delta over by storing `delta_ready` (release)
  * and waits for `walked` (acquire) before it releases the epoch, so the
@@ -171,9 +165,9 @@ static void one_round(sl_cow_map *map, const sl_cow_key *keys, uint64_t n,
     r->delta = delta;
     atomic_store_explicit(&r->delta_ready, 1, memory_order_release);
   }
-  uint64_t w0 = bench_now_ns(), c0 = thread_cpu_ns();
+  uint64_t w0 = bench_now_ns(), c0 = bench_thread_cpu_ns();
   write_all(map, keys, n, round);
-  uint64_t c1 = thread_cpu_ns(), w1 = bench_now_ns();
+  uint64_t c1 = bench_thread_cpu_ns(), w1 = bench_now_ns();
   f->write_ns = (double)(c1 - c0) / (double)n;
   f->walk_ns = f->exposed = 0;
   if (with_reader) {
@@ -188,10 +182,10 @@ static void one_round(sl_cow_map *map, const sl_cow_key *keys, uint64_t n,
                              : 0;
   }
   sl_cow_map_release(map, delta.epoch);
-  uint64_t c2 = thread_cpu_ns();
+  uint64_t c2 = bench_thread_cpu_ns();
   while (sl_cow_map_maintain(map, 4096)) {
   }
-  f->reclaim_ns = (double)(thread_cpu_ns() - c2) / (double)n;
+  f->reclaim_ns = (double)(bench_thread_cpu_ns() - c2) / (double)n;
 }
 
 static void print_stats(const char *what, const double *v, size_t n,

@@ -50,6 +50,7 @@
 #include "sluice.h"
 #include "sluice_testing.h" /* unstable test helpers */
 #include "store.h"
+#include "store_read.h"
 #include "test_dirs.h"
 #include "test_util.h"
 
@@ -1112,29 +1113,6 @@ static size_t first_value_at(const uint8_t *data, uint32_t page_bytes,
   return 0;
 }
 
-static int count_entries(void *arg, uint16_t key_group, const void *key,
-                         uint32_t key_bytes, const void *value,
-                         uint32_t value_bytes) {
-  (void)key_group, (void)key, (void)key_bytes, (void)value, (void)value_bytes;
-  ++*(uint64_t *)arg;
-  return 0;
-}
-
-/* Reads op 1's groups [first, last] of the store in dir, read-only:
- * the result; *entries the entries read; err the message. */
-static int chunk_read(const char *dir, uint16_t first, uint16_t last,
-                      uint64_t *entries, char *err, size_t err_bytes) {
-  sl_store *st;
-  sl_store_options ro = {.read_only = 1};
-  int rc = sl_store_open(dir, &ro, &st, err, err_bytes);
-  cr_assert_eq(rc, 0, "%s", err);
-  *entries = 0;
-  rc = sl_store_read_state(st, 1, first, last, count_entries, entries);
-  snprintf(err, err_bytes, "%s", sl_store_error(st));
-  sl_store_close(st);
-  return rc;
-}
-
 TestSuite(chunk_head, .timeout = 120);
 
 Test(chunk_head, damaged_head_is_refused) {
@@ -1153,12 +1131,12 @@ Test(chunk_head, damaged_head_is_refused) {
             "not the chunk's head: %u %u %u", field[0], field[1], field[2]);
   char err[1024];
   uint64_t entries;
-  cr_assert_eq(chunk_read(state, 0, UINT16_MAX, &entries, err, sizeof err),
+  cr_assert_eq(store_read_range(state, 1, 0, UINT16_MAX, &entries, err, sizeof err),
                0, "%s", err);
   cr_assert_eq(entries, 11);
-  cr_assert_eq(chunk_read(state, 0, 12, &entries, err, sizeof err), 0);
+  cr_assert_eq(store_read_range(state, 1, 0, 12, &entries, err, sizeof err), 0);
   cr_assert_eq(entries, 3);
-  cr_assert_eq(chunk_read(state, 13, 30, &entries, err, sizeof err), 0);
+  cr_assert_eq(store_read_range(state, 1, 13, 30, &entries, err, sizeof err), 0);
   cr_assert_eq(entries, 8);
   /* The log key: u64 seq, u32 run, u16 op, u16 last group (big-endian). */
   cr_assert(data[key_at + 13] == 1 && data[key_at + 15] == 20);
@@ -1182,7 +1160,7 @@ Test(chunk_head, damaged_head_is_refused) {
     size_t at = (damage[d].in_key ? key_at : head) + damage[d].at;
     data[at] ^= damage[d].mask;
     write_bytes(data_path, data, bytes);
-    int rc = chunk_read(state, damage[d].first, damage[d].last, &entries,
+    int rc = store_read_range(state, 1, damage[d].first, damage[d].last, &entries,
                         err, sizeof err);
     cr_assert_eq(rc, SL_ECORRUPT, "damage %zu: rc %d, %" PRIu64
                  " entries: %s", d, rc, entries, err);
@@ -1191,7 +1169,7 @@ Test(chunk_head, damaged_head_is_refused) {
     data[at] ^= damage[d].mask;
   }
   write_bytes(data_path, data, bytes);
-  cr_assert_eq(chunk_read(state, 0, 12, &entries, err, sizeof err), 0);
+  cr_assert_eq(store_read_range(state, 1, 0, 12, &entries, err, sizeof err), 0);
   cr_assert_eq(entries, 3);
   free(data);
   free(data_path);

@@ -38,6 +38,7 @@
 
 #include "sluice.h"
 #include "store.h"
+#include "store_read.h"
 #include "test_dirs.h"
 
 /* The key groups every operator writes in the first checkpoint, one key
@@ -170,30 +171,6 @@ static void flip(const char *dir, size_t at, uint8_t mask) {
   free(path);
 }
 
-static int count_entry(void *arg, uint16_t key_group, const void *key,
-                       uint32_t key_bytes, const void *value,
-                       uint32_t value_bytes) {
-  (void)key_group, (void)key, (void)key_bytes, (void)value, (void)value_bytes;
-  ++*(uint64_t *)arg;
-  return 0;
-}
-
-/* Reads op's groups [first, last] of dir read-only: the result, the
- * entries read, the message. */
-static int read_range(const char *dir, uint16_t op, uint16_t first,
-                      uint16_t last, uint64_t *entries, char *err,
-                      size_t err_bytes) {
-  sl_store *st;
-  sl_store_options ro = {.read_only = 1};
-  int rc = sl_store_open(dir, &ro, &st, err, err_bytes);
-  cr_assert_eq(rc, 0, "the damaged file must pass the open's walk: %s", err);
-  *entries = 0;
-  rc = sl_store_read_state(st, op, first, last, count_entry, entries);
-  snprintf(err, err_bytes, "%s", sl_store_error(st));
-  sl_store_close(st);
-  return rc;
-}
-
 /* The entries op holds in groups [first, last], undamaged. */
 static uint64_t expected(uint16_t first, uint16_t last) {
   uint64_t n = 0;
@@ -216,7 +193,7 @@ static void assert_undamaged(const char *dir, const store_plan *plan) {
   for (int i = 0; i < plan->op_count; i++)
     for (size_t r = 0; r < RANGE_COUNT; r++) {
       uint64_t entries;
-      int rc = read_range(dir, plan->ops[i], ranges[r].first, ranges[r].last,
+      int rc = store_read_range(dir, plan->ops[i], ranges[r].first, ranges[r].last,
                           &entries, err, sizeof err);
       cr_assert_eq(rc, 0, "op %u %u..%u: %s", plan->ops[i], ranges[r].first,
                    ranges[r].last, err);
@@ -240,7 +217,7 @@ static void assert_damage_refused(const char *dir, const store_plan *plan,
     for (size_t r = 0; r < RANGE_COUNT; r++) {
       uint16_t first = ranges[r].first, last = ranges[r].last;
       uint64_t entries, want = expected(first, last);
-      int rc = read_range(dir, plan->ops[i], first, last, &entries, err,
+      int rc = store_read_range(dir, plan->ops[i], first, last, &entries, err,
                           sizeof err);
       if (plan->ops[i] == victim && first <= chunk->last &&
           last >= chunk->first) {
@@ -459,7 +436,7 @@ Test(store_counts, older_meta_txnid_raised) {
                err);
   cr_assert_eq(latest, 2);
   uint64_t entries = 0;
-  cr_assert_eq(read_range(dir, 3, 0, UINT16_MAX, &entries, err, sizeof err),
+  cr_assert_eq(store_read_range(dir, 3, 0, UINT16_MAX, &entries, err, sizeof err),
                0, "%s", err);
   cr_assert_eq(entries, expected(0, UINT16_MAX));
   free(dir);
