@@ -15,6 +15,13 @@
  *   - the broker down while offsets are committed back, and the job
  *     stopped: the stop does not wait on the broker (note 6), and the
  *     checkpoints it leaves resume exactly-once.
+ * Each wait on the broker being down needs a source that has not read
+ * the whole topic by the time the mock takes the broker down, or no
+ * checkpoint comes while it is down (a job whose sources all finished
+ * takes none, coordinator.c note 4).  Neither test leaves that to the
+ * scheduler: the stop test's first job reads without an end, and the
+ * down-then-up job's small rings and slow sink hold its source back
+ * (run_with_faults).
  * In every case the verifying sink (its counts are checkpointed) finds
  * every record exactly once, in order. */
 #include <criterion/criterion.h>
@@ -71,6 +78,18 @@ static uint32_t run_with_faults(kafka_mock *m, const char *dir,
   config.restart.delay_ms = 10;
   /* slow: the run outlasts the faults and many checkpoints. */
   config.faults = "slow:op=verify,delay_us=100";
+  if (run->down_up) {
+    /* The source must still have most of the topic to read when the
+     * broker goes down.  With the smallest rings it runs at most a few
+     * hundred records ahead of the sink, which takes 1 ms a record (two
+     * instances): the three quarters left take about 7 s more, where the
+     * test needs milliseconds to send "down 1" (and the mock to act on
+     * it), even on a loaded machine.  (The 4 MiB default rings held the whole topic; a test
+     * thread late by a second then saw the job finish first, and waited
+     * for checkpoints that never came.) */
+    config.ring_bytes = 4096;
+    config.faults = "slow:op=verify,delay_us=1000";
+  }
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   /* With down_up, a consumer queue of about 1 KiB per partition (instead
@@ -179,10 +198,14 @@ Test(kafka_faults, broker_down_then_up_is_waited_for) {
 }
 
 /* The job graph of the stop test: Kafka topic "in" (2 instances,
- * bounded, offsets committed back to group "stopped", a small consumer
- * queue as in run_with_faults) -> verifying sink. */
+ * offsets committed back to group "stopped", a small consumer queue as in
+ * run_with_faults) -> verifying sink.  bounded as sl_kafka_source_config:
+ * the stopped job reads without an end, so it goes on taking checkpoints
+ * however much it read before the broker went down; the resumed one
+ * resolves the end when it restores (kafka_source.c note 3) and
+ * finishes there. */
 static sl_job *stop_job(const kafka_mock *m, const char *dir, int policy,
-                        sl_op **verify) {
+                        int bounded, sl_op **verify) {
   sl_job_config config = sl_fixture_config(dir, 10);
   config.checkpoint.store_policy = policy;
   config.faults = "slow:op=verify,delay_us=100";
@@ -192,7 +215,7 @@ static sl_job *stop_job(const kafka_mock *m, const char *dir, int policy,
       "queued.max.messages.kbytes=1", "max.partition.fetch.bytes=1024",
       NULL};
   sl_kafka_source_config kc = {.bootstrap = m->bootstrap, .topic = "in",
-                               .bounded = 1, .properties = small_queue,
+                               .bounded = bounded, .properties = small_queue,
                                .group_id = "stopped", .commit_offsets = 1};
   sl_op *src;
   cr_assert_eq(sl_source_kafka(job, "source", 2, &kc, &src), 0, "%s",
@@ -214,7 +237,7 @@ Test(kafka_faults, stop_with_the_broker_down_returns_and_resumes) {
   kafka_produce_tuples(&m, "in", COUNT, KEYS, 3);
   char *dir = sl_test_temp_dir("kafka-faults");
   sl_op *verify;
-  sl_job *job = stop_job(&m, dir, SL_STORE_FRESH, &verify);
+  sl_job *job = stop_job(&m, dir, SL_STORE_FRESH, 0, &verify);
   cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
   wait_progress(job, COUNT / 4);
   kafka_mock_command(&m, "down 1");
@@ -243,7 +266,7 @@ Test(kafka_faults, stop_with_the_broker_down_returns_and_resumes) {
   sl_job_destroy(job);
   kafka_mock_command(&m, "up 1");
 
-  job = stop_job(&m, dir, SL_STORE_RESUME, &verify);
+  job = stop_job(&m, dir, SL_STORE_RESUME, 1, &verify);
   sl_test_watchdog_arm(&w, job, 120, "the resumed job");
   cr_assert_eq(sl_job_start(job), 0, "%s", sl_job_error(job));
   rc = sl_job_wait(job);
