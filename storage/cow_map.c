@@ -423,7 +423,10 @@ static void index_append(sl_cow_map *m, sl_cow_entry *e) {
     return;
   sl_cow_index_block *block = m->index_tail;
   if (!block || block->count == SL_COW_INDEX_BLOCK) {
-    sl_cow_index_block *fresh = sl_alloc_bytes(&m->alloc, sizeof *fresh);
+    sl_cow_index_block *fresh =
+        cow_test_alloc_fails(m, SL_COW_FAIL_DIRTY_INDEX_BLOCK)
+            ? 0
+            : sl_alloc_bytes(&m->alloc, sizeof *fresh);
     if (!fresh) {
       cow_map_free_index(m, m->index_head, m->dirty_entries);
       m->index_head = m->index_tail = 0;

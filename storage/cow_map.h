@@ -500,6 +500,10 @@ enum sl_cow_fail_point {
   /* An array of versions whose retired mark waits (cow_map.c note 15):
    * the version is marked at once instead. */
   SL_COW_FAIL_RETIRE_LATER,
+  /* A block of the current dirty list's index (note 11): the epoch loses
+   * its index; the writer and the reclaim walk follow the list instead
+   * (cow_map.c note 13). */
+  SL_COW_FAIL_DIRTY_INDEX_BLOCK,
   SL_COW_FAIL_POINTS
 };
 /* For tests only: the nth allocation at point from now on (1: the next

@@ -213,9 +213,10 @@ struct sl_cow_map {
 
 /* Whether the allocation about to be made at point must fail for a test
  * (sl_cow_map_test_fail_alloc, cow_map_rollback.c note 9): counts it
- * down.  Asked only where a failure has a fallback, none of them on the
- * path of a lookup or a write of a version; a call, not inline, so that
- * the paths around those allocations compile as without it. */
+ * down.  Asked only where a failure has a fallback, never on a lookup's
+ * path, and on a write's only where it allocates anyway (a new index
+ * block, a grown array); a call, not inline, so that the paths around
+ * those allocations compile as without it. */
 bool cow_test_alloc_fails(sl_cow_map *m, enum sl_cow_fail_point point);
 
 /* Whether e is stale: of an epoch a lazy rollback has not finished

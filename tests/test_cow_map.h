@@ -1,6 +1,7 @@
 /* test_cow_map.h — what the copy-on-write map's test files share
  * (test_cow_map.c, test_cow_map_load.c, test_cow_map_rollback.c,
- * test_cow_map_lazy_rollback.c): numbered keys and values, the reference
+ * test_cow_map_lazy_rollback.c, test_cow_map_marks.c,
+ * test_cow_map_index.c): numbered keys and values, the reference
  * model, the mutator that drives a map and its model together, a delta's
  * entries read back, the checkpoint writer thread of the property tests,
  * and the rollback tests' fixture: a map with rollback on at a completed

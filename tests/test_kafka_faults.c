@@ -84,9 +84,9 @@ static uint32_t run_with_faults(kafka_mock *m, const char *dir,
      * hundred records ahead of the sink, which takes 1 ms a record (two
      * instances): the three quarters left take about 7 s more, where the
      * test needs milliseconds to send "down 1" (and the mock to act on
-     * it), even on a loaded machine.  (The 4 MiB default rings held the whole topic; a test
-     * thread late by a second then saw the job finish first, and waited
-     * for checkpoints that never came.) */
+     * it), even on a loaded machine.  (The 4 MiB default rings held the
+     * whole topic; a test thread late by a second then saw the job
+     * finish first, and waited for checkpoints that never came.) */
     config.ring_bytes = 4096;
     config.faults = "slow:op=verify,delay_us=1000";
   }
