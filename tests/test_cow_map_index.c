@@ -37,6 +37,15 @@ static void write_delta(const sl_cow_delta *d, model *durable) {
   cr_assert_eq(d->entries, KEYS);
 }
 
+/* The map checked whole and against expect, then freed with both models. */
+static void check_and_free(sl_cow_map *map, model *expect, model *durable) {
+  cr_assert(sl_cow_map_check(map));
+  cr_assert_eq(model_diff_map(expect, map), 0);
+  model_free(expect);
+  model_free(durable);
+  sl_cow_map_destroy(map);
+}
+
 static sl_cow_map *new_map(bool rollback) {
   sl_cow_map *map;
   cr_assert_eq(sl_cow_map_create(&map), 0);
@@ -84,11 +93,7 @@ static void dropped_then_back(bool rollback) {
   cr_assert(model_equal(durable, expect));
   sl_cow_map_release(map, d.epoch);
   maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  cr_assert_eq(model_diff_map(expect, map), 0);
-  model_free(expect);
-  model_free(durable);
-  sl_cow_map_destroy(map);
+  check_and_free(map, expect, durable);
 }
 
 Test(cow_map_index, dropped_index_is_followed_by_the_list) {
@@ -140,11 +145,7 @@ static void unindexed_list_in_the_chain(bool rollback) {
   sl_cow_map_release(map, third.epoch);
   for (uint32_t budget = 3; sl_cow_map_maintain(map, budget); budget += 11)
     cr_assert(sl_cow_map_check(map));
-  cr_assert(sl_cow_map_check(map));
-  cr_assert_eq(model_diff_map(expect, map), 0);
-  model_free(expect);
-  model_free(durable);
-  sl_cow_map_destroy(map);
+  check_and_free(map, expect, durable);
 }
 
 Test(cow_map_index, unindexed_list_in_the_reclaim_chain) {
