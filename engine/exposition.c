@@ -536,7 +536,8 @@ static void job_samples(prom_text *t, const sl_metrics *m) {
                   "Injected faults that fired.", m->faults_fired);
 }
 
-static void checkpoint_samples(prom_text *t, const sl_metrics *m) {
+static void checkpoint_samples(prom_text *t, const sl_metrics *m,
+                               uint64_t captures_aborted) {
   if (!m->checkpointing)
     return;
   text_family(t, "sluice_job_checkpoints_total", "counter",
@@ -550,6 +551,10 @@ static void checkpoint_samples(prom_text *t, const sl_metrics *m) {
   text_single_u64(t, "sluice_job_checkpoints_in_progress", "gauge",
                   "Checkpoints triggered and not yet ended.",
                   m->checkpoints_in_progress);
+  text_single_u64(t, "sluice_job_unaligned_captures_aborted_total", "counter",
+                  "Captures of channel state that unaligned checkpoints "
+                  "dropped when they aborted (sl_job_captures_aborted).",
+                  captures_aborted);
   text_single_u64(t, "sluice_job_checkpoint_restored_id", "gauge",
                   "Checkpoint the newest attempt started from (0: none).",
                   m->restored_from);
@@ -594,12 +599,12 @@ static void job_label_set(prom_text *t, const char *job_name) {
 }
 
 char *sl_exposition_prometheus(const sl_metrics *m, const char *job_name,
-                               size_t *bytes) {
+                               uint64_t captures_aborted, size_t *bytes) {
   assert(m->instances && m->operators);
   prom_text t = {0};
   job_label_set(&t, job_name);
   job_samples(&t, m);
-  checkpoint_samples(&t, m);
+  checkpoint_samples(&t, m, captures_aborted);
   instance_samples(&t, m);
   if (t.failed) {
     free(t.data);
@@ -622,7 +627,8 @@ SL_EXPORT int sl_metrics_prometheus(sl_job *job, char *buf, size_t buf_bytes,
   if (rc)
     return rc;
   size_t bytes = 0;
-  char *text = sl_exposition_prometheus(&m, job->name, &bytes);
+  char *text = sl_exposition_prometheus(&m, job->name,
+                                        sl_job_captures_aborted(job), &bytes);
   sl_metrics_free(&m);
   if (!text)
     return ENOMEM;

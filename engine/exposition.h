@@ -19,8 +19,10 @@ json_t *sl_exposition_checkpoints(const sl_metrics *m, int limit);
 
 /* GET /metrics and sl_metrics_prometheus: Prometheus text exposition
  * format 0.0.4, every sample labelled job="job_name" (1 .. SL_MAX_NAME-1
- * bytes), malloc'd, its length in *bytes; NULL when out of memory. */
+ * bytes), malloc'd, its length in *bytes; NULL when out of memory.
+ * captures_aborted is sl_job_captures_aborted(), read beside m: it is no
+ * field of sl_metrics, whose size callers fix when they allocate it. */
 char *sl_exposition_prometheus(const sl_metrics *m, const char *job_name,
-                               size_t *bytes);
+                               uint64_t captures_aborted, size_t *bytes);
 
 #endif /* SL_EXPOSITION_H */

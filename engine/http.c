@@ -241,7 +241,9 @@ static enum MHD_Result get_metrics(struct MHD_Connection *conn, sl_http *h) {
   if (!snapshot(conn, h, 0, &m, &rc))
     return rc;
   size_t bytes = 0;
-  char *body = sl_exposition_prometheus(&m, h->job->name, &bytes);
+  char *body = sl_exposition_prometheus(&m, h->job->name,
+                                        sl_job_captures_aborted(h->job),
+                                        &bytes);
   sl_metrics_free(&m);
   if (!body)
     return respond_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, 0,

@@ -68,9 +68,34 @@ typedef struct result {
    * least the aligned-checkpoint timeout (should be none with one). */
   uint64_t unaligned_before_timeout;
   uint64_t captures_aborted; /* sl_job_captures_aborted() at the end */
+  /* The same count as GET /metrics shows it (sl_metrics_prometheus);
+   * -1 if the family is missing. */
+  double captures_aborted_metric;
 } result;
 
 static sl_fixture_gated_source g_source, g_left, g_right;
+
+/* The value of the sample whose line starts with prefix in the job's
+ * Prometheus text (sl_metrics_prometheus); -1 if there is none. */
+static double prometheus_sample(sl_job *job, const char *prefix) {
+  size_t needed = 0;
+  cr_assert_eq(sl_metrics_prometheus(job, NULL, 0, &needed), ENOSPC);
+  char *text = malloc(needed);
+  cr_assert(text);
+  cr_assert_eq(sl_metrics_prometheus(job, text, needed, &needed), 0);
+  double value = -1;
+  size_t n = strlen(prefix);
+  for (const char *line = text; line && *line;) {
+    if (strncmp(line, prefix, n) == 0) {
+      value = strtod(line + n, 0);
+      break;
+    }
+    line = strchr(line, '\n');
+    line = line ? line + 1 : 0;
+  }
+  free(text);
+  return value;
+}
 
 /* spec.hold_until_capture_aborted: while set, source instance 1 has not
  * opened, so it takes part in no checkpoint and sends nothing: every
@@ -203,6 +228,8 @@ static result run_job(const spec *s) {
   snprintf(r.error, sizeof r.error, "%s", sl_job_error(job));
   r.restarts = sl_job_restarts(job);
   r.captures_aborted = sl_job_captures_aborted(job);
+  r.captures_aborted_metric = prometheus_sample(
+      job, "sluice_job_unaligned_captures_aborted_total{job=\"sluice\"} ");
   if (r.restarts) {
     sl_recovery_stats rs;
     cr_assert_eq(sl_job_recovery_stats(job, 0, &rs), 0);
@@ -415,8 +442,12 @@ Test(unaligned, aborts_while_capturing, .timeout = 300) {
   result r = run_job(&s);
   expect_exactly_once(&r, records, "aborts");
   cr_expect_geq(r.captures_aborted, 1, "no capture was aborted");
-  cr_log_info("%" PRIu64 " captures aborted, %" PRIu64 " checkpoints "
-              "completed", r.captures_aborted, r.completed);
+  cr_expect_eq(r.captures_aborted_metric, (double)r.captures_aborted,
+               "GET /metrics shows %g captures aborted, the getter %" PRIu64,
+               r.captures_aborted_metric, r.captures_aborted);
+  cr_log_info("%" PRIu64 " captures aborted (GET /metrics: %g), %" PRIu64
+              " checkpoints completed", r.captures_aborted,
+              r.captures_aborted_metric, r.completed);
   sl_test_remove_tree(state);
   sl_test_remove_tree(out);
 }
