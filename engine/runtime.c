@@ -84,11 +84,13 @@
  *    parallelism 1) may run as a member of that instance's thread, its
  *    runner; by default when the job's instances outnumber its CPUs,
  *    where threads would otherwise queue for cores (a p99 of one
- *    scheduler tick).  The ring stays, small (64 KiB unless a record
- *    needs more), and so do the member's code paths: whenever the
- *    producer publishes (flush_outputs, after every ring is published),
- *    after each pass of run_inputs and while it waits (wait_loop), the
- *    member takes a turn (member_turn): it drains the ring with
+ *    scheduler tick).  The ring stays, small (64 KiB, or four of the
+ *    largest records allowed with their headers: 512 KiB at the default
+ *    max_record_bytes of 64 KiB; graph.c plan_chains), and so do the
+ *    member's code paths: whenever the producer publishes
+ *    (flush_outputs, after every ring is published), after each pass of
+ *    run_inputs and while it waits (wait_loop), the member takes a turn
+ *    (member_turn): it drains the ring with
  *    drain_channel, so barriers, watermarks and END reach it in order
  *    and at once, fires its timers, acts on notifications, then flushes
  *    its own outputs, which gives its own members their turn.  A
