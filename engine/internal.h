@@ -312,6 +312,9 @@ struct sl_job {
   struct sl_failover *failover;
   /* Byte-string keys (state.c): the test hook's hash, NULL: XXH3. */
   uint64_t (*key_hash)(const void *key, uint32_t key_bytes);
+  /* sl_testing_fail_state_index: armed in each keyed map as it is made
+   * (restore.c); 0: never. */
+  uint32_t test_index_fail_nth;
   /* Fault injection (inject.c). */
   struct sl_fault_plan *faults; /* NULL: none */
   char *faults_text;            /* owned copy of config.faults */

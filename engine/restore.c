@@ -456,6 +456,10 @@ static int setup_instances(sl_job *job) {
     int rc = sl_cow_map_create(&inst->cp.keyed);
     if (rc)
       return rc;
+    if (job->test_index_fail_nth) /* sl_testing_fail_state_index */
+      sl_cow_map_test_fail_alloc(inst->cp.keyed,
+                                 SL_COW_FAIL_DIRTY_INDEX_BLOCK,
+                                 job->test_index_fail_nth);
     group_range(job->config.max_parallelism, inst->op->parallelism,
                 inst->index, &inst->cp.group_first, &inst->cp.group_last);
   }

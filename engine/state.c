@@ -273,6 +273,23 @@ SL_EXPORT int sl_testing_set_key_hash(sl_job *job,
   return 0;
 }
 
+SL_EXPORT int sl_testing_fail_state_index(sl_job *job, uint32_t nth) {
+  if (!job)
+    return EINVAL;
+  if (atomic_load(&job->state) != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  job->test_index_fail_nth = nth;
+  return 0;
+}
+
+SL_EXPORT uint64_t sl_testing_state_index_drops(const sl_job *job) {
+  uint64_t n = 0;
+  for (int i = 0; job && i < job->instance_count; i++)
+    if (job->instances[i]->cp.keyed)
+      n += sl_cow_map_index_drops(job->instances[i]->cp.keyed);
+  return n;
+}
+
 /* ------------------------------------------------------------ state keys */
 
 /* state_key() for a 64-bit key (the first layout at the top). */

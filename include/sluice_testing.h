@@ -127,6 +127,19 @@ int sl_testing_set_key_hash(sl_job *job,
                             uint64_t (*hash)(const void *key,
                                              uint32_t key_bytes));
 
+/** In every keyed-state map of job, from its start on, make the nth block
+ * of the dirty list's index that the map allocates fail, once (0: none),
+ * as if memory had run out: the epoch goes on without an index, and the
+ * checkpoint writer follows that epoch's list instead of the index
+ * (storage/cow_map.h note 11).  Call before the job starts, from the
+ * building thread.  Errors: EINVAL (job NULL), SL_ESTARTED. */
+int sl_testing_fail_state_index(sl_job *job, uint32_t nth);
+
+/** Epochs whose dirty list lost its index, summed over job's keyed-state
+ * maps (sl_testing_fail_state_index, or real allocation failures).  Call
+ * after sl_job_wait() returned, before sl_job_destroy(); 0 for NULL. */
+uint64_t sl_testing_state_index_drops(const sl_job *job);
+
 #ifdef __cplusplus
 }
 #endif

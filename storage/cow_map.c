@@ -431,6 +431,7 @@ static void index_append(sl_cow_map *m, sl_cow_entry *e) {
       cow_map_free_index(m, m->index_head, m->dirty_entries);
       m->index_head = m->index_tail = 0;
       m->index_dropped = true;
+      m->index_drops++;
       return;
     }
     m->memory_bytes += sizeof *fresh;
@@ -669,6 +670,11 @@ static void marks_finish(sl_cow_map *m) {
   marking_steps(m, UINT32_MAX);
   while (m->marking_done < m->marking_count) /* more than 2^32 - 1 */
     marking_steps(m, UINT32_MAX);
+}
+
+uint64_t sl_cow_map_index_drops(const sl_cow_map *m) {
+  assert(m);
+  return m->index_drops;
 }
 
 uint64_t sl_cow_map_retire_waiting(const sl_cow_map *m) {

@@ -485,6 +485,10 @@ bool sl_cow_map_check(const sl_cow_map *map);
  * 15). */
 uint64_t sl_cow_map_retire_waiting(const sl_cow_map *map);
 
+/** For tests: epochs whose dirty list lost its index (note 11) since the
+ * map was created. */
+uint64_t sl_cow_map_index_drops(const sl_cow_map *map);
+
 /* For tests only: the allocation failure points of the rollback's
  * indexes, countdown-then-fail as in SQLite's test_vfs
  * (cow_map_rollback.c note 9).  Each one is a place where the map goes on

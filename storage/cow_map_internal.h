@@ -83,6 +83,7 @@ struct sl_cow_map {
   sl_cow_index_block *index_head;
   sl_cow_index_block *index_tail;
   bool index_dropped;
+  uint64_t index_drops; /* epochs that lost their index, since creation */
   uint64_t dirty_entries;
   uint64_t dirty_bytes;
   sl_cow_delta *pending;        /* frozen, unreleased; oldest first */
