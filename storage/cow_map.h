@@ -489,8 +489,9 @@ uint64_t sl_cow_map_retire_waiting(const sl_cow_map *map);
  * map was created. */
 uint64_t sl_cow_map_index_drops(const sl_cow_map *map);
 
-/* For tests only: the allocation failure points of the rollback's
- * indexes, countdown-then-fail as in SQLite's test_vfs
+/* For tests only: the allocation failure points that have a fallback
+ * (the rollback's indexes, the waiting marks' arrays, the dirty list's
+ * index), countdown-then-fail as in SQLite's test_vfs
  * (cow_map_rollback.c note 9).  Each one is a place where the map goes on
  * without the memory it asked for, by a slower way, and is otherwise
  * unreachable short of running out of memory. */
