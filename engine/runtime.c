@@ -93,8 +93,8 @@
  *    (member_turn): it drains the ring with drain_channel, so barriers,
  *    watermarks and END reach it in order and at once, fires its timers,
  *    acts on notifications, then flushes its own outputs, which gives
- *    its own members their turn.  A
- *    producer that finds the chained ring full flushes, which empties it.
+ *    its own members their turn.  A producer that finds the chained
+ *    ring full flushes, which empties it.
  *    A member's waits (room on a ring of another thread, the final
  *    checkpoint) are the thread's: every ring end and waker of a member
  *    uses its runner's parker (sl_instance_parker).  Its barrier is read
