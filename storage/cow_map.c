@@ -213,18 +213,17 @@
  *    back (memory_bench's peak grew by about 60,000 versions at 1M keys
  *    when it did: the marks took the walk's budget, so more keys were
  *    copied before the walk made them CLEAN).  The marks have a budget
- *    of their own in each step.  If an
- *    array cannot grow, the version is marked at once, as before
- *    (SL_COW_FAIL_RETIRE_LATER makes that happen in a test,
- *    cow_map_rollback.c note 9).  An array stops growing at LATER_MAX
- *    notes (128 KiB), and later versions are marked at once too: 8 bytes
- *    a displaced version made the peak memory of a checkpoint that froze
- *    and rewrote every key of 10M 10% larger (memory_bench), while the
- *    cost it saves is that of states small enough to stay in cache (at
- *    1M keys cow_write_bench showed none).  The
- *    marks then cost a miss each where the steps run, spread over the
- *    writes after the release, not piled onto the first writes after
- *    the barrier.  With rollback on, the undo list needs the mark and
+ *    of their own in each step.  If an array cannot grow, the version is
+ *    marked at once, as before (SL_COW_FAIL_RETIRE_LATER makes that
+ *    happen in a test, cow_map_rollback.c note 9).  An array stops
+ *    growing at LATER_MAX notes (128 KiB), and later versions are marked
+ *    at once too: 8 bytes a displaced version made the peak memory of a
+ *    checkpoint that froze and rewrote every key of 10M 10% larger
+ *    (memory_bench), while the cost it saves is that of states small
+ *    enough to stay in cache (at 1M keys cow_write_bench showed none).
+ *    The marks then cost a miss each where the steps run, spread over the
+ *    writes after the release, not piled onto the first writes after the
+ *    barrier.  With rollback on, the undo list needs the mark and
  *    the link at the write (note 12); that path still writes them there.
  */
 #include "cow_map.h"
@@ -592,6 +591,7 @@ static bool marking_push(sl_cow_map *m, sl_cow_entry *v) {
  * memory to note it (the caller marks it now). */
 static bool retire_later(sl_cow_map *m, sl_cow_entry *old) {
   assert(!m->retain && old->epoch != 0 && old->epoch != m->epoch);
+  assert(!old->retired); /* displaced once: noted once, marked once */
   if (old->epoch <= m->stable_epoch)
     return false; /* RELEASED: the writer is done with it, mark it now */
   for (uint32_t i = 0; i < m->pending_count; i++) {
@@ -667,8 +667,7 @@ static void marks_finish(sl_cow_map *m) {
     slot->later = 0;
     slot->later_count = slot->later_capacity = 0;
   }
-  marking_steps(m, UINT32_MAX);
-  while (m->marking_done < m->marking_count) /* more than 2^32 - 1 */
+  while (m->marking_done < m->marking_count) /* a step: at most 2^32 - 1 */
     marking_steps(m, UINT32_MAX);
 }
 

@@ -137,22 +137,25 @@
  *    version at S, the middle one the chain head its bucket points to
  *    (as note 2's ring, without the ring: the list is its own queue).
  * 9. The fallbacks are tested.  Two allocations here may fail without
- *    failing anything: a block of the undo list's index (note 4: the
+ *    failing anything (cow_map.c has two more: the arrays of waiting
+ *    marks, note 15, and the dirty list's index blocks, note 11 of
+ *    cow_map.h): a block of the undo list's index (note 4: the
  *    index is dropped until the undo list is empty again, and a rollback
  *    meanwhile follows the list and is not lazy, note 5) and the lazy
  *    rollback's array of the index's blocks (lazy_index_take: the map
  *    unaltered, the rollback is done at once, notes 1-4).  Running out of
  *    memory is no way to reach them, so sl_cow_map_test_fail_alloc()
- *    makes the nth allocation at either point fail, once, per map: a
- *    countdown, as SQLite's test_vfs counts down to a failing call, and as
- *    the store's fault layer (store.h) does for LMDB.  Unarmed, a point
- *    costs a call and a compare (cow_test_alloc_fails), once per index
- *    block or per rollback (and per growth of an array of waiting marks,
- *    the third point: cow_map.c note 15); nothing on the path of a lookup or of a
- *    version's write asks, and the call is out of line so that the code
- *    around those allocations compiles as without it (inline, it cost the
- *    append of every displaced version to the undo index a register
- *    move).  tests/test_cow_map_lazy_rollback.c drives both.
+ *    makes the nth allocation at any of these points fail, once, per map:
+ *    a countdown, as SQLite's test_vfs counts down to a failing call, and
+ *    as the store's fault layer (store.h) does for LMDB.  Unarmed, a
+ *    point costs a call and a compare (cow_test_alloc_fails), once per
+ *    index block, rollback or growth of an array: never on a lookup's
+ *    path, and on a write's only where it allocates anyway.  The call is
+ *    out of line so that the code around those allocations compiles as
+ *    without it (inline, it cost the append of every displaced version
+ *    to the undo index a register move).  Tests:
+ *    tests/test_cow_map_lazy_rollback.c (these two),
+ *    tests/test_cow_map_marks.c and tests/test_cow_map_index.c.
  */
 #include <errno.h>
 #include <stdint.h>

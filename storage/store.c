@@ -49,8 +49,8 @@
  *    fields in one write inside the page's first sector with the txnid
  *    last, and a failed write puts the old last page and txnid back; a
  *    compacted copy's meta page 0 is LMDB's initial one (last page 1,
- *    txnid 0).  It runs
- *    where the walk runs (no live writer), and costs one pread a page.
+ *    txnid 0).  It runs where the walk runs (no live writer), and costs
+ *    one pread a page.
  */
 #include "store_internal.h"
 

@@ -1,7 +1,8 @@
-/* store_read.h — one read of a store's keyed state for the tests that
- * damage stores and read them back (test_corrupt.c, test_store_counts.c):
- * open read-only (which walks the file), count what a range reads, keep
- * the message.  Nothing here is a test.
+/* store_read.h — the store opened for the tests that write stores, damage
+ * them and read them back (test_corrupt.c, test_store_counts.c): opened
+ * to write, and one read of its keyed state (open read-only, which walks
+ * the file; count what a range reads; keep the message).  Nothing here is
+ * a test.
  */
 #ifndef SL_TEST_STORE_READ_H
 #define SL_TEST_STORE_READ_H
@@ -12,6 +13,16 @@
 #include <stdio.h>
 
 #include "store.h"
+
+/* The store in dir opened to write (graph fingerprint "g", no fsync);
+ * the open must succeed. */
+static inline sl_store *store_open_writer(const char *dir) {
+  sl_store *st;
+  char err[1024];
+  sl_store_options rw = {.graph_fingerprint = "g", .no_sync = 1};
+  cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), 0, "%s", err);
+  return st;
+}
 
 static inline int store_read_count_entry(void *arg, uint16_t key_group,
                                          const void *key, uint32_t key_bytes,

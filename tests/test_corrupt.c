@@ -1058,10 +1058,7 @@ Test(savepoint_damage, start_from_damaged_savepoint) {
 /* Op 1, key groups 10..20, one key each: one log chunk, inline in its
  * leaf, in a fresh store in dir. */
 static void chunk_store(const char *dir) {
-  sl_store *st;
-  char err[1024];
-  sl_store_options rw = {.graph_fingerprint = "g", .no_sync = 1};
-  cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), 0, "%s", err);
+  sl_store *st = store_open_writer(dir);
   sl_store_txn *txn;
   cr_assert_eq(sl_store_begin(st, &txn), 0);
   for (uint16_t group = 10; group <= 20; group++) {

@@ -47,6 +47,17 @@ static void write_all(sl_cow_map *map, uint64_t seed) {
     put_value(map, id, VALUE_BYTES, seed + id);
 }
 
+/* clean_map() with every key written again (seed 1000, epoch 2: each
+ * version CURRENT, in place) and frozen: the delta, each of its KEYS
+ * versions viewed into views. */
+static sl_cow_delta frozen_map(sl_cow_map **map, frozen_view *views) {
+  *map = clean_map();
+  write_all(*map, 1000);
+  sl_cow_delta d = sl_cow_map_freeze(*map);
+  cr_assert_eq(view_delta(&d, views, KEYS), KEYS);
+  return d;
+}
+
 static void expect_values(sl_cow_map *map, uint64_t seed) {
   for (uint64_t id = 0; id < KEYS; id++) {
     uint32_t bytes = 0;
@@ -64,11 +75,9 @@ static void expect_values(sl_cow_map *map, uint64_t seed) {
  * marks are written only after the release, by the reclaim steps, and
  * then everything displaced is freed. */
 Test(cow_map_marks, frozen_versions_stay_untouched_until_release) {
-  sl_cow_map *map = clean_map();
-  write_all(map, 1000); /* epoch 2: every version CURRENT, in place */
-  sl_cow_delta d = sl_cow_map_freeze(map);
+  sl_cow_map *map;
   frozen_view views[KEYS];
-  cr_assert_eq(view_delta(&d, views, KEYS), KEYS);
+  sl_cow_delta d = frozen_map(&map, views);
   uint64_t memory = sl_cow_map_memory_bytes(map);
   write_all(map, 2000); /* a copy of each: the frozen ones displaced */
   cr_assert_eq(sl_cow_map_retire_waiting(map), KEYS);
@@ -100,11 +109,9 @@ Test(cow_map_marks, frozen_versions_stay_untouched_until_release) {
  * walk, which starts at the first key while the writes go from the last,
  * frees it when it gets there. */
 Test(cow_map_marks, released_versions_are_marked_at_once) {
-  sl_cow_map *map = clean_map();
-  write_all(map, 1000);
-  sl_cow_delta d = sl_cow_map_freeze(map);
+  sl_cow_map *map;
   frozen_view views[KEYS];
-  cr_assert_eq(view_delta(&d, views, KEYS), KEYS);
+  sl_cow_delta d = frozen_map(&map, views);
   sl_cow_map_release(map, d.epoch); /* RELEASED, not walked */
   const uint64_t last = KEYS - 1; /* the walk reaches it last */
   put_value(map, last, VALUE_BYTES, 3000 + last);
@@ -176,11 +183,9 @@ Test(cow_map_marks, destroy_with_marks_waiting) {
 /* An array of notes that cannot grow: that version is marked at once, as
  * before note 15, and the next ones wait again. */
 Test(cow_map_marks, no_memory_for_a_note_marks_at_once) {
-  sl_cow_map *map = clean_map();
-  write_all(map, 1000);
-  sl_cow_delta d = sl_cow_map_freeze(map);
+  sl_cow_map *map;
   frozen_view views[KEYS];
-  cr_assert_eq(view_delta(&d, views, KEYS), KEYS);
+  sl_cow_delta d = frozen_map(&map, views);
   sl_cow_map_test_fail_alloc(map, SL_COW_FAIL_RETIRE_LATER, 1);
   write_all(map, 2000);
   /* The first displaced version found no array: marked; the rest were

@@ -72,10 +72,7 @@ static void put(sl_store_txn *txn, sl_store *st, uint16_t op, uint16_t group,
 
 /* A fresh store in dir written as plan says. */
 static void build_store(const char *dir, const store_plan *plan) {
-  sl_store *st;
-  char err[1024];
-  sl_store_options rw = {.graph_fingerprint = "g", .no_sync = 1};
-  cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), 0, "%s", err);
+  sl_store *st = store_open_writer(dir);
   uint32_t largest = plan->big_bytes > 16 ? plan->big_bytes : 16;
   uint8_t *value = malloc(largest);
   cr_assert(value);
@@ -396,10 +393,7 @@ Test(store_counts, older_meta_txnid_raised) {
   store_plan plan = {.ops = {1, 3}, .op_count = 2};
   build_store(dir, &plan);
   {
-    sl_store *st;
-    char err[1024];
-    sl_store_options rw = {.graph_fingerprint = "g", .no_sync = 1};
-    cr_assert_eq(sl_store_open(dir, &rw, &st, err, sizeof err), 0, "%s", err);
+    sl_store *st = store_open_writer(dir);
     sl_store_txn *txn;
     cr_assert_eq(sl_store_begin(st, &txn), 0);
     static uint8_t big[2u << 20]; /* new overflow pages: the file grows */
