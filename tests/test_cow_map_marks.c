@@ -70,6 +70,16 @@ static void expect_values(sl_cow_map *map, uint64_t seed) {
   }
 }
 
+/* The rest reclaimed, no mark left waiting, the map checked whole and
+ * holding seed's values; then destroyed. */
+static void drain_and_destroy(sl_cow_map *map, uint64_t seed) {
+  maintain_all(map);
+  cr_assert_eq(sl_cow_map_retire_waiting(map), 0);
+  cr_assert(sl_cow_map_check(map));
+  expect_values(map, seed);
+  sl_cow_map_destroy(map);
+}
+
 /* The writer's case: every key written again while its frozen version
  * waits to be written.  None of the frozen versions is touched; their
  * marks are written only after the release, by the reclaim steps, and
@@ -129,10 +139,7 @@ Test(cow_map_marks, released_versions_are_marked_at_once) {
     cr_assert(sl_cow_map_check(map));
   expect_values(map, 3000);
   sl_cow_map_release(map, sl_cow_map_freeze(map).epoch);
-  maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  expect_values(map, 3000);
-  sl_cow_map_destroy(map);
+  drain_and_destroy(map, 3000);
 }
 
 /* Two checkpoints pending, released one at a time and then both at once:
@@ -157,11 +164,7 @@ Test(cow_map_marks, several_pending_epochs) {
   sl_cow_map_release(map, third.epoch); /* second and third together */
   (void)second;
   cr_assert(sl_cow_map_check(map));
-  maintain_all(map);
-  cr_assert_eq(sl_cow_map_retire_waiting(map), 0);
-  cr_assert(sl_cow_map_check(map));
-  expect_values(map, 5000);
-  sl_cow_map_destroy(map);
+  drain_and_destroy(map, 5000);
 }
 
 /* Destroyed with marks still waiting in a pending slot and on the queue:
@@ -194,10 +197,7 @@ Test(cow_map_marks, no_memory_for_a_note_marks_at_once) {
   cr_assert_eq(sl_cow_map_retire_waiting(map), KEYS - 1);
   cr_assert(sl_cow_map_check(map));
   sl_cow_map_release(map, d.epoch);
-  maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  expect_values(map, 2000);
-  sl_cow_map_destroy(map);
+  drain_and_destroy(map, 2000);
 }
 
 /* A delta larger than an array of notes may hold (LATER_MAX, 16384 in
@@ -244,10 +244,7 @@ Test(cow_map_marks, enable_rollback_writes_the_marks) {
   cr_assert_eq(sl_cow_map_enable_rollback(map), 0);
   cr_assert_eq(sl_cow_map_retire_waiting(map), 0);
   cr_assert(sl_cow_map_check(map));
-  maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  expect_values(map, 2000);
-  sl_cow_map_destroy(map);
+  drain_and_destroy(map, 2000);
 }
 
 /* Random writes (puts of any size, updates, deletes) with freezes,
