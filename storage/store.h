@@ -405,6 +405,13 @@ void sl_store_test_crash_after(uint64_t appends);
  * default, 16 MiB), so a test of a small store sees several steps. */
 void sl_store_test_compaction_step_bytes(uint64_t bytes);
 
+/* For tests only: the budget of the copies of one merged view's chunks
+ * (store_view.c note 3; SIZE_MAX: the default, 16 MiB; 0: none, every
+ * chunk is read in the map), and how many chunks this process's views
+ * have read as copies so far. */
+void sl_store_test_view_copy_budget(size_t bytes);
+uint64_t sl_store_test_view_copies(void);
+
 /** An upper bound of the keyed-state entries of every operator: base plus
  * log entries (log entries may repeat or delete keys), from meta's
  * counts, without reading any entry.  Errors: SL_ECORRUPT, LMDB codes. */

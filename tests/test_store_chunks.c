@@ -25,6 +25,7 @@
 
 static void reset_hooks(void) {
   sl_store_test_compaction_step_bytes(0);
+  sl_store_test_view_copy_budget(SIZE_MAX);
   sl_store_test_crash_after(0);
   remove_root();
 }
@@ -442,13 +443,20 @@ Test(store_chunks, damage_in_a_chunk) {
   raw_flip_first(root, "log", 300000); /* the first chunk: op 3's */
   st = open_ok(root, &o);
   char text[512] = {0};
-  cr_assert_eq(sl_store_read_state(st, 3, 0, UINT16_MAX, text_entry, text),
-               SL_ECORRUPT);
-  assert_contains(sl_store_error(st),
-                  "database log, seq 1 run 0 chunk 0 of op 3 up to key "
-                  "group 7");
-  assert_contains(sl_store_error(st), "fails its checksum");
-  assert_contains(sl_store_error(st), root);
+  /* Read as a copy (store_view.c note 3), and in the map: the same. */
+  for (int copies = 1; copies >= 0; copies--) {
+    sl_store_test_view_copy_budget(copies ? SIZE_MAX : 0);
+    uint64_t before = sl_store_test_view_copies();
+    cr_assert_eq(sl_store_read_state(st, 3, 0, UINT16_MAX, text_entry, text),
+                 SL_ECORRUPT);
+    cr_assert_eq(sl_store_test_view_copies() - before, (uint64_t)copies);
+    assert_contains(sl_store_error(st),
+                    "database log, seq 1 run 0 chunk 0 of op 3 up to key "
+                    "group 7");
+    assert_contains(sl_store_error(st), "fails its checksum");
+    assert_contains(sl_store_error(st), root);
+  }
+  sl_store_test_view_copy_budget(SIZE_MAX);
   expect_text_of(st, 4, "7:k=v;");
   sl_store_compaction stats;
   cr_assert_eq(sl_store_compact(st, 0, &stats), SL_ECORRUPT);
@@ -469,6 +477,80 @@ Test(store_chunks, damage_in_a_chunk) {
                   "database state2, chunk 0 of op 3 up to key group 7");
   expect_text_of(st, 4, "7:k=v;");
   sl_store_close(st);
+}
+
+/* write_changes' checkpoint version in store order (operator, key group,
+ * key), so its chunks are full ones (a put out of order starts a new
+ * chunk). */
+static void write_sorted_checkpoint(sl_store *st, model *m,
+                                    uint32_t version) {
+  sl_store_txn *txn;
+  cr_assert_eq(sl_store_begin(st, &txn), 0, "%s", sl_store_error(st));
+  uint8_t value[128];
+  char key[16];
+  for (uint16_t op = 1; op <= 2; op++)
+    for (uint16_t g = 0; g < GROUPS; g++)
+      for (uint32_t i = 0; i < m->count; i++) {
+        if (op_of(i) != op || group_of(i) != g)
+          continue;
+        uint64_t action = mix64((uint64_t)version << 32 | i) % 4;
+        uint32_t key_bytes = key_of(i, key);
+        int rc = 0;
+        if (action < 2 || version == 1) {
+          uint32_t bytes = value_of(i, version, value);
+          rc = sl_store_put_state(txn, op, g, key, key_bytes, value, bytes);
+          m->version[i] = version;
+        } else if (action == 2) {
+          rc = sl_store_delete_state(txn, op, g, key, key_bytes);
+          m->version[i] = 0;
+        }
+        cr_assert_eq(rc, 0, "%s", sl_store_error(st));
+      }
+  cr_assert_eq(sl_store_commit(txn, version, "r", 1), 0, "%s",
+               sl_store_error(st));
+}
+
+/* store_view.c note 3: chunks of 64 KiB or more are read from the file
+ * into a buffer of their run, as far as the view's budget goes, the rest
+ * in the map.  A base and three log runs of two operators, each run two
+ * or three chunks of about 1 MB an operator: with the default budget,
+ * with room for one run's buffer, and with none, every range read and a
+ * compaction give the model's state. */
+Test(store_chunks, large_chunks_are_read_as_copies) {
+  model m;
+  model_init(&m, 60000);
+  sl_store_options o = writer_options(FINGERPRINT);
+  o.no_sync = 1;
+  sl_store *st = open_ok(root, &o);
+  write_sorted_checkpoint(st, &m, 1); /* every key */
+  sl_store_compaction stats;
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
+  cr_assert_gt(stats.entries_written, 0);
+  for (uint32_t version = 2; version <= 4; version++)
+    write_sorted_checkpoint(st, &m, version);
+  size_t budgets[3] = {SIZE_MAX, (size_t)1536 << 10, 0};
+  uint64_t copies[3];
+  for (int b = 0; b < 3; b++) {
+    sl_store_test_view_copy_budget(budgets[b]);
+    uint64_t before = sl_store_test_view_copies();
+    check_all_ranges(st, &m);
+    copies[b] = sl_store_test_view_copies() - before;
+  }
+  /* The whole-operator reads alone copy every chunk of each of the four
+   * runs (two or more an operator); room for one buffer copies only its
+   * run's; none copies nothing. */
+  cr_assert_geq(copies[0], 2 * 4 * 2, "%llu copies",
+                (unsigned long long)copies[0]);
+  cr_assert(copies[1] > 0 && copies[1] < copies[0], "%llu of %llu copies",
+            (unsigned long long)copies[1], (unsigned long long)copies[0]);
+  cr_assert_eq(copies[2], 0);
+  sl_store_test_view_copy_budget(SIZE_MAX);
+  uint64_t before = sl_store_test_view_copies();
+  cr_assert_eq(sl_store_compact(st, 0, &stats), 0, "%s", sl_store_error(st));
+  cr_assert_gt(sl_store_test_view_copies(), before); /* it read copies */
+  check_all_ranges(st, &m);
+  sl_store_close(st);
+  free(m.version);
 }
 
 /* ------------------------------------------------------------ steps */
