@@ -38,7 +38,8 @@
  *    the table and the load arena on their first touch.  So from
  *    RESTORE_PREFAULT_MIN_ENTRIES (4M) on, restore_keyed starts a helper
  *    thread (storage/prefault.h) that faults them in ahead of the load
- *    on another CPU (cow_map.c note 14), and destroys it once the load
+ *    on another CPU than this instance's (cow_map.c note 14, prefault.h
+ *    note 7), and destroys it once the load
  *    is finished.  A helper that cannot start (no thread, SLUICE_PREFAULT=0)
  *    changes nothing but the time: the load then faults its own pages.
  *

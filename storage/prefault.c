@@ -7,6 +7,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,22 @@ static void *prefault_main(void *arg) {
   return 0;
 }
 
+/* Note 7: the helper runs on the process's CPUs (its main thread's mask)
+ * less the caller's, if that leaves one; else where the caller may.  An
+ * unreadable mask leaves attr as it is (the caller's, inherited). */
+static void helper_cpus(pthread_attr_t *attr) {
+  cpu_set_t process, caller, others;
+  if (sched_getaffinity(getpid(), sizeof process, &process) != 0 ||
+      pthread_getaffinity_np(pthread_self(), sizeof caller, &caller) != 0)
+    return;
+  CPU_ZERO(&others);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+    if (CPU_ISSET(cpu, &process) && !CPU_ISSET(cpu, &caller))
+      CPU_SET(cpu, &others);
+  (void)pthread_attr_setaffinity_np(
+      attr, sizeof others, CPU_COUNT(&others) > 0 ? &others : &process);
+}
+
 int sl_prefault_start(sl_prefault **out) {
   *out = 0;
   const char *knob = getenv("SLUICE_PREFAULT"); /* note 6 */
@@ -134,11 +151,17 @@ int sl_prefault_start(sl_prefault **out) {
     return rc;
   }
   rc = pthread_cond_init(&p->wake, 0);
+  pthread_attr_t attr;
+  bool placed = rc == 0 && pthread_attr_init(&attr) == 0;
+  if (placed)
+    helper_cpus(&attr);
   if (rc == 0) {
-    rc = pthread_create(&p->thread, 0, prefault_main, p);
+    rc = pthread_create(&p->thread, placed ? &attr : 0, prefault_main, p);
     if (rc)
       pthread_cond_destroy(&p->wake);
   }
+  if (placed)
+    pthread_attr_destroy(&attr);
   if (rc) {
     pthread_mutex_destroy(&p->lock);
     free(p);

@@ -12,8 +12,11 @@
  */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -111,6 +114,76 @@ Test(prefault, switched_off_cannot_start) {
   cr_assert_eq(unsetenv("SLUICE_PREFAULT"), 0);
   cr_assert_eq(sl_prefault_start(&p), 0);
   sl_prefault_destroy(p);
+}
+
+/* The threads of this process (their ids, from /proc/self/task), into
+ * tids[0, *count). */
+static void task_ids(pid_t *tids, size_t capacity, size_t *count) {
+  DIR *dir = opendir("/proc/self/task");
+  cr_assert_not_null(dir);
+  *count = 0;
+  for (struct dirent *e; (e = readdir(dir)) != 0;)
+    if (e->d_name[0] != '.' && *count < capacity)
+      tids[(*count)++] = (pid_t)atoi(e->d_name);
+  closedir(dir);
+}
+
+typedef struct placed {
+  int owner_cpu;
+  cpu_set_t helper; /* the helper thread's CPUs */
+  int found;        /* threads that appeared with the helper */
+} placed;
+
+/* The owner: pinned to owner_cpu, it starts a helper and reads the CPUs
+ * of the one thread that appeared. */
+static void *pinned_owner(void *arg) {
+  placed *pl = arg;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(pl->owner_cpu, &one);
+  cr_assert_eq(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+  pid_t before[64], after[64];
+  size_t nb, na;
+  task_ids(before, 64, &nb);
+  sl_prefault *p;
+  cr_assert_eq(sl_prefault_start(&p), 0);
+  task_ids(after, 64, &na);
+  for (size_t a = 0; a < na; a++) {
+    bool old = false;
+    for (size_t b = 0; b < nb; b++)
+      old |= after[a] == before[b];
+    if (!old) {
+      pl->found++;
+      cr_assert_eq(sched_getaffinity(after[a], sizeof pl->helper,
+                                     &pl->helper), 0);
+    }
+  }
+  sl_prefault_destroy(p);
+  return 0;
+}
+
+/* prefault.h note 7: started by a thread pinned to one CPU, the helper
+ * runs on the process's other CPUs, not beside its owner. */
+Test(prefault, helper_runs_on_another_cpu_than_its_owner) {
+  cpu_set_t process;
+  cr_assert_eq(sched_getaffinity(0, sizeof process, &process), 0);
+  if (CPU_COUNT(&process) < 2)
+    cr_skip_test("one CPU: the helper can only share it");
+  placed pl = {.owner_cpu = -1};
+  for (int cpu = 0; cpu < CPU_SETSIZE && pl.owner_cpu < 0; cpu++)
+    if (CPU_ISSET(cpu, &process))
+      pl.owner_cpu = cpu;
+  pthread_t owner;
+  cr_assert_eq(pthread_create(&owner, 0, pinned_owner, &pl), 0);
+  cr_assert_eq(pthread_join(owner, 0), 0);
+  cr_assert_eq(pl.found, 1, "%d threads appeared", pl.found);
+  cr_assert(!CPU_ISSET(pl.owner_cpu, &pl.helper),
+            "the helper may run on its owner's CPU %d", pl.owner_cpu);
+  cpu_set_t both;
+  CPU_AND(&both, &pl.helper, &process);
+  cr_assert(CPU_EQUAL(&both, &pl.helper), "the helper left the process's "
+            "CPUs");
+  cr_assert_eq(CPU_COUNT(&pl.helper), CPU_COUNT(&process) - 1);
 }
 
 /* ------------------------------------------------------------ bulk loads */
