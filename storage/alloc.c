@@ -6,6 +6,23 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/mman.h>
+
+/* Note 8: the huge page size that MADV_HUGEPAGE maps on x86-64. */
+#define HUGE_PAGE_BYTES ((uintptr_t)2 << 20)
+
+void sl_alloc_advise_huge(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  uintptr_t start =
+      ((uintptr_t)p + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
+  uintptr_t end = ((uintptr_t)p + bytes) & ~(HUGE_PAGE_BYTES - 1);
+  if (p && end > start)
+    (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 #ifdef SL_USE_JEMALLOC
 

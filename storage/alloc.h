@@ -67,6 +67,19 @@
  *    rehash, is purged at once (sl_alloc_purge): kept, the tables a
  *    growing state left behind added 13 bytes an entry to a 10M-key
  *    state's RSS (memory_bench).
+ * 8. Huge pages for bucket tables.  A table is read and written at
+ *    random, one bucket an operation, and a large one is all used
+ *    (the load factor stays between 5/16 and 1, cow_map.c note 6).  On
+ *    4 KiB pages nearly every bucket of a 128 MiB table (10M keys) is a
+ *    TLB miss, which in a VM is a walk of two page tables, and every
+ *    first touch a fault: in a 10M-key restore the load stalled on the
+ *    bucket's prefetch, and the faults were half its helper's CPU.  So
+ *    sl_alloc_advise_huge asks for transparent huge pages
+ *    (madvise MADV_HUGEPAGE) over the whole 2 MiB pages inside a table
+ *    of at least that size; the kernel's "madvise" mode, which this
+ *    project's VM has, gives them only where asked.  Where it refuses, or
+ *    THP is off, nothing changes.  The pages stay advised when jemalloc
+ *    reuses the range: still this arena's memory (note 2).
  */
 #ifndef SL_ALLOC_H
 #define SL_ALLOC_H
@@ -114,6 +127,10 @@ const char *sl_alloc_name(void);
  * large frees, such as an old bucket table after a rehash.  A no-op
  * without an arena of a's own. */
 void sl_alloc_purge(const sl_alloc *a);
+
+/** Advise huge pages for the 2 MiB pages inside [p, p + bytes) (note 8),
+ * before they are first touched.  Best effort; any allocation. */
+void sl_alloc_advise_huge(void *p, size_t bytes);
 
 /** Bytes allocated in a's arena (jemalloc's stats after an "epoch"
  * refresh; objects in its tcache count as allocated).  Returns 0, or

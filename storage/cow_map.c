@@ -793,6 +793,7 @@ static void rehash_start_if_full(sl_cow_map *m) {
       sl_alloc_zeroed(&m->alloc, (size_t)size * sizeof *buckets);
   if (!buckets)
     return; /* retried by the next insert; chains just get longer */
+  sl_alloc_advise_huge(buckets, (size_t)size * sizeof *buckets);
   m->tables[1] = (cow_table){.buckets = buckets, .size = size, .used = 0};
   m->memory_bytes += size * sizeof *buckets;
   m->rehashing = true;
@@ -1591,6 +1592,7 @@ int sl_cow_map_reserve(sl_cow_map *m, uint64_t entries) {
       sl_alloc_zeroed(&m->alloc, (size_t)size * sizeof *buckets);
   if (!buckets)
     return ENOMEM;
+  sl_alloc_advise_huge(buckets, (size_t)size * sizeof *buckets);
   m->memory_bytes += (size - m->tables[0].size) * sizeof *buckets;
   sl_alloc_free(&m->alloc, m->tables[0].buckets,
                 (size_t)m->tables[0].size * sizeof *buckets);
