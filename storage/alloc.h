@@ -81,7 +81,8 @@
  *    (note 2).  Measured on a 10M-key restore in a fresh process (perf,
  *    2026-12-07): the prefault helper's samples in clear_page fell from
  *    4,911 to 2,243, and the restore's time by about 5% (4 interleaved
- *    rounds, restoring thread's CPU median 1,055 against 1,122 ms).  The
+ *    rounds, medians: start to restored 1,057 against 1,123 ms, the
+ *    restoring thread's CPU 1,022 against 1,078 ms).  The
  *    load still stalls at the bucket's prefetch (about 90% of
  *    sl_cow_map_load_add's samples either way), so that is not the TLB
  *    alone.
