@@ -318,6 +318,23 @@ uint64_t sl_cow_map_dirty_entries(const sl_cow_map *map);
  * moves to the next epoch.  O(1).  The delta stays valid until released. */
 sl_cow_delta sl_cow_map_freeze(sl_cow_map *map);
 
+/* cow_map.c note 16: a freeze of at most this many live versions, whose
+ * keys and values take at most this many bytes, copies them at once. */
+#define SL_COW_FREEZE_COPY_ENTRIES 16384u
+#define SL_COW_FREEZE_COPY_BYTES ((uint64_t)1 << 20)
+
+/** The limits of the copying freeze (cow_map.c note 16); 0 and 0 turn it
+ * off.  Rollback (note 10) turns it off too.  Owner thread (note 1). */
+void sl_cow_map_set_freeze_copy(sl_cow_map *map, uint64_t max_entries,
+                                uint64_t max_bytes);
+
+/** For tests: versions the copying freeze copied since creation. */
+uint64_t sl_cow_map_freeze_copies(const sl_cow_map *map);
+
+/** For tests: bytes of the emptied arena chunk the map keeps for its next
+ * one (cow_map.c note 16), counted in sl_cow_map_memory_bytes. */
+uint64_t sl_cow_map_arena_spare_bytes(const sl_cow_map *map);
+
 /** The frozen, not yet released deltas, oldest first: *count of them at
  * *deltas (owned by the map, valid until the next freeze or release).  A
  * checkpoint after an aborted one writes all of them (note 7).  Empty
@@ -509,6 +526,9 @@ enum sl_cow_fail_point {
    * its index; the writer and the reclaim walk follow the list instead
    * (cow_map.c note 13). */
   SL_COW_FAIL_DIRTY_INDEX_BLOCK,
+  /* A copy of the copying freeze (cow_map.c note 16): the pass ends
+   * there, and the versions after it are frozen the ordinary way. */
+  SL_COW_FAIL_FREEZE_COPY,
   SL_COW_FAIL_POINTS
 };
 /* For tests only: the nth allocation at point from now on (1: the next

@@ -63,11 +63,16 @@ static void arena_spare_add(sl_cow_map *m) {
 bool cow_arena_chunk_new(sl_cow_map *m) {
   /* Aligned to its size, so chunk_of() finds it from any version in it. */
   arena_chunk *c = sl_prefault_take(m->load_prefault);
+  bool counted = false;
   if (c) {
     assert(m->load_spares > 0);
     m->load_spares--;
     if (m->load_spares < m->load_spares_max)
       arena_spare_add(m); /* one taken, one more ahead */
+  } else if (m->arena_spare) { /* cow_map.c note 16: in cache, faulted in */
+    c = m->arena_spare;
+    m->arena_spare = 0;
+    counted = true;
   } else {
     c = sl_alloc_aligned(&m->alloc, ARENA_CHUNK_BYTES, ARENA_CHUNK_BYTES);
   }
@@ -83,7 +88,8 @@ bool cow_arena_chunk_new(sl_cow_map *m) {
   m->arena_chunks = c;
   m->arena_carving = c;
   m->arena_chunk_count++;
-  m->memory_bytes += ARENA_CHUNK_BYTES; /* the chunk, whole (note 7) */
+  if (!counted)
+    m->memory_bytes += ARENA_CHUNK_BYTES; /* the chunk, whole (note 7) */
   return true;
 }
 
@@ -98,6 +104,10 @@ void cow_arena_chunk_free(sl_cow_map *m, arena_chunk *c) {
   if (m->arena_carving == c)
     m->arena_carving = 0; /* the next load starts a new chunk */
   m->arena_chunk_count--;
+  if (!m->arena_spare && !m->loading) {
+    m->arena_spare = c; /* cow_map.c note 16: for the next chunk */
+    return;
+  }
   assert(m->memory_bytes >= ARENA_CHUNK_BYTES);
   m->memory_bytes -= ARENA_CHUNK_BYTES;
   sl_alloc_free_aligned(&m->alloc, c, ARENA_CHUNK_BYTES, ARENA_CHUNK_BYTES);

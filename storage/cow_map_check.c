@@ -394,6 +394,11 @@ static bool check_arena(const sl_cow_map *m, check_tally *tally) {
   CHECK(carving_listed);
   CHECK(versions == tally->arena_versions);
   tally->bytes += chunks * ARENA_CHUNK_BYTES;
+  if (m->arena_spare) { /* cow_map.c note 16: off the list, counted */
+    CHECK(((uintptr_t)m->arena_spare & (ARENA_CHUNK_BYTES - 1)) == 0);
+    CHECK(m->arena_spare != m->arena_carving);
+    tally->bytes += ARENA_CHUNK_BYTES;
+  }
   return true;
 }
 

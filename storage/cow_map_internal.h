@@ -118,6 +118,11 @@ struct sl_cow_map {
   arena_chunk *arena_chunks;  /* every chunk, newest first (note 9) */
   arena_chunk *arena_carving; /* where loads carve next; NULL: none yet */
   uint64_t arena_chunk_count;
+  arena_chunk *arena_spare;   /* an emptied chunk kept for the next one,
+                                 counted in memory_bytes (note 16) */
+  uint64_t freeze_copy_entries; /* note 16's limits; 0: no copying */
+  uint64_t freeze_copy_bytes;
+  uint64_t freeze_copies;       /* versions copied so far */
   /* The bulk load's helper thread (cow_map_arena.c note 1), or NULL, and
    * the chunks allocated ahead and posted to it, not yet taken. */
   struct sl_prefault *load_prefault;
