@@ -1,5 +1,5 @@
 /* cow_map.h — the copy-on-write hash map that holds an instance's keyed
- * state, with O(1) freezes for checkpoints.
+ * state, with O(1) freezes for checkpoints (O(changes) for small ones).
  *
  * NOTES ON THE DESIGN
  *
@@ -14,7 +14,10 @@
  *    version.
  * 3. sl_cow_map_freeze() closes the current epoch and starts the next: the
  *    closed dirty list becomes a frozen delta, immutable from then on.  It
- *    costs O(1): no entry and no bucket is visited.
+ *    costs O(1): no entry and no bucket is visited.  Except for a small
+ *    delta (cow_map.c note 16): its versions are copied into the delta at
+ *    once, and the versions in the table become clean (epoch 0), so the
+ *    writes after the freeze go in place instead of copying (note 4).
  * 4. A write to an entry of a frozen, not yet released epoch copies it: the
  *    new version goes into the table and the current dirty list; the old
  *    one stays, unchanged, on its frozen list for the writer (the "copy on
@@ -315,7 +318,9 @@ uint64_t sl_cow_map_count(const sl_cow_map *map);
 uint64_t sl_cow_map_dirty_entries(const sl_cow_map *map);
 
 /** Freeze the current epoch (note 3) and return it as a delta; the map
- * moves to the next epoch.  O(1).  The delta stays valid until released. */
+ * moves to the next epoch.  O(1), or, for a delta within the copying
+ * freeze's limits, O(its versions) (cow_map.c note 16).  The delta stays
+ * valid until released. */
 sl_cow_delta sl_cow_map_freeze(sl_cow_map *map);
 
 /* cow_map.c note 16: a freeze of at most this many live versions, whose
