@@ -62,22 +62,43 @@ static void expect_delta(const sl_cow_delta *d, const model *before,
   model_free(work);
 }
 
+/* A map after write_epoch, its model, and where each of [0, IDS) lives. */
+typedef struct written {
+  sl_cow_map *map;
+  model *live, *empty, *at_freeze;
+  const uint8_t *where[IDS];
+} written;
+
+static void written_start(written *w) {
+  cr_assert_eq(sl_cow_map_create(&w->map), 0);
+  w->live = model_new(IDS + 2);
+  w->empty = model_new(IDS + 2);
+  w->at_freeze = model_new(IDS + 2);
+  write_epoch(w->map, w->live);
+  uint32_t bytes;
+  for (uint64_t id = 0; id < IDS; id++)
+    w->where[id] = get_id(w->map, id, &bytes);
+}
+
+static void written_end(written *w) {
+  model_free(w->live);
+  model_free(w->empty);
+  model_free(w->at_freeze);
+  sl_cow_map_destroy(w->map);
+}
+
 /* A small delta is copied at the freeze: its live versions stay where
  * they are, in the table, and the writes after the freeze change them in
  * place (the same storage), while the delta read afterwards still holds
  * the frozen values.  The next epoch's delta holds the new ones; after
  * both releases the copies are gone and the map is whole. */
 Test(cow_map_freeze_copy, small_delta_copied_then_written_in_place) {
-  sl_cow_map *map;
-  cr_assert_eq(sl_cow_map_create(&map), 0);
-  model *live = model_new(IDS + 2), *empty = model_new(IDS + 2);
-  model *at_freeze = model_new(IDS + 2);
-  write_epoch(map, live);
-  const uint8_t *where[IDS];
+  written w;
+  written_start(&w);
+  sl_cow_map *map = w.map;
+  model *live = w.live, *empty = w.empty, *at_freeze = w.at_freeze;
+  const uint8_t *const *where = w.where;
   uint32_t bytes;
-  for (uint64_t id = 0; id < IDS; id++)
-    where[id] = get_id(map, id, &bytes);
-
   uint64_t copies = sl_cow_map_freeze_copies(map);
   sl_cow_delta d = sl_cow_map_freeze(map);
   model_copy(at_freeze, live);
@@ -109,10 +130,7 @@ Test(cow_map_freeze_copy, small_delta_copied_then_written_in_place) {
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(sl_cow_map_count(map), IDS + 1);
   cr_assert_eq(model_diff_map(live, map), 0);
-  model_free(live);
-  model_free(empty);
-  model_free(at_freeze);
-  sl_cow_map_destroy(map);
+  written_end(&w);
 }
 
 /* Freezes an epoch of IDS rewritten keys (after a first, released one)
@@ -184,15 +202,11 @@ Test(cow_map_freeze_copy, limits_and_rollback_turn_it_off) {
  * place afterwards, the others frozen and copied on write; the delta is
  * exact either way, and everything is reclaimed after the release. */
 Test(cow_map_freeze_copy, a_failed_copy_leaves_the_rest_frozen) {
-  sl_cow_map *map;
-  cr_assert_eq(sl_cow_map_create(&map), 0);
-  model *live = model_new(IDS + 2), *empty = model_new(IDS + 2);
-  model *at_freeze = model_new(IDS + 2);
-  write_epoch(map, live);
-  const uint8_t *where[IDS];
+  written w;
+  written_start(&w);
+  sl_cow_map *map = w.map;
+  model *live = w.live, *empty = w.empty, *at_freeze = w.at_freeze;
   uint32_t bytes;
-  for (uint64_t id = 0; id < IDS; id++)
-    where[id] = get_id(map, id, &bytes);
   sl_cow_map_test_fail_alloc(map, SL_COW_FAIL_FREEZE_COPY, 301);
   uint64_t copies = sl_cow_map_freeze_copies(map);
   sl_cow_delta d = sl_cow_map_freeze(map);
@@ -202,7 +216,7 @@ Test(cow_map_freeze_copy, a_failed_copy_leaves_the_rest_frozen) {
   rewrite(map, live, 7000);
   /* The list is in write order: ids 0.. first. */
   for (uint64_t id = 0; id < IDS; id++)
-    cr_assert_eq(get_id(map, id, &bytes) == where[id], id < 300,
+    cr_assert_eq(get_id(map, id, &bytes) == w.where[id], id < 300,
                  "id %llu", (unsigned long long)id);
   cr_assert(sl_cow_map_check(map));
   expect_delta(&d, empty, at_freeze);
@@ -215,10 +229,7 @@ Test(cow_map_freeze_copy, a_failed_copy_leaves_the_rest_frozen) {
   sl_cow_map_release(map, d2.epoch);
   maintain_all(map);
   cr_assert(sl_cow_map_check(map));
-  model_free(live);
-  model_free(empty);
-  model_free(at_freeze);
-  sl_cow_map_destroy(map);
+  written_end(&w);
 }
 
 /* A map destroyed with copied deltas pending, and with its spare chunk,
