@@ -540,22 +540,23 @@ static off_t chunk_file_offset(const view *v, const MDB_val *value) {
 /* Note 3: *value (a chunk of run r, about to be read) becomes a copy in
  * r's buffer, read from the data file, if it is large enough to be worth
  * it, lies on overflow pages and the budget allows; else it stays as it
- * is.  Only the chunk read before (whose last entry before may point
- * into the buffer) is overwritten, so before's key moves to a buffer of
- * its own first. */
-static int run_copy_chunk(view *v, run_cursor *r, MDB_val *value) {
+ * is (also when memory for it runs out).  Only the chunk read before
+ * (whose last entry before may point into the buffer) is overwritten, so
+ * before's key moves to a buffer of its own first. */
+static void run_copy_chunk(view *v, run_cursor *r, MDB_val *value) {
   size_t bytes = value->mv_size;
   off_t at = v->fd < 0 || bytes < VIEW_COPY_MIN_BYTES
                  ? 0
                  : chunk_file_offset(v, value);
   if (at == 0)
-    return 0;
-  if (r->has_head && r->copy && r->before.key >= r->copy &&
-      r->before.key < r->copy + r->copy_bytes) {
+    return;
+  uintptr_t before = (uintptr_t)r->before.key, copy = (uintptr_t)r->copy;
+  if (r->has_head && r->copy && before >= copy &&
+      before < copy + r->copy_bytes) {
     if (r->before.key_bytes > r->before_key_bytes) {
       uint8_t *key = realloc(r->before_key, r->before.key_bytes);
       if (!key)
-        return store_fail(v->s, ENOMEM, "read state: out of memory");
+        return; /* the copy stays as it is; the map serves this one */
       r->before_key = key;
       r->before_key_bytes = r->before.key_bytes;
     }
@@ -566,13 +567,13 @@ static int run_copy_chunk(view *v, run_cursor *r, MDB_val *value) {
   }
   if (bytes > r->copy_bytes) {
     if (bytes - r->copy_bytes > v->copy_budget)
-      return 0;
+      return;
     free(r->copy); /* nothing in it is needed any more */
     r->copy = malloc(bytes);
     v->copy_budget -= bytes - r->copy_bytes;
     r->copy_bytes = r->copy ? bytes : 0;
     if (!r->copy)
-      return 0; /* the map still serves */
+      return; /* the map still serves */
   }
   for (size_t done = 0; done < bytes;) {
     ssize_t got = pread(v->fd, r->copy + done, bytes - done,
@@ -580,7 +581,7 @@ static int run_copy_chunk(view *v, run_cursor *r, MDB_val *value) {
     if (got < 0 && errno == EINTR)
       continue;
     if (got <= 0)
-      return 0; /* the map still serves (and faults if the file does) */
+      return; /* the map still serves (and faults if the file does) */
     done += (size_t)got;
   }
   /* The head's page is in the map already (check_head read it). */
@@ -589,16 +590,14 @@ static int run_copy_chunk(view *v, run_cursor *r, MDB_val *value) {
     value->mv_data = r->copy;
     atomic_fetch_add_explicit(&copies_made, 1, memory_order_relaxed);
   }
-  return 0;
 }
 
 /* Opens run r's next chunk: its checksum, then its head (note 1b). */
 static int run_open_chunk(view *v, run_cursor *r) {
   const chunk_ref *ref = &v->refs[r->next];
   MDB_val payload, value = ref->value;
-  int rc = run_copy_chunk(v, r, &value);
-  if (rc == 0)
-    rc = store_value_open(v->s, r->db, &ref->key, &value, &payload);
+  run_copy_chunk(v, r, &value);
+  int rc = store_value_open(v->s, r->db, &ref->key, &value, &payload);
   /* Note 3: a copy that fails its checksum is judged again in the map. */
   if (rc == SL_ECORRUPT && value.mv_data != ref->value.mv_data)
     rc = store_value_open(v->s, r->db, &ref->key, &ref->value, &payload);
