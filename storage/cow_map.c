@@ -1691,6 +1691,9 @@ static void freeze_by_copy(sl_cow_map *m) {
     }
     assert(!block || block->versions[at] == v);
     if (v->retired == RETIRED_NOT) {
+      /* In the table: CURRENT, and neither a tombstone nor superseded
+       * (both are retired, out of the table, when made). */
+      assert(v->epoch == m->epoch && !v->tombstone && !v->superseded);
       uint64_t bytes = entry_alloc_bytes(v->key_bytes, v->value_bytes);
       sl_cow_entry *c;
       if (cow_test_alloc_fails(m, SL_COW_FAIL_FREEZE_COPY))
@@ -1706,7 +1709,6 @@ static void freeze_by_copy(sl_cow_map *m) {
         if (!c)
           return;
         memcpy(value_area(c), value_area(v), v->value_bytes);
-        c->superseded = v->superseded;
       }
       c->dirty_next = next;
       mark_retired(c);

@@ -252,3 +252,38 @@ Test(cow_map_freeze_copy, destroyed_with_copies_pending) {
   model_free(live);
   sl_cow_map_destroy(map);
 }
+
+/* A version too large for an arena chunk's carving (over 1/64 of a chunk)
+ * is copied into a malloc'd version of its own: the delta holds its
+ * frozen bytes, the table's version is written in place, and both are
+ * accounted for (sl_cow_map_check) until the release frees the copy. */
+Test(cow_map_freeze_copy, a_large_version_is_copied_on_the_heap) {
+  enum { LARGE = 100000 };
+  static uint8_t value[LARGE];
+  sl_cow_map *map;
+  cr_assert_eq(sl_cow_map_create(&map), 0);
+  memset(value, 7, LARGE);
+  const uint8_t *p = sl_cow_map_put(map, "big", 3, value, LARGE);
+  cr_assert_not_null(p);
+  uint64_t copies = sl_cow_map_freeze_copies(map);
+  sl_cow_delta d = sl_cow_map_freeze(map);
+  cr_assert_eq(sl_cow_map_freeze_copies(map) - copies, 1);
+  cr_assert(sl_cow_map_check(map));
+  memset(value, 9, LARGE);
+  cr_assert_eq(sl_cow_map_put(map, "big", 3, value, LARGE), p, "not in place");
+  const sl_cow_entry *frozen = d.head;
+  cr_assert_not_null(frozen);
+  cr_assert_null(frozen->dirty_next);
+  cr_assert(frozen->value_bytes == LARGE && !frozen->arena);
+  const uint8_t *bytes = frozen->data + sl_cow_value_offset(3);
+  for (uint32_t i = 0; i < LARGE; i++)
+    cr_assert_eq(bytes[i], 7, "byte %u", i);
+  cr_assert(sl_cow_map_check(map));
+  sl_cow_map_release(map, d.epoch);
+  maintain_all(map);
+  cr_assert(sl_cow_map_check(map));
+  uint32_t got;
+  const uint8_t *now = sl_cow_map_get(map, "big", 3, &got);
+  cr_assert(now == p && got == LARGE && now[LARGE - 1] == 9);
+  sl_cow_map_destroy(map);
+}
