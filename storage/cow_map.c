@@ -262,6 +262,31 @@
  *    of extra work spread over the first milliseconds after it before.
  *    The limits keep the pause short and the copies' memory small; a
  *    larger delta is frozen the ordinary way.
+ * 17. The copy pass: the copying freeze in steps, for larger deltas.
+ *    With 1M keys and a checkpoint every 100 ms, about 600,000 keys are
+ *    written in each interval, and each first write after a barrier
+ *    copied its FROZEN version: an allocation, a new version's page
+ *    faults, the copy, and later a free; with the checkpoint writer
+ *    reading in between (checkpoint_bench part 1: 0.55-0.72 of the speed
+ *    without checkpoints).  Copying such a delta at the freeze, as note
+ *    16 does, costs a few ns a version but pauses the barrier for
+ *    milliseconds (600,000 versions).  sl_cow_map_freeze_deferred
+ *    therefore freezes as usual and leaves a delta above note 16's
+ *    limits, and within SL_COW_COPY_PASS_ENTRIES and _BYTES, to a pass
+ *    that the owner runs in bounded steps (sl_cow_map_copy_step) between
+ *    records, doing to each live version of the list what note 16 does:
+ *    a copy takes its place on the list and in the index, and the
+ *    version becomes CLEAN.  The list is the owner's until the pass is
+ *    over: the caller hands the delta to the writer only then
+ *    (snapshot.c note 14), so nobody reads what the pass changes.  A
+ *    write to a version the pass has not reached copies it on write as
+ *    before, and marks the displaced version at once (retire_displaced;
+ *    note 15's reason to wait, the writer reading it, does not hold yet),
+ *    so the pass tells a version still in the table by its mark alone and
+ *    skips the others.  The pass fetches COPY_AHEAD versions ahead through
+ *    the index.  A freeze or a release of its epoch finishes a pass under
+ *    way first; rollback (retain) never has one.  A copy that cannot be
+ *    had ends the pass: the rest stay frozen, copied on write.
  */
 #include "cow_map.h"
 #include "key_order.h"
@@ -730,8 +755,8 @@ static void retire_displaced(sl_cow_map *m, sl_cow_entry *old) {
   if (!m->retain) {
     if (old->epoch == 0)
       entry_free(m, old);
-    else if (!retire_later(m, old))
-      mark_retired(old); /* stays, unchanged, on its list */
+    else if (old->epoch == m->copy_epoch || !retire_later(m, old))
+      mark_retired(old); /* stays, unchanged, on its list (note 17) */
     return;
   }
   old->retired = RETIRED_UNDO;
@@ -1063,6 +1088,8 @@ int sl_cow_map_create(sl_cow_map **map) {
   m->epoch = 1;
   m->freeze_copy_entries = SL_COW_FREEZE_COPY_ENTRIES; /* note 16 */
   m->freeze_copy_bytes = SL_COW_FREEZE_COPY_BYTES;
+  m->copy_pass_entries = SL_COW_COPY_PASS_ENTRIES; /* note 17 */
+  m->copy_pass_bytes = SL_COW_COPY_PASS_BYTES;
   m->memory_bytes = sizeof *m + INITIAL_BUCKETS * sizeof(sl_cow_entry *) +
                     INITIAL_PENDING * (sizeof *m->pending + sizeof *m->pending_tails);
   assert(sl_cow_map_check(m));
@@ -1670,16 +1697,62 @@ static void pending_grow(sl_cow_map *m) {
   m->pending_capacity = capacity;
 }
 
+/* A copy of v, in table and on a list, for the list (note 16): carved
+ * from an arena chunk, or from the heap when large.  NULL when no memory
+ * (or the test fail point) says so. */
+static sl_cow_entry *version_copy(sl_cow_map *m, sl_cow_entry *v) {
+  uint64_t bytes = entry_alloc_bytes(v->key_bytes, v->value_bytes);
+  sl_cow_entry *c;
+  if (cow_test_alloc_fails(m, SL_COW_FAIL_FREEZE_COPY))
+    return 0;
+  if (bytes <= ARENA_VERSION_MAX_BYTES) {
+    c = cow_arena_carve(m, bytes);
+    if (!c)
+      return 0;
+    memcpy(c, v, (size_t)bytes); /* header, key and value at once */
+    c->arena = 1;
+  } else {
+    c = entry_new(m, v->hash, v->data, v->key_bytes, v->value_bytes);
+    if (!c)
+      return 0;
+    memcpy(value_area(c), value_area(v), v->value_bytes);
+  }
+  return c;
+}
+
+/* Copy c of version v takes v's place on a list (after prev, or at *head;
+ * *tail its last version) and in its index (block at position at), as a
+ * version that a copy on write displaced, already marked; v becomes
+ * CLEAN: in the table, on no list (notes 16, 17). */
+static void version_replace(sl_cow_map *m, sl_cow_entry *c, sl_cow_entry *v,
+                            sl_cow_entry *prev, sl_cow_entry **head,
+                            sl_cow_entry **tail, sl_cow_index_block *block,
+                            uint64_t at) {
+  c->dirty_next = v->dirty_next;
+  mark_retired(c);
+  if (prev)
+    prev->dirty_next = c;
+  else
+    *head = c;
+  if (*tail == v)
+    *tail = c;
+  if (block)
+    block->versions[at] = c;
+  v->epoch = 0; /* CLEAN: in the table, on no list */
+  v->dirty_next = 0;
+  m->freeze_copies++;
+}
+
 /* Note 16: the current epoch's live versions, if few, are copied now: each
  * copy takes its version's place on the list (and in the index) as a
  * displaced version, marked, and the version itself becomes CLEAN, so
  * the writes after the barrier go in place.  Stops at the first copy it
  * cannot allocate: the rest stay on the list as they are, to be frozen. */
-static void freeze_by_copy(sl_cow_map *m) {
+static bool freeze_by_copy(sl_cow_map *m) {
   if (m->retain || m->dirty_entries == 0 ||
       m->dirty_entries > m->freeze_copy_entries ||
       m->dirty_bytes > m->freeze_copy_bytes)
-    return;
+    return false;
   sl_cow_index_block *block = m->index_head;
   uint64_t at = 0;
   sl_cow_entry *prev = 0;
@@ -1694,48 +1767,119 @@ static void freeze_by_copy(sl_cow_map *m) {
       /* In the table: CURRENT, and neither a tombstone nor superseded
        * (both are retired, out of the table, when made). */
       assert(v->epoch == m->epoch && !v->tombstone && !v->superseded);
-      uint64_t bytes = entry_alloc_bytes(v->key_bytes, v->value_bytes);
-      sl_cow_entry *c;
-      if (cow_test_alloc_fails(m, SL_COW_FAIL_FREEZE_COPY))
-        return;
-      if (bytes <= ARENA_VERSION_MAX_BYTES) {
-        c = cow_arena_carve(m, bytes);
-        if (!c)
-          return;
-        memcpy(c, v, (size_t)bytes); /* header, key and value at once */
-        c->arena = 1;
-      } else {
-        c = entry_new(m, v->hash, v->data, v->key_bytes, v->value_bytes);
-        if (!c)
-          return;
-        memcpy(value_area(c), value_area(v), v->value_bytes);
-      }
-      c->dirty_next = next;
-      mark_retired(c);
-      if (prev)
-        prev->dirty_next = c; /* CURRENT, so not read by the writer */
-      else
-        m->dirty_head = c;
-      if (m->dirty_tail == v)
-        m->dirty_tail = c;
-      if (block)
-        block->versions[at] = c;
-      v->epoch = 0; /* CLEAN: in the table, on no list */
-      v->dirty_next = 0;
-      m->freeze_copies++;
+      sl_cow_entry *c = version_copy(m, v);
+      if (!c)
+        return true;
+      version_replace(m, c, v, prev, &m->dirty_head, &m->dirty_tail, block,
+                      at);
       prev = c;
     } else {
       prev = v;
     }
     at++;
   }
+  return true;
 }
 
-sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
+/* The pending slot of epoch (one exists). */
+static uint32_t pending_slot_of(const sl_cow_map *m, uint32_t epoch) {
+  uint32_t i = m->pending_count;
+  while (i > 0 && m->pending[i - 1].epoch != epoch)
+    i--;
+  assert(i > 0);
+  return i - 1;
+}
+
+/* Versions a copy step fetches ahead, through the index (note 17). */
+#define COPY_AHEAD 16u
+
+bool sl_cow_map_copy_step(sl_cow_map *m, uint32_t budget) {
+  assert(m);
+  if (m->copy_epoch == 0)
+    return false;
+  assert(!m->retain);
+  uint32_t slot = pending_slot_of(m, m->copy_epoch);
+  sl_cow_entry **head = &m->pending[slot].head;
+  sl_cow_entry **tail = &m->pending_tails[slot].last;
+  for (uint32_t done = 0; done < budget && m->copy_next; done++) {
+    sl_cow_index_block *block = m->copy_block;
+    if (block && m->copy_at == block->count) {
+      block = m->copy_block = block->next;
+      m->copy_at = 0;
+    }
+    uint64_t at = m->copy_at;
+    if (block) {
+      assert(block->versions[at] == m->copy_next);
+      const sl_cow_entry *ahead =
+          at + COPY_AHEAD < block->count ? block->versions[at + COPY_AHEAD]
+          : block->next && at + COPY_AHEAD - block->count < block->next->count
+              ? block->next->versions[at + COPY_AHEAD - block->count]
+              : 0;
+      if (ahead)
+        PREFETCH(ahead, 1);
+    }
+    sl_cow_entry *v = m->copy_next;
+    m->copy_next = v->dirty_next;
+    m->copy_at = at + 1;
+    if (v->retired != RETIRED_NOT) {
+      m->copy_prev = v; /* out of the table: stays as it is */
+      continue;
+    }
+    /* In the table, frozen with the pass's epoch: a write since the freeze
+     * would have displaced it and marked it at once (retire_displaced). */
+    assert(v->epoch == m->copy_epoch && !v->tombstone && !v->superseded);
+    sl_cow_entry *c = version_copy(m, v);
+    if (!c) {
+      m->copy_next = 0; /* the rest stay frozen, copied on write */
+      break;
+    }
+    version_replace(m, c, v, m->copy_prev, head, tail, block, at);
+    m->copy_prev = c;
+  }
+  if (m->copy_next)
+    return true;
+  m->copy_epoch = 0;
+  m->copy_prev = 0;
+  m->copy_block = 0;
+  m->copy_at = 0;
+  assert(sl_cow_map_check(m));
+  return false;
+}
+
+void sl_cow_map_copy_finish(sl_cow_map *m) {
+  assert(m);
+  while (sl_cow_map_copy_step(m, UINT32_MAX))
+    ;
+}
+
+bool sl_cow_map_copying(const sl_cow_map *m) {
+  assert(m);
+  return m->copy_epoch != 0;
+}
+
+uint64_t sl_cow_map_copy_passes(const sl_cow_map *m) {
+  assert(m);
+  return m->copy_passes;
+}
+
+void sl_cow_map_set_copy_pass(sl_cow_map *m, uint64_t max_entries,
+                              uint64_t max_bytes) {
+  assert(m);
+  m->copy_pass_entries = max_entries;
+  m->copy_pass_bytes = max_bytes;
+}
+
+/* Freeze; a delta within the copy pass's limits (note 17) is left to it
+ * if defer, copied now if within the copying freeze's (note 16). */
+static sl_cow_delta freeze(sl_cow_map *m, bool defer) {
   assert(m);
   assert(!m->loading); /* no bulk load under way (header Caveats) */
   assert(m->epoch < UINT32_MAX); /* 4e9 checkpoints: not in this lifetime */
-  freeze_by_copy(m);
+  sl_cow_map_copy_finish(m); /* the previous delta's pass, if any */
+  bool pass = !freeze_by_copy(m) && defer && !m->retain &&
+              m->dirty_entries > 0 &&
+              m->dirty_entries <= m->copy_pass_entries &&
+              m->dirty_bytes <= m->copy_pass_bytes;
   sl_cow_delta delta = {.epoch = m->epoch,
                         .head = m->dirty_head,
                         .entries = m->dirty_entries,
@@ -1753,6 +1897,14 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
   } else {
     assert(!delta.head); /* dirty_slot_ready() kept a slot for it (note 5) */
   }
+  if (pass && delta.head) {
+    m->copy_epoch = m->epoch; /* note 17: copied in steps from now on */
+    m->copy_next = delta.head;
+    m->copy_prev = 0;
+    m->copy_block = m->index_head;
+    m->copy_at = 0;
+    m->copy_passes++;
+  }
   m->dirty_head = m->dirty_tail = 0;
   m->dirty_entries = m->dirty_bytes = 0;
   m->dirty_deletes = 0;
@@ -1762,6 +1914,12 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) {
   if (m->pending_count == m->pending_capacity)
     pending_grow(m);
   return delta;
+}
+
+sl_cow_delta sl_cow_map_freeze(sl_cow_map *m) { return freeze(m, false); }
+
+sl_cow_delta sl_cow_map_freeze_deferred(sl_cow_map *m) {
+  return freeze(m, true);
 }
 
 void sl_cow_map_set_freeze_copy(sl_cow_map *m, uint64_t max_entries,
@@ -1823,6 +1981,8 @@ static void reclaim_index_add(sl_cow_map *m, const sl_cow_delta *d) {
 void sl_cow_map_release(sl_cow_map *m, uint32_t epoch) {
   assert(m);
   assert(!m->loading); /* no bulk load under way (header Caveats) */
+  if (m->copy_epoch && m->copy_epoch <= epoch)
+    sl_cow_map_copy_finish(m); /* note 17: its delta goes to reclaim */
   uint32_t n = 0;
   for (; n < m->pending_count && m->pending[n].epoch <= epoch; n++) {
     const sl_cow_delta *d = &m->pending[n];
@@ -1878,6 +2038,7 @@ int sl_cow_map_enable_rollback(sl_cow_map *m) {
   marks_finish(m); /* note 15: rollback keeps no waiting marks */
   m->stable_epoch = m->epoch - 1;
   m->stable_live_keys = m->tables[0].used + m->tables[1].used;
+  assert(m->copy_epoch == 0); /* note 17: a pass has a pending slot */
   m->retain = true;
   return 0;
 }

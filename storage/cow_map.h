@@ -333,8 +333,39 @@ sl_cow_delta sl_cow_map_freeze(sl_cow_map *map);
 void sl_cow_map_set_freeze_copy(sl_cow_map *map, uint64_t max_entries,
                                 uint64_t max_bytes);
 
-/** For tests: versions the copying freeze copied since creation. */
+/** For tests: versions the copying freeze copied since creation, those
+ * of copy passes (below) included. */
 uint64_t sl_cow_map_freeze_copies(const sl_cow_map *map);
+
+/** Freeze as sl_cow_map_freeze(), but a delta above the copying freeze's
+ * limits and within the copy pass's (SL_COW_COPY_PASS_*) is copied after
+ * the freeze, in steps (cow_map.c note 17): while sl_cow_map_copying(),
+ * the caller must not hand the delta to another thread, and takes it
+ * from sl_cow_map_pending() once the pass is over (the pass changes the
+ * list's head).  O(1), or O(its versions) as sl_cow_map_freeze(). */
+sl_cow_delta sl_cow_map_freeze_deferred(sl_cow_map *map);
+
+/* cow_map.c note 17: the largest delta a copy pass copies. */
+#define SL_COW_COPY_PASS_ENTRIES ((uint64_t)4 << 20)
+#define SL_COW_COPY_PASS_BYTES ((uint64_t)256 << 20)
+
+/** The limits of the copy pass (cow_map.c note 17); 0 and 0 turn it off.
+ * Rollback turns it off too.  Owner thread. */
+void sl_cow_map_set_copy_pass(sl_cow_map *map, uint64_t max_entries,
+                              uint64_t max_bytes);
+
+/** A copy pass is under way (cow_map.c note 17). */
+bool sl_cow_map_copying(const sl_cow_map *map);
+
+/** Copy up to budget versions of the pass under way; true while some are
+ * left.  Owner thread. */
+bool sl_cow_map_copy_step(sl_cow_map *map, uint32_t budget);
+
+/** Finish the pass under way, if any, now. */
+void sl_cow_map_copy_finish(sl_cow_map *map);
+
+/** For tests: copy passes begun since creation. */
+uint64_t sl_cow_map_copy_passes(const sl_cow_map *map);
 
 /** For tests: bytes of the emptied arena chunk the map keeps for its next
  * one (cow_map.c note 16), counted in sl_cow_map_memory_bytes. */

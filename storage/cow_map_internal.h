@@ -123,6 +123,19 @@ struct sl_cow_map {
   uint64_t freeze_copy_entries; /* note 16's limits; 0: no copying */
   uint64_t freeze_copy_bytes;
   uint64_t freeze_copies;       /* versions copied so far */
+  /* Note 17: the copy pass over a frozen delta's list.  copy_epoch: the
+   * delta's epoch, 0 when no pass is under way; copy_next: the next
+   * version to look at (on that list), copy_prev the one before it (0: at
+   * the head), and the index block and position of copy_next (block 0
+   * when the delta has no index). */
+  uint32_t copy_epoch;
+  sl_cow_entry *copy_next;
+  sl_cow_entry *copy_prev;
+  sl_cow_index_block *copy_block;
+  uint64_t copy_at;
+  uint64_t copy_pass_entries; /* note 17's limits; 0: no pass */
+  uint64_t copy_pass_bytes;
+  uint64_t copy_passes;       /* passes begun since creation */
   /* The bulk load's helper thread (cow_map_arena.c note 1), or NULL, and
    * the chunks allocated ahead and posted to it, not yet taken. */
   struct sl_prefault *load_prefault;

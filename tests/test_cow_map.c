@@ -396,7 +396,12 @@ Test(cow_map, deltas_are_immutable_and_exact) {
 
 /* ----------------------------------- 3. the concurrent property test */
 
-static void concurrent_checkpoints(bool copying) {
+/* How the model test freezes: plainly, with cow_map.c note 16's copying
+ * freeze, or with note 17's copy pass, run in steps between writes before
+ * the writer is given the deltas. */
+enum freezing { FREEZE_PLAIN, FREEZE_COPYING, FREEZE_PASS };
+
+static void concurrent_checkpoints(enum freezing freezing) {
   const int rounds = 48;
   uint64_t ops = sl_test_scaled(12000, 1500);
   uint64_t ids = sl_test_scaled(40000, 4000);
@@ -404,7 +409,7 @@ static void concurrent_checkpoints(bool copying) {
   model *at_freeze = model_new(ids), *work = model_new(ids);
   sl_cow_map *map;
   cr_assert_eq(sl_cow_map_create(&map), 0);
-  if (!copying)
+  if (freezing != FREEZE_COPYING)
     sl_cow_map_set_freeze_copy(map, 0, 0);
   mutator mu = {.map = map, .live = live, .rng = 20240601};
   uint64_t rng = 7;
@@ -418,8 +423,19 @@ static void concurrent_checkpoints(bool copying) {
       mutate_once(&mu);
     cr_assert_eq(mu.errors, 0, "round %d", round);
 
-    sl_cow_delta d = sl_cow_map_freeze(map);
+    sl_cow_delta d = freezing == FREEZE_PASS ? sl_cow_map_freeze_deferred(map)
+                                             : sl_cow_map_freeze(map);
     model_copy(at_freeze, live);
+    /* Note 17: the pass in steps, the map written (keys of the delta
+     * among them) and reclaimed in between, the writer not started. */
+    cr_assert_eq(sl_cow_map_copying(map), freezing == FREEZE_PASS && d.head);
+    for (uint64_t i = 0; sl_cow_map_copying(map); i++) {
+      mutate_once(&mu);
+      if (i % 8 == 0)
+        sl_cow_map_copy_step(map, 16);
+      if (i % 512 == 0)
+        sl_cow_map_maintain(map, 64);
+    }
     const sl_cow_delta *pending;
     writer_job job = {.state = work};
     sl_cow_map_pending(map, &pending, &job.count);
@@ -466,7 +482,8 @@ static void concurrent_checkpoints(bool copying) {
   /* Each round's delta (at most ops versions) is within the copying
    * freeze's limits (cow_map.c note 16), so with it on every one is
    * copied. */
-  cr_assert_eq(sl_cow_map_freeze_copies(map) > 0, copying);
+  cr_assert_eq(sl_cow_map_freeze_copies(map) > 0, freezing != FREEZE_PLAIN);
+  cr_assert_eq(sl_cow_map_copy_passes(map) > 0, freezing == FREEZE_PASS);
   sl_cow_map_release(map, UINT32_MAX);
   maintain_all(map);
   cr_assert(sl_cow_map_check(map));
@@ -478,14 +495,20 @@ static void concurrent_checkpoints(bool copying) {
 }
 
 Test(cow_map, concurrent_checkpoints_match_reference, .timeout = 120) {
-  concurrent_checkpoints(false);
+  concurrent_checkpoints(FREEZE_PLAIN);
 }
 
 /* The same with cow_map.c note 16's copying freezes: the deltas the
  * writer reads are copies, and the writes meanwhile go in place. */
 Test(cow_map, concurrent_copying_checkpoints_match_reference,
      .timeout = 120) {
-  concurrent_checkpoints(true);
+  concurrent_checkpoints(FREEZE_COPYING);
+}
+
+/* The same with cow_map.c note 17's copy passes, run in steps while the
+ * map is written, before the writer reads the deltas. */
+Test(cow_map, concurrent_copy_passes_match_reference, .timeout = 120) {
+  concurrent_checkpoints(FREEZE_PASS);
 }
 
 /* ------------------------------------------------------ 4. reclamation */
