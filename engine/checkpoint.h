@@ -240,6 +240,7 @@ typedef struct sl_instance_checkpoint {
   uint64_t row_tag;
 
   sl_ack *next_ack; /* allocated ahead, outside the synchronous part */
+  sl_ack *held_ack; /* snapshot.c note 14: waits for the map's copy pass */
   void *key_buffer; /* state key being built (state.c) */
   uint32_t key_buffer_bytes;
   void *value_buffer; /* list and fold updates (state.c) */
@@ -342,6 +343,8 @@ int sl_snapshot_final(struct sl_ctx *inst);
 int sl_snapshot_final_restored(struct sl_ctx *inst);
 int sl_snapshot_notifications(struct sl_ctx *inst);
 bool sl_snapshot_notification_pending(const struct sl_ctx *inst);
+/* snapshot.c note 14: finish the copy pass of a held ack and send it. */
+void sl_snapshot_finish_held(struct sl_ctx *inst);
 bool sl_snapshot_wait_final(struct sl_ctx *inst);
 int sl_snapshot_restore_hook(struct sl_ctx *inst);
 void sl_snapshot_instance_free(struct sl_ctx *inst);

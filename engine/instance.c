@@ -296,6 +296,10 @@ static enum start_result instance_start(sl_instance *inst, int *rc_out) {
  * the final checkpoint, then nothing more emitted, the failure or stop
  * told, and the close callback. */
 static void instance_end(sl_instance *inst, int rc) {
+  /* snapshot.c note 14: a checkpoint taken before a stop may still
+   * complete; a failed instance's held ack is freed with it. */
+  if (rc == 0 || rc == SL_ESTOPPED)
+    sl_snapshot_finish_held(inst);
   if (rc == 0 && inst->cp.final_acked) {
     /* Sinks commit only once the final checkpoint is durable. */
     if (!sl_instance_wait_final(inst))

@@ -315,6 +315,7 @@ struct sl_job {
   /* sl_testing_fail_state_index: armed in each keyed map as it is made
    * (restore.c); 0: never. */
   uint32_t test_index_fail_nth;
+  uint32_t test_copy_budget; /* sl_testing_state_copy_budget; 0: default */
   /* Fault injection (inject.c). */
   struct sl_fault_plan *faults; /* NULL: none */
   char *faults_text;            /* owned copy of config.faults */

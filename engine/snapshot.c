@@ -115,6 +115,21 @@
  * 13. On restore each channel's channel state (restore.c) is replayed
  *    before its ring is read (runtime.c replay_channel_state), as if it
  *    had been read from the ring.
+ * 14. The copy pass (cow_map.c note 17).  An aligned snapshot other than
+ *    the final one freezes with sl_cow_map_freeze_deferred; when the map
+ *    then runs a copy pass over the new delta, the ack is built but held
+ *    (held_ack, without its deltas) and the barrier goes on downstream as
+ *    always.  The instance runs the pass in steps of SL_COPY_BUDGET
+ *    versions wherever it looks for notifications (a held ack counts as
+ *    one, so an idle instance does not park on it), and when the pass is
+ *    over it takes the deltas from the map and enqueues the ack
+ *    (send_held_ack).  The writer so never sees a list the pass changes.
+ *    Acks stay in id order: any other snapshot (the next aligned one, an
+ *    unaligned one, the final one) finishes a held ack's pass and sends it
+ *    first (finish_held_ack), and so does the end of an instance that
+ *    finished or was stopped; a failed instance frees it.  The time the
+ *    pass takes is in the checkpoint's duration, not in the snapshot's
+ *    synchronous part (sync_us).
  *
  * Capture of n on one channel (sl_capture, channels[c]):
  *
@@ -141,6 +156,14 @@
 
 /* Entries of deferred reclaiming done per pass of the instance loop. */
 #define SL_MAINTAIN_BUDGET 512u
+/* Versions of a copy pass (note 14) done per pass of the instance loop.
+ * The loop comes here about once a batch of records, and until the pass
+ * reaches a version each write to it is copied on write, the costlier
+ * way: with 1,024 a step the pass over 600,000 versions (1M keys, every
+ * 100 ms) took 50-80 ms and checkpoint_bench part 1 gained 30%; with
+ * 8,192 it gained 45%.  A step costs 5-10 ns a version (cow_map.c note
+ * 16's measure), so 40-80 us. */
+#define SL_COPY_BUDGET 8192u
 
 static bool exactly_once(const sl_job *job) {
   return job->config.checkpoint.mode == SL_EXACTLY_ONCE;
@@ -298,12 +321,56 @@ static void release_rows(sl_instance *inst, uint64_t completed) {
   assert((cp->row_batch_count == 0) == (cp->rows_head == 0));
 }
 
+/* The map's pending deltas into ack (ENOMEM: none). */
+static int ack_deltas(sl_instance *inst, sl_ack *ack) {
+  const sl_cow_delta *deltas;
+  int count;
+  sl_cow_map_pending(inst->cp.keyed, &deltas, &count);
+  assert(count >= 1);
+  ack->deltas = count <= (int)(sizeof ack->inline_deltas /
+                               sizeof ack->inline_deltas[0])
+                    ? ack->inline_deltas
+                    : malloc(sizeof *deltas * (size_t)count);
+  if (!ack->deltas)
+    return ENOMEM;
+  memcpy(ack->deltas, deltas, sizeof *deltas * (size_t)count);
+  ack->delta_count = count;
+  return 0;
+}
+
+/* Note 14: the held ack, its map's copy pass over, gets its deltas and
+ * is enqueued. */
+static void send_held_ack(sl_instance *inst) {
+  sl_ack *ack = inst->cp.held_ack;
+  inst->cp.held_ack = 0;
+  assert(ack && !sl_cow_map_copying(inst->cp.keyed));
+  int rc = ack_deltas(inst, ack);
+  if (rc && ack->status == 0) {
+    ack->status = rc; /* this checkpoint fails; the deltas go with the next */
+    snprintf(ack->cause, sizeof ack->cause,
+             "handing over the keyed state of checkpoint %" PRIu64 " (%s)",
+             ack->checkpoint_id, sl_strerror(rc));
+  }
+  sl_checkpointer_ack(inst->job, ack);
+}
+
+/* Note 14: finish the held ack's copy pass now and send it. */
+static void finish_held_ack(sl_instance *inst) {
+  if (!inst->cp.held_ack)
+    return;
+  sl_cow_map_copy_finish(inst->cp.keyed);
+  send_held_ack(inst);
+}
+
+void sl_snapshot_finish_held(sl_instance *inst) { finish_held_ack(inst); }
+
 /* The synchronous part (note 4), the ack not yet enqueued: *out.  id is
- * 0 for the final snapshot.  On error nothing is frozen and *out is
- * untouched. */
+ * 0 for the final snapshot.  With defer, the map may start a copy pass
+ * (note 14): then the ack has no deltas yet.  On error nothing is frozen
+ * and *out is untouched. */
 static int build_snapshot(sl_instance *inst, uint64_t id, bool final,
                           uint64_t barrier_ns, uint64_t alignment_ns,
-                          sl_ack **out) {
+                          bool defer, sl_ack **out) {
   uint64_t t0 = sl_now_ns();
   /* Allocated after the previous snapshot, so that this one, which holds
    * up the barrier, does not wait for the allocator. */
@@ -320,22 +387,14 @@ static int build_snapshot(sl_instance *inst, uint64_t id, bool final,
   ack->max_seen_id = inst->cp.max_seen_id;
   sl_instance_checkpoint *cp = &inst->cp;
   if (cp->keyed) {
-    sl_cow_delta frozen = sl_cow_map_freeze(cp->keyed);
+    assert(!cp->held_ack); /* finish_held_ack came first */
+    sl_cow_delta frozen = defer ? sl_cow_map_freeze_deferred(cp->keyed)
+                                : sl_cow_map_freeze(cp->keyed);
     remember_epoch(inst, final ? UINT64_MAX : id, frozen.epoch);
-    const sl_cow_delta *deltas;
-    int count;
-    sl_cow_map_pending(cp->keyed, &deltas, &count);
-    assert(count >= 1);
-    ack->deltas = count <= (int)(sizeof ack->inline_deltas /
-                                 sizeof ack->inline_deltas[0])
-                      ? ack->inline_deltas
-                      : malloc(sizeof *deltas * (size_t)count);
-    if (!ack->deltas) {
+    if (!sl_cow_map_copying(cp->keyed) && ack_deltas(inst, ack) != 0) {
       free(ack);
       return ENOMEM;
     }
-    memcpy(ack->deltas, deltas, sizeof *deltas * (size_t)count);
-    ack->delta_count = count;
   }
   int rc = call_snapshot_hook(inst, id);
   if (rc == 0)
@@ -373,13 +432,18 @@ static int build_snapshot(sl_instance *inst, uint64_t id, bool final,
 static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
                          uint64_t barrier_ns, uint64_t alignment_ns) {
   sl_ack *ack = 0;
-  int rc = build_snapshot(inst, id, final, barrier_ns, alignment_ns, &ack);
+  finish_held_ack(inst); /* note 14: acks in id order */
+  int rc = build_snapshot(inst, id, final, barrier_ns, alignment_ns, !final,
+                          &ack);
   if (rc)
     return rc;
   /* Note 12: acks in id order; an aligned snapshot comes only once every
    * channel delivered its barrier, which finished every older capture. */
   assert(inst->cp.capture_count == 0);
-  sl_checkpointer_ack(inst->job, ack);
+  if (inst->cp.keyed && sl_cow_map_copying(inst->cp.keyed))
+    inst->cp.held_ack = ack; /* note 14 */
+  else
+    sl_checkpointer_ack(inst->job, ack);
   if (!final)
     inst->cp.next_ack = calloc(1, sizeof *ack); /* NULL: next time */
   return 0;
@@ -655,9 +719,11 @@ int sl_snapshot_unaligned(sl_instance *inst, uint64_t id) {
   uint64_t now = sl_now_ns();
   bool was_aligning = cp->aligning_id == id;
   sl_ack *ack = 0;
+  finish_held_ack(inst); /* note 14: acks in id order */
   int rc = build_snapshot(inst, id, false,
                           was_aligning ? cp->align_start_ns : now,
-                          was_aligning ? now - cp->align_start_ns : 0, &ack);
+                          was_aligning ? now - cp->align_start_ns : 0, false,
+                          &ack);
   if (rc)
     return rc;
   ack->unaligned = true;
@@ -921,7 +987,7 @@ bool sl_snapshot_notification_pending(const sl_instance *inst) {
   const sl_job *job = inst->job;
   if (!job->cp)
     return false;
-  return inst->cp.maintain_pending ||
+  return inst->cp.maintain_pending || inst->cp.held_ack ||
          atomic_load_explicit(&job->cp_completed_id, memory_order_relaxed) !=
              inst->cp.seen_completed ||
          atomic_load_explicit(&job->cp_settled_id, memory_order_relaxed) !=
@@ -974,6 +1040,11 @@ int sl_snapshot_notifications(sl_instance *inst) {
   }
   if (cp->maintain_pending)
     cp->maintain_pending = sl_cow_map_maintain(cp->keyed, SL_MAINTAIN_BUDGET);
+  if (cp->held_ack &&
+      !sl_cow_map_copy_step(cp->keyed, job->test_copy_budget
+                                           ? job->test_copy_budget
+                                           : SL_COPY_BUDGET))
+    send_held_ack(inst); /* note 14 */
   return 0;
 }
 
@@ -1018,6 +1089,7 @@ void sl_snapshot_instance_free(sl_instance *inst) {
   }
   release_rows(inst, UINT64_MAX); /* note 10: the writer has stopped */
   free(inst->cp.next_ack);
+  sl_ack_free(inst->cp.held_ack); /* note 14: a failed instance's */
   sl_cow_map_destroy(inst->cp.keyed);
   inst->cp.keyed = 0;
   free(inst->cp.blob_new);

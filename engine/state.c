@@ -290,6 +290,23 @@ SL_EXPORT uint64_t sl_testing_state_index_drops(const sl_job *job) {
   return n;
 }
 
+SL_EXPORT int sl_testing_state_copy_budget(sl_job *job, uint32_t budget) {
+  if (!job || budget == 0)
+    return EINVAL;
+  if (atomic_load(&job->state) != SL_JOB_BUILDING)
+    return SL_ESTARTED;
+  job->test_copy_budget = budget;
+  return 0;
+}
+
+SL_EXPORT uint64_t sl_testing_state_copy_passes(const sl_job *job) {
+  uint64_t n = 0;
+  for (int i = 0; job && i < job->instance_count; i++)
+    if (job->instances[i]->cp.keyed)
+      n += sl_cow_map_copy_passes(job->instances[i]->cp.keyed);
+  return n;
+}
+
 /* ------------------------------------------------------------ state keys */
 
 /* state_key() for a 64-bit key (the first layout at the top). */

@@ -140,6 +140,19 @@ int sl_testing_fail_state_index(sl_job *job, uint32_t nth);
  * after sl_job_wait() returned, before sl_job_destroy(); 0 for NULL. */
 uint64_t sl_testing_state_index_drops(const sl_job *job);
 
+/** Copy passes (storage/cow_map.c note 17: a checkpoint's delta copied in
+ * steps after its barrier) begun, summed over job's keyed-state maps.
+ * Call after sl_job_wait() returned, before sl_job_destroy(); 0 for
+ * NULL. */
+uint64_t sl_testing_state_copy_passes(const sl_job *job);
+
+/** Versions an instance copies per step of a copy pass (engine/snapshot.c
+ * note 14), instead of the default: 1 keeps a checkpoint's ack held for
+ * many steps, so that a stop or the next barrier finds it held.  Call
+ * before the job starts, from the building thread.  Errors: EINVAL (job
+ * NULL or budget 0), SL_ESTARTED. */
+int sl_testing_state_copy_budget(sl_job *job, uint32_t budget);
+
 #ifdef __cplusplus
 }
 #endif
