@@ -241,6 +241,7 @@ typedef struct sl_instance_checkpoint {
 
   sl_ack *next_ack; /* allocated ahead, outside the synchronous part */
   sl_ack *held_ack; /* snapshot.c note 14: waits for the map's copy pass */
+  uint64_t held_step_ns; /* when the pass last took a step (or began) */
   void *key_buffer; /* state key being built (state.c) */
   uint32_t key_buffer_bytes;
   void *value_buffer; /* list and fold updates (state.c) */
@@ -345,6 +346,9 @@ int sl_snapshot_notifications(struct sl_ctx *inst);
 bool sl_snapshot_notification_pending(const struct sl_ctx *inst);
 /* snapshot.c note 14: finish the copy pass of a held ack and send it. */
 void sl_snapshot_finish_held(struct sl_ctx *inst);
+/* snapshot.c note 14: the only notification pending is a held ack's copy
+ * pass (so the loop may go on with its other business after a step). */
+bool sl_snapshot_copy_only(const struct sl_ctx *inst);
 bool sl_snapshot_wait_final(struct sl_ctx *inst);
 int sl_snapshot_restore_hook(struct sl_ctx *inst);
 void sl_snapshot_instance_free(struct sl_ctx *inst);

@@ -948,10 +948,12 @@ static int run_inputs(sl_instance *inst) {
       progressed = true;
     }
     if (unlikely(sl_snapshot_notification_pending(inst))) {
+      bool copy_only = sl_snapshot_copy_only(inst);
       int rc = sl_snapshot_notifications(inst);
       if (rc)
         return rc;
-      continue; /* an abort may have unblocked channels */
+      if (!copy_only)
+        continue; /* an abort may have unblocked channels */
     }
     /* snapshot.c note 12: announcements (a blocked channel's too) and the
      * aligned-checkpoint timeout, between passes. */
@@ -971,6 +973,10 @@ static int run_inputs(sl_instance *inst) {
     if (!progressed) {
       if (inst->channels_ended == inst->channel_count)
         break;
+      if (unlikely(inst->cp.held_ack != 0)) {
+        sl_snapshot_finish_held(inst); /* snapshot.c note 14: idle */
+        continue;
+      }
       if (!wait_until(inst, SL_WAIT_IDLE, any_input_readable, 0))
         return SL_ESTOPPED;
       last_flush_ns = sl_now_ns();

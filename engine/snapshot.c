@@ -121,9 +121,13 @@
  *    (held_ack, without its deltas) and the barrier goes on downstream as
  *    always.  The instance runs the pass in steps of SL_COPY_BUDGET
  *    versions wherever it looks for notifications (a held ack counts as
- *    one, so an idle instance does not park on it), and when the pass is
- *    over it takes the deltas from the map and enqueues the ack
- *    (send_held_ack).  The writer so never sees a list the pass changes.
+ *    one, so an instance does not park on it), and when the pass is over
+ *    it takes the deltas from the map and enqueues the ack
+ *    (send_held_ack).  A loop that finds no input, or that comes back
+ *    more than SL_COPY_SLOW_NS after the last step (a chained member
+ *    behind a source waiting in poll, a backpressured instance),
+ *    finishes the pass at once; a step alone does not make run_inputs
+ *    skip its announcements, timeouts and flushes (sl_snapshot_copy_only).  The writer so never sees a list the pass changes.
  *    Acks stay in id order: any other snapshot (the next aligned one, an
  *    unaligned one, the final one) finishes a held ack's pass and sends it
  *    first (finish_held_ack), and so does the end of an instance that
@@ -164,6 +168,11 @@
  * 8,192 it gained 45%.  A step costs 5-10 ns a version (cow_map.c note
  * 16's measure), so 40-80 us. */
 #define SL_COPY_BUDGET 8192u
+/* Note 14: a loop that came back to the pass this long after its last
+ * step (it waited for input in a source's poll, or for room downstream)
+ * finishes it at once: a checkpoint is not held up by a slow loop, and
+ * such a loop is not one whose latency a pause would hurt. */
+#define SL_COPY_SLOW_NS 1000000u
 
 static bool exactly_once(const sl_job *job) {
   return job->config.checkpoint.mode == SL_EXACTLY_ONCE;
@@ -440,9 +449,10 @@ static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
   /* Note 12: acks in id order; an aligned snapshot comes only once every
    * channel delivered its barrier, which finished every older capture. */
   assert(inst->cp.capture_count == 0);
-  if (inst->cp.keyed && sl_cow_map_copying(inst->cp.keyed))
+  if (inst->cp.keyed && sl_cow_map_copying(inst->cp.keyed)) {
     inst->cp.held_ack = ack; /* note 14 */
-  else
+    inst->cp.held_step_ns = sl_now_ns();
+  } else
     sl_checkpointer_ack(inst->job, ack);
   if (!final)
     inst->cp.next_ack = calloc(1, sizeof *ack); /* NULL: next time */
@@ -1040,12 +1050,28 @@ int sl_snapshot_notifications(sl_instance *inst) {
   }
   if (cp->maintain_pending)
     cp->maintain_pending = sl_cow_map_maintain(cp->keyed, SL_MAINTAIN_BUDGET);
-  if (cp->held_ack &&
-      !sl_cow_map_copy_step(cp->keyed, job->test_copy_budget
-                                           ? job->test_copy_budget
-                                           : SL_COPY_BUDGET))
-    send_held_ack(inst); /* note 14 */
+  if (cp->held_ack) { /* note 14 */
+    uint64_t now = sl_now_ns();
+    if (now - cp->held_step_ns > SL_COPY_SLOW_NS && !job->test_copy_budget)
+      sl_cow_map_copy_finish(cp->keyed); /* a slow loop: all of it now */
+    else
+      (void)sl_cow_map_copy_step(cp->keyed, job->test_copy_budget
+                                                ? job->test_copy_budget
+                                                : SL_COPY_BUDGET);
+    cp->held_step_ns = now;
+    if (!sl_cow_map_copying(cp->keyed))
+      send_held_ack(inst);
+  }
   return 0;
+}
+
+bool sl_snapshot_copy_only(const sl_instance *inst) {
+  const sl_job *job = inst->job;
+  return inst->cp.held_ack && !inst->cp.maintain_pending &&
+         atomic_load_explicit(&job->cp_completed_id, memory_order_relaxed) ==
+             inst->cp.seen_completed &&
+         atomic_load_explicit(&job->cp_settled_id, memory_order_relaxed) ==
+             inst->cp.seen_settled;
 }
 
 /* Note 11: keep what an in-process rollback needs, from the state just

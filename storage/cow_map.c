@@ -1716,6 +1716,7 @@ static sl_cow_entry *version_copy(sl_cow_map *m, sl_cow_entry *v) {
     if (!c)
       return 0;
     memcpy(value_area(c), value_area(v), v->value_bytes);
+    c->epoch = v->epoch; /* entry_new's is the current one: not in a pass */
   }
   return c;
 }

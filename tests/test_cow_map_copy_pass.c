@@ -292,3 +292,44 @@ Test(cow_map_copy_pass, destroyed_mid_pass) {
   cr_assert(sl_cow_map_check(f.map));
   fixture_end(&f);
 }
+
+/* A version too large for an arena chunk's carving is copied by the pass
+ * into a malloc'd version of its own, which keeps the frozen epoch (the
+ * check of every list's epochs, sl_cow_map_check); the table's version is
+ * written in place afterwards and the delta holds the frozen bytes. */
+Test(cow_map_copy_pass, a_large_version_is_copied_on_the_heap) {
+  enum { LARGE = 100000 };
+  static uint8_t value[LARGE];
+  sl_cow_map *map;
+  cr_assert_eq(sl_cow_map_create(&map), 0);
+  sl_cow_map_set_freeze_copy(map, 0, 0);
+  memset(value, 7, LARGE);
+  const uint8_t *p = sl_cow_map_put(map, "big", 3, value, LARGE);
+  cr_assert_not_null(p);
+  uint64_t copies = sl_cow_map_freeze_copies(map);
+  sl_cow_delta d = sl_cow_map_freeze_deferred(map);
+  cr_assert(sl_cow_map_copying(map));
+  cr_assert(!sl_cow_map_copy_step(map, 1));
+  cr_assert_eq(sl_cow_map_freeze_copies(map) - copies, 1);
+  cr_assert(sl_cow_map_check(map));
+  memset(value, 9, LARGE);
+  cr_assert_eq(sl_cow_map_put(map, "big", 3, value, LARGE), p, "not in place");
+  const sl_cow_delta *pending;
+  int count;
+  sl_cow_map_pending(map, &pending, &count);
+  cr_assert_eq(count, 1);
+  const sl_cow_entry *frozen = pending[0].head;
+  cr_assert(frozen && frozen != (const sl_cow_entry *)d.head);
+  cr_assert(frozen->epoch == d.epoch && !frozen->arena);
+  const uint8_t *bytes = frozen->data + sl_cow_value_offset(3);
+  for (uint32_t i = 0; i < LARGE; i++)
+    cr_assert_eq(bytes[i], 7, "byte %u", i);
+  cr_assert(sl_cow_map_check(map));
+  sl_cow_map_release(map, d.epoch);
+  maintain_all(map);
+  cr_assert(sl_cow_map_check(map));
+  uint32_t got;
+  const uint8_t *now = sl_cow_map_get(map, "big", 3, &got);
+  cr_assert(now == p && got == LARGE && now[LARGE - 1] == 9);
+  sl_cow_map_destroy(map);
+}
