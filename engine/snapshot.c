@@ -123,11 +123,12 @@
  *    versions wherever it looks for notifications (a held ack counts as
  *    one, so an instance does not park on it), and when the pass is over
  *    it takes the deltas from the map and enqueues the ack
- *    (send_held_ack).  A loop that finds no input, or that comes back
- *    more than SL_COPY_SLOW_NS after the last step (a chained member
- *    behind a source waiting in poll, a backpressured instance),
- *    finishes the pass at once; a step alone does not make run_inputs
- *    skip its announcements, timeouts and flushes (sl_snapshot_copy_only).  The writer so never sees a list the pass changes.
+ *    (send_held_ack).  The writer so never sees a list the pass
+ *    changes.  A loop that finds no input, or that comes back more than
+ *    SL_COPY_SLOW_NS after the last step (a chained member behind a
+ *    source waiting in poll, a backpressured instance), finishes the
+ *    pass at once; a step alone does not make run_inputs skip its
+ *    announcements, timeouts and flushes (sl_snapshot_copy_only).
  *    Acks stay in id order: any other snapshot (the next aligned one, an
  *    unaligned one, the final one) finishes a held ack's pass and sends it
  *    first (finish_held_ack), and so does the end of an instance that
