@@ -170,6 +170,17 @@ static output_check check_output(const char *out_dir, uint64_t records,
   return r;
 }
 
+/* The committed output of c in out is every record once, in order per
+ * key, with nothing left uncommitted. */
+static void expect_exactly_once(const char *out, const count_job *c) {
+  output_check r = check_output(out, c->records, c->keys);
+  cr_expect_eq(r.lines, c->records, "lines %" PRIu64, r.lines);
+  cr_expect_eq(r.out_of_sequence, 0, "lost/duplicated: %" PRIu64,
+               r.out_of_sequence);
+  cr_expect_eq(r.keys_short + r.keys_over, 0);
+  cr_expect_eq(r.pending, 0);
+}
+
 TestSuite(checkpoint, .timeout = 240);
 
 /* ------------------------------------------------------------ exactly-once */
@@ -205,13 +216,8 @@ Test(checkpoint, stop_and_resume_equals_uninterrupted_run) {
     c.policy = SL_STORE_RESUME;
   }
   cr_assert_eq(run_to_end(&c), 0);
-  output_check r = check_output(out, c.records, c.keys);
   cr_expect_gt(stopped, 0, "the job always finished before the stop");
-  cr_expect_eq(r.lines, c.records, "lines %" PRIu64, r.lines);
-  cr_expect_eq(r.out_of_sequence, 0, "lost/duplicated: %" PRIu64,
-               r.out_of_sequence);
-  cr_expect_eq(r.keys_short + r.keys_over, 0);
-  cr_expect_eq(r.pending, 0);
+  expect_exactly_once(out, &c);
   sl_test_remove_tree(state);
   sl_test_remove_tree(out);
 }
@@ -317,12 +323,7 @@ static void copy_passes_resumed(bool savepoint, uint32_t budget) {
     c.policy = SL_STORE_RESUME;
   }
   cr_assert_eq(run_to_end(&c), 0);
-  output_check r = check_output(out, c.records, c.keys);
-  cr_expect_eq(r.lines, c.records, "lines %" PRIu64, r.lines);
-  cr_expect_eq(r.out_of_sequence, 0, "lost/duplicated: %" PRIu64,
-               r.out_of_sequence);
-  cr_expect_eq(r.keys_short + r.keys_over, 0);
-  cr_expect_eq(r.pending, 0);
+  expect_exactly_once(out, &c);
   sl_test_remove_tree(state);
   sl_test_remove_tree(out);
   sl_test_remove_tree(sp_root);

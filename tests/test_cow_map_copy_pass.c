@@ -21,52 +21,25 @@
 #include "cow_map.h"
 #include "sluice.h"
 #include "test_cow_map.h"
+#include "test_cow_map_written.h"
 
-#define IDS 1000u
-#define BYTES 16u
-
-/* A map with the copying freeze off (so every delta is the pass's), IDS
- * keys written (seed id) in id order, plus key IDS put twice (its first
- * version superseded) and key IDS + 1 put and deleted in place: the two
- * kinds of retired versions a list holds.  where[id]: each key's storage. */
-typedef struct fixture {
-  sl_cow_map *map;
-  model *live, *empty, *at_freeze;
-  const uint8_t *where[IDS];
-} fixture;
-
-static void fixture_start(fixture *f) {
-  cr_assert_eq(sl_cow_map_create(&f->map), 0);
+/* test_cow_map_written.h's map with the copying freeze off, so that
+ * every delta is the pass's. */
+static void fixture_start(written *f) {
+  written_start(f);
   sl_cow_map_set_freeze_copy(f->map, 0, 0);
-  f->live = model_new(IDS + 2);
-  f->empty = model_new(IDS + 2);
-  f->at_freeze = model_new(IDS + 2);
-  uint8_t value[VALUE_MAX_BYTES];
-  for (uint64_t id = 0; id < IDS; id++) {
-    put_value(f->map, id, BYTES, id);
-    value_fill(value, BYTES, id);
-    model_put(f->live, id, value, BYTES);
-  }
-  put_value(f->map, IDS, 8, 1);
-  put_value(f->map, IDS, 40, 2);
-  value_fill(value, 40, 2);
-  model_put(f->live, IDS, value, 40);
-  put_value(f->map, IDS + 1, BYTES, 3);
-  cr_assert_eq(delete_id(f->map, IDS + 1), 0);
-  uint32_t bytes;
-  for (uint64_t id = 0; id < IDS; id++)
-    f->where[id] = get_id(f->map, id, &bytes);
 }
 
-static void fixture_end(fixture *f) {
-  model_free(f->live);
-  model_free(f->empty);
-  model_free(f->at_freeze);
-  sl_cow_map_destroy(f->map);
+/* Release epoch and reclaim all: the map checked, and equal to live. */
+static void release_whole(written *f, uint32_t epoch) {
+  sl_cow_map_release(f->map, epoch);
+  maintain_all(f->map);
+  cr_assert(sl_cow_map_check(f->map));
+  cr_assert_eq(model_diff_map(f->live, f->map), 0);
 }
 
 /* Key id written with seed, in the map and in live. */
-static void write_id(fixture *f, uint64_t id, uint64_t seed) {
+static void write_id(written *f, uint64_t id, uint64_t seed) {
   uint8_t value[VALUE_MAX_BYTES];
   put_value(f->map, id, BYTES, seed);
   value_fill(value, BYTES, seed);
@@ -80,11 +53,7 @@ static void expect_newest(sl_cow_map *map, const model *before,
   int count;
   sl_cow_map_pending(map, &pending, &count);
   cr_assert(count >= 1);
-  model *work = model_new(IDS + 2);
-  model_copy(work, before);
-  cr_assert_eq(apply_delta(work, &pending[count - 1]), 0);
-  cr_assert(model_equal(work, expected), "the delta's state differs");
-  model_free(work);
+  expect_delta(&pending[count - 1], before, expected);
 }
 
 /* The list holds ids 0..IDS-1 in write order, then key IDS's two versions
@@ -94,7 +63,7 @@ static void expect_newest(sl_cow_map *map, const model *before,
  * written afterwards stays where it was.  The delta read after the pass
  * holds the frozen values. */
 Test(cow_map_copy_pass, a_pass_copies_in_steps_while_the_map_is_written) {
-  fixture f;
+  written f;
   fixture_start(&f);
   sl_cow_map *map = f.map;
   uint32_t bytes;
@@ -133,21 +102,16 @@ Test(cow_map_copy_pass, a_pass_copies_in_steps_while_the_map_is_written) {
   sl_cow_delta d2 = sl_cow_map_freeze(map);
   cr_assert(!sl_cow_map_copying(map), "the plain freeze starts no pass");
   expect_newest(map, f.at_freeze, f.live);
-  sl_cow_map_release(map, d.epoch);
-  maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  sl_cow_map_release(map, d2.epoch);
-  maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  cr_assert_eq(model_diff_map(f.live, map), 0);
-  fixture_end(&f);
+  release_whole(&f, d.epoch);
+  release_whole(&f, d2.epoch);
+  written_end(&f);
 }
 
 /* A freeze finishes the pass under way before it freezes, and a release
  * of the pass's epoch finishes it before the delta goes to reclaim: both
  * deltas stay exact. */
 Test(cow_map_copy_pass, a_freeze_or_a_release_finishes_the_pass) {
-  fixture f;
+  written f;
   fixture_start(&f);
   sl_cow_map *map = f.map;
   uint64_t copies = sl_cow_map_freeze_copies(map);
@@ -187,12 +151,12 @@ Test(cow_map_copy_pass, a_freeze_or_a_release_finishes_the_pass) {
   (void)d;
   model_free(work);
   model_free(second);
-  fixture_end(&f);
+  written_end(&f);
 }
 
 /* Freezes an epoch of IDS rewritten keys with sl_cow_map_freeze_deferred
  * and says whether a pass began; the delta is exact either way. */
-static bool pass_began(fixture *f, uint64_t base) {
+static bool pass_began(written *f, uint64_t base) {
   for (uint64_t id = 0; id < IDS; id++)
     write_id(f, id, base + id);
   model_copy(f->at_freeze, f->live);
@@ -203,10 +167,7 @@ static bool pass_began(fixture *f, uint64_t base) {
   sl_cow_map_copy_finish(f->map);
   cr_assert(!sl_cow_map_copying(f->map));
   cr_assert(sl_cow_map_check(f->map));
-  sl_cow_map_release(f->map, d.epoch);
-  maintain_all(f->map);
-  cr_assert(sl_cow_map_check(f->map));
-  cr_assert_eq(model_diff_map(f->live, f->map), 0);
+  release_whole(f, d.epoch);
   return began;
 }
 
@@ -214,7 +175,7 @@ static bool pass_began(fixture *f, uint64_t base) {
  * bytes; 0 and 0 turn it off; a delta within the copying freeze's limits
  * is copied at the freeze, not by a pass; rollback starts none. */
 Test(cow_map_copy_pass, limits_and_rollback_start_no_pass) {
-  fixture f;
+  written f;
   fixture_start(&f);
   sl_cow_map *map = f.map;
   sl_cow_map_release(map, sl_cow_map_freeze(map).epoch);
@@ -245,14 +206,14 @@ Test(cow_map_copy_pass, limits_and_rollback_start_no_pass) {
   sl_cow_map_set_freeze_copy(map, 0, 0);
   cr_assert_eq(sl_cow_map_enable_rollback(map), 0);
   cr_assert(!pass_began(&f, 8000));
-  fixture_end(&f);
+  written_end(&f);
 }
 
 /* A copy that cannot be had (SL_COW_FAIL_FREEZE_COPY, the 301st) ends the
  * pass: ids 0..299 are copied and written in place afterwards, the others
  * copied on write; the delta is exact. */
 Test(cow_map_copy_pass, a_failed_copy_ends_the_pass) {
-  fixture f;
+  written f;
   fixture_start(&f);
   sl_cow_map *map = f.map;
   uint32_t bytes;
@@ -272,17 +233,14 @@ Test(cow_map_copy_pass, a_failed_copy_ends_the_pass) {
                  "id %llu", (unsigned long long)id);
   cr_assert(sl_cow_map_check(map));
   expect_newest(map, f.empty, f.at_freeze);
-  sl_cow_map_release(map, d.epoch);
-  maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  cr_assert_eq(model_diff_map(f.live, map), 0);
-  fixture_end(&f);
+  release_whole(&f, d.epoch);
+  written_end(&f);
 }
 
 /* A map destroyed in the middle of a pass, with writes copied on write
  * and versions copied, frees everything (ASan's leak check). */
 Test(cow_map_copy_pass, destroyed_mid_pass) {
-  fixture f;
+  written f;
   fixture_start(&f);
   sl_cow_map_freeze_deferred(f.map);
   cr_assert(sl_cow_map_copy_step(f.map, 400));
@@ -290,7 +248,7 @@ Test(cow_map_copy_pass, destroyed_mid_pass) {
     write_id(&f, id, 60000 + id);
   cr_assert(sl_cow_map_copying(f.map));
   cr_assert(sl_cow_map_check(f.map));
-  fixture_end(&f);
+  written_end(&f);
 }
 
 /* A version too large for an arena chunk's carving is copied by the pass
@@ -320,16 +278,6 @@ Test(cow_map_copy_pass, a_large_version_is_copied_on_the_heap) {
   cr_assert_eq(count, 1);
   const sl_cow_entry *frozen = pending[0].head;
   cr_assert(frozen && frozen != (const sl_cow_entry *)d.head);
-  cr_assert(frozen->epoch == d.epoch && !frozen->arena);
-  const uint8_t *bytes = frozen->data + sl_cow_value_offset(3);
-  for (uint32_t i = 0; i < LARGE; i++)
-    cr_assert_eq(bytes[i], 7, "byte %u", i);
-  cr_assert(sl_cow_map_check(map));
-  sl_cow_map_release(map, d.epoch);
-  maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  uint32_t got;
-  const uint8_t *now = sl_cow_map_get(map, "big", 3, &got);
-  cr_assert(now == p && got == LARGE && now[LARGE - 1] == 9);
-  sl_cow_map_destroy(map);
+  cr_assert_eq(frozen->epoch, d.epoch);
+  large_copy_released(map, frozen, d.epoch, p, LARGE);
 }

@@ -19,28 +19,7 @@
 #include "cow_map.h"
 #include "sluice.h"
 #include "test_cow_map.h"
-
-#define IDS 1000u
-#define BYTES 16u
-
-/* IDS keys of BYTES bytes (seed id), plus, in the same epoch, key IDS
- * put twice with different sizes (its first version superseded) and key
- * IDS + 1 put and deleted in place (a retired tombstone): the two kinds
- * of retired versions a current list holds.  live gets what is live. */
-static void write_epoch(sl_cow_map *map, model *live) {
-  uint8_t value[VALUE_MAX_BYTES];
-  for (uint64_t id = 0; id < IDS; id++) {
-    put_value(map, id, BYTES, id);
-    value_fill(value, BYTES, id);
-    model_put(live, id, value, BYTES);
-  }
-  put_value(map, IDS, 8, 1);
-  put_value(map, IDS, 40, 2);
-  value_fill(value, 40, 2);
-  model_put(live, IDS, value, 40);
-  put_value(map, IDS + 1, BYTES, 3);
-  cr_assert_eq(delete_id(map, IDS + 1), 0);
-}
+#include "test_cow_map_written.h"
 
 /* Every key of [0, IDS) written again, with seed base + id. */
 static void rewrite(sl_cow_map *map, model *live, uint64_t base) {
@@ -50,41 +29,6 @@ static void rewrite(sl_cow_map *map, model *live, uint64_t base) {
     value_fill(value, BYTES, base + id);
     model_put(live, id, value, BYTES);
   }
-}
-
-/* The delta d applied to a copy of before equals expected. */
-static void expect_delta(const sl_cow_delta *d, const model *before,
-                         const model *expected) {
-  model *work = model_new(IDS + 2);
-  model_copy(work, before);
-  cr_assert_eq(apply_delta(work, d), 0);
-  cr_assert(model_equal(work, expected), "the delta's state differs");
-  model_free(work);
-}
-
-/* A map after write_epoch, its model, and where each of [0, IDS) lives. */
-typedef struct written {
-  sl_cow_map *map;
-  model *live, *empty, *at_freeze;
-  const uint8_t *where[IDS];
-} written;
-
-static void written_start(written *w) {
-  cr_assert_eq(sl_cow_map_create(&w->map), 0);
-  w->live = model_new(IDS + 2);
-  w->empty = model_new(IDS + 2);
-  w->at_freeze = model_new(IDS + 2);
-  write_epoch(w->map, w->live);
-  uint32_t bytes;
-  for (uint64_t id = 0; id < IDS; id++)
-    w->where[id] = get_id(w->map, id, &bytes);
-}
-
-static void written_end(written *w) {
-  model_free(w->live);
-  model_free(w->empty);
-  model_free(w->at_freeze);
-  sl_cow_map_destroy(w->map);
 }
 
 /* A small delta is copied at the freeze: its live versions stay where
@@ -274,16 +218,5 @@ Test(cow_map_freeze_copy, a_large_version_is_copied_on_the_heap) {
   const sl_cow_entry *frozen = d.head;
   cr_assert_not_null(frozen);
   cr_assert_null(frozen->dirty_next);
-  cr_assert(frozen->value_bytes == LARGE && !frozen->arena);
-  const uint8_t *bytes = frozen->data + sl_cow_value_offset(3);
-  for (uint32_t i = 0; i < LARGE; i++)
-    cr_assert_eq(bytes[i], 7, "byte %u", i);
-  cr_assert(sl_cow_map_check(map));
-  sl_cow_map_release(map, d.epoch);
-  maintain_all(map);
-  cr_assert(sl_cow_map_check(map));
-  uint32_t got;
-  const uint8_t *now = sl_cow_map_get(map, "big", 3, &got);
-  cr_assert(now == p && got == LARGE && now[LARGE - 1] == 9);
-  sl_cow_map_destroy(map);
+  large_copy_released(map, frozen, d.epoch, p, LARGE);
 }
