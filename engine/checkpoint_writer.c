@@ -341,12 +341,7 @@ static size_t collect_indexed(const sl_job *job, const sl_cow_delta *delta,
     assert(block->count <= SL_COW_INDEX_BLOCK);
     for (uint64_t v = 0; v < block->count; v++) {
       const sl_cow_entry *ahead =
-          v + SL_COLLECT_AHEAD < block->count
-              ? block->versions[v + SL_COLLECT_AHEAD]
-          : block->next && v + SL_COLLECT_AHEAD - block->count <
-                                   block->next->count
-              ? block->next->versions[v + SL_COLLECT_AHEAD - block->count]
-              : 0;
+          sl_cow_index_ahead(block, v, SL_COLLECT_AHEAD);
       if (ahead) {
         __builtin_prefetch(ahead);
         __builtin_prefetch(ahead->data + 7); /* the same line, mostly */

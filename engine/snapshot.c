@@ -131,7 +131,7 @@
  *    announcements, timeouts and flushes (sl_snapshot_copy_only).
  *    Acks stay in id order: any other snapshot (the next aligned one, an
  *    unaligned one, the final one) finishes a held ack's pass and sends it
- *    first (finish_held_ack), and so does the end of an instance that
+ *    first (sl_snapshot_finish_held), and so does the end of an instance that
  *    finished or was stopped; a failed instance frees it.  The time the
  *    pass takes is in the checkpoint's duration, not in the snapshot's
  *    synchronous part (sync_us).
@@ -331,8 +331,10 @@ static void release_rows(sl_instance *inst, uint64_t completed) {
   assert((cp->row_batch_count == 0) == (cp->rows_head == 0));
 }
 
-/* The map's pending deltas into ack (ENOMEM: none). */
+/* The map's pending deltas into ack (ENOMEM: none).  Note 14: never
+ * while a copy pass changes the newest one's list. */
 static int ack_deltas(sl_instance *inst, sl_ack *ack) {
+  assert(!sl_cow_map_copying(inst->cp.keyed));
   const sl_cow_delta *deltas;
   int count;
   sl_cow_map_pending(inst->cp.keyed, &deltas, &count);
@@ -353,7 +355,7 @@ static int ack_deltas(sl_instance *inst, sl_ack *ack) {
 static void send_held_ack(sl_instance *inst) {
   sl_ack *ack = inst->cp.held_ack;
   inst->cp.held_ack = 0;
-  assert(ack && !sl_cow_map_copying(inst->cp.keyed));
+  assert(ack);
   int rc = ack_deltas(inst, ack);
   if (rc && ack->status == 0) {
     ack->status = rc; /* this checkpoint fails; the deltas go with the next */
@@ -365,14 +367,12 @@ static void send_held_ack(sl_instance *inst) {
 }
 
 /* Note 14: finish the held ack's copy pass now and send it. */
-static void finish_held_ack(sl_instance *inst) {
+void sl_snapshot_finish_held(sl_instance *inst) {
   if (!inst->cp.held_ack)
     return;
   sl_cow_map_copy_finish(inst->cp.keyed);
   send_held_ack(inst);
 }
-
-void sl_snapshot_finish_held(sl_instance *inst) { finish_held_ack(inst); }
 
 /* The synchronous part (note 4), the ack not yet enqueued: *out.  id is
  * 0 for the final snapshot.  With defer, the map may start a copy pass
@@ -397,7 +397,7 @@ static int build_snapshot(sl_instance *inst, uint64_t id, bool final,
   ack->max_seen_id = inst->cp.max_seen_id;
   sl_instance_checkpoint *cp = &inst->cp;
   if (cp->keyed) {
-    assert(!cp->held_ack); /* finish_held_ack came first */
+    assert(!cp->held_ack); /* sl_snapshot_finish_held came first */
     sl_cow_delta frozen = defer ? sl_cow_map_freeze_deferred(cp->keyed)
                                 : sl_cow_map_freeze(cp->keyed);
     remember_epoch(inst, final ? UINT64_MAX : id, frozen.epoch);
@@ -442,7 +442,7 @@ static int build_snapshot(sl_instance *inst, uint64_t id, bool final,
 static int take_snapshot(sl_instance *inst, uint64_t id, bool final,
                          uint64_t barrier_ns, uint64_t alignment_ns) {
   sl_ack *ack = 0;
-  finish_held_ack(inst); /* note 14: acks in id order */
+  sl_snapshot_finish_held(inst); /* note 14: acks in id order */
   int rc = build_snapshot(inst, id, final, barrier_ns, alignment_ns, !final,
                           &ack);
   if (rc)
@@ -730,7 +730,7 @@ int sl_snapshot_unaligned(sl_instance *inst, uint64_t id) {
   uint64_t now = sl_now_ns();
   bool was_aligning = cp->aligning_id == id;
   sl_ack *ack = 0;
-  finish_held_ack(inst); /* note 14: acks in id order */
+  sl_snapshot_finish_held(inst); /* note 14: acks in id order */
   int rc = build_snapshot(inst, id, false,
                           was_aligning ? cp->align_start_ns : now,
                           was_aligning ? now - cp->align_start_ns : 0, false,

@@ -262,49 +262,53 @@ SL_EXPORT int sl_op_key_by_bytes(sl_job *job, const char *name, sl_op *input,
   return 0;
 }
 
+/* Whether a sl_testing_* setter may change job: EINVAL (NULL),
+ * SL_ESTARTED (no longer being built), or 0. */
+static int testing_setter_check(const sl_job *job) {
+  if (!job)
+    return EINVAL;
+  return atomic_load(&job->state) != SL_JOB_BUILDING ? SL_ESTARTED : 0;
+}
+
+/* count(map) summed over job's keyed-state maps; 0 for NULL. */
+static uint64_t keyed_maps_sum(const sl_job *job,
+                               uint64_t (*count)(const sl_cow_map *)) {
+  uint64_t n = 0;
+  for (int i = 0; job && i < job->instance_count; i++)
+    if (job->instances[i]->cp.keyed)
+      n += count(job->instances[i]->cp.keyed);
+  return n;
+}
+
 SL_EXPORT int sl_testing_set_key_hash(sl_job *job,
                                       uint64_t (*hash)(const void *key,
                                                        uint32_t key_bytes)) {
-  if (!job)
-    return EINVAL;
-  if (atomic_load(&job->state) != SL_JOB_BUILDING)
-    return SL_ESTARTED;
-  job->key_hash = hash;
-  return 0;
+  int rc = testing_setter_check(job);
+  if (rc == 0)
+    job->key_hash = hash;
+  return rc;
 }
 
 SL_EXPORT int sl_testing_fail_state_index(sl_job *job, uint32_t nth) {
-  if (!job)
-    return EINVAL;
-  if (atomic_load(&job->state) != SL_JOB_BUILDING)
-    return SL_ESTARTED;
-  job->test_index_fail_nth = nth;
-  return 0;
+  int rc = testing_setter_check(job);
+  if (rc == 0)
+    job->test_index_fail_nth = nth;
+  return rc;
 }
 
 SL_EXPORT uint64_t sl_testing_state_index_drops(const sl_job *job) {
-  uint64_t n = 0;
-  for (int i = 0; job && i < job->instance_count; i++)
-    if (job->instances[i]->cp.keyed)
-      n += sl_cow_map_index_drops(job->instances[i]->cp.keyed);
-  return n;
+  return keyed_maps_sum(job, sl_cow_map_index_drops);
 }
 
 SL_EXPORT int sl_testing_state_copy_budget(sl_job *job, uint32_t budget) {
-  if (!job || budget == 0)
-    return EINVAL;
-  if (atomic_load(&job->state) != SL_JOB_BUILDING)
-    return SL_ESTARTED;
-  job->test_copy_budget = budget;
-  return 0;
+  int rc = budget == 0 ? EINVAL : testing_setter_check(job);
+  if (rc == 0)
+    job->test_copy_budget = budget;
+  return rc;
 }
 
 SL_EXPORT uint64_t sl_testing_state_copy_passes(const sl_job *job) {
-  uint64_t n = 0;
-  for (int i = 0; job && i < job->instance_count; i++)
-    if (job->instances[i]->cp.keyed)
-      n += sl_cow_map_copy_passes(job->instances[i]->cp.keyed);
-  return n;
+  return keyed_maps_sum(job, sl_cow_map_copy_passes);
 }
 
 /* ------------------------------------------------------------ state keys */

@@ -1811,11 +1811,7 @@ bool sl_cow_map_copy_step(sl_cow_map *m, uint32_t budget) {
     uint64_t at = m->copy_at;
     if (block) {
       assert(block->versions[at] == m->copy_next);
-      const sl_cow_entry *ahead =
-          at + COPY_AHEAD < block->count ? block->versions[at + COPY_AHEAD]
-          : block->next && at + COPY_AHEAD - block->count < block->next->count
-              ? block->next->versions[at + COPY_AHEAD - block->count]
-              : 0;
+      const sl_cow_entry *ahead = sl_cow_index_ahead(block, at, COPY_AHEAD);
       if (ahead)
         PREFETCH(ahead, 1);
     }

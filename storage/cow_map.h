@@ -225,6 +225,18 @@ typedef struct sl_cow_index_block {
   sl_cow_entry *versions[SL_COW_INDEX_BLOCK];
 } sl_cow_index_block;
 
+/* The version ahead positions after position at of block, in it or in
+ * the next block; NULL past the index's end (or ahead spanning more than
+ * one block boundary).  For fetching ahead of a walk over an index. */
+static inline sl_cow_entry *sl_cow_index_ahead(const sl_cow_index_block *block,
+                                               uint64_t at, uint64_t ahead) {
+  if (at + ahead < block->count)
+    return block->versions[at + ahead];
+  const sl_cow_index_block *next = block->next;
+  uint64_t rest = at + ahead - block->count;
+  return next && rest < next->count ? next->versions[rest] : 0;
+}
+
 /* A frozen delta: the versions written during one epoch, in write order. */
 typedef struct sl_cow_delta {
   uint32_t epoch;
