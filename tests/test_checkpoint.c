@@ -309,7 +309,7 @@ static void copy_passes_resumed(bool savepoint, uint32_t budget) {
   char *sp_root = sl_test_temp_dir("cp");
   char *sp = sl_test_path_in(sp_root, "savepoint");
   char *fresh = sl_test_path_in(sp_root, "state");
-  count_job c = {.records = sl_test_scaled(1000000, 600000), .keys = 40000,
+  count_job c = {.records = sl_test_scaled(4000000, 1000000), .keys = 40000,
                  .parallelism = 1, .state_dir = state, .out_dir = out,
                  .exactly_once_sink = 1, .interval_ms = 600000,
                  .copy_budget = budget, .max_concurrent = budget ? 4 : 0};
