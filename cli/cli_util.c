@@ -320,6 +320,20 @@ bool cli_stopper_finish(cli_stopper *s) {
   return stopped;
 }
 
+int64_t parse_copy_pass(const char *flag, const char *text) {
+  if (text && strcmp(text, "off") == 0)
+    return SL_COPY_PASS_OFF;
+  char *end = 0;
+  errno = 0;
+  unsigned long long v = text ? strtoull(text, &end, 10) : 0;
+  if (!text || errno || end == text || *end != 0 || text[0] < '1' ||
+      text[0] > '9' || v > (1u << 20))
+    die_usage("%s takes a number of MiB, 1..1048576, or off (got %s%s%s)",
+              flag, text ? "'" : "", text ? text : "nothing",
+              text ? "'" : "");
+  return (int64_t)(v << 20);
+}
+
 int parse_chaining(const char *flag, const char *text) {
   if (text && strcmp(text, "auto") == 0)
     return SL_CHAINING_AUTO;

@@ -21,6 +21,11 @@ void die_usage(const char *fmt, ...)
  * die_usage() naming the values. */
 int parse_chaining(const char *flag, const char *text);
 
+/** --copy-pass-mib's value: "off" as SL_COPY_PASS_OFF, or N (1 ..
+ * 1048576) MiB as bytes, for sl_job_config.checkpoint_copy_pass_bytes; or
+ * die_usage(). */
+int64_t parse_copy_pass(const char *flag, const char *text);
+
 /** The value of flag as a whole number in min..max, or die_usage(). */
 uint64_t parse_u64(const char *flag, const char *text, uint64_t min,
                    uint64_t max);

@@ -161,6 +161,7 @@ void nexmark_usage(FILE *out) {
           "  --restart STRATEGY     as for sluice run\n"
           "  --cpus LIST, --no-pin  pinning, as for sluice run\n"
           "  --chaining MODE        auto, always or never, as for sluice run\n"
+          "  --copy-pass-mib N|off  as for sluice run\n"
           "  --quiet                no live status line\n"
           "  --log-level LEVEL      error, warn, info (default; SLUICE_LOG_LEVEL\n"
           "                         sets it too) or debug\n"
@@ -281,6 +282,8 @@ static bool run_option(const char *a, const char *v, nexmark_options *o) {
     o->config.cpu_count = parse_cpus(v, o->cpus), o->config.cpus = o->cpus;
   else if (strcmp(a, "--chaining") == 0)
     o->config.chaining = parse_chaining(a, v);
+  else if (strcmp(a, "--copy-pass-mib") == 0)
+    o->config.checkpoint_copy_pass_bytes = parse_copy_pass(a, v);
   else
     return false;
   return true;

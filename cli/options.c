@@ -82,6 +82,11 @@ void run_usage(FILE *out) {
           "                       aligned, switch an instance to unaligned once\n"
           "                       its alignment lasted MS ms (default 0: unaligned\n"
           "                       from the start)\n"
+          "  --copy-pass-mib N|off  after a barrier a keyed instance copies up to\n"
+          "                       N MiB of changed state, so that later writes go\n"
+          "                       in place (default 256); off: copy on write only,\n"
+          "                       which can save memory and costs throughput\n"
+          "                       (docs/checkpoints.md)\n"
           "  --no-sync            commit checkpoints without fsync (benchmarks)\n"
           "  --output DIR         count: key,count lines; window: key,window,sum\n"
           "                       lines; part files in DIR\n"
@@ -141,6 +146,8 @@ void run_parse_options(int argc, char **argv, int first, options *o) {
       o->config.no_pinning = 1;
     else if (strcmp(a, "--chaining") == 0)
       o->config.chaining = parse_chaining(a, v), i++;
+    else if (strcmp(a, "--copy-pass-mib") == 0)
+      o->config.checkpoint_copy_pass_bytes = parse_copy_pass(a, v), i++;
     else if (strcmp(a, "--state-dir") == 0) {
       if (!v)
         die_usage("%s needs a value", a);

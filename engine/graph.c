@@ -105,6 +105,13 @@ static int config_resolve_rest(sl_job_config *c) {
            "SL_CHAINING_NEVER (2)", c->chaining);
     return EINVAL;
   }
+  if (c->checkpoint_copy_pass_bytes < SL_COPY_PASS_OFF) {
+    sl_log(SL_LOG_ERROR, "sl_job_create: "
+           "sl_job_config.checkpoint_copy_pass_bytes is %" PRId64 "; it "
+           "takes 0 (the default limit), a positive number of bytes or "
+           "SL_COPY_PASS_OFF (-1)", c->checkpoint_copy_pass_bytes);
+    return EINVAL;
+  }
   for (int i = 0; i < c->cpu_count; i++)
     if (c->cpus[i] < 0 || c->cpus[i] >= CPU_SETSIZE)
       return EINVAL;

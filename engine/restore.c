@@ -457,6 +457,11 @@ static int setup_instances(sl_job *job) {
     int rc = sl_cow_map_create(&inst->cp.keyed);
     if (rc)
       return rc;
+    /* sluice.h, checkpoint_copy_pass_bytes; 0 leaves the map's limits. */
+    int64_t pass = job->config.checkpoint_copy_pass_bytes;
+    if (pass != 0)
+      sl_cow_map_set_copy_pass(inst->cp.keyed, pass > 0 ? UINT64_MAX : 0,
+                               pass > 0 ? (uint64_t)pass : 0);
     if (job->test_index_fail_nth) /* sl_testing_fail_state_index */
       sl_cow_map_test_fail_alloc(inst->cp.keyed,
                                  SL_COW_FAIL_DIRTY_INDEX_BLOCK,

@@ -443,7 +443,27 @@ typedef struct sl_job_config {
    * wait for ever: such an operator calls sl_op_disable_chaining.  Other
    * values are EINVAL.  Added after the first version: default 0. */
   int chaining;
+  /** The copy pass (docs/checkpoints.md, "The copy pass"): after an
+   * aligned checkpoint's barrier, a keyed instance whose changes since
+   * the last checkpoint hold more than 16,384 entries or 1 MiB copies
+   * them in steps between batches of records, so that its writes after
+   * the barrier go in place; the checkpoint's ack waits for the copy.
+   * It keeps throughput (bench/README.md, "The copy pass", has the
+   * figures) and costs memory: a copy of every entry changed in the interval until
+   * the checkpoint is durable, where copy on write copies only the
+   * entries written again before then.  This field bounds it: the most
+   * bytes of keys and values a pass copies; a larger change is copied on
+   * write.  Default (0): 256 MiB and at most 4,194,304 entries.  A
+   * positive value: that many bytes, any number of entries.  -1: no copy
+   * pass.  Other negative values are EINVAL.  Changes of at most 16,384
+   * entries and 1 MiB are copied at the barrier whatever this says, and a
+   * job with a restart strategy never copies (its rollback keeps the
+   * versions instead).  Added after the first version: default 0. */
+  int64_t checkpoint_copy_pass_bytes;
 } sl_job_config;
+
+/** sl_job_config.checkpoint_copy_pass_bytes: no copy pass. */
+#define SL_COPY_PASS_OFF ((int64_t)-1)
 
 /** sl_job_config.chaining. */
 enum sl_chaining {

@@ -286,7 +286,10 @@
  *    skips the others.  The pass fetches COPY_AHEAD versions ahead through
  *    the index.  A freeze or a release of its epoch finishes a pass under
  *    way first; rollback (retain) never has one.  A copy that cannot be
- *    had ends the pass: the rest stay frozen, copied on write.
+ *    had ends the pass: the rest stay frozen, copied on write.  The
+ *    user's bound on a pass, or no pass at all, is
+ *    sl_job_config.checkpoint_copy_pass_bytes (sl_cow_map_set_copy_pass,
+ *    called by engine/restore.c).
  */
 #include "cow_map.h"
 #include "key_order.h"

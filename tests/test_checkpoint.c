@@ -38,6 +38,7 @@ typedef struct count_job {
   const char *checkpoint_from; /* a savepoint to start from */
   uint32_t copy_budget; /* sl_testing_state_copy_budget; 0: default */
   uint32_t max_concurrent;
+  int64_t copy_pass_bytes; /* sl_job_config.checkpoint_copy_pass_bytes */
 } count_job;
 
 static sl_job *build_count(const count_job *c) {
@@ -48,6 +49,7 @@ static sl_job *build_count(const count_job *c) {
   config.checkpoint.initial_map_bytes = c->map_bytes;
   config.checkpoint.from_savepoint = c->checkpoint_from;
   config.checkpoint.max_concurrent = c->max_concurrent;
+  config.checkpoint_copy_pass_bytes = c->copy_pass_bytes;
   sl_job *job;
   cr_assert_eq(sl_job_create(&config, &job), 0);
   if (c->copy_budget)
@@ -304,7 +306,19 @@ static uint64_t run_with_copy_passes(const count_job *c, const char *sp,
   return passes;
 }
 
+/* As copy_passes_resumed, with checkpoint_copy_pass_bytes pass_bytes:
+ * passes counts the copy passes of the stopped run. */
+static void copy_limit_resumed(bool savepoint, uint32_t budget,
+                               int64_t pass_bytes, uint64_t *passes);
+
 static void copy_passes_resumed(bool savepoint, uint32_t budget) {
+  uint64_t passes = 0;
+  copy_limit_resumed(savepoint, budget, 0, &passes);
+  cr_assert_geq(passes, 3, "%" PRIu64 " copy passes", passes);
+}
+
+static void copy_limit_resumed(bool savepoint, uint32_t budget,
+                               int64_t pass_bytes, uint64_t *passes) {
   char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
   char *sp_root = sl_test_temp_dir("cp");
   char *sp = sl_test_path_in(sp_root, "savepoint");
@@ -312,10 +326,10 @@ static void copy_passes_resumed(bool savepoint, uint32_t budget) {
   count_job c = {.records = sl_test_scaled(4000000, 1000000), .keys = 40000,
                  .parallelism = 1, .state_dir = state, .out_dir = out,
                  .exactly_once_sink = 1, .interval_ms = 600000,
-                 .copy_budget = budget, .max_concurrent = budget ? 4 : 0};
+                 .copy_budget = budget, .max_concurrent = budget ? 4 : 0,
+                 .copy_pass_bytes = pass_bytes};
   uint64_t stop_id = 0;
-  uint64_t passes = run_with_copy_passes(&c, savepoint ? sp : 0, &stop_id);
-  cr_assert_geq(passes, 3, "%" PRIu64 " copy passes", passes);
+  *passes = run_with_copy_passes(&c, savepoint ? sp : 0, &stop_id);
   if (savepoint) {
     c.checkpoint_from = sp;
     c.state_dir = fresh;
@@ -348,6 +362,45 @@ Test(checkpoint, slow_copy_passes_stopped_and_resumed) {
 
 Test(checkpoint, slow_copy_passes_stopped_with_a_savepoint_and_resumed) {
   copy_passes_resumed(true, 1);
+}
+
+/* sl_job_config.checkpoint_copy_pass_bytes: with the pass off, or a limit
+ * below a delta of 40,000 changed keys (each at least a 9-byte key and an
+ * 8-byte count), the same checkpoints are taken by copy on write alone,
+ * and the resumed output is the same; with a limit of its own above the
+ * delta (entries then unlimited), the passes run. */
+Test(checkpoint, copy_pass_off_copies_nothing_and_resumes_exactly_once) {
+  uint64_t passes = 1;
+  copy_limit_resumed(false, 0, SL_COPY_PASS_OFF, &passes);
+  cr_expect_eq(passes, 0, "%" PRIu64 " copy passes", passes);
+  passes = 1;
+  copy_limit_resumed(true, 0, SL_COPY_PASS_OFF, &passes);
+  cr_expect_eq(passes, 0, "%" PRIu64 " copy passes", passes);
+}
+
+Test(checkpoint, copy_pass_limit_below_the_delta_copies_nothing) {
+  uint64_t passes = 1;
+  copy_limit_resumed(false, 0, 40000 * 17 - 1, &passes);
+  cr_expect_eq(passes, 0, "%" PRIu64 " copy passes", passes);
+}
+
+Test(checkpoint, copy_pass_limit_above_the_delta_copies) {
+  uint64_t passes = 0;
+  copy_limit_resumed(false, 0, 64 << 20, &passes);
+  cr_expect_geq(passes, 3, "%" PRIu64 " copy passes", passes);
+}
+
+Test(checkpoint, a_negative_copy_pass_limit_is_refused) {
+  sl_job_config config = {.struct_bytes = sizeof config,
+                          .checkpoint_copy_pass_bytes = -2};
+  sl_job *job = 0;
+  cr_expect_eq(sl_job_create(&config, &job), EINVAL);
+  cr_expect_null(job);
+  config.checkpoint_copy_pass_bytes = INT64_MIN;
+  cr_expect_eq(sl_job_create(&config, &job), EINVAL);
+  config.checkpoint_copy_pass_bytes = SL_COPY_PASS_OFF;
+  cr_expect_eq(sl_job_create(&config, &job), 0);
+  sl_job_destroy(job);
 }
 
 Test(checkpoint, resuming_a_finished_job_adds_nothing) {

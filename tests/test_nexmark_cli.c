@@ -83,9 +83,10 @@ static unsigned scale(void) {
 }
 
 /* Kill a checkpointed run of query at random moments, resume until it
- * finishes, and compare its file with an uninterrupted run's. */
+ * finishes, and compare its file with an uninterrupted run's; copy_pass:
+ * the checkpointed runs' --copy-pass-mib, or NULL. */
 static void kill_and_resume(const char *query, const char *parallelism,
-                            unsigned seed) {
+                            unsigned seed, const char *copy_pass) {
   char *dir = sl_test_temp_dir("nexmark-cli");
   char *expected = sl_test_path_in(dir, "expected.csv");
   char *got = sl_test_path_in(dir, "got.csv");
@@ -111,9 +112,12 @@ static void kill_and_resume(const char *query, const char *parallelism,
   memcpy(killed, base, sizeof base);
   const char *more[] = {"--output", got, "--state-dir", state,
                         "--checkpoint-interval", "50", "--rate-limit",
-                        limit, NULL, NULL};
+                        limit, NULL, NULL, NULL, NULL};
   memcpy(killed + nb, more, sizeof more);
-  const char **how = &killed[nb + 8]; /* the first run starts fresh */
+  size_t nk = nb + 8;
+  if (copy_pass)
+    killed[nk++] = "--copy-pass-mib", killed[nk++] = copy_pass;
+  const char **how = &killed[nk]; /* the first run starts fresh */
   srand(seed);
   int kills = 0, rc = -1;
   size_t last_bytes = 0;
@@ -145,17 +149,24 @@ static void kill_and_resume(const char *query, const char *parallelism,
 
 Test(nexmark_cli, killed_and_resumed_q5_writes_the_uninterrupted_file,
      .timeout = 240) {
-  kill_and_resume("q5", "2", 5);
+  kill_and_resume("q5", "2", 5, NULL);
 }
 
 Test(nexmark_cli, killed_and_resumed_q3_writes_the_uninterrupted_file,
      .timeout = 240) {
-  kill_and_resume("q3", "1", 3);
+  kill_and_resume("q3", "1", 3, NULL);
 }
 
 Test(nexmark_cli, killed_and_resumed_q11_writes_the_uninterrupted_file,
      .timeout = 240) {
-  kill_and_resume("q11", "2", 11);
+  kill_and_resume("q11", "2", 11, NULL);
+}
+
+/* The same with the copy pass off (--copy-pass-mib off): checkpoints by
+ * copy on write alone. */
+Test(nexmark_cli, killed_and_resumed_q3_without_copy_pass_writes_the_same_file,
+     .timeout = 240) {
+  kill_and_resume("q3", "2", 33, "off");
 }
 
 /* ------------------------------------------------------------ unaligned */
@@ -406,6 +417,11 @@ Test(nexmark_cli, bad_flags_and_files_are_refused_clearly, .timeout = 120) {
                           NULL};
   cr_assert_eq(sl_test_run_sluice(log, resume), 2);
   assert_log_has(log, "--resume and --fresh need --state-dir");
+  const char *copy[] = {"nexmark", "run", "--query", "q1",
+                        "--copy-pass-mib", "0", NULL};
+  cr_assert_eq(sl_test_run_sluice(log, copy), 2);
+  assert_log_has(log, "--copy-pass-mib takes a number of MiB, 1..1048576, "
+                      "or off (got '0')");
   const char *verb[] = {"nexmark", "walk", NULL};
   cr_assert_eq(sl_test_run_sluice(log, verb), 2);
   assert_log_has(log, "unknown command 'walk'");
