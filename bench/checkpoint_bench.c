@@ -5,6 +5,9 @@
  *   checkpoint_bench [--quick] [--repeat R] [--json PATH] [--dir DIR]
  *                    [--only 1|2|3|5|6]  (3: duration and restore, so 4
  *                    is the same as 3; also --only size, --only alignment)
+ *                    [--copy-pass-mib N|off]  (every job's
+ *                    sl_job_config.checkpoint_copy_pass_bytes; default:
+ *                    the library's)
  *
  * The job of parts 1-5: source -> key_by -> count (running count per key in
  * keyed state) -> sink (discards), one instance each, 16-byte tuples.
@@ -181,12 +184,18 @@ static int phased_restore(sl_ctx *ctx, void *state, uint64_t id) {
   return 0;
 }
 
+/* --copy-pass-mib: sl_job_config.checkpoint_copy_pass_bytes of every
+ * job built here (0: the library's default). */
+static int64_t copy_pass_bytes;
+
 /* Build source -> key_by -> count -> discard.  phase NULL: a sequence
  * source of records tuples over keys keys. */
 static sl_job *build(const sl_job_config *config, uint64_t records,
                      uint64_t keys, phased *phase) {
   sl_job *job;
-  if (sl_job_create(config, &job))
+  sl_job_config with_pass = *config;
+  with_pass.checkpoint_copy_pass_bytes = copy_pass_bytes;
+  if (sl_job_create(&with_pass, &job))
     return 0;
   sl_op *src, *sink;
   static const sl_source_ops phased_ops = {.open = phased_open,
@@ -1112,11 +1121,16 @@ int main(int argc, char **argv) {
       i += used - 1;
     else if (strcmp(a, "--only") == 0 && v)
       only = parse_only(v), i++;
+    else if (strcmp(a, "--copy-pass-mib") == 0 && v && strcmp(v, "off") == 0)
+      copy_pass_bytes = SL_COPY_PASS_OFF, i++;
+    else if (strcmp(a, "--copy-pass-mib") == 0 && v && atoi(v) > 0)
+      copy_pass_bytes = (int64_t)atoi(v) << 20, i++;
     else
       only = -1;
     if (only < 0) {
       fprintf(stderr, "usage: checkpoint_bench [--quick] [--repeat R] "
                       "[--json PATH] [--dir DIR] [--only 1|2|3|5|6]\n"
+                      "       [--copy-pass-mib N|off]\n"
                       "  --only 3 (or 4): duration and restore; 5 or size; "
                       "6 or alignment\n");
       return 2;

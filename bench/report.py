@@ -970,6 +970,7 @@ class Report:
             rows.append([f"{s['keys']:,}", stats(c.get("steady_anon_bytes"), 2 ** -20, 1),
                          stats(c.get("peak_anon_bytes"), 2 ** -20, 1),
                          stats(c.get("ratio"), 1, 2),
+                         stats(c.get("ratio_copy_pass_off"), 1, 2),
                          stats(c.get("bound_bytes"), 2 ** -20, 1),
                          num(c.get("peak_within_bound")),
                          verdict(met) if judged else "not judged"])
@@ -986,9 +987,12 @@ class Report:
                  "over the peak RssAnon of the same job without checkpoints.  The "
                  "job's memory bound = steady + 2 versions x keys x bytes per entry "
                  "+ the writer's buffers (at most the store's size); "
-                 "memory_bench.c's notes explain each term.", "",
+                 "memory_bench.c's notes explain each term.  Copy pass off: the "
+                 "same ratio with `checkpoint_copy_pass_bytes = SL_COPY_PASS_OFF` "
+                 "(memory_bench.c note 3).", "",
                  table(["keys", "steady MiB", "peak with a checkpoint MiB", "ratio",
-                        "bound MiB", "peak within bound", ""], rows), "")
+                        "ratio, copy pass off", "bound MiB", "peak within bound", ""],
+                       rows), "")
 
     # ---- assembly
     def render(self):
