@@ -26,6 +26,8 @@
  *               frozen versions (cow_map.h, notes 3-4); the final
  *               checkpoint at the end of input is a second one
  *   checkpoint-no-copy-pass  the same with the copy pass off (note 3)
+ *   partial, partial-no-copy-pass  a second pass of keys / 10 records,
+ *               with the copy pass and without (note 3)
  *
  * Each child reads its RSS (/proc/self/statm) before it builds the job and
  * after sl_job_run() returns, before sl_job_destroy(), which is what frees
@@ -80,9 +82,16 @@
  *    durable.  A fourth variant, checkpoint-no-copy-pass, runs the
  *    checkpoint variant with SL_COPY_PASS_OFF; its peak over the same
  *    steady state is printed next to target 5's, to show what the pass
- *    costs here.  (In this job every entry is written again, so copy on
- *    write copies all of them too, but only as the second pass reaches
- *    them, while the writer frees what it has written.)
+ *    costs here.  In this job every entry is written again, so copy on
+ *    write copies all of them too, and the two peaks come out alike.
+ *    The pass's price shows where few entries are written again before
+ *    the checkpoint completes: the variants partial and
+ *    partial-no-copy-pass (with the pass and without) run the checkpoint
+ *    variant with a second pass that writes 1 key in PARTIAL_EVERY
+ *    (keys 0, 10, 20, ...) once, so copy on write copies a tenth of the
+ *    entries and the pass all of them.  They run only up to
+ *    SL_COW_COPY_PASS_ENTRIES keys (above, no pass runs at all); their
+ *    peaks over the same steady state are printed on one line.
  * Each child checks its counts (records processed, keys created, keys
  * received by the sink, live keys in the map); a mismatch fails the run.
  */
@@ -126,9 +135,32 @@
 #define BOUND_VERSIONS 2.0
 
 enum variant { VARIANT_BASELINE, VARIANT_STATE, VARIANT_CHECKPOINT,
-               VARIANT_NO_PASS, VARIANTS };
+               VARIANT_NO_PASS, VARIANT_PARTIAL, VARIANT_PARTIAL_NO_PASS,
+               VARIANTS };
 static const char *const variant_names[VARIANTS] = {
-    "baseline", "state", "checkpoint", "checkpoint-no-copy-pass"};
+    "baseline", "state", "checkpoint", "checkpoint-no-copy-pass",
+    "partial", "partial-no-copy-pass"};
+/* Note 3: the partial variants' second pass writes 1 key in this many. */
+#define PARTIAL_EVERY 10u
+
+static bool variant_checkpoints(int variant) {
+  return variant >= VARIANT_CHECKPOINT;
+}
+
+static bool variant_partial(int variant) {
+  return variant == VARIANT_PARTIAL || variant == VARIANT_PARTIAL_NO_PASS;
+}
+
+static bool variant_no_pass(int variant) {
+  return variant == VARIANT_NO_PASS || variant == VARIANT_PARTIAL_NO_PASS;
+}
+
+/* Note 3: the partial variants run where a copy pass can (a delta of at
+ * most 4M versions, storage/cow_map.h); above, they would repeat the
+ * others. */
+static bool variant_runs(int variant, uint64_t keys) {
+  return !variant_partial(variant) || keys <= SL_COW_COPY_PASS_ENTRIES;
+}
 
 /* What one child measured; printed on one line, read back by the parent. */
 typedef struct child_result {
@@ -203,9 +235,10 @@ static void *sampler_main(void *arg) {
 /* Shared by the source, operator and sink (one instance each). */
 typedef struct run_state {
   sl_job *job;
-  uint64_t records; /* 2 * keys */
+  uint64_t records; /* 2 * keys; partial: keys + keys / PARTIAL_EVERY */
   uint64_t keys;
   bool checkpoint;
+  bool partial; /* note 3 */
   /* source */
   uint64_t emitted;
   int phase; /* 0: first pass, 1: waiting for the barrier, 2: the rest */
@@ -265,7 +298,10 @@ static int source_next(sl_ctx *ctx, void *instance_state) {
   count = count < SOURCE_BATCH ? count : SOURCE_BATCH;
   for (uint64_t i = 0; i < count; i++) {
     uint64_t index = s->emitted + i;
-    batch[i] = (sl_tuple){.key = index % s->keys, .value = index};
+    uint64_t key = !s->partial || index < s->keys
+                       ? index % s->keys
+                       : (index - s->keys) * PARTIAL_EVERY; /* note 3 */
+    batch[i] = (sl_tuple){.key = key, .value = index};
   }
   int rc = sl_emit_batch(ctx, batch, sizeof batch[0], (uint32_t)count);
   if (rc)
@@ -395,10 +431,12 @@ static uint64_t largest_checkpoint_bytes(const sl_job *job) {
 /* Run one variant and fill *out.  Returns 0, or 1 after printing why. */
 static int run_variant(int variant, uint64_t keys, child_result *out) {
   static run_state s; /* static: read by the engine's threads */
-  s = (run_state){.records = 2 * keys,
+  s = (run_state){.records = variant_partial(variant)
+                                 ? keys + keys / PARTIAL_EVERY
+                                 : 2 * keys,
                   .keys = variant == VARIANT_BASELINE ? BASELINE_KEYS : keys,
-                  .checkpoint = variant == VARIANT_CHECKPOINT ||
-                                variant == VARIANT_NO_PASS};
+                  .checkpoint = variant_checkpoints(variant),
+                  .partial = variant_partial(variant)};
   char dir[] = "/tmp/sluice-memory-bench-XXXXXX";
   sl_job_config config = SL_JOB_CONFIG_INIT;
   if (s.checkpoint) {
@@ -408,7 +446,7 @@ static int run_variant(int variant, uint64_t keys, child_result *out) {
     config.checkpoint.interval_ms = 3600000; /* only the triggered one */
     config.checkpoint.no_sync = 1;
     config.checkpoint.store_policy = SL_STORE_FRESH;
-    if (variant == VARIANT_NO_PASS) /* note 3 */
+    if (variant_no_pass(variant)) /* note 3 */
       config.checkpoint_copy_pass_bytes = SL_COPY_PASS_OFF;
   }
   sampler smp = {0};
@@ -499,6 +537,8 @@ typedef struct size_runs {
   double checkpoint_extra_per_entry[MAX_REPEAT]; /* peak: checkpoint - state */
   double anon_ratio[MAX_REPEAT];   /* target 5: peak anon, cp / steady */
   double no_pass_ratio[MAX_REPEAT]; /* the same, copy pass off (note 3) */
+  double partial_ratio[MAX_REPEAT];  /* partial variants (note 3) */
+  double partial_no_pass_ratio[MAX_REPEAT];
   double bound_bytes[MAX_REPEAT];  /* the job's memory bound (note 2) */
 } size_runs;
 
@@ -531,6 +571,14 @@ static void derive(size_runs *z, int r) {
       steady > 0
           ? (double)z->runs[VARIANT_NO_PASS][r].anon_peak_bytes / steady
           : 0;
+  z->partial_ratio[r] =
+      steady > 0
+          ? (double)z->runs[VARIANT_PARTIAL][r].anon_peak_bytes / steady
+          : 0;
+  z->partial_no_pass_ratio[r] =
+      steady > 0 ? (double)z->runs[VARIANT_PARTIAL_NO_PASS][r].anon_peak_bytes /
+                       steady
+                 : 0;
   double entry = z->bytes_per_entry[r] > 0 ? z->bytes_per_entry[r] : 0;
   z->bound_bytes[r] = steady + BOUND_VERSIONS * keys * entry +
                       (double)writer_bytes(cp);
@@ -541,7 +589,8 @@ static int run_size(size_runs *z) {
   for (int r = 0; r < z->repeat; r++) {
     for (int k = 0; k < VARIANTS; k++) {
       int variant = (r + k) % VARIANTS; /* rotate which goes first */
-      if (run_child(variant, z->keys, &z->runs[variant][r]) != 0)
+      if (variant_runs(variant, z->keys) &&
+          run_child(variant, z->keys, &z->runs[variant][r]) != 0)
         return 1;
     }
     derive(z, r);
@@ -594,6 +643,14 @@ static void print_checkpoint_memory(const size_runs *z) {
   bench_stats off = bench_stats_of(z->no_pass_ratio, n);
   printf("  with the copy pass off (note 3), %" PRIu64 " keys: %.2f "
          "[%.2f-%.2f] of steady\n", z->keys, off.median, off.min, off.max);
+  if (variant_runs(VARIANT_PARTIAL, z->keys)) {
+    bench_stats on = bench_stats_of(z->partial_ratio, n);
+    bench_stats no = bench_stats_of(z->partial_no_pass_ratio, n);
+    printf("  1 key in %u written again while the checkpoint runs (note 3), "
+           "%" PRIu64 " keys: %.2f [%.2f-%.2f] of steady with the copy "
+           "pass, %.2f [%.2f-%.2f] without\n", PARTIAL_EVERY, z->keys,
+           on.median, on.min, on.max, no.median, no.min, no.max);
+  }
   printf("  the job's memory bound, %" PRIu64 " keys: steady + %.0f versions "
          "x keys x bytes/entry + writer = %.1f + %.0f x %" PRIu64 " x %.1f B "
          "+ %.1f = %.1f MiB (%.1f B per key); peak %s it\n", z->keys,
@@ -626,6 +683,13 @@ static void json_checkpoint_memory(bench_json *json, const size_runs *z) {
   bench_json_stats(json, "peak_anon_copy_pass_off_bytes",
                    field_stats(z, VARIANT_NO_PASS,
                                offsetof(child_result, anon_peak_bytes)));
+  if (variant_runs(VARIANT_PARTIAL, z->keys)) {
+    bench_json_u64(json, "partial_every", PARTIAL_EVERY);
+    bench_json_stats(json, "ratio_partial",
+                     bench_stats_of(z->partial_ratio, n));
+    bench_json_stats(json, "ratio_partial_copy_pass_off",
+                     bench_stats_of(z->partial_no_pass_ratio, n));
+  }
   bench_json_double(json, "ratio_max", TARGET_ANON_RATIO);
   bench_json_bool(json, "judged", z->keys >= TARGET_MIN_KEYS);
   bench_json_bool(json, "met", ratio.median <= TARGET_ANON_RATIO);

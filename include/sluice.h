@@ -443,15 +443,15 @@ typedef struct sl_job_config {
    * wait for ever: such an operator calls sl_op_disable_chaining.  Other
    * values are EINVAL.  Added after the first version: default 0. */
   int chaining;
-  /** The copy pass (docs/checkpoints.md, "The copy pass"): after an
+  /** The copy pass (docs/checkpoints.md, step 3 of its list): after an
    * aligned checkpoint's barrier, a keyed instance whose changes since
    * the last checkpoint hold more than 16,384 entries or 1 MiB copies
    * them in steps between batches of records, so that its writes after
    * the barrier go in place; the checkpoint's ack waits for the copy.
-   * It keeps throughput (bench/README.md, "The copy pass", has the
-   * figures) and costs memory: a copy of every entry changed in the interval until
-   * the checkpoint is durable, where copy on write copies only the
-   * entries written again before then.  This field bounds it: the most
+   * It keeps throughput and costs memory (bench/README.md, "The copy
+   * pass's switch", has both measured): a copy of every entry changed in
+   * the interval until the checkpoint is durable, where copy on write
+   * copies only the entries written again before then.  This field bounds it: the most
    * bytes of keys and values a pass copies; a larger change is copied on
    * write.  Default (0): 256 MiB and at most 4,194,304 entries.  A
    * positive value: that many bytes, any number of entries.  -1: no copy
