@@ -365,10 +365,13 @@ Test(checkpoint, slow_copy_passes_stopped_with_a_savepoint_and_resumed) {
 }
 
 /* sl_job_config.checkpoint_copy_pass_bytes: with the pass off, or a limit
- * below a delta of 40,000 changed keys (each at least a 9-byte key and an
- * 8-byte count), the same checkpoints are taken by copy on write alone,
- * and the resumed output is the same; with a limit of its own above the
- * delta (entries then unlimited), the passes run. */
+ * below every delta a pass could take, the same checkpoints are taken by
+ * copy on write alone, and the resumed output is the same; with a limit
+ * of its own above the deltas (entries then unlimited), the passes run.
+ * A delta too large for the copying freeze has more than 16,384 versions
+ * (or more than 1 MiB), each at least an 11-byte state key and an 8-byte
+ * count, so a limit of 16,384 x 19 bytes is below all of them, however
+ * many records fall between two barriers. */
 Test(checkpoint, copy_pass_off_copies_nothing_and_resumes_exactly_once) {
   uint64_t passes = 1;
   copy_limit_resumed(false, 0, SL_COPY_PASS_OFF, &passes);
@@ -380,7 +383,7 @@ Test(checkpoint, copy_pass_off_copies_nothing_and_resumes_exactly_once) {
 
 Test(checkpoint, copy_pass_limit_below_the_delta_copies_nothing) {
   uint64_t passes = 1;
-  copy_limit_resumed(false, 0, 40000 * 17 - 1, &passes);
+  copy_limit_resumed(false, 0, 16384 * 19, &passes);
   cr_expect_eq(passes, 0, "%" PRIu64 " copy passes", passes);
 }
 
