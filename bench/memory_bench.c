@@ -9,7 +9,7 @@
  * key (sl_state_update: an 8-byte count under the 8-byte key) and emits a
  * tuple the first time it sees a key -> a sink that counts them.  Two
  * passes over the keys, so every entry is written again after it exists.
- * Four variants, each run in a fresh process (this program re-executed
+ * Six variants, each run in a fresh process (this program re-executed
  * with --child), so no run inherits memory an earlier one left with the
  * allocator:
  *
@@ -79,7 +79,7 @@
  * 3. The copy pass (sl_job_config.checkpoint_copy_pass_bytes) copies
  *    every entry of a large change set after the barrier, where copy on
  *    write copies only those written again before the checkpoint is
- *    durable.  A fourth variant, checkpoint-no-copy-pass, runs the
+ *    durable.  The variant checkpoint-no-copy-pass runs the
  *    checkpoint variant with SL_COPY_PASS_OFF; its peak over the same
  *    steady state is printed next to target 5's, to show what the pass
  *    costs here.  In this job every entry is written again, so copy on
