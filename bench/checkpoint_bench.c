@@ -188,6 +188,18 @@ static int phased_restore(sl_ctx *ctx, void *state, uint64_t id) {
  * job built here (0: the library's default). */
 static int64_t copy_pass_bytes;
 
+/* --copy-pass-mib's value: off, or 1 .. 1048576 MiB in bytes; 0 if it is
+ * neither. */
+static int64_t parse_copy_pass(const char *text) {
+  if (strcmp(text, "off") == 0)
+    return SL_COPY_PASS_OFF;
+  char *end = 0;
+  unsigned long long mib = strtoull(text, &end, 10);
+  return text[0] >= '1' && text[0] <= '9' && *end == 0 && mib <= (1u << 20)
+             ? (int64_t)(mib << 20)
+             : 0;
+}
+
 /* Build source -> key_by -> count -> discard.  phase NULL: a sequence
  * source of records tuples over keys keys. */
 static sl_job *build(const sl_job_config *config, uint64_t records,
@@ -1121,10 +1133,9 @@ int main(int argc, char **argv) {
       i += used - 1;
     else if (strcmp(a, "--only") == 0 && v)
       only = parse_only(v), i++;
-    else if (strcmp(a, "--copy-pass-mib") == 0 && v && strcmp(v, "off") == 0)
-      copy_pass_bytes = SL_COPY_PASS_OFF, i++;
-    else if (strcmp(a, "--copy-pass-mib") == 0 && v && atoi(v) > 0)
-      copy_pass_bytes = (int64_t)atoi(v) << 20, i++;
+    else if (strcmp(a, "--copy-pass-mib") == 0 && v &&
+             (copy_pass_bytes = parse_copy_pass(v)) != 0)
+      i++;
     else
       only = -1;
     if (only < 0) {

@@ -549,6 +549,13 @@ static uint64_t writer_bytes(const child_result *cp) {
                                                     : cp->checkpoint_bytes_max;
 }
 
+/* Peak RssAnon of variant's run r over steady (0 if steady is 0). */
+static double peak_over(const size_runs *z, int variant, int r,
+                        double steady) {
+  return steady > 0 ? (double)z->runs[variant][r].anon_peak_bytes / steady
+                    : 0;
+}
+
 static void derive(size_runs *z, int r) {
   const child_result *base = &z->runs[VARIANT_BASELINE][r];
   const child_result *state = &z->runs[VARIANT_STATE][r];
@@ -566,19 +573,11 @@ static void derive(size_runs *z, int r) {
   z->checkpoint_extra_per_entry[r] =
       ((double)cp->hwm_bytes - (double)state->hwm_bytes) / keys;
   double steady = (double)state->anon_peak_bytes;
-  z->anon_ratio[r] = steady > 0 ? (double)cp->anon_peak_bytes / steady : 0;
-  z->no_pass_ratio[r] =
-      steady > 0
-          ? (double)z->runs[VARIANT_NO_PASS][r].anon_peak_bytes / steady
-          : 0;
-  z->partial_ratio[r] =
-      steady > 0
-          ? (double)z->runs[VARIANT_PARTIAL][r].anon_peak_bytes / steady
-          : 0;
+  z->anon_ratio[r] = peak_over(z, VARIANT_CHECKPOINT, r, steady);
+  z->no_pass_ratio[r] = peak_over(z, VARIANT_NO_PASS, r, steady);
+  z->partial_ratio[r] = peak_over(z, VARIANT_PARTIAL, r, steady);
   z->partial_no_pass_ratio[r] =
-      steady > 0 ? (double)z->runs[VARIANT_PARTIAL_NO_PASS][r].anon_peak_bytes /
-                       steady
-                 : 0;
+      peak_over(z, VARIANT_PARTIAL_NO_PASS, r, steady);
   double entry = z->bytes_per_entry[r] > 0 ? z->bytes_per_entry[r] : 0;
   z->bound_bytes[r] = steady + BOUND_VERSIONS * keys * entry +
                       (double)writer_bytes(cp);

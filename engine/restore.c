@@ -459,6 +459,7 @@ static int setup_instances(sl_job *job) {
       return rc;
     /* sluice.h, checkpoint_copy_pass_bytes; 0 leaves the map's limits. */
     int64_t pass = job->config.checkpoint_copy_pass_bytes;
+    assert(pass >= SL_COPY_PASS_OFF); /* graph.c refused the rest */
     if (pass != 0)
       sl_cow_map_set_copy_pass(inst->cp.keyed, pass > 0 ? UINT64_MAX : 0,
                                pass > 0 ? (uint64_t)pass : 0);

@@ -451,14 +451,15 @@ typedef struct sl_job_config {
    * It keeps throughput and costs memory (bench/README.md, "The copy
    * pass's switch", has both measured): a copy of every entry changed in
    * the interval until the checkpoint is durable, where copy on write
-   * copies only the entries written again before then.  This field bounds it: the most
-   * bytes of keys and values a pass copies; a larger change is copied on
-   * write.  Default (0): 256 MiB and at most 4,194,304 entries.  A
-   * positive value: that many bytes, any number of entries.  -1: no copy
-   * pass.  Other negative values are EINVAL.  Changes of at most 16,384
-   * entries and 1 MiB are copied at the barrier whatever this says, and a
-   * job with a restart strategy never copies (its rollback keeps the
-   * versions instead).  Added after the first version: default 0. */
+   * copies only the entries written again before then.  This field
+   * bounds it: the most bytes of keys and values a pass copies; a larger
+   * change is copied on write.  Default (0): 256 MiB and at most
+   * 4,194,304 entries.  A positive value: that many bytes, any number of
+   * entries.  -1: no copy pass.  Other negative values are EINVAL.
+   * Changes of at most 16,384 entries and 1 MiB are copied at the barrier
+   * whatever this says, and a job with a restart strategy never copies
+   * (its rollback keeps the versions instead).  Added after the first
+   * version: default 0. */
   int64_t checkpoint_copy_pass_bytes;
 } sl_job_config;
 

@@ -306,17 +306,9 @@ static uint64_t run_with_copy_passes(const count_job *c, const char *sp,
   return passes;
 }
 
-/* As copy_passes_resumed, with checkpoint_copy_pass_bytes pass_bytes:
- * passes counts the copy passes of the stopped run. */
-static void copy_limit_resumed(bool savepoint, uint32_t budget,
-                               int64_t pass_bytes, uint64_t *passes);
-
-static void copy_passes_resumed(bool savepoint, uint32_t budget) {
-  uint64_t passes = 0;
-  copy_limit_resumed(savepoint, budget, 0, &passes);
-  cr_assert_geq(passes, 3, "%" PRIu64 " copy passes", passes);
-}
-
+/* The run above with checkpoint_copy_pass_bytes pass_bytes (budget:
+ * copy_budget), stopped (with a savepoint or not), then resumed to the
+ * end: exactly-once.  *passes: the copy passes of the stopped run. */
 static void copy_limit_resumed(bool savepoint, uint32_t budget,
                                int64_t pass_bytes, uint64_t *passes) {
   char *state = sl_test_temp_dir("cp"), *out = sl_test_temp_dir("cp");
@@ -343,6 +335,13 @@ static void copy_limit_resumed(bool savepoint, uint32_t budget,
   sl_test_remove_tree(sp_root);
   free(sp);
   free(fresh);
+}
+
+/* With the default limits: at least three passes. */
+static void copy_passes_resumed(bool savepoint, uint32_t budget) {
+  uint64_t passes = 0;
+  copy_limit_resumed(savepoint, budget, 0, &passes);
+  cr_assert_geq(passes, 3, "%" PRIu64 " copy passes", passes);
 }
 
 Test(checkpoint, copy_passes_stopped_and_resumed_equal_uninterrupted_run) {
