@@ -45,20 +45,45 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp ./*.pml "$work"/
 
-# verify NAME DFLAGS CFLAGS RUNFLAGS: prints the summary; sets errors,
-# complete (1 when the search finished).
-verify() {
-  local name=$1 dflags=$2 cflags=$3 runflags=$4 dir="$work/$1" log
+# search NAME DFLAGS CFLAGS RUNFLAGS: generate, compile and run one
+# verifier in $work/NAME; its exit status (0, or 2 when Spin or gcc
+# failed) in $work/NAME/status.  Several run at once (start_search).
+search() {
+  local name=$1 dflags=$2 cflags=$3 runflags=$4 dir="$work/$1" rc=0
   mkdir -p "$dir"
   cp "$work"/*.pml "$dir"/
   # shellcheck disable=SC2086
-  (cd "$dir" && spin -a $dflags barrier.pml >spin.log 2>&1) || {
-    cat "$dir/spin.log" >&2; return 2; }
+  (cd "$dir" && spin -a $dflags barrier.pml >spin.log 2>&1) || rc=2
   # shellcheck disable=SC2086
-  (cd "$dir" && gcc -O2 -w -DCOLLAPSE -DMEMLIM=4096 $cflags -o pan pan.c) || return 2
-  log="$dir/pan.log"
+  [ "$rc" = 0 ] && { (cd "$dir" && gcc -O2 -w -DCOLLAPSE -DMEMLIM=4096 $cflags \
+    -o pan pan.c >gcc.log 2>&1) || rc=2; }
   # shellcheck disable=SC2086
-  (cd "$dir" && ./pan -m1000000 -w25 $runflags >pan.log 2>&1) || true
+  [ "$rc" = 0 ] && { (cd "$dir" && ./pan -m1000000 -w25 $runflags >pan.log 2>&1) || true; }
+  echo "$rc" >"$dir/status"
+}
+
+# start_search ARGS...: search ARGS in the background, at most as many at
+# once as there are CPUs (each pan is one single-threaded process; the
+# searches are independent, so the order they finish in does not matter).
+running=0
+jobs_max=$(nproc 2>/dev/null || echo 1)
+start_search() {
+  if [ "$running" -ge "$jobs_max" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  search "$@" &
+  running=$((running + 1))
+}
+
+# verdict NAME: after the search, print its summary; sets errors and
+# complete (1 when the search finished); returns 2 if it could not run.
+verdict() {
+  local name=$1 dir="$work/$1" log="$work/$1/pan.log"
+  if [ "$(cat "$dir/status" 2>/dev/null || echo 2)" != 0 ]; then
+    cat "$dir/spin.log" "$dir/gcc.log" >&2 2>/dev/null || true
+    return 2
+  fi
   errors=$(awk '/errors:/{for(i=1;i<=NF;i++) if($i=="errors:") print $(i+1)}' "$log" | tail -n1)
   errors=${errors:-1}
   complete=1
@@ -72,11 +97,19 @@ verify() {
   fi
 }
 
-run_checks() {
+start_checks() {
+  local entry name d c r
+  for entry in "${CHECKS[@]}"; do
+    IFS='|' read -r name d c r <<<"$entry"
+    start_search "$name" "$d" "$c" "$r"
+  done
+}
+
+check_verdicts() {
   local rc=0 entry name d c r
   for entry in "${CHECKS[@]}"; do
     IFS='|' read -r name d c r <<<"$entry"
-    verify "$name" "$d" "$c" "$r" || { rc=1; continue; }
+    verdict "$name" || { rc=1; continue; }
     if [ "$errors" != 0 ]; then
       say "$name: Spin found $errors error(s); trail and model kept in model/.failed-$name"
       rc=1
@@ -88,11 +121,19 @@ run_checks() {
   return "$rc"
 }
 
-run_mutants() {
+start_mutants() {
+  local entry name d want
+  for entry in "${MUTANTS[@]}"; do
+    IFS='|' read -r name d want <<<"$entry"
+    start_search "mutant $name" "-D$name $d" "-DSAFETY" ""
+  done
+}
+
+mutant_verdicts() {
   local rc=0 entry name d want
   for entry in "${MUTANTS[@]}"; do
     IFS='|' read -r name d want <<<"$entry"
-    verify "mutant $name" "-D$name $d" "-DSAFETY" "" || { rc=1; continue; }
+    verdict "mutant $name" || { rc=1; continue; }
     if [ "$errors" = 0 ]; then
       say "mutant $name: Spin found no error, but it breaks the protocol ($want)"
       rc=1
@@ -104,9 +145,11 @@ run_mutants() {
 
 rc=0
 case "${1:-}" in
-  "") run_checks || rc=$? ;;
-  --mutants) run_mutants || rc=$? ;;
-  --all) run_checks || rc=$?; run_mutants || rc=$? ;;
+  "") start_checks; wait; check_verdicts || rc=$? ;;
+  --mutants) start_mutants; wait; mutant_verdicts || rc=$? ;;
+  --all)
+    start_checks; start_mutants; wait
+    check_verdicts || rc=$?; mutant_verdicts || rc=$? ;;
   *) echo "usage: model/run.sh [--mutants | --all]" >&2; exit 2 ;;
 esac
 if [ "$rc" = 0 ]; then say "ok"; else say "FAILED"; fi
