@@ -7,13 +7,17 @@
  * Entries are 20-byte keys with 8-byte values, the shape of the count
  * operator's state.  They come from one flat buffer in the order a restore
  * reads the store: by key group (128 of them, from a hash of the key, as the
- * engine's default max_parallelism), then by key.  Three paths:
+ * engine's default max_parallelism), then by key.  Four paths:
  *
  *   per-entry     sl_cow_map_load() for each entry (checks every key)
  *   bulk          the bulk load given the key groups: the input is in
  *                 (group, key) order, so no key is probed for a duplicate
  *   bulk, probed  the bulk load given group 0 for all: the order breaks at
  *                 the second group, so nearly every key is probed
+ *   bulk, unstaged  bulk with staging off (cow_map.c note 18): each entry
+ *                 linked SL_COW_LOAD_WINDOW adds after it, a random bucket
+ *                 each; the other bulk paths stage large loads and link
+ *                 them partition by partition
  *
  * Each run does what a restore does: create the map, reserve the table for
  * 1.25x the entries (the coordinator's margin), load every entry.  A cold
@@ -50,11 +54,11 @@ const char *malloc_conf = "thp:always,metadata_thp:auto";
 #define RECORD_BYTES (KEY_BYTES + VALUE_BYTES)
 #define KEY_GROUPS 128u
 
-enum { PATH_PER_ENTRY, PATH_BULK, PATH_BULK_PROBED, PATHS };
+enum { PATH_PER_ENTRY, PATH_BULK, PATH_BULK_PROBED, PATH_BULK_UNSTAGED, PATHS };
 static const char *const path_names[PATHS] = {"per-entry", "bulk",
-                                              "bulk, probed"};
+                                              "bulk, probed", "bulk, unstaged"};
 static const char *const path_json[PATHS] = {"per_entry", "bulk",
-                                             "bulk_probed"};
+                                             "bulk_probed", "bulk_unstaged"};
 
 /* The input, as a restore reads it: records in (group, key) order. */
 typedef struct feed {
@@ -139,7 +143,10 @@ static sl_cow_map *load(const feed *f, int path) {
     for (uint64_t i = 0; rc == 0 && i < n; i++, r += RECORD_BYTES)
       rc = sl_cow_map_load(map, r, KEY_BYTES, r + KEY_BYTES, VALUE_BYTES);
   } else {
-    bool groups = path == PATH_BULK;
+    if (path == PATH_BULK_UNSTAGED) /* the ring alone (cow_map.c note 10) */
+      sl_cow_map_set_load_stage(map, UINT64_MAX, SL_COW_STAGE_REGION_BUCKETS,
+                                SL_COW_STAGE_BUDGET_BYTES);
+    bool groups = path != PATH_BULK_PROBED;
     for (uint64_t i = 0; rc == 0 && i < n; i++, r += RECORD_BYTES)
       rc = sl_cow_map_load_add(map, groups ? f->groups[i] : 0, r, KEY_BYTES,
                                r + KEY_BYTES, VALUE_BYTES);
@@ -284,6 +291,10 @@ static int run_size(bench_json *json, uint64_t n, int repeat) {
   double ratio_cold = cold[PATH_PER_ENTRY].median / cold[PATH_BULK].median;
   double ratio_warm = warm[PATH_PER_ENTRY].median / warm[PATH_BULK].median;
   double per_million = 1e6 / (double)n;
+  printf("   unstaged / bulk (the staged load's gain, cow_map.c note 18): "
+         "cold %.2fx, warm %.2fx (wall)\n",
+         cold[PATH_BULK_UNSTAGED].median / cold[PATH_BULK].median,
+         warm[PATH_BULK_UNSTAGED].median / warm[PATH_BULK].median);
   printf("   per-entry / bulk: cold %.2fx, warm %.2fx (wall); bulk per 1M "
          "entries: cold %.1f ms (cpu %.1f), warm %.1f ms (cpu %.1f)\n",
          ratio_cold, ratio_warm, cold[PATH_BULK].median * per_million,

@@ -42,6 +42,10 @@
  *    note 7), and destroys it once the load
  *    is finished.  A helper that cannot start (no thread, SLUICE_PREFAULT=0)
  *    changes nothing but the time: the load then faults its own pages.
+ * 6. A table of 16M buckets or more (a state of about 8M keys and up) is
+ *    loaded staged, partition by partition (cow_map.c note 18), as the map
+ *    decides by itself.  SLUICE_STAGE_MIN_BUCKETS lowers that size, for
+ *    tests, so a small restore goes through the staged load too.
  *
  * Entries: sl_checkpointer_setup (before threads), then per instance
  * sl_checkpointer_restore_instance or, if its open failed,
@@ -75,6 +79,15 @@ static uint64_t prefault_min_entries(void) {
   unsigned long long n = text ? strtoull(text, &end, 10) : 0;
   return text && end != text && *end == 0 ? (uint64_t)n
                                           : RESTORE_PREFAULT_MIN_ENTRIES;
+}
+
+/* Note 6: SLUICE_STAGE_MIN_BUCKETS's number, or UINT64_MAX when it holds
+ * none (the map's own default stands). */
+static uint64_t stage_min_buckets(void) {
+  const char *text = getenv("SLUICE_STAGE_MIN_BUCKETS");
+  char *end = 0;
+  unsigned long long n = text ? strtoull(text, &end, 10) : 0;
+  return text && end != text && *end == 0 ? (uint64_t)n : UINT64_MAX;
 }
 
 static int restore_entry(void *arg, uint16_t key_group, const void *key,
@@ -129,6 +142,11 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
     uint64_t margin = groups < job->config.max_parallelism ? share / 4 : 0;
     rc = sl_cow_map_reserve(inst->cp.keyed, share + margin);
   }
+  uint64_t stage_min = stage_min_buckets();
+  if (stage_min != UINT64_MAX) /* note 6 */
+    sl_cow_map_set_load_stage(inst->cp.keyed, stage_min,
+                              SL_COW_STAGE_REGION_BUCKETS,
+                              SL_COW_STAGE_BUDGET_BYTES);
   bool read = rc == 0;
   /* Note 5: a helper faults in what the load will write, if it is worth a
    * thread and one can be had (without one the load faults as before). */

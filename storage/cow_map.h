@@ -106,6 +106,9 @@
  *   tests and sl_cow_map_destroy() (the others assert it).
  * - A duplicate key in a bulk load is reported by a later call than the
  *   one that added it (sl_cow_map_load_add() documents which).
+ * - A bulk load into a large table is staged (cow_map.c note 18): its
+ *   entries are linked in rounds, so visible later than in an unstaged
+ *   one, and it holds an area of up to 16 MiB until finish.
  */
 #ifndef SL_COW_MAP_H
 #define SL_COW_MAP_H
@@ -448,14 +451,17 @@ int sl_cow_map_load(sl_cow_map *map, const void *key, uint32_t key_bytes,
  * The key and value are copied before the call returns, so they need to be
  * valid only during it (an LMDB cursor's pointers do).  The entry becomes
  * visible in the table up to SL_COW_LOAD_WINDOW calls later, or in
- * sl_cow_map_load_finish(); see the header's Caveats for what may be called
- * meanwhile.
+ * sl_cow_map_load_finish(); in a staged load (cow_map.c note 18), when
+ * the staging area next fills, or in finish.  See the header's Caveats
+ * for what may be called meanwhile.
  *
  * Errors: ENOMEM (this entry not added); EINVAL if a size exceeds
  * SL_COW_MAX_BYTES (this entry not added), or if an entry added earlier
  * repeats a key already loaded: that later copy is dropped, the first one
  * stays.  A duplicate is found when its entry is linked, i.e. by the add
- * SL_COW_LOAD_WINDOW calls after it, or by sl_cow_map_load_finish().
+ * SL_COW_LOAD_WINDOW calls after it (staged: by the add that fills the
+ * area, or its own if it is too large to stage), or by
+ * sl_cow_map_load_finish().
  *
  * An error fails the bulk load for good (as a failed LMDB transaction): it
  * and every later sl_cow_map_load_add() and sl_cow_map_load_finish()
@@ -577,6 +583,9 @@ enum sl_cow_fail_point {
   /* A copy of the copying freeze (cow_map.c note 16): the pass ends
    * there, and the versions after it are frozen the ordinary way. */
   SL_COW_FAIL_FREEZE_COPY,
+  /* The staged bulk load's area (cow_map.c note 18): the load is not
+   * staged. */
+  SL_COW_FAIL_STAGE_AREA,
   SL_COW_FAIL_POINTS
 };
 /* For tests only: the nth allocation at point from now on (1: the next
@@ -592,5 +601,25 @@ uint64_t sl_cow_map_max_step_buckets(const sl_cow_map *map);
 /* For tests: the bulk-loaded entries linked with the duplicate probe since
  * creation (the others were proved unique by their order). */
 uint64_t sl_cow_map_load_probes(const sl_cow_map *map);
+
+/* For tests and benchmarks: the settings of the staged bulk load
+ * (cow_map.c note 18).  A bulk load into a table of at least min_buckets
+ * buckets is staged: its entries are kept in an area of budget_bytes
+ * (at most 1 GiB), and each time it is full they are linked in order of
+ * partitions of region_buckets buckets (a power of two; at most
+ * SL_COW_STAGE_MAX_PARTS partitions).  UINT64_MAX min_buckets: never
+ * staged.  Not during a bulk load.  Defaults: SL_COW_STAGE_MIN_BUCKETS,
+ * SL_COW_STAGE_REGION_BUCKETS, SL_COW_STAGE_BUDGET_BYTES. */
+#define SL_COW_STAGE_MIN_BUCKETS (UINT64_C(1) << 24)
+#define SL_COW_STAGE_REGION_BUCKETS (UINT64_C(1) << 12)
+#define SL_COW_STAGE_BUDGET_BYTES (UINT64_C(16) << 20)
+#define SL_COW_STAGE_MAX_PARTS 65536u
+void sl_cow_map_set_load_stage(sl_cow_map *map, uint64_t min_buckets,
+                               uint64_t region_buckets, uint64_t budget_bytes);
+
+/* For tests: the bulk-loaded entries staged (cow_map.c note 18) since
+ * creation, and the times staged entries were linked. */
+uint64_t sl_cow_map_load_staged(const sl_cow_map *map);
+uint64_t sl_cow_map_stage_links(const sl_cow_map *map);
 
 #endif /* SL_COW_MAP_H */

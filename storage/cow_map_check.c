@@ -3,6 +3,7 @@
  * for asserts and tests. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cow_map_internal.h"
 #include "log.h"
@@ -370,6 +371,37 @@ static bool check_load_window(const sl_cow_map *m, check_tally *tally) {
   return true;
 }
 
+/* The staged bulk load's area (cow_map.c note 18): its records whole,
+ * one after another, each hash its key's. */
+static bool check_stage(const sl_cow_map *m, check_tally *tally) {
+  CHECK(m->loading || !m->stage_area);
+  if (!m->stage_area)
+    return true;
+  CHECK(m->load_count == 0); /* the ring unused */
+  CHECK(m->stage_parts >= 1 && m->stage_parts <= SL_COW_STAGE_MAX_PARTS);
+  CHECK(m->stage_records <= m->stage_max_records);
+  CHECK(m->stage_area + m->stage_used <= (const uint8_t *)m->stage_sorted);
+  uint64_t at = 0, counted = 0;
+  for (uint32_t p = 0; p < m->stage_parts; p++)
+    counted += m->stage_counts[p];
+  CHECK(counted == m->stage_records);
+  for (uint32_t i = 0; i < m->stage_records; i++) {
+    uint32_t header[3]; /* hash, key bytes (| probe bit), value bytes */
+    CHECK(at + sizeof header <= m->stage_used);
+    memcpy(header, m->stage_area + at, sizeof header);
+    uint32_t key_bytes = header[1] & 0x7fffffffu;
+    uint64_t bytes =
+        (sizeof header + (uint64_t)key_bytes + header[2] + 3u) & ~(uint64_t)3u;
+    CHECK(at + bytes <= m->stage_used);
+    CHECK(header[0] ==
+          (uint32_t)sl_cow_hash(m->stage_area + at + sizeof header, key_bytes));
+    at += bytes;
+  }
+  CHECK(at == m->stage_used);
+  tally->bytes += m->stage_area_bytes;
+  return true;
+}
+
 /* The chunk list, and every carved version not yet freed met exactly once
  * (in the table, retired on a list, or in the ring). */
 static bool check_arena(const sl_cow_map *m, check_tally *tally) {
@@ -566,7 +598,8 @@ static bool check_all(const sl_cow_map *m, check_tally *tally_in) {
   CHECK(tally.live_on_lists == tally.dirty_live);
   if (!check_undo(m, &tally))
     return false;
-  if (!check_load_window(m, &tally) || !check_arena(m, &tally))
+  if (!check_load_window(m, &tally) || !check_stage(m, &tally) ||
+      !check_arena(m, &tally))
     return false;
   CHECK(tally.waiting_met == tally.waiting_count); /* each on a list */
   CHECK(tally.bytes == m->memory_bytes);

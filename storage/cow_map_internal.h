@@ -151,9 +151,36 @@ struct sl_cow_map {
   bool loading;     /* from the first sl_cow_map_load_add() to finish */
   bool load_sorted; /* every entry so far followed the one before it */
   uint32_t load_previous_group;
-  const sl_cow_entry *load_previous; /* the last entry added, if sorted */
+  /* The key of the last entry added, if sorted: in its version, or in its
+   * staged record until that is linked (note 18). */
+  const void *load_previous;
+  uint32_t load_previous_bytes;
   int load_error; /* the bulk load's first error; never cleared */
   uint64_t load_probes; /* bulk-loaded entries probed, for tests */
+  /* Note 18: the staged bulk load.  stage_area (0: this load is not
+   * staged) holds, in one allocation of stage_area_bytes counted in
+   * memory_bytes: the records, stage_used bytes of stage_budget, by add
+   * order, stage_records of them (at most stage_max_records); room for
+   * their offsets and hashes by partition; and the records each
+   * partition holds.  Partition = (hash & stage_mask) >> stage_shift,
+   * stage_parts of them.  The settings: stage a load into a table of at
+   * least stage_min_buckets, in partitions of stage_region_buckets. */
+  uint8_t *stage_area;
+  uint64_t stage_area_bytes;
+  uint64_t stage_used;
+  uint32_t stage_records;
+  uint32_t stage_max_records;
+  uint32_t *stage_sorted;
+  uint32_t *stage_hashes;
+  uint32_t *stage_counts;
+  uint32_t stage_parts;
+  uint32_t stage_shift;
+  uint64_t stage_mask;
+  uint64_t stage_min_buckets;
+  uint64_t stage_region_buckets;
+  uint64_t stage_budget;
+  uint64_t load_staged;  /* entries staged since creation, for tests */
+  uint64_t stage_links;  /* times the staged records were linked, for tests */
   sl_alloc alloc; /* every allocation of the map, itself included (note 11) */
   /* Rollback (cow_map.c note 12).  Versions displaced by writes, kept for
    * a rollback, oldest displacement first, linked by chain_next, are

@@ -304,24 +304,32 @@ static void run_verified(const char *dir, uint64_t keys, uint64_t count) {
 
 /* A state of 70000 keys resumed (the job finished: it resumes its final
  * checkpoint) with the helper, its threshold lowered to 65536 entries
- * (engine/restore.c note 5), or with none (SLUICE_PREFAULT=0). */
-static void resume_large(bool helper) {
+ * (engine/restore.c note 5), or with none (SLUICE_PREFAULT=0); and, if
+ * staged, loaded staged (note 6: every table size staged). */
+static void resume_large(bool helper, bool staged) {
   char *dir = sl_test_temp_dir("restore-prefault");
   const uint64_t keys = 70000;
   cr_assert_eq(setenv("SLUICE_PREFAULT_MIN_ENTRIES", "65536", 1), 0);
   if (!helper)
     cr_assert_eq(setenv("SLUICE_PREFAULT", "0", 1), 0);
   run_verified(dir, keys, 2 * keys);  /* every key in the state */
+  if (staged)
+    cr_assert_eq(setenv("SLUICE_STAGE_MIN_BUCKETS", "0", 1), 0);
   run_verified(dir, keys, 2 * keys);  /* restored: a finished job */
+  cr_assert_eq(unsetenv("SLUICE_STAGE_MIN_BUCKETS"), 0);
   cr_assert_eq(unsetenv("SLUICE_PREFAULT"), 0);
   cr_assert_eq(unsetenv("SLUICE_PREFAULT_MIN_ENTRIES"), 0);
   sl_test_remove_tree(dir);
 }
 
 Test(restore, large_state_with_prefault_helper, .timeout = 300) {
-  resume_large(true);
+  resume_large(true, false);
 }
 
 Test(restore, large_state_without_prefault_helper, .timeout = 300) {
-  resume_large(false);
+  resume_large(false, false);
+}
+
+Test(restore, large_state_staged_with_prefault_helper, .timeout = 300) {
+  resume_large(true, true);
 }
