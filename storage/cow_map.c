@@ -299,8 +299,9 @@
  *    test program, so a load into a table of stage_min_buckets or more
  *    (SL_COW_STAGE_MIN_BUCKETS, 16M) is staged: sl_cow_map_load_add()
  *    appends the entry's hash, sizes, key and value to an area of
- *    stage_budget bytes (SL_COW_STAGE_BUDGET_BYTES, 16 MiB, allocated once
- *    for the load, so no fresh memory after its first round) and counts
+ *    stage_budget bytes (SL_COW_STAGE_BUDGET_BYTES, 16 MiB, and 8 MiB more
+ *    for the sort's arrays, allocated once for the load, so no fresh
+ *    memory after its first round) and counts
  *    it in its partition, a range of stage_region_buckets buckets (4096,
  *    32 KB of table).  When the area is full, and in finish, the records
  *    are sorted by partition (a counting sort of their offsets, stable,

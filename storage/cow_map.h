@@ -108,7 +108,8 @@
  *   one that added it (sl_cow_map_load_add() documents which).
  * - A bulk load into a large table is staged (cow_map.c note 18): its
  *   entries are linked in rounds, so visible later than in an unstaged
- *   one, and it holds an area of up to 16 MiB until finish.
+ *   one, and it holds an area of about 24 MiB (16 MiB of entries and
+ *   their sort's arrays) until finish.
  */
 #ifndef SL_COW_MAP_H
 #define SL_COW_MAP_H
@@ -605,7 +606,8 @@ uint64_t sl_cow_map_load_probes(const sl_cow_map *map);
 /* For tests and benchmarks: the settings of the staged bulk load
  * (cow_map.c note 18).  A bulk load into a table of at least min_buckets
  * buckets is staged: its entries are kept in an area of budget_bytes
- * (at most 1 GiB), and each time it is full they are linked in order of
+ * (at most 1 GiB; the area adds half as much again for the sort's
+ * arrays), and each time it is full they are linked in order of
  * partitions of region_buckets buckets (a power of two; at most
  * SL_COW_STAGE_MAX_PARTS partitions).  UINT64_MAX min_buckets: never
  * staged.  Not during a bulk load.  Defaults: SL_COW_STAGE_MIN_BUCKETS,
