@@ -93,8 +93,12 @@ static uint64_t stage_min_buckets(void) {
 static int restore_entry(void *arg, uint16_t key_group, const void *key,
                          uint32_t key_bytes, const void *value,
                          uint32_t value_bytes) {
-  return sl_cow_map_load_add(arg, key_group, key, key_bytes, value,
-                             value_bytes);
+  int rc = sl_cow_map_load_add(arg, key_group, key, key_bytes, value,
+                               value_bytes);
+  /* A repeated key, found by a later add (staged: when the area fills,
+   * cow_map.c note 18), or an entry too large: a damaged store, as when
+   * finish finds one (restore_keyed). */
+  return rc == EINVAL ? SL_ECORRUPT : rc;
 }
 
 /* The message of a failed restore: which state, which instance, why (with
