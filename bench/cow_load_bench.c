@@ -291,10 +291,16 @@ static int run_size(bench_json *json, uint64_t n, int repeat) {
   double ratio_cold = cold[PATH_PER_ENTRY].median / cold[PATH_BULK].median;
   double ratio_warm = warm[PATH_PER_ENTRY].median / warm[PATH_BULK].median;
   double per_million = 1e6 / (double)n;
+  uint64_t buckets = 16; /* the table sl_cow_map_reserve() sizes */
+  while (buckets < n + n / 4)
+    buckets *= 2;
   printf("   unstaged / bulk (the staged load's gain, cow_map.c note 18): "
-         "cold %.2fx, warm %.2fx (wall)\n",
+         "cold %.2fx, warm %.2fx (wall)%s\n",
          cold[PATH_BULK_UNSTAGED].median / cold[PATH_BULK].median,
-         warm[PATH_BULK_UNSTAGED].median / warm[PATH_BULK].median);
+         warm[PATH_BULK_UNSTAGED].median / warm[PATH_BULK].median,
+         buckets < SL_COW_STAGE_MIN_BUCKETS
+             ? "; both unstaged: a table under SL_COW_STAGE_MIN_BUCKETS"
+             : "");
   printf("   per-entry / bulk: cold %.2fx, warm %.2fx (wall); bulk per 1M "
          "entries: cold %.1f ms (cpu %.1f), warm %.1f ms (cpu %.1f)\n",
          ratio_cold, ratio_warm, cold[PATH_BULK].median * per_million,

@@ -44,8 +44,8 @@
  *    changes nothing but the time: the load then faults its own pages.
  * 6. A table of 16M buckets or more (a state of about 8M keys and up) is
  *    loaded staged, partition by partition (cow_map.c note 18), as the map
- *    decides by itself.  SLUICE_STAGE_MIN_BUCKETS lowers that size, for
- *    tests, so a small restore goes through the staged load too.
+ *    decides by itself.  SLUICE_STAGE_MIN_BUCKETS sets that size instead,
+ *    for tests (0: a small restore is staged too).
  *
  * Entries: sl_checkpointer_setup (before threads), then per instance
  * sl_checkpointer_restore_instance or, if its open failed,
@@ -90,24 +90,40 @@ static uint64_t stage_min_buckets(void) {
   return text && end != text && *end == 0 ? (uint64_t)n : UINT64_MAX;
 }
 
+/* The bulk load a restore feeds, and the first error it returned. */
+typedef struct restore_load {
+  sl_cow_map *map;
+  int rc;
+} restore_load;
+
 static int restore_entry(void *arg, uint16_t key_group, const void *key,
                          uint32_t key_bytes, const void *value,
                          uint32_t value_bytes) {
-  int rc = sl_cow_map_load_add(arg, key_group, key, key_bytes, value,
+  restore_load *load = arg;
+  int rc = sl_cow_map_load_add(load->map, key_group, key, key_bytes, value,
                                value_bytes);
   /* A repeated key, found by a later add (staged: when the area fills,
    * cow_map.c note 18), or an entry too large: a damaged store, as when
    * finish finds one (restore_keyed). */
-  return rc == EINVAL ? SL_ECORRUPT : rc;
+  if (rc == EINVAL)
+    rc = SL_ECORRUPT;
+  if (rc && !load->rc)
+    load->rc = rc;
+  return rc;
 }
 
 /* The message of a failed restore: which state, which instance, why (with
  * the store's own message when the store failed). */
-static int restore_failed(sl_job *job, const sl_instance *inst,
-                          const char *what, int rc) {
+/* reason: why, if not the store's last message (which a failure the
+ * store did not report would not be). */
+static int restore_failed_because(sl_job *job, const sl_instance *inst,
+                                  const char *what, int rc,
+                                  const char *reason) {
   /* Instances restore in parallel: copy the message whole (store.h). */
   char detail[1024] = "";
-  if (rc != ENOMEM)
+  if (reason)
+    snprintf(detail, sizeof detail, "%s", reason);
+  else if (rc != ENOMEM)
     sl_store_error_copy(job->cp->store, detail, sizeof detail);
   sl_job_fail(job, rc, "restoring %s of operator '%s' instance %d from "
               "checkpoint %" PRIu64 " in %s failed: %s%s%s",
@@ -115,6 +131,11 @@ static int restore_failed(sl_job *job, const sl_instance *inst,
               job->config.checkpoint.state_dir, sl_strerror(rc),
               detail[0] ? ": " : "", detail);
   return rc;
+}
+
+static int restore_failed(sl_job *job, const sl_instance *inst,
+                          const char *what, int rc) {
+  return restore_failed_because(job, inst, what, rc, 0);
 }
 
 static int restore_keyed(sl_job *job, sl_instance *inst) {
@@ -158,17 +179,25 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
   if (read && share >= prefault_min_entries() &&
       sl_prefault_start(&helper) == 0)
     sl_cow_map_load_prefault(inst->cp.keyed, helper, share);
+  restore_load load = {.map = inst->cp.keyed};
   if (read)
     rc = sl_store_read_state(cp->store, op, inst->cp.group_first,
-                             inst->cp.group_last, restore_entry,
-                             inst->cp.keyed);
+                             inst->cp.group_last, restore_entry, &load);
   if (read) { /* always ends the bulk load, also after an error */
     int finished = sl_cow_map_load_finish(inst->cp.keyed);
     sl_prefault_destroy(helper); /* stopped by the finish */
     /* The store's keys are unique: a duplicate means a damaged store. */
-    if (rc == 0 && finished)
+    if (rc == 0 && finished) {
       rc = finished == EINVAL ? SL_ECORRUPT : finished;
+      load.rc = rc;
+    }
   }
+  if (rc && rc == load.rc) /* the load's, not the store's */
+    return restore_failed_because(
+        job, inst, "keyed state", rc,
+        rc == SL_ECORRUPT ? "the store's entries repeat a key, or hold one "
+                            "over 1 GiB"
+                          : 0);
   return rc ? restore_failed(job, inst, "keyed state", rc) : 0;
 }
 

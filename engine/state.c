@@ -311,6 +311,10 @@ SL_EXPORT uint64_t sl_testing_state_copy_passes(const sl_job *job) {
   return keyed_maps_sum(job, sl_cow_map_copy_passes);
 }
 
+SL_EXPORT uint64_t sl_testing_state_load_staged(const sl_job *job) {
+  return keyed_maps_sum(job, sl_cow_map_load_staged);
+}
+
 /* ------------------------------------------------------------ state keys */
 
 /* state_key() for a 64-bit key (the first layout at the top). */

@@ -146,6 +146,11 @@ uint64_t sl_testing_state_index_drops(const sl_job *job);
  * NULL. */
 uint64_t sl_testing_state_copy_passes(const sl_job *job);
 
+/** Entries restored through a staged bulk load (storage/cow_map.c note
+ * 18), summed over job's keyed-state maps.  Call after sl_job_wait()
+ * returned, before sl_job_destroy(); 0 for NULL. */
+uint64_t sl_testing_state_load_staged(const sl_job *job);
+
 /** Versions an instance copies per step of a copy pass (engine/snapshot.c
  * note 14), instead of the default: 1 keeps a checkpoint's ack held for
  * many steps, so that a stop or the next barrier finds it held.  Call

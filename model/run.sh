@@ -42,7 +42,21 @@ for tool in spin gcc; do
 done
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The searches run in the background (start_search): stopped with the
+# script, before their directory goes.
+# stop() ends those still running by the PIDs they recorded (a search's
+# subshell, then its pan; each removes its file when it ends), before
+# their directory goes.
+stop() {
+  local f
+  for f in "$work"/*/search.pid "$work"/*/pan.pid; do
+    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null
+  done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap stop EXIT
+trap 'exit 130' INT TERM
 cp ./*.pml "$work"/
 
 # search NAME DFLAGS CFLAGS RUNFLAGS: generate, compile and run one
@@ -51,22 +65,30 @@ cp ./*.pml "$work"/
 search() {
   local name=$1 dflags=$2 cflags=$3 runflags=$4 dir="$work/$1" rc=0
   mkdir -p "$dir"
+  echo "$BASHPID" >"$dir/search.pid" # for stop(), while this runs
   cp "$work"/*.pml "$dir"/
   # shellcheck disable=SC2086
   (cd "$dir" && spin -a $dflags barrier.pml >spin.log 2>&1) || rc=2
   # shellcheck disable=SC2086
   [ "$rc" = 0 ] && { (cd "$dir" && gcc -O2 -w -DCOLLAPSE -DMEMLIM=4096 $cflags \
     -o pan pan.c >gcc.log 2>&1) || rc=2; }
-  # shellcheck disable=SC2086
-  [ "$rc" = 0 ] && { (cd "$dir" && ./pan -m1000000 -w25 $runflags >pan.log 2>&1) || true; }
+  # pan's PID in pan.pid, for stop(), while it runs.
+  [ "$rc" = 0 ] && {
+    # shellcheck disable=SC2086
+    (cd "$dir" && echo "$BASHPID" >pan.pid &&
+      exec ./pan -m1000000 -w25 $runflags >pan.log 2>&1) || true
+    rm -f "$dir/pan.pid"
+  }
   echo "$rc" >"$dir/status"
+  rm -f "$dir/search.pid"
 }
 
 # start_search ARGS...: search ARGS in the background, at most as many at
-# once as there are CPUs (each pan is one single-threaded process; the
-# searches are independent, so the order they finish in does not matter).
+# once as there are CPUs, or MODEL_JOBS (each pan is one single-threaded
+# process of up to MEMLIM, 4 GB; the searches are independent, so the
+# order they finish in does not matter).  wait -n: bash 4.3 or later.
 running=0
-jobs_max=$(nproc 2>/dev/null || echo 1)
+jobs_max=${MODEL_JOBS:-$(nproc 2>/dev/null || echo 1)}
 start_search() {
   if [ "$running" -ge "$jobs_max" ]; then
     wait -n || true
@@ -81,11 +103,16 @@ start_search() {
 verdict() {
   local name=$1 dir="$work/$1" log="$work/$1/pan.log"
   if [ "$(cat "$dir/status" 2>/dev/null || echo 2)" != 0 ]; then
+    say "$name: spin or gcc failed"
     cat "$dir/spin.log" "$dir/gcc.log" >&2 2>/dev/null || true
     return 2
   fi
   errors=$(awk '/errors:/{for(i=1;i<=NF;i++) if($i=="errors:") print $(i+1)}' "$log" | tail -n1)
-  errors=${errors:-1}
+  if [ -z "$errors" ]; then # pan died (out of memory?): no verdict at all
+    say "$name: pan ended without a summary"
+    tail -n 5 "$log" >&2 2>/dev/null || true
+    return 2
+  fi
   complete=1
   grep -q "Search not completed\|max search depth too small" "$log" && complete=0
   printf '%-26s %s\n' "$name" "$(grep -E 'errors:' "$log" | sed 's/^ *//')"

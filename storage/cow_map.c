@@ -308,7 +308,10 @@
  *    so within a partition they keep the order they were added in) and
  *    linked in that order, records and buckets fetched ahead.  Each round
  *    thus sweeps the table once, a page at a time, instead of jumping
- *    anywhere for every entry.  Versions are carved when their round
+ *    anywhere for every entry (while the table keeps its size: the
+ *    partitions are those of the table the load began with, and if more
+ *    entries come than it was reserved for, it grows, and linking moves
+ *    buckets as any load does, in a less orderly sweep).  Versions are carved when their round
  *    links them, so the arena is written in order as before.  The probe
  *    and the order proof are note 10's: each record carries whether it is
  *    to be probed, and a partition's records are linked in the order they
@@ -1662,7 +1665,7 @@ typedef struct stage_record {
 
 _Static_assert(SL_COW_MAX_BYTES < STAGE_PROBE, "the probe bit is free");
 _Static_assert(sizeof(stage_record) == 12, "records are 4-byte aligned");
-_Static_assert(SL_COW_STAGE_MAX_PARTS <= UINT32_MAX - 1, "counts fit");
+_Static_assert(STAGE_BUDGET_MAX / 16u <= UINT32_MAX, "counts fit 32 bits");
 
 static uint64_t stage_record_bytes(uint32_t key_bytes, uint32_t value_bytes) {
   return (sizeof(stage_record) + (uint64_t)key_bytes + value_bytes + 3u) &
@@ -1684,6 +1687,10 @@ static void stage_begin(sl_cow_map *m) {
                                                           : parts;
   uint64_t budget = m->stage_budget > STAGE_BUDGET_MAX ? STAGE_BUDGET_MAX
                                                        : m->stage_budget;
+  /* No more than the table's keys could take (32 bytes a bucket), so a
+   * small load does not pay for the whole area's pages. */
+  uint64_t fill = table->size * 32u;
+  budget = budget < fill ? budget : fill;
   budget = (budget + 3u) & ~(uint64_t)3u;
   /* An offset and a hash a record; records of 16 bytes or more fill the
    * budget first, smaller ones the arrays. */
@@ -1808,6 +1815,8 @@ static void stage_end(sl_cow_map *m, bool link) {
   if (link)
     stage_link_all(m);
   sl_alloc_free(&m->alloc, m->stage_area, (size_t)m->stage_area_bytes);
+  if (link) /* not wanted again: alloc.h note 7 */
+    sl_alloc_purge(&m->alloc);
   m->memory_bytes -= m->stage_area_bytes;
   m->stage_area = 0;
   m->stage_area_bytes = 0;

@@ -102,14 +102,16 @@
  * Caveats
  * - Between the first sl_cow_map_load_add() and sl_cow_map_load_finish()
  *   the only calls allowed on the map are more of those two,
- *   sl_cow_map_check(), sl_cow_map_memory_bytes(), the two counters for
- *   tests and sl_cow_map_destroy() (the others assert it).
+ *   sl_cow_map_check(), sl_cow_map_memory_bytes(), the bulk load's
+ *   counters for tests (sl_cow_map_load_probes, sl_cow_map_load_staged,
+ *   sl_cow_map_stage_links) and sl_cow_map_destroy() (the others assert
+ *   it).
  * - A duplicate key in a bulk load is reported by a later call than the
  *   one that added it (sl_cow_map_load_add() documents which).
  * - A bulk load into a large table is staged (cow_map.c note 18): its
  *   entries are linked in rounds, so visible later than in an unstaged
- *   one, and it holds an area of about 24 MiB (16 MiB of entries and
- *   their sort's arrays) until finish.
+ *   one, and it holds an area of up to 24 MiB (16 MiB of entries plus
+ *   8 MiB for their sort) until finish.
  */
 #ifndef SL_COW_MAP_H
 #define SL_COW_MAP_H
@@ -453,8 +455,9 @@ int sl_cow_map_load(sl_cow_map *map, const void *key, uint32_t key_bytes,
  * valid only during it (an LMDB cursor's pointers do).  The entry becomes
  * visible in the table up to SL_COW_LOAD_WINDOW calls later, or in
  * sl_cow_map_load_finish(); in a staged load (cow_map.c note 18), when
- * the staging area next fills, or in finish.  See the header's Caveats
- * for what may be called meanwhile.
+ * the staging area next fills, when an entry too large to stage is
+ * added, or in finish.  See the header's Caveats for what may be called
+ * meanwhile.
  *
  * Errors: ENOMEM (this entry not added); EINVAL if a size exceeds
  * SL_COW_MAX_BYTES (this entry not added), or if an entry added earlier
@@ -463,6 +466,11 @@ int sl_cow_map_load(sl_cow_map *map, const void *key, uint32_t key_bytes,
  * SL_COW_LOAD_WINDOW calls after it (staged: by the add that fills the
  * area, or its own if it is too large to stage), or by
  * sl_cow_map_load_finish().
+ *
+ * In a staged load, ENOMEM for a version is found when its round is
+ * linked, so it is reported late too, and that entry is lost; the round
+ * goes on linking the rest (a later copy of the lost key among them
+ * then stays).  The load has failed all the same.
  *
  * An error fails the bulk load for good (as a failed LMDB transaction): it
  * and every later sl_cow_map_load_add() and sl_cow_map_load_finish()
@@ -475,7 +483,9 @@ int sl_cow_map_load_add(sl_cow_map *map, uint32_t key_group, const void *key,
 
 /** End a bulk load: link every entry still waiting, and return 0 or the
  * bulk load's error (sl_cow_map_load_add()).  Bounded work: at most
- * SL_COW_LOAD_WINDOW entries.  Every call is allowed again afterwards.
+ * SL_COW_LOAD_WINDOW entries, or a staged load's area (cow_map.c note 18:
+ * up to 1M entries, a round of the load).  Every call is allowed again
+ * afterwards.
  * Calling it with no bulk load under way returns 0 (or the error of a
  * failed earlier one). */
 int sl_cow_map_load_finish(sl_cow_map *map);

@@ -381,22 +381,37 @@ static bool check_stage(const sl_cow_map *m, check_tally *tally) {
   CHECK(m->stage_parts >= 1 && m->stage_parts <= SL_COW_STAGE_MAX_PARTS);
   CHECK(m->stage_records <= m->stage_max_records);
   CHECK(m->stage_area + m->stage_used <= (const uint8_t *)m->stage_sorted);
-  uint64_t at = 0, counted = 0;
+  /* Each partition's count is its records' (the sort's slots rely on
+   * it): counted again here, down to 0. */
+  uint64_t *left = calloc(m->stage_parts, sizeof *left);
+  CHECK(left);
   for (uint32_t p = 0; p < m->stage_parts; p++)
-    counted += m->stage_counts[p];
-  CHECK(counted == m->stage_records);
-  for (uint32_t i = 0; i < m->stage_records; i++) {
+    left[p] = m->stage_counts[p];
+  uint64_t at = 0;
+  bool whole = true;
+  for (uint32_t i = 0; whole && i < m->stage_records; i++) {
     uint32_t header[3]; /* hash, key bytes (| probe bit), value bytes */
-    CHECK(at + sizeof header <= m->stage_used);
+    whole = at + sizeof header <= m->stage_used;
+    if (!whole)
+      break;
     memcpy(header, m->stage_area + at, sizeof header);
     uint32_t key_bytes = header[1] & 0x7fffffffu;
     uint64_t bytes =
         (sizeof header + (uint64_t)key_bytes + header[2] + 3u) & ~(uint64_t)3u;
-    CHECK(at + bytes <= m->stage_used);
-    CHECK(header[0] ==
-          (uint32_t)sl_cow_hash(m->stage_area + at + sizeof header, key_bytes));
+    uint32_t part = (uint32_t)((header[0] & m->stage_mask) >> m->stage_shift);
+    whole = key_bytes <= SL_COW_MAX_BYTES && header[2] <= SL_COW_MAX_BYTES &&
+            at + bytes <= m->stage_used && part < m->stage_parts &&
+            left[part] > 0 &&
+            header[0] == (uint32_t)sl_cow_hash(m->stage_area + at + sizeof header,
+                                               key_bytes);
+    if (whole)
+      left[part]--;
     at += bytes;
   }
+  for (uint32_t p = 0; whole && p < m->stage_parts; p++)
+    whole = left[p] == 0;
+  free(left);
+  CHECK(whole);
   CHECK(at == m->stage_used);
   tally->bytes += m->stage_area_bytes;
   return true;

@@ -122,6 +122,18 @@ static uint64_t arena_entries(sl_cow_map *map) {
 
 #define ARENA_CHUNK_BYTES_DOCUMENTED (UINT64_C(4) << 20) /* cow_map.h */
 
+static int address_order(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)*(const sl_cow_entry *const *)a;
+  uintptr_t y = (uintptr_t)*(const sl_cow_entry *const *)b;
+  return (x > y) - (x < y);
+}
+
+/* The arena chunk a carved version lies in (chunks are aligned to their
+ * size, cow_map.h). */
+static uintptr_t chunk_base(const sl_cow_entry *e) {
+  return (uintptr_t)e & ~(uintptr_t)(ARENA_CHUNK_BYTES_DOCUMENTED - 1);
+}
+
 /* A bulk-loaded state then goes through checkpoints as any other: random
  * writes (many to loaded entries: in place, other sizes, deletes), a
  * writer thread applying the frozen deltas while the writes go on, aborted
@@ -603,6 +615,8 @@ Test(cow_map, staged_load_finds_duplicates) {
     }
   }
   cr_assert_gt(failed_at, repeat_at);
+  /* A round holds at most 16 KiB / 16 records (cow_map.c stage_begin). */
+  cr_assert_leq(failed_at, repeat_at + (16u << 10) / 16u + 1u);
   cr_assert_eq(sl_cow_map_load_finish(map), EINVAL);
   cr_assert_eq(sl_cow_map_count(map), failed_at - 1, "all but the copy");
   const uint8_t *v = get_id(map, shuffled[3].id, &bytes);
@@ -745,6 +759,57 @@ Test(cow_map, staged_load_destroyed_midway) {
   cr_assert_eq(sl_cow_map_load_add(map, 0, in[0].key, in[0].key_bytes, "b", 1),
                0);
   cr_assert_eq(sl_cow_map_load_finish(map), EINVAL);
+  sl_cow_map_destroy(map);
+  free(in);
+}
+
+/* A round links its records partition by partition: the versions, carved
+ * one after another as they are linked, lie in partition order.  Empty
+ * keys and empty values stage like any other. */
+Test(cow_map, staged_load_links_in_partition_order) {
+  const uint64_t n = 2000;
+  load_input *in = load_inputs(n, 1, true, 0);
+  sl_cow_map *map;
+  cr_assert_eq(sl_cow_map_create(&map), 0);
+  /* 4096 buckets in partitions of 64: partition = (hash & 4095) >> 6. */
+  stage_small(map, 4096, 1u << 20);
+  model *state = model_new(n);
+  cr_assert_eq(bulk_load(map, state, in, n, false), 0);
+  cr_assert_eq(sl_cow_map_stage_links(map), 1, "one round, at finish");
+  cr_assert_eq(model_diff_map(state, map), 0);
+  /* One fresh arena chunk holds them all: address order is link order. */
+  const sl_cow_entry **by_address = calloc(n, sizeof *by_address);
+  cr_assert(by_address);
+  for (uint64_t i = 0; i < n; i++) {
+    uint32_t bytes = 0;
+    const uint8_t *v = get_id(map, in[i].id, &bytes);
+    cr_assert(v);
+    by_address[i] = version_of(v, in[i].key_bytes);
+  }
+  qsort(by_address, n, sizeof *by_address, address_order);
+  for (uint64_t i = 1; i < n; i++) {
+    cr_assert_eq(chunk_base(by_address[i]), chunk_base(by_address[0]));
+    cr_assert_leq((by_address[i - 1]->hash & 4095u) >> 6,
+                  (by_address[i]->hash & 4095u) >> 6, "version %lu",
+                  (unsigned long)i);
+  }
+  free(by_address);
+  sl_cow_map_destroy(map);
+  model_free(state);
+
+  cr_assert_eq(sl_cow_map_create(&map), 0);
+  stage_small(map, 4096, 1u << 20);
+  cr_assert_eq(sl_cow_map_load_add(map, 0, "", 0, "v", 1), 0);
+  cr_assert_eq(sl_cow_map_load_add(map, 0, "k", 1, "", 0), 0);
+  cr_assert(sl_cow_map_check(map));
+  cr_assert_eq(sl_cow_map_load_finish(map), 0);
+  cr_assert_eq(sl_cow_map_load_staged(map), 2);
+  cr_assert_eq(sl_cow_map_load_probes(map), 0);
+  uint32_t bytes = 9;
+  const uint8_t *v = sl_cow_map_get(map, "", 0, &bytes);
+  cr_assert(v && bytes == 1 && v[0] == 'v');
+  cr_assert(sl_cow_map_get(map, "k", 1, &bytes) && bytes == 0);
+  cr_assert(sl_cow_map_check(map));
   sl_cow_map_destroy(map);
   free(in);
 }
