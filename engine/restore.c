@@ -71,23 +71,13 @@
  * without (the thread's CPU 0.74-0.93), so 1M-entry states stay without. */
 #define RESTORE_PREFAULT_MIN_ENTRIES (UINT64_C(1) << 22)
 
-/* RESTORE_PREFAULT_MIN_ENTRIES, or the number SLUICE_PREFAULT_MIN_ENTRIES
- * holds. */
-static uint64_t prefault_min_entries(void) {
-  const char *text = getenv("SLUICE_PREFAULT_MIN_ENTRIES");
+/* The number the environment variable name holds, or otherwise (unset,
+ * or not a number) fallback.  For the overrides of notes 5 and 6. */
+static uint64_t env_number(const char *name, uint64_t fallback) {
+  const char *text = getenv(name);
   char *end = 0;
   unsigned long long n = text ? strtoull(text, &end, 10) : 0;
-  return text && end != text && *end == 0 ? (uint64_t)n
-                                          : RESTORE_PREFAULT_MIN_ENTRIES;
-}
-
-/* Note 6: SLUICE_STAGE_MIN_BUCKETS's number, or UINT64_MAX when it holds
- * none (the map's own default stands). */
-static uint64_t stage_min_buckets(void) {
-  const char *text = getenv("SLUICE_STAGE_MIN_BUCKETS");
-  char *end = 0;
-  unsigned long long n = text ? strtoull(text, &end, 10) : 0;
-  return text && end != text && *end == 0 ? (uint64_t)n : UINT64_MAX;
+  return text && end != text && *end == 0 ? (uint64_t)n : fallback;
 }
 
 /* The bulk load a restore feeds, and the first error it returned. */
@@ -112,10 +102,10 @@ static int restore_entry(void *arg, uint16_t key_group, const void *key,
   return rc;
 }
 
-/* The message of a failed restore: which state, which instance, why (with
- * the store's own message when the store failed). */
-/* reason: why, if not the store's last message (which a failure the
- * store did not report would not be). */
+/* The message of a failed restore: which state, which instance, why:
+ * reason, or else the store's own message (a failure the store did not
+ * report, such as the load's, passes its reason, as the store's last
+ * message would not be about it). */
 static int restore_failed_because(sl_job *job, const sl_instance *inst,
                                   const char *what, int rc,
                                   const char *reason) {
@@ -167,8 +157,9 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
     uint64_t margin = groups < job->config.max_parallelism ? share / 4 : 0;
     rc = sl_cow_map_reserve(inst->cp.keyed, share + margin);
   }
-  uint64_t stage_min = stage_min_buckets();
-  if (stage_min != UINT64_MAX) /* note 6 */
+  /* Note 6: UINT64_MAX, no override: the map's own default stands. */
+  uint64_t stage_min = env_number("SLUICE_STAGE_MIN_BUCKETS", UINT64_MAX);
+  if (stage_min != UINT64_MAX)
     sl_cow_map_set_load_stage(inst->cp.keyed, stage_min,
                               SL_COW_STAGE_REGION_BUCKETS,
                               SL_COW_STAGE_BUDGET_BYTES);
@@ -176,7 +167,8 @@ static int restore_keyed(sl_job *job, sl_instance *inst) {
   /* Note 5: a helper faults in what the load will write, if it is worth a
    * thread and one can be had (without one the load faults as before). */
   sl_prefault *helper = 0;
-  if (read && share >= prefault_min_entries() &&
+  if (read && share >= env_number("SLUICE_PREFAULT_MIN_ENTRIES",
+                                  RESTORE_PREFAULT_MIN_ENTRIES) &&
       sl_prefault_start(&helper) == 0)
     sl_cow_map_load_prefault(inst->cp.keyed, helper, share);
   restore_load load = {.map = inst->cp.keyed};

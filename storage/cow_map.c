@@ -1627,6 +1627,7 @@ static void load_enqueue(sl_cow_map *m, sl_cow_entry *e) {
   if (m->rehashing) /* find_link() reads the old table's bucket as well */
     PREFETCH(bucket_of(m, 0, e->hash), 0);
   uint32_t mask = SL_COW_LOAD_WINDOW - 1;
+  assert(!m->stage_area); /* a staged load links by rounds (note 18) */
   assert(m->load_count < SL_COW_LOAD_WINDOW);
   m->load_window[(m->load_first + m->load_count) & mask] = e;
   m->load_count++;
@@ -1647,15 +1648,6 @@ static void load_enqueue(sl_cow_map *m, sl_cow_entry *e) {
 
 /* ----------------------------------------- the staged bulk load (note 18) */
 
-/* A staged record: its header, then the key and the value, padded to 4
- * bytes.  The key's size carries STAGE_PROBE when the entry is to be
- * probed.  (SL_COW_MAX_BYTES leaves the bit free.) */
-typedef struct stage_record {
-  uint32_t hash; /* as the version keeps it (sl_cow_entry.hash) */
-  uint32_t key_bytes;
-  uint32_t value_bytes;
-} stage_record;
-#define STAGE_PROBE 0x80000000u
 /* The most bytes staged at once: the offsets are 32-bit. */
 #define STAGE_BUDGET_MAX (UINT64_C(1) << 30)
 /* How far ahead of the record being linked the records, and their
@@ -1663,14 +1655,8 @@ typedef struct stage_record {
 #define STAGE_RECORD_AHEAD 16u
 #define STAGE_BUCKET_AHEAD 8u
 
-_Static_assert(SL_COW_MAX_BYTES < STAGE_PROBE, "the probe bit is free");
-_Static_assert(sizeof(stage_record) == 12, "records are 4-byte aligned");
+_Static_assert(SL_COW_MAX_BYTES < COW_STAGE_PROBE, "the probe bit is free");
 _Static_assert(STAGE_BUDGET_MAX / 16u <= UINT32_MAX, "counts fit 32 bits");
-
-static uint64_t stage_record_bytes(uint32_t key_bytes, uint32_t value_bytes) {
-  return (sizeof(stage_record) + (uint64_t)key_bytes + value_bytes + 3u) &
-         ~(uint64_t)3u;
-}
 
 static inline uint32_t stage_part(const sl_cow_map *m, uint32_t hash) {
   return (uint32_t)((hash & m->stage_mask) >> m->stage_shift);
@@ -1718,8 +1704,8 @@ static void stage_begin(sl_cow_map *m) {
 }
 
 /* Link one staged record. */
-static void stage_link_record(sl_cow_map *m, const stage_record *r) {
-  uint32_t key_bytes = r->key_bytes & ~STAGE_PROBE;
+static void stage_link_record(sl_cow_map *m, const cow_stage_record *r) {
+  uint32_t key_bytes = r->key_bytes & ~COW_STAGE_PROBE;
   const uint8_t *key = (const uint8_t *)(r + 1);
   sl_cow_entry *e = clean_version_new(m, r->hash, key, key_bytes,
                                       key + key_bytes, r->value_bytes);
@@ -1729,7 +1715,7 @@ static void stage_link_record(sl_cow_map *m, const stage_record *r) {
   }
   if (m->load_previous == key) /* the key order's mark moves to it */
     m->load_previous = e->data;
-  load_link(m, e, (r->key_bytes & STAGE_PROBE) != 0);
+  load_link(m, e, (r->key_bytes & COW_STAGE_PROBE) != 0);
 }
 
 /* Link every staged record, partition by partition, in the order they
@@ -1751,11 +1737,11 @@ static void stage_link_all(sl_cow_map *m) {
   }
   assert(start == n);
   for (uint64_t at = 0; at < m->stage_used;) {
-    const stage_record *r = (const stage_record *)(area + at);
+    const cow_stage_record *r = (const cow_stage_record *)(area + at);
     uint32_t slot = counts[stage_part(m, r->hash)]++;
     sorted[slot] = (uint32_t)at;
     hashes[slot] = r->hash;
-    at += stage_record_bytes(r->key_bytes & ~STAGE_PROBE, r->value_bytes);
+    at += cow_stage_record_bytes(r->key_bytes & ~COW_STAGE_PROBE, r->value_bytes);
   }
   for (uint32_t i = 0; i < n; i++) {
     /* The prefetches are written here, not in a helper (load_enqueue). */
@@ -1764,7 +1750,7 @@ static void stage_link_all(sl_cow_map *m) {
     if (i + STAGE_BUCKET_AHEAD < n)
       PREFETCH(bucket_of(m, m->rehashing ? 1 : 0, hashes[i + STAGE_BUCKET_AHEAD]),
                1);
-    stage_link_record(m, (const stage_record *)(area + sorted[i]));
+    stage_link_record(m, (const cow_stage_record *)(area + sorted[i]));
   }
   memset(counts, 0, (size_t)m->stage_parts * sizeof *counts);
   m->stage_used = 0;
@@ -1778,7 +1764,7 @@ static void stage_link_all(sl_cow_map *m) {
 static bool stage_add(sl_cow_map *m, bool probe, uint64_t hash,
                       const void *key, uint32_t key_bytes, const void *value,
                       uint32_t value_bytes) {
-  uint64_t need = stage_record_bytes(key_bytes, value_bytes);
+  uint64_t need = cow_stage_record_bytes(key_bytes, value_bytes);
   uint64_t budget = (uint64_t)((uint8_t *)m->stage_sorted - m->stage_area);
   if (need > budget)
     return false;
@@ -1788,9 +1774,9 @@ static bool stage_add(sl_cow_map *m, bool probe, uint64_t hash,
     if (m->load_error)
       return true; /* failed: the caller reports it, adds nothing */
   }
-  stage_record *r = (stage_record *)(m->stage_area + m->stage_used);
+  cow_stage_record *r = (cow_stage_record *)(m->stage_area + m->stage_used);
   r->hash = (uint32_t)hash;
-  r->key_bytes = key_bytes | (probe ? STAGE_PROBE : 0);
+  r->key_bytes = key_bytes | (probe ? COW_STAGE_PROBE : 0);
   r->value_bytes = value_bytes;
   uint8_t *bytes = (uint8_t *)(r + 1);
   if (key_bytes)
@@ -1882,26 +1868,22 @@ int sl_cow_map_load_add(sl_cow_map *m, uint32_t key_group, const void *key,
     stage_link_all(m);
     if (m->load_error)
       return m->load_error;
-    sl_cow_entry *e =
-        clean_version_new(m, hash, key, key_bytes, value, value_bytes);
-    if (!e)
-      return load_fail(m, ENOMEM);
-    if (m->load_sorted) {
-      m->load_previous = e->data;
-      m->load_previous_bytes = key_bytes;
-    }
-    load_link(m, e, !m->load_sorted);
-    return m->load_error;
   }
   sl_cow_entry *e =
       clean_version_new(m, hash, key, key_bytes, value, value_bytes);
   if (!e)
     return load_fail(m, ENOMEM);
   if (m->load_sorted) {
-    assert(m->load_unprobed == m->load_count); /* a prefix of the ring */
-    m->load_unprobed++;
     m->load_previous = e->data;
     m->load_previous_bytes = key_bytes;
+  }
+  if (m->stage_area) {
+    load_link(m, e, !m->load_sorted);
+    return m->load_error;
+  }
+  if (m->load_sorted) {
+    assert(m->load_unprobed == m->load_count); /* a prefix of the ring */
+    m->load_unprobed++;
   }
   load_enqueue(m, e);
   return 0;

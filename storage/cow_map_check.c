@@ -390,20 +390,19 @@ static bool check_stage(const sl_cow_map *m, check_tally *tally) {
   uint64_t at = 0;
   bool whole = true;
   for (uint32_t i = 0; whole && i < m->stage_records; i++) {
-    uint32_t header[3]; /* hash, key bytes (| probe bit), value bytes */
-    whole = at + sizeof header <= m->stage_used;
+    cow_stage_record r;
+    whole = at + sizeof r <= m->stage_used;
     if (!whole)
       break;
-    memcpy(header, m->stage_area + at, sizeof header);
-    uint32_t key_bytes = header[1] & 0x7fffffffu;
-    uint64_t bytes =
-        (sizeof header + (uint64_t)key_bytes + header[2] + 3u) & ~(uint64_t)3u;
-    uint32_t part = (uint32_t)((header[0] & m->stage_mask) >> m->stage_shift);
-    whole = key_bytes <= SL_COW_MAX_BYTES && header[2] <= SL_COW_MAX_BYTES &&
+    memcpy(&r, m->stage_area + at, sizeof r);
+    uint32_t key_bytes = r.key_bytes & ~COW_STAGE_PROBE;
+    uint64_t bytes = cow_stage_record_bytes(key_bytes, r.value_bytes);
+    uint32_t part = (uint32_t)((r.hash & m->stage_mask) >> m->stage_shift);
+    whole = key_bytes <= SL_COW_MAX_BYTES && r.value_bytes <= SL_COW_MAX_BYTES &&
             at + bytes <= m->stage_used && part < m->stage_parts &&
             left[part] > 0 &&
-            header[0] == (uint32_t)sl_cow_hash(m->stage_area + at + sizeof header,
-                                               key_bytes);
+            r.hash == (uint32_t)sl_cow_hash(m->stage_area + at + sizeof r,
+                                            key_bytes);
     if (whole)
       left[part]--;
     at += bytes;

@@ -64,6 +64,23 @@ typedef struct arena_chunk {
   uint32_t versions;   /* carved and not yet freed */
 } arena_chunk;
 
+/* A record of the staged bulk load (cow_map.c note 18): this header,
+ * then the key and the value, padded to 4 bytes.  The key's size carries
+ * COW_STAGE_PROBE when the entry is to be probed. */
+typedef struct cow_stage_record {
+  uint32_t hash; /* as the version keeps it (sl_cow_entry.hash) */
+  uint32_t key_bytes;
+  uint32_t value_bytes;
+} cow_stage_record;
+#define COW_STAGE_PROBE 0x80000000u
+_Static_assert(sizeof(cow_stage_record) == 12, "records are 4-byte aligned");
+
+static inline uint64_t cow_stage_record_bytes(uint32_t key_bytes,
+                                              uint32_t value_bytes) {
+  return (sizeof(cow_stage_record) + (uint64_t)key_bytes + value_bytes + 3u) &
+         ~(uint64_t)3u;
+}
+
 typedef struct cow_table {
   sl_cow_entry **buckets;
   uint64_t size; /* buckets: a power of two, or 0 when unused */

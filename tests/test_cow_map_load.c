@@ -94,6 +94,68 @@ static int bulk_load(sl_cow_map *map, model *state, const load_input *in,
   return rc ? rc : finished;
 }
 
+/* Bulk-adds in[0..n) (sorted, into state too), then in[n - 1]'s key again
+ * with another value: equal is out of order, so that copy is probed.  The
+ * load is not finished. */
+static void add_sorted_then_last_again(sl_cow_map *map, model *state,
+                                       const load_input *in, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    uint8_t value[VALUE_MAX_BYTES];
+    uint32_t bytes = load_value(in[i].id, value);
+    cr_assert_eq(sl_cow_map_load_add(map, in[i].group, in[i].key,
+                                     in[i].key_bytes, value, bytes), 0);
+    model_put(state, in[i].id, value, bytes);
+  }
+  const load_input *last = &in[n - 1];
+  cr_assert_eq(sl_cow_map_load_add(map, last->group, last->key,
+                                   last->key_bytes, "other", 5), 0);
+}
+
+/* Loads in[0..n) (sorted, in 3 key groups) into map, with the entry at
+ * n - 100 moved to the end in group 0 (in[] is reordered so): no error,
+ * only that entry probed, and map destroyed after. */
+static void load_order_broken(sl_cow_map *map, load_input *in, uint64_t n) {
+  model *loaded = model_new(n);
+  uint64_t break_at = n - 100;
+  load_input moved = in[break_at];
+  moved.group = 0; /* in[] ends with group 2 */
+  memmove(&in[break_at], &in[break_at + 1], (n - break_at - 1) * sizeof *in);
+  in[n - 1] = moved;
+  cr_assert_eq(bulk_load(map, loaded, in, n, true), 0);
+  cr_assert_eq(sl_cow_map_load_probes(map), 1, "only the entry out of order");
+  cr_assert_eq(model_diff_map(loaded, map), 0);
+  cr_assert(sl_cow_map_check(map));
+  sl_cow_map_destroy(map);
+  model_free(loaded);
+}
+
+/* Bulk-adds shuffled[0..n), but shuffled[3] again in place of
+ * shuffled[repeat_at], until an add fails (EINVAL, asserted): the index of
+ * that add, or n if none failed.  The load is not finished. */
+static uint64_t add_with_repeat(sl_cow_map *map, const load_input *shuffled,
+                                uint64_t n, uint64_t repeat_at) {
+  for (uint64_t i = 0; i < n; i++) {
+    const load_input *x = i == repeat_at ? &shuffled[3] : &shuffled[i];
+    uint8_t value[VALUE_MAX_BYTES];
+    uint32_t bytes = load_value(x->id, value);
+    int rc = sl_cow_map_load_add(map, 0, x->key, x->key_bytes, value, bytes);
+    if (rc) {
+      cr_assert_eq(rc, EINVAL);
+      return i;
+    }
+  }
+  return n;
+}
+
+/* x's key holds the value x was first loaded with. */
+static void assert_first_copy(sl_cow_map *map, const load_input *x) {
+  uint8_t value[VALUE_MAX_BYTES];
+  uint32_t bytes = 0, first_bytes = load_value(x->id, value);
+  const uint8_t *v = get_id(map, x->id, &bytes);
+  cr_assert(v && bytes == first_bytes && memcmp(v, value, bytes) == 0,
+            "the first copy stays");
+}
+
 /* Bytes of one version as cow_map.c allocates it: header, key padded to 8,
  * value area padded to 8 and at least 8. */
 static uint64_t version_bytes(uint32_t key_bytes, uint32_t value_bytes) {
@@ -353,15 +415,7 @@ Test(cow_map, bulk_load_finds_duplicates) {
   cr_assert_eq(sl_cow_map_create(&map), 0);
   model *state = model_new(n);
   load_input *in = load_inputs(n, 3, true, 0);
-  for (uint64_t i = 0; i < n; i++) {
-    bytes = load_value(in[i].id, value);
-    cr_assert_eq(sl_cow_map_load_add(map, in[i].group, in[i].key,
-                                     in[i].key_bytes, value, bytes), 0);
-    model_put(state, in[i].id, value, bytes);
-  }
-  const load_input *last = &in[n - 1];
-  cr_assert_eq(sl_cow_map_load_add(map, last->group, last->key,
-                                   last->key_bytes, "other", 5), 0);
+  add_sorted_then_last_again(map, state, in, n);
   cr_assert_eq(sl_cow_map_load_finish(map), EINVAL);
   cr_assert_eq(sl_cow_map_load_probes(map), 1);
   cr_assert_eq(sl_cow_map_count(map), n);
@@ -378,26 +432,15 @@ Test(cow_map, bulk_load_finds_duplicates) {
    * SL_COW_LOAD_WINDOW adds; everything before stays linked. */
   cr_assert_eq(sl_cow_map_create(&map), 0);
   load_input *shuffled = load_inputs(n, 1, false, 5);
-  uint64_t repeat_at = n / 2, failed_at = UINT64_MAX;
-  for (uint64_t i = 0; i < n; i++) {
-    const load_input *x = i == repeat_at ? &shuffled[3] : &shuffled[i];
-    bytes = load_value(x->id, value);
-    int rc = sl_cow_map_load_add(map, 0, x->key, x->key_bytes, value, bytes);
-    if (rc) {
-      cr_assert_eq(rc, EINVAL);
-      failed_at = i;
-      break;
-    }
-  }
+  uint64_t repeat_at = n / 2;
+  uint64_t failed_at = add_with_repeat(map, shuffled, n, repeat_at);
   cr_assert_gt(failed_at, repeat_at);
   cr_assert_leq(failed_at, repeat_at + SL_COW_LOAD_WINDOW);
   cr_assert_eq(sl_cow_map_load_finish(map), EINVAL);
   cr_assert_eq(sl_cow_map_count(map), failed_at - 1, "all but the copy");
   /* Probed: all but the random order's first ascending run. */
   cr_assert_geq(sl_cow_map_load_probes(map) + 10, failed_at);
-  const uint8_t *v = get_id(map, shuffled[3].id, &bytes);
-  uint32_t first_bytes = load_value(shuffled[3].id, value);
-  cr_assert(v && bytes == first_bytes && memcmp(v, value, bytes) == 0);
+  assert_first_copy(map, &shuffled[3]);
   cr_assert(sl_cow_map_check(map));
   sl_cow_map_destroy(map);
 
@@ -431,17 +474,7 @@ Test(cow_map, bulk_load_finds_duplicates) {
   /* 5. Order broken without a duplicate (a key group goes back): no
    * error; the entries from the break on are probed. */
   cr_assert_eq(sl_cow_map_create(&map), 0);
-  model *loaded = model_new(n);
-  uint64_t break_at = n - 100;
-  load_input moved = in[break_at];
-  moved.group = 0; /* in[] ends with group 2 */
-  memmove(&in[break_at], &in[break_at + 1], (n - break_at - 1) * sizeof *in);
-  in[n - 1] = moved;
-  cr_assert_eq(bulk_load(map, loaded, in, n, true), 0);
-  cr_assert_eq(sl_cow_map_load_probes(map), 1, "only the entry out of order");
-  cr_assert_eq(model_diff_map(loaded, map), 0);
-  cr_assert(sl_cow_map_check(map));
-  sl_cow_map_destroy(map);
+  load_order_broken(map, in, n);
   /* Shuffled: the order breaks at once. */
   cr_assert_eq(sl_cow_map_create(&map), 0);
   cr_assert_eq(bulk_load(map, 0, shuffled, n, false), 0);
@@ -449,7 +482,6 @@ Test(cow_map, bulk_load_finds_duplicates) {
   cr_assert_eq(sl_cow_map_count(map), n);
   cr_assert(sl_cow_map_check(map));
   sl_cow_map_destroy(map);
-  model_free(loaded);
   model_free(state);
   free(shuffled);
   free(in);
@@ -570,7 +602,6 @@ Test(cow_map, staged_load_matches_unstaged) {
  * error. */
 Test(cow_map, staged_load_finds_duplicates) {
   const uint64_t n = 6000;
-  uint8_t value[VALUE_MAX_BYTES];
   uint32_t bytes;
   /* 1. Sorted, then the last key again: found by finish, one probe. */
   sl_cow_map *map;
@@ -578,15 +609,7 @@ Test(cow_map, staged_load_finds_duplicates) {
   stage_small(map, n, 16u << 10);
   model *state = model_new(n);
   load_input *in = load_inputs(n, 3, true, 0);
-  for (uint64_t i = 0; i < n; i++) {
-    bytes = load_value(in[i].id, value);
-    cr_assert_eq(sl_cow_map_load_add(map, in[i].group, in[i].key,
-                                     in[i].key_bytes, value, bytes), 0);
-    model_put(state, in[i].id, value, bytes);
-  }
-  const load_input *last = &in[n - 1];
-  cr_assert_eq(sl_cow_map_load_add(map, last->group, last->key,
-                                   last->key_bytes, "other", 5), 0);
+  add_sorted_then_last_again(map, state, in, n);
   cr_assert(sl_cow_map_check(map));
   cr_assert_eq(sl_cow_map_load_finish(map), EINVAL);
   cr_assert_eq(sl_cow_map_load_staged(map), n + 1);
@@ -603,25 +626,14 @@ Test(cow_map, staged_load_finds_duplicates) {
   cr_assert_eq(sl_cow_map_create(&map), 0);
   stage_small(map, n, 16u << 10);
   load_input *shuffled = load_inputs(n, 1, false, 5);
-  uint64_t repeat_at = n / 2, failed_at = n;
-  for (uint64_t i = 0; i < n; i++) {
-    const load_input *x = i == repeat_at ? &shuffled[3] : &shuffled[i];
-    bytes = load_value(x->id, value);
-    int rc = sl_cow_map_load_add(map, 0, x->key, x->key_bytes, value, bytes);
-    if (rc) {
-      cr_assert_eq(rc, EINVAL);
-      failed_at = i;
-      break;
-    }
-  }
+  uint64_t repeat_at = n / 2;
+  uint64_t failed_at = add_with_repeat(map, shuffled, n, repeat_at);
   cr_assert_gt(failed_at, repeat_at);
   /* A round holds at most 16 KiB / 16 records (cow_map.c stage_begin). */
   cr_assert_leq(failed_at, repeat_at + (16u << 10) / 16u + 1u);
   cr_assert_eq(sl_cow_map_load_finish(map), EINVAL);
   cr_assert_eq(sl_cow_map_count(map), failed_at - 1, "all but the copy");
-  const uint8_t *v = get_id(map, shuffled[3].id, &bytes);
-  uint32_t first_bytes = load_value(shuffled[3].id, value);
-  cr_assert(v && bytes == first_bytes && memcmp(v, value, bytes) == 0);
+  assert_first_copy(map, &shuffled[3]);
   cr_assert(sl_cow_map_check(map));
   sl_cow_map_destroy(map);
 
@@ -634,7 +646,7 @@ Test(cow_map, staged_load_finds_duplicates) {
   cr_assert_eq(bulk_load(map, 0, in, n, true), EINVAL);
   cr_assert_eq(sl_cow_map_load_probes(map), sl_cow_map_load_staged(map));
   cr_assert_geq(sl_cow_map_load_probes(map), 11);
-  v = sl_cow_map_get(map, in[10].key, in[10].key_bytes, &bytes);
+  const uint8_t *v = sl_cow_map_get(map, in[10].key, in[10].key_bytes, &bytes);
   cr_assert(v && bytes == 4 && memcmp(v, "held", 4) == 0);
   cr_assert(sl_cow_map_check(map));
   sl_cow_map_destroy(map);
@@ -642,18 +654,7 @@ Test(cow_map, staged_load_finds_duplicates) {
   /* 4. Order broken without a duplicate: no error; probed from the break. */
   cr_assert_eq(sl_cow_map_create(&map), 0);
   stage_small(map, n, 16u << 10);
-  model *loaded = model_new(n);
-  uint64_t break_at = n - 100;
-  load_input moved = in[break_at];
-  moved.group = 0; /* in[] ends with group 2 */
-  memmove(&in[break_at], &in[break_at + 1], (n - break_at - 1) * sizeof *in);
-  in[n - 1] = moved;
-  cr_assert_eq(bulk_load(map, loaded, in, n, true), 0);
-  cr_assert_eq(sl_cow_map_load_probes(map), 1, "only the entry out of order");
-  cr_assert_eq(model_diff_map(loaded, map), 0);
-  cr_assert(sl_cow_map_check(map));
-  sl_cow_map_destroy(map);
-  model_free(loaded);
+  load_order_broken(map, in, n);
   model_free(state);
   free(shuffled);
   free(in);
