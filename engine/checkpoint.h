@@ -153,6 +153,9 @@ typedef struct sl_instance_checkpoint {
   uint8_t memo_kind;
   uint64_t memo_key;
   uint64_t memo_hash;
+  /* Slices whose chains' second entries were fetched too (runtime.c note
+   * 13, sl_state_prefetch_stages); for sl_testing_state_chain_prefetches. */
+  uint64_t chain_prefetches;
   /* Byte-string keys (state.c): every keyed channel is byte-keyed; then
    * current_key is the hash of the key_data_bytes bytes at key_data (a
    * copy owned by the instance, or a timer's), valid with key_valid. */

@@ -316,6 +316,10 @@ struct sl_job {
    * (restore.c); 0: never. */
   uint32_t test_index_fail_nth;
   uint32_t test_copy_budget; /* sl_testing_state_copy_budget; 0: default */
+  /* sl_testing_state_chain_prefetch: the state size from which chains'
+   * second entries are fetched ahead, instead of state.c's default. */
+  bool test_chain_prefetch;
+  uint64_t test_chain_prefetch_bytes;
   /* Fault injection (inject.c). */
   struct sl_fault_plan *faults; /* NULL: none */
   char *faults_text;            /* owned copy of config.faults */
@@ -530,6 +534,11 @@ int sl_byte_key_compute(sl_ctx *ctx, const sl_channel *ch);
 bool sl_state_prefetch_on(const sl_ctx *ctx);
 void sl_state_prefetch_hashes(sl_ctx *ctx, const uint64_t *record_keys,
                               uint32_t count, uint64_t *hashes);
+/* Once sl_state_prefetch_on() said yes: the sl_cow_map_prefetch() stages
+ * worth running, 2, or 3 when the state is at least
+ * SL_PREFETCH_CHAIN_MIN_STATE_BYTES (state.c), where a chain's second
+ * entry is a miss to memory too. */
+uint32_t sl_state_prefetch_stages(const sl_ctx *ctx);
 
 static inline bool sl_channel_bytes(const sl_channel *ch) {
   return ch->key == sl_byte_key_route;

@@ -124,7 +124,17 @@
  *    at 1M keys, 1.4x at 100K, a wash at 10K, where the state is in L3
  *    and the extra work costs about what the misses did; there it keeps
  *    what checkpoints add to latency_bench's p99 small, so only states
- *    under state.c's 256 KiB threshold are left out.
+ *    under state.c's 256 KiB threshold are left out.  A third miss
+ *    remained: a chain whose first entry holds another key (a third to a
+ *    half of lookups, at a load factor of 1/2 to 1) sends the lookup on to
+ *    the second, unfetched.  In a state of SL_PREFETCH_CHAIN_MIN_STATE_BYTES
+ *    or more (state.c: 32 MiB), a third stage fetches it, a group ahead:
+ *    at 1M keys P2 1.17x the rate, P3 1.22x, at 4M keys P2 1.13x
+ *    (bench/README.md); below, where the second entry is in L2 or L3,
+ *    the stage costs more than it hides (P2 0.92x at 10K keys).  A slice
+ *    runs with two stages or three in one of two functions, each with its
+ *    loops unrolled: one function for both, with a variable count, cost
+ *    P2 about 3% at 10K keys.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -141,7 +151,9 @@
 #define SL_STOP_CHECK_RECORDS 64
 /* Note 13: records whose state entries are fetched a group ahead. */
 #define PREFETCH_GROUP 8u
-#define PREFETCH_STAGES 2u /* sl_cow_map_prefetch's stages 0 and 1 */
+/* sl_cow_map_prefetch's stages 0 to 2; the third only in large states
+ * (sl_state_prefetch_stages). */
+#define PREFETCH_STAGES_MAX 3u
 _Static_assert(SL_STOP_CHECK_RECORDS <= SL_COW_PREFETCH_MAX,
                "a slice's keys are prefetched in one call");
 
@@ -586,10 +598,13 @@ static inline void prefetch_group(const sl_cow_map *map,
 
 /* Note 13: the records of one slice [at, end) of entry e through a
  * process operator that used keyed state, their keys computed first and
- * the state they will likely touch fetched ahead. */
-static __attribute__((noinline)) int
-keyed_slice(sl_instance *inst, int input, const sl_entry *e, sl_record *rec,
-            const uint8_t *at, const uint8_t *end, uint32_t stride) {
+ * the state they will likely touch fetched ahead, in `stages` stages: a
+ * constant in each of the two functions below, so that each has the
+ * loops unrolled for its own. */
+static inline __attribute__((always_inline)) int
+slice_prefetched(sl_instance *inst, int input, const sl_entry *e,
+                 sl_record *rec, const uint8_t *at, const uint8_t *end,
+                 uint32_t stride, const uint32_t stages) {
   uint64_t keys[SL_STOP_CHECK_RECORDS];
   uint64_t hashes[SL_STOP_CHECK_RECORDS];
   uint32_t count = (uint32_t)((size_t)(end - at) / stride);
@@ -605,11 +620,11 @@ keyed_slice(sl_instance *inst, int input, const sl_entry *e, sl_record *rec,
    * buckets of the records two groups ahead are fetched and the entries
    * of those one group ahead (whose buckets arrived meanwhile), so both
    * of a record's misses were under way for a while when it is
-   * processed, and a few dozen at most are in flight at once.  The first
-   * groups of a slice get their stages here, one after the other, and
-   * wait once.  A third
-   * stage, for a chain's second entry, cost more than it saved at 10K
-   * keys. */
+   * processed, and a few dozen at most are in flight at once.  In a large
+   * state a third stage fetches, one group ahead, the second entry of
+   * each chain whose first holds another key, and the other two stages
+   * run a group earlier.  The first groups of a slice get their stages
+   * here, one after the other, and wait once. */
   const uint8_t *p = at;
   for (uint32_t i = 0; i < count; i++, p += stride) {
     if (data_offset)
@@ -619,15 +634,15 @@ keyed_slice(sl_instance *inst, int input, const sl_entry *e, sl_record *rec,
   }
   sl_state_prefetch_hashes(inst, keys, count, hashes);
   const sl_cow_map *map = inst->cp.keyed;
-  for (uint32_t stage = 0; stage < PREFETCH_STAGES; stage++)
-    for (uint32_t group = 0; group < PREFETCH_STAGES - stage; group++)
+  for (uint32_t stage = 0; stage < stages; stage++)
+    for (uint32_t group = 0; group < stages - stage; group++)
       prefetch_group(map, hashes, count, group, (int)stage);
   for (uint32_t i = 0; i < count; i++, at += stride) {
     if (i % PREFETCH_GROUP == 0) {
-      /* Stage s for the records PREFETCH_STAGES - s groups ahead. */
+      /* Stage s for the records stages - s groups ahead. */
       uint32_t group = i / PREFETCH_GROUP;
-      for (uint32_t stage = 0; stage < PREFETCH_STAGES; stage++)
-        prefetch_group(map, hashes, count, group + PREFETCH_STAGES - stage,
+      for (uint32_t stage = 0; stage < stages; stage++)
+        prefetch_group(map, hashes, count, group + stages - stage,
                        (int)stage);
     }
     if (data_offset)
@@ -639,6 +654,21 @@ keyed_slice(sl_instance *inst, int input, const sl_entry *e, sl_record *rec,
       return rc;
   }
   return 0;
+}
+
+static __attribute__((noinline)) int
+keyed_slice(sl_instance *inst, int input, const sl_entry *e, sl_record *rec,
+            const uint8_t *at, const uint8_t *end, uint32_t stride) {
+  return slice_prefetched(inst, input, e, rec, at, end, stride, 2);
+}
+
+/* keyed_slice with the third stage, in a large state (state.c). */
+static __attribute__((noinline)) int
+keyed_slice_chains(sl_instance *inst, int input, const sl_entry *e,
+                   sl_record *rec, const uint8_t *at, const uint8_t *end,
+                   uint32_t stride) {
+  inst->cp.chain_prefetches++;
+  return slice_prefetched(inst, input, e, rec, at, end, stride, 3);
 }
 
 static inline __attribute__((always_inline)) int
@@ -660,7 +690,10 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
         (size_t)(end - at) > slice_bytes ? at + slice_bytes : end;
     if (kind == SL_OP_PROCESS && unlikely(inst->cp.hint_kind != 0) &&
         sl_state_prefetch_on(inst)) {
-      rc = keyed_slice(inst, input, e, &rec, at, slice_end, stride);
+      rc = sl_state_prefetch_stages(inst) == PREFETCH_STAGES_MAX
+               ? keyed_slice_chains(inst, input, e, &rec, at, slice_end,
+                                    stride)
+               : keyed_slice(inst, input, e, &rec, at, slice_end, stride);
       at = rc == 0 ? slice_end : at; /* a failure ends the entry anyway */
     } else if (e->flags & SL_ENTRY_HAS_TS) {
       for (; at < slice_end && rc == 0; at += stride) {

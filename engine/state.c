@@ -68,6 +68,19 @@ enum state_kind { KIND_VALUE = 1, KIND_MAP = 2, KIND_LIST = 3, KIND_FOLD = 4 };
  * same rounds; both full runs 14 ms), with checkpoints it does not
  * (0.5-2.6 ms against 0.6-17.7 ms).  So 256 KiB. */
 #define SL_PREFETCH_MIN_STATE_BYTES (UINT64_C(256) << 10)
+/* From this size on, the prefetch also fetches the second entry of a
+ * chain whose first holds another key (sl_cow_map_prefetch's stage 2,
+ * runtime.c note 13).  A table grows at a load factor of 1 (cow_map.c
+ * note 6), so between a third and a half of lookups go past the first
+ * entry; in a state larger than the caches, that is a miss to memory,
+ * which perf put at most of the running sum's lookup at 1M keys.  In a
+ * smaller state it is a hit in L2 or L3, and the third stage costs more
+ * than it hides.  P2 (pipeline_p2 --series update, 20M tuples, 6 runs
+ * alternated with the build without it, medians, M tuples/s; 2026-12-07):
+ * 10K keys 32.0 / 29.3 with it, 100K keys (about 8 MiB) 21.8 / 21.0,
+ * 300K keys (about 22 MiB) 18.0 / 18.1, 1M keys (about 72 MiB) 10.6 /
+ * 12.2, 4M keys 5.9 / 6.7.  So 32 MiB. */
+#define SL_PREFETCH_CHAIN_MIN_STATE_BYTES (UINT64_C(32) << 20)
 #define KIND_BYTES 0x80u /* kind flag: a byte-string key follows */
 #define BYTE_KEY_HEADER_BYTES 15u
 
@@ -307,6 +320,23 @@ SL_EXPORT int sl_testing_state_copy_budget(sl_job *job, uint32_t budget) {
   return rc;
 }
 
+SL_EXPORT int sl_testing_state_chain_prefetch(sl_job *job,
+                                              uint64_t min_state_bytes) {
+  int rc = testing_setter_check(job);
+  if (rc == 0) {
+    job->test_chain_prefetch = true;
+    job->test_chain_prefetch_bytes = min_state_bytes;
+  }
+  return rc;
+}
+
+SL_EXPORT uint64_t sl_testing_state_chain_prefetches(const sl_job *job) {
+  uint64_t n = 0;
+  for (int i = 0; job && i < job->instance_count; i++)
+    n += job->instances[i]->cp.chain_prefetches;
+  return n;
+}
+
 SL_EXPORT uint64_t sl_testing_state_copy_passes(const sl_job *job) {
   return keyed_maps_sum(job, sl_cow_map_copy_passes);
 }
@@ -439,6 +469,13 @@ bool sl_state_prefetch_on(const sl_ctx *ctx) {
   return cp->keyed && cp->hint_kind != 0 && !cp->byte_keys && ch &&
          ch->key &&
          sl_cow_map_memory_bytes(cp->keyed) >= SL_PREFETCH_MIN_STATE_BYTES;
+}
+
+uint32_t sl_state_prefetch_stages(const sl_ctx *ctx) {
+  const sl_job *job = ctx->job;
+  uint64_t min = job->test_chain_prefetch ? job->test_chain_prefetch_bytes
+                                          : SL_PREFETCH_CHAIN_MIN_STATE_BYTES;
+  return sl_cow_map_memory_bytes(ctx->cp.keyed) >= min ? 3u : 2u;
 }
 
 void sl_state_prefetch_hashes(sl_ctx *ctx, const uint64_t *record_keys,

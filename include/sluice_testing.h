@@ -151,6 +151,18 @@ uint64_t sl_testing_state_copy_passes(const sl_job *job);
  * returned, before sl_job_destroy(); 0 for NULL. */
 uint64_t sl_testing_state_load_staged(const sl_job *job);
 
+/** Keyed state of at least min_state_bytes (0: any size the prefetch
+ * runs at) gets the second entries of its hash chains fetched ahead too
+ * (engine/runtime.c note 13), instead of from state.c's default size on.
+ * Call before the job starts, from the building thread.  Errors: EINVAL
+ * (job NULL), SL_ESTARTED. */
+int sl_testing_state_chain_prefetch(sl_job *job, uint64_t min_state_bytes);
+
+/** Slices of records whose chains' second entries were fetched ahead
+ * (sl_testing_state_chain_prefetch), summed over job's instances.  Call
+ * after sl_job_wait() returned, before sl_job_destroy(); 0 for NULL. */
+uint64_t sl_testing_state_chain_prefetches(const sl_job *job);
+
 /** Versions an instance copies per step of a copy pass (engine/snapshot.c
  * note 14), instead of the default: 1 keeps a checkpoint's ack held for
  * many steps, so that a stop or the next barrier finds it held.  Call

@@ -1281,6 +1281,7 @@ void sl_cow_map_prefetch(const sl_cow_map *m, const uint64_t *hashes,
   assert(m);
   assert(count <= SL_COW_PREFETCH_MAX);
   assert(count == 0 || hashes);
+  assert(stage >= 0 && stage <= 2);
   if (m->loading)
     return; /* the ring's entries are in no table yet (note 10) */
   /* While rehashing a key is in either table (note 6): both are fetched. */
@@ -1291,6 +1292,20 @@ void sl_cow_map_prefetch(const sl_cow_map *m, const uint64_t *hashes,
     if (stage == 0) {
       for (uint32_t i = 0; i < count; i++)
         PREFETCH(&table->buckets[hashes[i] & mask], 0);
+      continue;
+    }
+    if (stage == 2) {
+      /* The heads are in cache since stage 1: where one holds another
+       * key, the lookup goes on to the next entry, which is fetched now
+       * (the next's hash is known only once it arrives). */
+      for (uint32_t i = 0; i < count; i++) {
+        const sl_cow_entry *e = table->buckets[hashes[i] & mask];
+        if (!e || e->hash == (uint32_t)hashes[i] || !e->chain_next)
+          continue;
+        e = e->chain_next;
+        PREFETCH(e, 0);
+        PREFETCH(e->data + sl_cow_value_offset(16), 0);
+      }
       continue;
     }
     for (uint32_t i = 0; i < count; i++) {

@@ -285,12 +285,16 @@ const void *sl_cow_map_find(sl_cow_map *map, const sl_cow_key *key,
  * SL_COW_PREFETCH_MAX) are about to be looked up: start fetching what the
  * lookups will read, so that their cache misses overlap instead of
  * waiting one after another (a lookup of a state larger than the cache
- * costs two misses in a row: the bucket, then the entry it points to).
+ * costs two misses in a row, the bucket, then the entry it points to, and
+ * a third when that entry holds another key).
  * stage 0 fetches the buckets; stage 1 reads them (in cache by then if
  * stage 0 ran a little earlier) and fetches the first entry of each chain,
- * header and value (a lookup that goes on along the chain still misses
- * there).  Changes nothing and fails never: a stale hash or a table grown
- * since only wastes the fetch.  Owner thread (note 1). */
+ * header and value; stage 2 reads those first entries (in cache by then
+ * if stage 1 ran a little earlier) and, where one holds another key,
+ * fetches the chain's second entry, which that lookup reads next (one
+ * further along still misses).  Changes nothing and fails never: a stale
+ * hash or a table grown since only wastes the fetch.  Owner thread (note
+ * 1). */
 void sl_cow_map_prefetch(const sl_cow_map *map, const uint64_t *hashes,
                          uint32_t count, int stage);
 

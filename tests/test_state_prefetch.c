@@ -9,10 +9,14 @@
  * several MB, over state.c's SL_PREFETCH_MIN_STATE_BYTES) and whose
  * state calls switch between ids and kinds from record to record, so the
  * guessed (id, kind) and the hashes computed for it are wrong for many
- * records; every key's final figures are checked against closed forms. */
+ * records; every key's final figures are checked against closed forms.
+ * They run with two prefetch stages, as a state of that size does, and
+ * with the third (a chain's second entry: sl_testing_state_chain_prefetch)
+ * forced on. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +47,7 @@ static void expect_contents(sl_cow_map *map, uint64_t n) {
   }
 }
 
-/* Both stages for keys first .. first + count - 1 (present or not). */
+/* Every stage for keys first .. first + count - 1 (present or not). */
 static void prefetch_keys(const sl_cow_map *map, uint64_t first,
                           uint32_t count) {
   uint64_t hashes[SL_COW_PREFETCH_MAX];
@@ -52,6 +56,7 @@ static void prefetch_keys(const sl_cow_map *map, uint64_t first,
     hashes[i] = key_hash_of(first + i);
   sl_cow_map_prefetch(map, hashes, count, 0);
   sl_cow_map_prefetch(map, hashes, count, 1);
+  sl_cow_map_prefetch(map, hashes, count, 2); /* chains' second entries */
 }
 
 Test(map, prefetch_changes_nothing_while_growing_frozen_or_loading) {
@@ -209,8 +214,11 @@ static int last_process(sl_ctx *ctx, void *state, int input,
 }
 
 /* Run source -> key_by -> figures -> sink over n records of KEYS keys
- * with the given chaining, and check every key's figures. */
-static void run_and_check(uint64_t n, int chaining) {
+ * with the given chaining, and check every key's figures.  With
+ * chain_prefetch the third prefetch stage (a chain's second entry) runs
+ * whatever the state's size; without, the state (a few MiB) is below the
+ * size it runs from by default, and it must not run. */
+static void run_and_check(uint64_t n, int chaining, bool chain_prefetch) {
   sl_job_config config = {.struct_bytes = sizeof config,
                           .chaining = chaining};
   sl_job *job;
@@ -227,9 +235,16 @@ static void run_and_check(uint64_t n, int chaining) {
   static const sl_process_ops sink_ops = {.open = last_open,
                                           .process = last_process};
   cr_assert_eq(sl_op_sink(job, "last", proc, 1, &sink_ops, l, &sink), 0);
+  if (chain_prefetch)
+    cr_assert_eq(sl_testing_state_chain_prefetch(job, 0), 0);
   int rc = sl_job_run(job);
   cr_assert_eq(rc, 0, "job: %s", sl_strerror(rc));
+  uint64_t chain_slices = sl_testing_state_chain_prefetches(job);
   sl_job_destroy(job);
+  if (chain_prefetch) /* the state passes 256 KiB early in the run */
+    cr_assert_gt(chain_slices, 0);
+  else
+    cr_assert_eq(chain_slices, 0);
   cr_assert(!l->bad);
   cr_assert_eq(l->records, n);
   /* Key k gets values k + KEYS j, j = 0 .. n_k - 1. */
@@ -253,9 +268,44 @@ static void run_and_check(uint64_t n, int chaining) {
 }
 
 Test(job, mixed_state_calls_on_a_prefetched_state_chained, .timeout = 120) {
-  run_and_check(sl_test_scaled(400000, 3 * KEYS), SL_CHAINING_ALWAYS);
+  run_and_check(sl_test_scaled(400000, 3 * KEYS), SL_CHAINING_ALWAYS, false);
 }
 
 Test(job, mixed_state_calls_on_a_prefetched_state_threaded, .timeout = 120) {
-  run_and_check(sl_test_scaled(400000, 3 * KEYS), SL_CHAINING_NEVER);
+  run_and_check(sl_test_scaled(400000, 3 * KEYS), SL_CHAINING_NEVER, false);
+}
+
+/* The same with the third stage (runtime.c note 13), which reads the
+ * chains' first entries and fetches past those that hold other keys. */
+Test(job, mixed_state_calls_with_chains_fetched_ahead_chained,
+     .timeout = 120) {
+  run_and_check(sl_test_scaled(400000, 3 * KEYS), SL_CHAINING_ALWAYS, true);
+}
+
+Test(job, mixed_state_calls_with_chains_fetched_ahead_threaded,
+     .timeout = 120) {
+  run_and_check(sl_test_scaled(400000, 3 * KEYS), SL_CHAINING_NEVER, true);
+}
+
+static int discard(sl_ctx *ctx, void *state, int input, const sl_record *in) {
+  (void)ctx;
+  (void)state;
+  (void)input;
+  (void)in;
+  return 0;
+}
+
+Test(job, chain_prefetch_setter_refuses_a_started_or_missing_job) {
+  cr_assert_eq(sl_testing_state_chain_prefetch(0, 0), EINVAL);
+  cr_assert_eq(sl_testing_state_chain_prefetches(0), 0);
+  sl_job_config config = SL_JOB_CONFIG_INIT;
+  sl_job *job;
+  cr_assert_eq(sl_job_create(&config, &job), 0);
+  sl_op *source, *sink;
+  cr_assert_eq(sl_source_sequence(job, "seq", 1, 10, 10, &source), 0);
+  static const sl_process_ops sink_ops = {.process = discard};
+  cr_assert_eq(sl_op_sink(job, "sink", source, 1, &sink_ops, 0, &sink), 0);
+  cr_assert_eq(sl_job_run(job), 0);
+  cr_assert_eq(sl_testing_state_chain_prefetch(job, 0), SL_ESTARTED);
+  sl_job_destroy(job);
 }
