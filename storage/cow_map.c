@@ -72,7 +72,16 @@
  *    REHASH_EMPTY_VISITS empty ones.  It starts when the load reaches 1
  *    (n entries, n buckets) and takes at most n/4 operations (each advances
  *    at least 4 buckets), so the new table of 2n buckets is at most 5/8
- *    full when it ends: rehashes never overlap.  A failed table
+ *    full when it ends: rehashes never overlap.  A table of fewer than
+ *    COW_SMALL_TABLE_BUCKETS (2^16, 512 KiB) grows at a load of 1/2
+ *    instead (n/2 entries), and is at most 3/8 full after.  There the
+ *    chains are shorter for at most 256 KiB more: at load 1/2 to 1, a
+ *    third to a half of lookups walk past the first entry of a chain, a
+ *    mispredicted branch and another load each, about 8% of P2's and
+ *    P3's time at 10K keys (pipeline_p2/_p3, 6 alternated runs each,
+ *    medians 30.2 -> 32.8 and 36.5 -> 39.5 M tuples/s; 2026-12-07), while
+ *    at the sizes whose bytes per entry count (bench/memory_bench.c) a
+ *    load of 1 keeps the buckets at 8 to 16 bytes an entry.  A failed table
  *    allocation just postpones growth: chains get longer, nothing breaks.
  *    A table stops growing at COW_TABLE_MAX_BUCKETS (2^32, 32 GiB of
  *    buckets), so a version's 32-bit hash always places it.
@@ -344,6 +353,8 @@
 #include "log.h"
 #include "sluice.h"
 
+/* Note 6: tables smaller than this grow at a load factor of 1/2. */
+#define COW_SMALL_TABLE_BUCKETS (UINT64_C(1) << 16)
 #define REHASH_BUCKETS_PER_STEP 4u
 /* Empty buckets one step may visit (Redis's n*10), so a sparse stretch of
  * the old table cannot make one call slow. */
@@ -880,10 +891,15 @@ static void table_unlink(sl_cow_map *m, sl_cow_entry **link, int table_index) {
   m->tables[table_index].used--;
 }
 
-/* Start growing (note 6) if the load factor reached 1. */
+/* The entries at which a table of size buckets grows (note 6). */
+static inline uint64_t table_capacity(uint64_t size) {
+  return size < COW_SMALL_TABLE_BUCKETS ? size / 2 : size;
+}
+
+/* Start growing (note 6) if the load factor reached its bound. */
 static void rehash_start_if_full(sl_cow_map *m) {
   cow_table *old = &m->tables[0];
-  if (m->rehashing || old->used < old->size ||
+  if (m->rehashing || old->used < table_capacity(old->size) ||
       old->size >= COW_TABLE_MAX_BUCKETS)
     return; /* at the most, chains just get longer (note 6) */
   uint64_t size = old->size * 2;
@@ -1363,6 +1379,11 @@ uint64_t sl_cow_map_memory_bytes(const sl_cow_map *m) {
 uint64_t sl_cow_map_max_step_buckets(const sl_cow_map *m) {
   assert(m);
   return m->step_buckets_max;
+}
+
+uint64_t sl_cow_map_buckets(const sl_cow_map *m) {
+  assert(m);
+  return m->tables[m->rehashing ? 1 : 0].size;
 }
 
 uint64_t sl_cow_map_load_probes(const sl_cow_map *m) {
@@ -1926,7 +1947,7 @@ int sl_cow_map_reserve(sl_cow_map *m, uint64_t entries) {
   if (m->rehashing || sl_cow_map_count(m) != 0)
     return 0; /* only an empty map: nothing to move */
   uint64_t size = INITIAL_BUCKETS;
-  while (size < entries && size < COW_TABLE_MAX_BUCKETS)
+  while (table_capacity(size) < entries && size < COW_TABLE_MAX_BUCKETS)
     size *= 2;
   if (size <= m->tables[0].size)
     return 0;

@@ -613,6 +613,10 @@ void sl_cow_map_test_fail_alloc(sl_cow_map *map, enum sl_cow_fail_point point,
  * since creation (at most SL_COW_STEP_MAX_BUCKETS, note 8). */
 uint64_t sl_cow_map_max_step_buckets(const sl_cow_map *map);
 
+/* For tests: the buckets of the map's table (the new one's while a rehash
+ * is under way: cow_map.c note 6). */
+uint64_t sl_cow_map_buckets(const sl_cow_map *map);
+
 /* For tests: the bulk-loaded entries linked with the duplicate probe since
  * creation (the others were proved unique by their order). */
 uint64_t sl_cow_map_load_probes(const sl_cow_map *map);

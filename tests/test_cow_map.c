@@ -734,6 +734,48 @@ Test(cow_map, reserve_sizes_the_table_once) {
   sl_cow_map_destroy(m);
 }
 
+/* cow_map.c note 6: a table of fewer than 2^16 buckets grows at a load
+ * factor of 1/2, a larger one at 1; so do the tables reserve() sizes.
+ * Checked by the bucket count after given numbers of puts, and every key
+ * still found. */
+Test(cow_map, small_tables_grow_at_half_load) {
+  sl_cow_map *m;
+  cr_assert_eq(sl_cow_map_create(&m), 0);
+  const struct {
+    uint64_t puts, buckets;
+  } after[] = {
+      {100, 256},      /* 128 buckets grew at 64 keys */
+      {20000, 65536},  /* 32768 grew at 16384 */
+      {65536, 65536},  /* 2^16 buckets: a load of 1 before it grows */
+      {70000, 131072}, /* grew at 65536 */
+  };
+  uint64_t k = 0;
+  for (size_t i = 0; i < sizeof after / sizeof after[0]; i++) {
+    for (; k < after[i].puts; k++)
+      cr_assert_not_null(sl_cow_map_put(m, &k, sizeof k, &k, sizeof k));
+    cr_expect_eq(sl_cow_map_buckets(m), after[i].buckets,
+                 "after %" PRIu64 " puts: %" PRIu64 " buckets", k,
+                 sl_cow_map_buckets(m));
+  }
+  cr_expect(sl_cow_map_check(m));
+  for (uint64_t id = 0; id < k; id += 7) {
+    uint32_t bytes = 0;
+    const void *v = sl_cow_map_get(m, &id, sizeof id, &bytes);
+    cr_assert(v && bytes == sizeof id && memcmp(v, &id, sizeof id) == 0);
+  }
+  sl_cow_map_destroy(m);
+  /* reserve(): room for 5000 keys is 16384 buckets, for 100000 keys
+   * 131072 (a load of 1 from 2^16 on). */
+  const uint64_t reserve[][2] = {{5000, 16384}, {100000, 131072}};
+  for (size_t i = 0; i < 2; i++) {
+    cr_assert_eq(sl_cow_map_create(&m), 0);
+    cr_assert_eq(sl_cow_map_reserve(m, reserve[i][0]), 0);
+    cr_expect_eq(sl_cow_map_buckets(m), reserve[i][1]);
+    cr_expect(sl_cow_map_check(m));
+    sl_cow_map_destroy(m);
+  }
+}
+
 /* ---------------------------------------------- 6b. update in place */
 
 /* sl_cow_map_update() of id with its hash, init (may be NULL) and size;
