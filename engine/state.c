@@ -70,12 +70,12 @@ enum state_kind { KIND_VALUE = 1, KIND_MAP = 2, KIND_LIST = 3, KIND_FOLD = 4 };
 #define SL_PREFETCH_MIN_STATE_BYTES (UINT64_C(256) << 10)
 /* From this size on, the prefetch also fetches the second entry of a
  * chain whose first holds another key (sl_cow_map_prefetch's stage 2,
- * runtime.c note 13).  A table grows at a load factor of 1 (cow_map.c
- * note 6), so between a third and a half of lookups go past the first
- * entry; in a state larger than the caches, that is a miss to memory,
- * which perf put at most of the running sum's lookup at 1M keys.  In a
- * smaller state it is a hit in L2 or L3, and the third stage costs more
- * than it hides.  P2 (pipeline_p2 --series update, 20M tuples, 6 runs
+ * runtime.c note 13).  A table of this size grows at a load factor of 1
+ * (cow_map.c note 6), so between a third and a half of lookups go past
+ * the first entry; in a state larger than the caches, that is a miss to
+ * memory, which perf put at most of the running sum's lookup at 1M keys.
+ * In a smaller state it is a hit in L2 or L3, and the third stage costs
+ * more than it hides.  P2 (pipeline_p2 --series update, 20M tuples, 6 runs
  * alternated with the build without it, medians, M tuples/s; 2026-12-07):
  * 10K keys 32.0 / 29.3 with it, 100K keys (about 8 MiB) 21.8 / 21.0,
  * 300K keys (about 22 MiB) 18.0 / 18.1, 1M keys (about 72 MiB) 10.6 /

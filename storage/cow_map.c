@@ -77,9 +77,10 @@
  *    instead (n/2 entries), and is at most 3/8 full after.  There the
  *    chains are shorter for at most 256 KiB more: at load 1/2 to 1, a
  *    third to a half of lookups walk past the first entry of a chain, a
- *    mispredicted branch and another load each, about 8% of P2's and
- *    P3's time at 10K keys (pipeline_p2/_p3, 6 alternated runs each,
- *    medians 30.2 -> 32.8 and 36.5 -> 39.5 M tuples/s; 2026-12-07), while
+ *    mispredicted branch and another load each, 7% of P2's rate and 10%
+ *    of P3's at 10K keys (pipeline_p2/_p3, 20M tuples, 8 and 6 runs
+ *    alternated with the build before, medians 32.5 -> 34.9 and 38.9 ->
+ *    42.6 M tuples/s; 2026-12-07; bench/README.md), while
  *    at the sizes whose bytes per entry count (bench/memory_bench.c) a
  *    load of 1 keeps the buckets at 8 to 16 bytes an entry.  A failed table
  *    allocation just postpones growth: chains get longer, nothing breaks.
