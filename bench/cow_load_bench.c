@@ -175,10 +175,11 @@ static bool verify(sl_cow_map *map, const feed *f) {
   return true;
 }
 
-/* One timed load into *t; *destroy_ms and *memory_bytes as well if not
- * NULL.  Returns 0, or 1 on failure (message printed). */
+/* One timed load into *t; *destroy_ms, *memory_bytes and *staged (the
+ * entries the load staged: cow_map.c note 18) as well if not NULL.
+ * Returns 0, or 1 on failure (message printed). */
 static int run_once(const feed *f, int path, timing *t, double *destroy_ms,
-                    uint64_t *memory_bytes) {
+                    uint64_t *memory_bytes, uint64_t *staged) {
   uint64_t t0 = bench_now_ns(), c0 = cpu_now_ns();
   sl_cow_map *map = load(f, path);
   uint64_t t1 = bench_now_ns(), c1 = cpu_now_ns();
@@ -187,6 +188,8 @@ static int run_once(const feed *f, int path, timing *t, double *destroy_ms,
   bool right = verify(map, f);
   if (memory_bytes)
     *memory_bytes = sl_cow_map_memory_bytes(map);
+  if (staged)
+    *staged = sl_cow_map_load_staged(map);
   uint64_t t2 = bench_now_ns();
   sl_cow_map_destroy(map);
   if (destroy_ms)
@@ -206,7 +209,7 @@ static int cold_child(int path, uint64_t entries) {
   timing t;
   if (path < 0 || path >= PATHS || feed_make(&f, entries) != 0)
     return 1;
-  int rc = run_once(&f, path, &t, 0, 0);
+  int rc = run_once(&f, path, &t, 0, 0, 0);
   free(f.records);
   free(f.groups);
   if (rc == 0)
@@ -241,7 +244,7 @@ static bench_stats stats_of(const timing *runs, int repeat, bool cpu) {
 static int run_size(bench_json *json, uint64_t n, int repeat) {
   timing cold_runs[PATHS][MAX_REPEAT], warm_runs[PATHS][MAX_REPEAT];
   double destroy_ms[PATHS][MAX_REPEAT];
-  uint64_t memory_bytes[PATHS] = {0};
+  uint64_t memory_bytes[PATHS] = {0}, staged[PATHS] = {0};
   for (int rep = 0; rep < repeat; rep++)
     for (int k = 0; k < PATHS; k++) {
       int path = (rep + k) % PATHS; /* rotate which path goes first */
@@ -261,7 +264,7 @@ static int run_size(bench_json *json, uint64_t n, int repeat) {
     for (int k = 0; rc == 0 && k < PATHS; k++) {
       int path = (rep + k) % PATHS;
       rc = run_once(&f, path, &warm_runs[path][rep], &destroy_ms[path][rep],
-                    &memory_bytes[path]);
+                    &memory_bytes[path], &staged[path]);
     }
   free(f.records);
   free(f.groups);
@@ -291,14 +294,11 @@ static int run_size(bench_json *json, uint64_t n, int repeat) {
   double ratio_cold = cold[PATH_PER_ENTRY].median / cold[PATH_BULK].median;
   double ratio_warm = warm[PATH_PER_ENTRY].median / warm[PATH_BULK].median;
   double per_million = 1e6 / (double)n;
-  uint64_t buckets = 16; /* the table sl_cow_map_reserve() sizes */
-  while (buckets < n + n / 4)
-    buckets *= 2;
   printf("   unstaged / bulk (the staged load's gain, cow_map.c note 18): "
          "cold %.2fx, warm %.2fx (wall)%s\n",
          cold[PATH_BULK_UNSTAGED].median / cold[PATH_BULK].median,
          warm[PATH_BULK_UNSTAGED].median / warm[PATH_BULK].median,
-         buckets < SL_COW_STAGE_MIN_BUCKETS
+         staged[PATH_BULK] == 0
              ? "; both unstaged: a table under SL_COW_STAGE_MIN_BUCKETS"
              : "");
   printf("   per-entry / bulk: cold %.2fx, warm %.2fx (wall); bulk per 1M "

@@ -521,24 +521,22 @@ uint64_t sl_byte_key_hash(const sl_job *job, const void *key,
  * bytes, key_valid).  0, or the failure (cause set in ctx). */
 int sl_byte_key_compute(sl_ctx *ctx, const sl_channel *ch);
 
-/* Keyed state's prefetch (runtime.c note 13).  sl_state_prefetch_on():
- * whether the records now read (through ctx->current_channel) are worth
- * it: the instance has keyed state with 64-bit keys, larger than
- * SL_PREFETCH_MIN_STATE_BYTES, the channel has a key function, and the
- * operator made a keyed-state call without a user key (its (state id,
- * kind) is the guess).  sl_state_prefetch_hashes(), only then: set
+/* Keyed state's prefetch (runtime.c note 13).  sl_state_prefetch_stages():
+ * the sl_cow_map_prefetch() stages worth running for the records now read
+ * (through ctx->current_channel): 0 (no prefetch) unless the instance has
+ * keyed state with 64-bit keys, larger than SL_PREFETCH_MIN_STATE_BYTES,
+ * the channel has a key function, and the operator made a keyed-state
+ * call without a user key (its (state id, kind) is the guess); then 2, or
+ * 3 when the state is at least SL_PREFETCH_CHAIN_MIN_STATE_BYTES
+ * (state.c), where a chain's second entry is a miss to memory too.
+ * sl_state_prefetch_hashes(), only when not 0: set
  * hashes[i] to the map hash of that guess for record_keys[i] (count of
  * them, 1 to SL_COW_PREFETCH_MAX) and point the instance's memo at them
  * (checkpoint.h): the caller then sets memo_key and memo_hash to each
  * record's before it is processed. */
-bool sl_state_prefetch_on(const sl_ctx *ctx);
+uint32_t sl_state_prefetch_stages(const sl_ctx *ctx);
 void sl_state_prefetch_hashes(sl_ctx *ctx, const uint64_t *record_keys,
                               uint32_t count, uint64_t *hashes);
-/* Once sl_state_prefetch_on() said yes: the sl_cow_map_prefetch() stages
- * worth running, 2, or 3 when the state is at least
- * SL_PREFETCH_CHAIN_MIN_STATE_BYTES (state.c), where a chain's second
- * entry is a miss to memory too. */
-uint32_t sl_state_prefetch_stages(const sl_ctx *ctx);
 
 static inline bool sl_channel_bytes(const sl_channel *ch) {
   return ch->key == sl_byte_key_route;

@@ -613,7 +613,7 @@ slice_prefetched(sl_instance *inst, int input, const sl_entry *e,
     return 0; /* never (records_loop's slices); tells the compiler so */
   uint32_t data_offset = (e->flags & SL_ENTRY_HAS_TS) ? 8u : 0u;
   const sl_channel *ch = inst->current_channel;
-  assert(ch && ch->key); /* sl_state_prefetch_on() */
+  assert(ch && ch->key); /* sl_state_prefetch_stages() */
   /* Every record's key first (the call state.c would make on the
    * record's first state call, made here instead) and the hash its state
    * entry will likely have.  Then, a group of records at a time, the
@@ -688,9 +688,12 @@ records_loop(sl_instance *inst, enum sl_op_kind kind, int input,
   while (at < end && rc == 0) {
     const uint8_t *slice_end =
         (size_t)(end - at) > slice_bytes ? at + slice_bytes : end;
-    if (kind == SL_OP_PROCESS && unlikely(inst->cp.hint_kind != 0) &&
-        sl_state_prefetch_on(inst)) {
-      rc = sl_state_prefetch_stages(inst) == PREFETCH_STAGES_MAX
+    uint32_t stages = 0;
+    if (kind == SL_OP_PROCESS && unlikely(inst->cp.hint_kind != 0))
+      stages = sl_state_prefetch_stages(inst);
+    if (stages != 0) {
+      assert(stages >= 2 && stages <= PREFETCH_STAGES_MAX);
+      rc = stages == PREFETCH_STAGES_MAX
                ? keyed_slice_chains(inst, input, e, &rec, at, slice_end,
                                     stride)
                : keyed_slice(inst, input, e, &rec, at, slice_end, stride);

@@ -35,7 +35,7 @@
  *
  * Such calls also leave their (state id, kind) as the instance's guess for
  * the next record, with which the runtime fetches the state of records
- * ahead (runtime.c note 13, sl_state_prefetch_on); the hash it computed
+ * ahead (runtime.c note 13, sl_state_prefetch_stages); the hash it computed
  * for the guess is taken here (the memo) when the guess was right.
  */
 #include <assert.h>
@@ -463,19 +463,18 @@ static inline int state_key_prepared(sl_ctx *ctx, uint16_t id, uint8_t kind,
   return 0;
 }
 
-bool sl_state_prefetch_on(const sl_ctx *ctx) {
+uint32_t sl_state_prefetch_stages(const sl_ctx *ctx) {
   const sl_instance_checkpoint *cp = &ctx->cp;
   const sl_channel *ch = ctx->current_channel;
-  return cp->keyed && cp->hint_kind != 0 && !cp->byte_keys && ch &&
-         ch->key &&
-         sl_cow_map_memory_bytes(cp->keyed) >= SL_PREFETCH_MIN_STATE_BYTES;
-}
-
-uint32_t sl_state_prefetch_stages(const sl_ctx *ctx) {
+  if (!cp->keyed || cp->hint_kind == 0 || cp->byte_keys || !ch || !ch->key)
+    return 0;
+  uint64_t bytes = sl_cow_map_memory_bytes(cp->keyed);
+  if (bytes < SL_PREFETCH_MIN_STATE_BYTES)
+    return 0;
   const sl_job *job = ctx->job;
-  uint64_t min = job->test_chain_prefetch ? job->test_chain_prefetch_bytes
-                                          : SL_PREFETCH_CHAIN_MIN_STATE_BYTES;
-  return sl_cow_map_memory_bytes(ctx->cp.keyed) >= min ? 3u : 2u;
+  uint64_t chains = job->test_chain_prefetch ? job->test_chain_prefetch_bytes
+                                             : SL_PREFETCH_CHAIN_MIN_STATE_BYTES;
+  return bytes >= chains ? 3u : 2u;
 }
 
 void sl_state_prefetch_hashes(sl_ctx *ctx, const uint64_t *record_keys,

@@ -80,10 +80,10 @@
  *    mispredicted branch and another load each, 7% of P2's rate and 10%
  *    of P3's at 10K keys (pipeline_p2/_p3, 20M tuples, 8 and 6 runs
  *    alternated with the build before, medians 32.5 -> 34.9 and 38.9 ->
- *    42.6 M tuples/s; 2026-12-07; bench/README.md), while
- *    at the sizes whose bytes per entry count (bench/memory_bench.c) a
- *    load of 1 keeps the buckets at 8 to 16 bytes an entry.  A failed table
- *    allocation just postpones growth: chains get longer, nothing breaks.
+ *    42.6 M tuples/s; 2026-12-07; bench/README.md), while at the sizes
+ *    whose bytes per entry count (bench/memory_bench.c) a load of 1 keeps
+ *    the buckets at 8 to 16 bytes an entry.  A failed table allocation
+ *    just postpones growth: chains get longer, nothing breaks.
  *    A table stops growing at COW_TABLE_MAX_BUCKETS (2^32, 32 GiB of
  *    buckets), so a version's 32-bit hash always places it.
  * 7. Memory accounting is exact, so sl_cow_map_check() can verify it.  A
@@ -321,8 +321,9 @@
  *    anywhere for every entry (while the table keeps its size: the
  *    partitions are those of the table the load began with, and if more
  *    entries come than it was reserved for, it grows, and linking moves
- *    buckets as any load does, in a less orderly sweep).  Versions are carved when their round
- *    links them, so the arena is written in order as before.  The probe
+ *    buckets as any load does, in a less orderly sweep).  Versions are
+ *    carved when their round links them, so the arena is written in
+ *    order as before.  The probe
  *    and the order proof are note 10's: each record carries whether it is
  *    to be probed, and a partition's records are linked in the order they
  *    were added, so the first of two copies stays.  A duplicate is found
@@ -1293,6 +1294,15 @@ const void *sl_cow_map_find(sl_cow_map *m, const sl_cow_key *key,
   return link ? value_area(*link) : 0;
 }
 
+/* What a lookup reads of version e: the header (chain_next, hash,
+ * key_bytes) and the key; then where the value of a key of 9 to 16 bytes
+ * starts, which is another line when the version straddles one.  (A hint
+ * to write made no difference.) */
+static inline void prefetch_version(const sl_cow_entry *e) {
+  PREFETCH(e, 0);
+  PREFETCH(e->data + sl_cow_value_offset(16), 0);
+}
+
 void sl_cow_map_prefetch(const sl_cow_map *m, const uint64_t *hashes,
                          uint32_t count, int stage) {
   assert(m);
@@ -1314,27 +1324,19 @@ void sl_cow_map_prefetch(const sl_cow_map *m, const uint64_t *hashes,
     if (stage == 2) {
       /* The heads are in cache since stage 1: where one holds another
        * key, the lookup goes on to the next entry, which is fetched now
-       * (the next's hash is known only once it arrives). */
+       * (the next's hash is known only once it arrives).  A loop of its
+       * own: one loop for stages 1 and 2 cost P2 2-3%. */
       for (uint32_t i = 0; i < count; i++) {
         const sl_cow_entry *e = table->buckets[hashes[i] & mask];
-        if (!e || e->hash == (uint32_t)hashes[i] || !e->chain_next)
-          continue;
-        e = e->chain_next;
-        PREFETCH(e, 0);
-        PREFETCH(e->data + sl_cow_value_offset(16), 0);
+        if (e && e->hash != (uint32_t)hashes[i] && e->chain_next)
+          prefetch_version(e->chain_next);
       }
       continue;
     }
     for (uint32_t i = 0; i < count; i++) {
       const sl_cow_entry *e = table->buckets[hashes[i] & mask];
-      if (!e)
-        continue;
-      /* The header (chain_next, hash, key_bytes) and the key; then where
-       * the value of a key of 9 to 16 bytes starts, which is another line
-       * when the version straddles one.  (A hint to write made no
-       * difference.) */
-      PREFETCH(e, 0);
-      PREFETCH(e->data + sl_cow_value_offset(16), 0);
+      if (e)
+        prefetch_version(e);
     }
   }
 }
@@ -1695,9 +1697,6 @@ static void load_enqueue(sl_cow_map *m, sl_cow_entry *e) {
 _Static_assert(SL_COW_MAX_BYTES < COW_STAGE_PROBE, "the probe bit is free");
 _Static_assert(STAGE_BUDGET_MAX / 16u <= UINT32_MAX, "counts fit 32 bits");
 
-static inline uint32_t stage_part(const sl_cow_map *m, uint32_t hash) {
-  return (uint32_t)((hash & m->stage_mask) >> m->stage_shift);
-}
 
 /* At a bulk load's first add: stage it if its table is large enough. */
 static void stage_begin(sl_cow_map *m) {
@@ -1775,7 +1774,7 @@ static void stage_link_all(sl_cow_map *m) {
   assert(start == n);
   for (uint64_t at = 0; at < m->stage_used;) {
     const cow_stage_record *r = (const cow_stage_record *)(area + at);
-    uint32_t slot = counts[stage_part(m, r->hash)]++;
+    uint32_t slot = counts[cow_stage_part(m, r->hash)]++;
     sorted[slot] = (uint32_t)at;
     hashes[slot] = r->hash;
     at += cow_stage_record_bytes(r->key_bytes & ~COW_STAGE_PROBE, r->value_bytes);
@@ -1820,7 +1819,7 @@ static bool stage_add(sl_cow_map *m, bool probe, uint64_t hash,
     memcpy(bytes, key, key_bytes);
   if (value_bytes)
     memcpy(bytes + key_bytes, value, value_bytes);
-  m->stage_counts[stage_part(m, r->hash)]++;
+  m->stage_counts[cow_stage_part(m, r->hash)]++;
   m->stage_records++;
   m->stage_used += need;
   m->load_staged++;

@@ -397,7 +397,7 @@ static bool check_stage(const sl_cow_map *m, check_tally *tally) {
     memcpy(&r, m->stage_area + at, sizeof r);
     uint32_t key_bytes = r.key_bytes & ~COW_STAGE_PROBE;
     uint64_t bytes = cow_stage_record_bytes(key_bytes, r.value_bytes);
-    uint32_t part = (uint32_t)((r.hash & m->stage_mask) >> m->stage_shift);
+    uint32_t part = cow_stage_part(m, r.hash);
     whole = key_bytes <= SL_COW_MAX_BYTES && r.value_bytes <= SL_COW_MAX_BYTES &&
             at + bytes <= m->stage_used && part < m->stage_parts &&
             left[part] > 0 &&

@@ -274,6 +274,11 @@ struct sl_cow_map {
   uint32_t test_fail_countdown[SL_COW_FAIL_POINTS];
 };
 
+/* The staged load's partition of a hash (cow_map.c note 18). */
+static inline uint32_t cow_stage_part(const sl_cow_map *m, uint32_t hash) {
+  return (uint32_t)((hash & m->stage_mask) >> m->stage_shift);
+}
+
 /* Whether the allocation about to be made at point must fail for a test
  * (sl_cow_map_test_fail_alloc, cow_map_rollback.c note 9): counts it
  * down.  Asked only where a failure has a fallback, never on a lookup's
