@@ -9,9 +9,10 @@ only, as root, with perf (Debian: linux-perf).
 
 runs BENCH ARGS (for instance build/bench/latency_bench --quick --only
 load) under `perf record`, sampling CPU time at F Hz (default 20000) with
-call chains, and with a uprobe on sl_cow_map_freeze in BENCH: the keyed
-map's freeze, which every barrier's snapshot of a keyed instance makes on
-that instance's thread.  For each thread that froze a map, each interval
+call chains, and with uprobes on sl_cow_map_freeze and
+sl_cow_map_freeze_deferred in BENCH: the keyed map's freeze, which every
+barrier's snapshot of a keyed instance makes on that instance's thread
+(an aligned snapshot with the second, snapshot.c note 14).  For each thread that froze a map, each interval
 from one freeze to the next (intervals over 500 ms, which span the end of
 a run, are left out) is split into its first E ms (default 5) and the
 rest.  The report gives per thread:
@@ -26,9 +27,9 @@ barrier than later: that is the work a barrier brings with it.
 Call chains need frame pointers: build BENCH with
     meson setup /tmp/build-fp -Dbuildtype=release \
         -Dc_args=-fno-omit-frame-pointer -Dtests=false -Dexamples=false
-Without them the leaf (self) figures still hold.  The uprobe needs the
-symbol sl_cow_map_freeze in BENCH itself (the bench programs link
-libsluice statically).  The probe is removed afterwards; --keep DIR keeps
+Without them the leaf (self) figures still hold.  The uprobes need the
+symbols in BENCH itself (the bench programs link libsluice statically).
+The probes are removed afterwards; --keep DIR keeps
 perf.data and the perf script text there.
 """
 import argparse
@@ -42,7 +43,10 @@ import sys
 import tempfile
 
 PROBE_GROUP = "sluice_barrier"
-PROBE_EVENT = "freeze"
+# An aligned snapshot freezes with sl_cow_map_freeze_deferred (snapshot.c
+# note 14); the final one, and others, with sl_cow_map_freeze.
+PROBES = {"freeze": "sl_cow_map_freeze",
+          "freeze_deferred": "sl_cow_map_freeze_deferred"}
 MAX_INTERVAL_S = 0.5
 INCLUSIVE_FRAMES = 14
 
@@ -51,10 +55,13 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def add_probe(binary):
-    spec = f"{PROBE_GROUP}:{PROBE_EVENT}=sl_cow_map_freeze"
-    run(["perf", "probe", "-q", "-x", binary, "--add", spec])
-    return f"{PROBE_GROUP}:{PROBE_EVENT}"
+def add_probes(binary):
+    events = []
+    for name, symbol in PROBES.items():
+        spec = f"{PROBE_GROUP}:{name}={symbol}"
+        run(["perf", "probe", "-q", "-x", binary, "--add", spec])
+        events.append(f"{PROBE_GROUP}:{name}")
+    return events
 
 
 def del_probe():
@@ -96,7 +103,7 @@ def report(samples, hz, early_s, out):
     us_per_sample = 1e6 / hz
     freezes = collections.defaultdict(list)
     for tid, _, t, event, _ in samples:
-        if event.endswith(PROBE_EVENT):
+        if event.split(":")[-1] in PROBES:
             freezes[tid].append(t)
     if not freezes:
         print("no freeze seen: did the run take checkpoints of keyed "
@@ -188,13 +195,15 @@ def main():
     text = os.path.join(work, "perf.txt")
     del_probe()
     try:
-        event = add_probe(binary)
+        events = add_probes(binary)
     except subprocess.CalledProcessError:
-        sys.exit(f"barrier_profile: no uprobe on sl_cow_map_freeze in "
+        sys.exit(f"barrier_profile: no uprobes on sl_cow_map_freeze* in "
                  f"{binary} (root? the symbol present?)")
     try:
         run(["perf", "record", "-q", "-k", "mono", "-F", str(a.hz), "-g",
-             "-e", "cpu-clock", "-e", event, "-o", data, "--", binary]
+             "-e", "cpu-clock"]
+            + [arg for e in events for arg in ("-e", e)]
+            + ["-o", data, "--", binary]
             + a.args)
     finally:
         del_probe()
