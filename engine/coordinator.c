@@ -161,6 +161,25 @@
  *    behind it, a history showing it in progress, and at its deadline an
  *    abort counted as a failure toward tolerable_failures.  Subsumed, it
  *    does not count (note 7).
+ * 16. Acks nudge the coordinator; it polls for them (wait.h, Polling).
+ *    An ack's wake was a futex wake of the coordinator, parked on the
+ *    other CPU, made by the instance's thread right after its snapshot:
+ *    30-50 us of that thread's time on this project's 2-CPU VMs, twice a
+ *    barrier in latency_bench's chained job (its source's ack woke the
+ *    coordinator, which took it and parked again before the keyed
+ *    instance's and the sink's came).  Every record due meanwhile
+ *    waited.  So sl_checkpointer_ack only nudges (sl_parker_nudge), and
+ *    while a checkpoint waits for acks (a slot is TRIGGERED) the
+ *    coordinator sleeps with prepare_polling, for ACK_POLL_MIN_NS at
+ *    first, doubling up to ACK_POLL_MAX_NS while nothing arrives, back to
+ *    the minimum when an ack or a trigger came.  A checkpoint thus learns
+ *    of its last ack up to one poll later (at most ACK_POLL_MAX_NS, and
+ *    ACK_POLL_MIN_NS in a job whose acks come within it), and a
+ *    checkpoint held up for seconds by alignment costs about 1,000
+ *    wake-ups a second of the coordinator, on a CPU of its own where it
+ *    has one (note 14).  With no checkpoint waiting for acks the
+ *    coordinator parks as before and an ack (a final one) wakes it; the
+ *    writer, a stop and a manual trigger always wake it.
  *
  * States of a checkpoint slot (enum cp_state; the function making each
  * transition in brackets).  cp_edge lists exactly these edges; every
@@ -271,7 +290,7 @@ void sl_checkpointer_ack(sl_job *job, sl_ack *ack) {
    * coordinator's dequeue. */
   atomic_fetch_add_explicit(&cp->acks_published, 1, memory_order_release);
   cds_wfcq_enqueue(&cp->ack_head, &cp->ack_tail, &ack->node);
-  sl_parker_wake(&cp->coordinator_parker);
+  sl_parker_nudge(&cp->coordinator_parker); /* note 16 */
 }
 
 /* ------------------------------------------------ the state machine */
@@ -742,16 +761,30 @@ static bool can_trigger(sl_checkpointer *cp) {
          (uint32_t)in_flight(cp) < cp->max_concurrent;
 }
 
+/* Note 16: the coordinator's sleeps while acks are awaited. */
+#define ACK_POLL_MIN_NS 100000u  /* 100 us */
+#define ACK_POLL_MAX_NS 1000000u /* 1 ms */
+
+/* Whether a checkpoint waits for acks (note 16). */
+static bool awaiting_acks(const sl_checkpointer *cp) {
+  for (unsigned s = 0; s <= SL_MAX_CONCURRENT; s++)
+    if (cp->slots[s].state == CP_TRIGGERED)
+      return true;
+  return false;
+}
+
 static void *coordinator_main(void *arg) {
   sl_checkpointer *cp = arg;
   sl_job *job = cp->job;
   pthread_setname_np(pthread_self(), "sl:coordinator");
   cp->next_trigger_ns = sl_now_ns() + cp->interval_ns;
+  uint64_t poll_ns = ACK_POLL_MIN_NS; /* note 16 */
   while (!atomic_load(&cp->shutdown)) {
     struct cds_wfcq_node *node;
     while ((node = __cds_wfcq_dequeue_blocking(&cp->ack_head, &cp->ack_tail))) {
       (void)atomic_load_explicit(&cp->acks_published, memory_order_acquire);
       take_ack(cp, caa_container_of(node, sl_ack, node));
+      poll_ns = ACK_POLL_MIN_NS;
     }
     uint64_t now = sl_now_ns();
     uint64_t wake_at = advance(cp, now);
@@ -772,6 +805,7 @@ static void *coordinator_main(void *arg) {
       atomic_store(&cp->manual_served, requested);
       update_settled(cp);
       cp->next_trigger_ns = now + cp->interval_ns;
+      poll_ns = ACK_POLL_MIN_NS;
       continue;
     }
     /* Sleep until the next trigger may happen or a deadline passes; with
@@ -787,10 +821,22 @@ static void *coordinator_main(void *arg) {
       at = wake_at;
     if (at == UINT64_MAX) /* nothing timed: wake up now and then anyway */
       at = sl_now_ns() + 100000000u;
+    /* Note 16: acks only nudge; look for them every poll_ns. */
+    bool polling = awaiting_acks(cp);
+    if (polling) {
+      uint64_t look = sl_now_ns() + poll_ns;
+      if (look < at)
+        at = look;
+      poll_ns = poll_ns < ACK_POLL_MAX_NS / 2 ? 2 * poll_ns : ACK_POLL_MAX_NS;
+    }
     /* Re-check, after announcing the sleep, everything whose producer
-     * wakes us (wait.h): acks, the writer's results, a shutdown, a manual
-     * trigger.  A wake that came before the announcement is not lost. */
-    sl_parker_prepare(&cp->coordinator_parker);
+     * wakes (or nudges) us (wait.h): acks, the writer's results, a
+     * shutdown, a manual trigger.  A wake that came before the
+     * announcement is not lost. */
+    if (polling)
+      sl_parker_prepare_polling(&cp->coordinator_parker);
+    else
+      sl_parker_prepare(&cp->coordinator_parker);
     if (!cds_wfcq_empty(&cp->ack_head, &cp->ack_tail) || written_pending(cp) ||
         atomic_load(&cp->shutdown) ||
         (can_trigger(cp) && /* else a request waits for a free slot */

@@ -31,16 +31,24 @@ void sl_parker_sleep_ns(sl_parker *p, uint64_t timeout_ns) {
    * re-checks its deadlines. */
   struct timespec t = {.tv_sec = (time_t)(timeout_ns / 1000000000u),
                        .tv_nsec = (long)(timeout_ns % 1000000000u)};
-  long rc = futex(&p->state, FUTEX_WAIT_PRIVATE, SL_PARKER_PARKED, &t);
-  assert(rc == 0 || errno == EAGAIN || errno == EINTR || errno == ETIMEDOUT);
-  (void)rc;
+  /* PARKED or POLLING, as the owner prepared; RUNNING if a waker came
+   * first: then no sleep (FUTEX_WAIT would wait for RUNNING to change).
+   * A wake after this load changes the word, and FUTEX_WAIT returns at
+   * once as above. */
+  uint32_t prepared = atomic_load_explicit(&p->state, memory_order_relaxed);
+  if (prepared != SL_PARKER_RUNNING) {
+    long rc = futex(&p->state, FUTEX_WAIT_PRIVATE, prepared, &t);
+    assert(rc == 0 || errno == EAGAIN || errno == EINTR ||
+           errno == ETIMEDOUT);
+    (void)rc;
+  }
   atomic_store_explicit(&p->state, SL_PARKER_RUNNING, memory_order_relaxed);
 }
 
-void sl_parker_wake_slow(sl_parker *p) {
-  /* Only the waker that flips PARKED -> RUNNING issues the system call;
-   * concurrent wakers of the same parker skip it. */
-  uint32_t expected = SL_PARKER_PARKED;
+void sl_parker_wake_slow(sl_parker *p, uint32_t state) {
+  /* Only the waker that flips PARKED (or POLLING) -> RUNNING issues the
+   * system call; concurrent wakers of the same parker skip it. */
+  uint32_t expected = state;
   if (atomic_compare_exchange_strong_explicit(
           &p->state, &expected, SL_PARKER_RUNNING, memory_order_seq_cst,
           memory_order_relaxed))

@@ -1193,6 +1193,82 @@ Test(parker, ping_pong, .timeout = 120) {
   cr_assert_gt(g.parkers[0].sleeps + g.parkers[1].sleeps, 0);
 }
 
+/* 8d. Polling (wait.h): a nudge wakes a PARKED owner but leaves a POLLING
+ * one to its timeout; a wake wakes both; a sleep after a wake returns at
+ * once (a lost wake would sleep the whole timeout: longer than the
+ * test's). */
+Test(parker, nudge_leaves_polling_owner, .timeout = 30) {
+  sl_parker p;
+  sl_parker_init(&p);
+  sl_parker_nudge(&p); /* running: nothing */
+  cr_assert_eq(atomic_load(&p.state), SL_PARKER_RUNNING);
+
+  sl_parker_prepare_polling(&p);
+  cr_assert_eq(atomic_load(&p.state), SL_PARKER_POLLING);
+  sl_parker_nudge(&p);
+  cr_assert_eq(atomic_load(&p.state), SL_PARKER_POLLING,
+               "a nudge left the poller alone");
+  sl_parker_wake(&p);
+  cr_assert_eq(atomic_load(&p.state), SL_PARKER_RUNNING,
+               "a wake reset the poller");
+  sl_parker_sleep_ns(&p, 1000000000000ull); /* 1000 s, unless woken */
+  cr_assert_eq(atomic_load(&p.state), SL_PARKER_RUNNING);
+
+  sl_parker_prepare(&p);
+  sl_parker_nudge(&p);
+  cr_assert_eq(atomic_load(&p.state), SL_PARKER_RUNNING,
+               "a nudge woke the parked owner");
+  sl_parker_sleep_ns(&p, 1000000000000ull);
+  cr_assert_eq(atomic_load(&p.state), SL_PARKER_RUNNING);
+}
+
+typedef struct poller {
+  sl_parker parker;
+  _Atomic bool go;
+  _Atomic uint64_t polls; /* sleeps begun */
+  uint64_t timeout_ns;
+} poller;
+
+static void *poller_main(void *arg) {
+  poller *q = arg;
+  while (!atomic_load(&q->go)) {
+    sl_parker_prepare_polling(&q->parker);
+    if (atomic_load(&q->go)) {
+      sl_parker_cancel(&q->parker);
+      break;
+    }
+    atomic_fetch_add(&q->polls, 1);
+    sl_parker_sleep_ns(&q->parker, q->timeout_ns);
+  }
+  return 0;
+}
+
+/* 8e. A polling thread sees a change that was only nudged (after its
+ * timeout, 1 ms), and one that was woken while it slept with a timeout
+ * of 1000 s (at once: the test's own timeout would end it otherwise). */
+Test(parker, poller_sees_nudge_and_wake, .timeout = 60) {
+  for (int round = 0; round < 2; round++) {
+    bool nudge = round == 0;
+    poller q;
+    sl_parker_init(&q.parker);
+    atomic_init(&q.go, false);
+    atomic_init(&q.polls, 0);
+    q.timeout_ns = nudge ? 1000000u : 1000000000000ull;
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, 0, poller_main, &q), 0);
+    while (atomic_load(&q.polls) == 0)
+      sleep_ms(1); /* it is about to sleep, or sleeps */
+    atomic_store(&q.go, true);
+    if (nudge)
+      sl_parker_nudge(&q.parker);
+    else
+      sl_parker_wake(&q.parker);
+    cr_assert_eq(pthread_join(thread, 0), 0);
+    cr_assert_eq(atomic_load(&q.parker.state), SL_PARKER_RUNNING);
+    cr_assert_geq(atomic_load(&q.polls), 1);
+  }
+}
+
 /* A batch is counted per ring, not per entry: records of alternating sizes
  * (each starting a new entry) are still published once batch_records of
  * them are waiting. */
