@@ -179,7 +179,12 @@
  *    wake-ups a second of the coordinator, on a CPU of its own where it
  *    has one (note 14).  With no checkpoint waiting for acks the
  *    coordinator parks as before and an ack (a final one) wakes it; the
- *    writer, a stop and a manual trigger always wake it.
+ *    writer, a stop and a manual trigger always wake it.  latency_bench
+ *    --only load, 4 runs alternated with the build before (2026-12-07),
+ *    50% load with checkpoints, records due in the first millisecond
+ *    after a barrier: p50 103, 29, 47 and 85 us before, 24, 12, 1.7 and
+ *    20 us after; p99 at 80% load with checkpoints 309, 192, 876 and 266
+ *    us before, 153, 221, 177 and 152 us after.
  *
  * States of a checkpoint slot (enum cp_state; the function making each
  * transition in brackets).  cp_edge lists exactly these edges; every
