@@ -12,10 +12,10 @@ load) under `perf record`, sampling CPU time at F Hz (default 20000) with
 call chains, and with uprobes on sl_cow_map_freeze and
 sl_cow_map_freeze_deferred in BENCH: the keyed map's freeze, which every
 barrier's snapshot of a keyed instance makes on that instance's thread
-(an aligned snapshot with the second, snapshot.c note 14).  For each thread that froze a map, each interval
-from one freeze to the next (intervals over 500 ms, which span the end of
-a run, are left out) is split into its first E ms (default 5) and the
-rest.  The report gives per thread:
+(an aligned snapshot with the second, snapshot.c note 14).  For each
+thread that froze a map, each interval from one freeze to the next
+(intervals over 500 ms, which span the end of a run, are left out) is
+split into its first E ms (default 5) and the rest.  The report gives per thread:
   - the share of the time it was on a CPU, early and late;
   - the extra CPU per barrier: samples in the early parts, less what the
     late parts' rate predicts for that much time, in microseconds;
@@ -29,8 +29,8 @@ Call chains need frame pointers: build BENCH with
         -Dc_args=-fno-omit-frame-pointer -Dtests=false -Dexamples=false
 Without them the leaf (self) figures still hold.  The uprobes need the
 symbols in BENCH itself (the bench programs link libsluice statically).
-The probes are removed afterwards; --keep DIR keeps
-perf.data and the perf script text there.
+The probes are removed afterwards; --keep DIR keeps perf.data and the
+perf script text there.
 """
 import argparse
 import bisect
