@@ -14,6 +14,10 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t value,
 }
 
 void sl_parker_sleep(sl_parker *p) {
+  /* wait.h, Polling: a nudge does not wake a POLLING owner, so only a
+   * sleep with a timeout may follow prepare_polling. */
+  assert(atomic_load_explicit(&p->state, memory_order_relaxed) !=
+         SL_PARKER_POLLING);
   p->sleeps++;
   /* FUTEX_WAIT returns at once (EAGAIN) if a waker already reset the state
    * between our prepare and this call, which is what makes the protocol

@@ -345,19 +345,6 @@ static inline sl_cow_entry *cow_arena_carve(sl_cow_map *m, uint64_t bytes) {
 }
 void cow_arena_spares_drop(sl_cow_map *m);
 
-/* How far past the next version a copy (cow_map.c note 16) fetches the
- * arena for writing. */
-#define ARENA_CARVE_AHEAD 2048u
-
-/* Fetch for writing the arena line ARENA_CARVE_AHEAD bytes past the next
- * version to be carved, if that is still in the chunk (cow_map.c note
- * 16). */
-static inline void cow_arena_prefetch_carve(const sl_cow_map *m) {
-  const arena_chunk *c = m->arena_carving;
-  if (c && c->used_bytes + ARENA_CARVE_AHEAD < ARENA_CHUNK_BYTES)
-    PREFETCH((const uint8_t *)c + c->used_bytes + ARENA_CARVE_AHEAD, 1);
-}
-
 /* cow_map.c's own operations, for cow_map_rollback.c and
  * cow_map_check.c. */
 sl_cow_entry **cow_map_find_version(const sl_cow_map *m,
