@@ -1,8 +1,8 @@
 /* test_graph.c — Criterion tests of how records travel through a job
  * graph (include/sluice.h, engine/graph.c, engine/runtime.c,
  * operators/builtin.c): forward and rebalance pipelines, ordering, fan-out,
- * key_by, union, two-input operators, flat_map, variable-length and empty
- * records, timestamps.  Lifecycle, errors, stopping and emit rules are in
+ * key_by, union, two-input operators, flat_map, variable-length,
+ * word-sized and empty records, timestamps.  Lifecycle, errors, stopping and emit rules are in
  * test_graph_lifecycle.c; graph and configuration validation in
  * test_graph_validate.c; the shared helpers in graph_fixture.h.
  *
@@ -593,6 +593,112 @@ Test(records, variable_length_records_pass_intact, .timeout = 60) {
     sl_checksum_add(&want, buffer, varlen_fill(buffer, i));
   assert_checksum_eq(&got, &want, "variable-length records");
   job_free(job);
+}
+
+/* Records of 8 to 72 bytes (runtime.c note 14 copies those of up to 64,
+ * in multiples of 8, word by word; 12 and 20 take the other path), with
+ * a timestamp on every other one.  Record i has word_size(i) bytes: its
+ * index, then words of i * 1000003 + w, cut to the size.  The map builds
+ * its output one 8-byte store at a time, as P1's map does, and the
+ * flat_map re-emits it through sl_emit; a process sink checks every
+ * record's bytes, size and timestamp. */
+#define WORD_SIZES 11u
+static const uint32_t word_sizes[WORD_SIZES] = {8,  16, 24, 32, 40, 48,
+                                                56, 64, 72, 12, 20};
+
+static uint32_t word_fill(uint8_t *buffer, uint64_t i) {
+  uint32_t size = word_sizes[i % WORD_SIZES];
+  uint64_t words[10];
+  words[0] = i;
+  for (uint32_t w = 1; w < 10; w++)
+    words[w] = i * 1000003u + w;
+  memcpy(buffer, words, size);
+  return size;
+}
+
+static int64_t word_ts(uint64_t i) {
+  return i % 2 == 0 ? (int64_t)i * 3 : SL_NO_TIMESTAMP;
+}
+
+static int word_next(sl_ctx *ctx, void *state) {
+  varlen_state *s = state;
+  uint8_t buffer[80];
+  for (unsigned k = 0; k < SOURCE_BATCH && s->next < s->spec->count;
+       k++, s->next++) {
+    uint32_t size = word_fill(buffer, s->next);
+    int rc = sl_emit_ts(ctx, buffer, size, word_ts(s->next));
+    if (rc)
+      return rc;
+  }
+  return s->next == s->spec->count ? SL_SOURCE_END : 0;
+}
+
+static int word_map(void *user, const sl_record *in, void *out,
+                    uint32_t *out_size_bytes) {
+  (void)user;
+  uint8_t *to = out;
+  uint32_t at = 0;
+  for (; at + 8 <= in->size_bytes; at += 8) {
+    uint64_t w;
+    memcpy(&w, (const uint8_t *)in->data + at, 8);
+    memcpy(to + at, &w, 8);
+  }
+  for (; at < in->size_bytes; at++)
+    to[at] = ((const uint8_t *)in->data)[at];
+  *out_size_bytes = in->size_bytes;
+  return 0;
+}
+
+typedef struct word_check {
+  atomic_ullong records, bad;
+} word_check;
+
+static int word_sink(sl_ctx *ctx, void *state, int input, const sl_record *in) {
+  (void)ctx;
+  (void)input;
+  word_check *check = state;
+  uint8_t want[80];
+  uint64_t i = 0;
+  if (in->size_bytes >= 8)
+    memcpy(&i, in->data, 8);
+  uint32_t size = word_fill(want, i);
+  if (in->size_bytes != size || memcmp(in->data, want, size) != 0 ||
+      in->timestamp != word_ts(i))
+    atomic_fetch_add(&check->bad, 1);
+  atomic_fetch_add(&check->records, 1);
+  return 0;
+}
+
+Test(records, word_sized_records_keep_bytes_and_timestamps, .timeout = 60) {
+  varlen_spec spec = {.count = sl_test_scaled(200000, 2000)};
+  static const sl_source_ops ops = {
+      .open = varlen_open, .next = word_next, .close = varlen_close};
+  static const sl_process_ops sink_ops = {.process = word_sink};
+  static word_check check;
+  /* Once chained (everything in one thread, so the map's stores are
+   * fresh when emit copies them), once one thread an instance. */
+  const int modes[2] = {SL_CHAINING_ALWAYS, SL_CHAINING_NEVER};
+  for (int m = 0; m < 2; m++) {
+    atomic_store(&check.records, 0);
+    atomic_store(&check.bad, 0);
+    sl_job_config config = {.struct_bytes = sizeof(sl_job_config),
+                            .ring_bytes = 8192,
+                            .chaining = modes[m]};
+    sl_job *job = job_new(&config);
+    sl_op *src, *map, *fm, *sink;
+    OK(job, sl_op_source(job, "words", 1, &ops, &spec, &src));
+    OK(job, sl_op_map(job, "copy", src, 1, 80, word_map, 0, &map));
+    OK(job, sl_op_flat_map(job, "echo", map, 1, echo_flat_map, 0, &fm));
+    OK(job, sl_op_sink(job, "check", fm, 1, &sink_ops, &check, &sink));
+    int rc = run_guarded(job, RUN_LIMIT_S);
+    cr_assert_eq(rc, 0, "%s", sl_job_error(job));
+    cr_assert_eq(atomic_load(&check.records), spec.count, "chaining %d",
+                 modes[m]);
+    cr_assert_eq(atomic_load(&check.bad), 0,
+                 "chaining %d: %llu records differ", modes[m],
+                 (unsigned long long)atomic_load(&check.bad));
+    job_free(job);
+  }
 }
 
 /* Empty records: record i is empty when i % 3 == 0, else the 8 bytes of i;
