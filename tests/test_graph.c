@@ -2,9 +2,10 @@
  * graph (include/sluice.h, engine/graph.c, engine/runtime.c,
  * operators/builtin.c): forward and rebalance pipelines, ordering, fan-out,
  * key_by, union, two-input operators, flat_map, variable-length,
- * word-sized and empty records, timestamps.  Lifecycle, errors, stopping and emit rules are in
- * test_graph_lifecycle.c; graph and configuration validation in
- * test_graph_validate.c; the shared helpers in graph_fixture.h.
+ * word-sized and empty records, timestamps.  Lifecycle, errors, stopping
+ * and emit rules are in test_graph_lifecycle.c; graph and configuration
+ * validation in test_graph_validate.c; the shared helpers in
+ * graph_fixture.h.
  *
  * Edges whose producer has a larger parallelism than their consumer
  * (rebalance P -> Q with P > Q) are only used by the tests that are about
@@ -597,9 +598,9 @@ Test(records, variable_length_records_pass_intact, .timeout = 60) {
 
 /* Records of 8 to 72 bytes (runtime.c note 14 copies those of up to 64,
  * in multiples of 8, word by word; 12 and 20 take the other path), with
- * a timestamp on every other one.  Record i has word_size(i) bytes: its
- * index, then words of i * 1000003 + w, cut to the size.  The map builds
- * its output one 8-byte store at a time, as P1's map does, and the
+ * a timestamp on every other one.  Record i has word_sizes[i % 11] bytes:
+ * its index, then words of i * 1000003 + w, cut to the size.  The map
+ * builds its output one 8-byte store at a time, as P1's map does, and the
  * flat_map re-emits it through sl_emit; a process sink checks every
  * record's bytes, size and timestamp. */
 #define WORD_SIZES 11u
