@@ -15,7 +15,8 @@ barrier's snapshot of a keyed instance makes on that instance's thread
 (an aligned snapshot with the second, snapshot.c note 14).  For each
 thread that froze a map, each interval from one freeze to the next
 (intervals over 500 ms, which span the end of a run, are left out) is
-split into its first E ms (default 5) and the rest.  The report gives per thread:
+split into its first E ms (default 5) and the rest.  The report gives per
+thread:
   - the share of the time it was on a CPU, early and late;
   - the extra CPU per barrier: samples in the early parts, less what the
     late parts' rate predicts for that much time, in microseconds;
